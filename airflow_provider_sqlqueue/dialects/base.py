@@ -1,0 +1,249 @@
+"""What every engine's dialect provides: quoting, validation, statement text and error classification.
+
+A dialect holds all SQL text of its engine, named by what each statement does. It imports nothing from the
+transport above it except the error types and the address value, so the transport composes dialects and
+never the other way round. Statements use the parameter style of the engine's DB-API driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+from ..transport.address import QueueAddress
+from ..transport.errors import InvalidQueueName, SqlQueueError
+
+Layout = Literal["clustered", "heap"]
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How a queue table is created.
+
+    ``layout`` and ``unicode_headers`` matter on SQL Server only: ``clustered`` is the seeds' clustered
+    RowVersion index, ``heap`` the reference's later non-clustered RowVersion index with a filtered Expires
+    index; ``unicode_headers=False`` gives the seeds' ``varchar(max)`` Headers. ``body_string`` adds the
+    human-readable computed ``BodyString`` column on every engine.
+    """
+
+    layout: Layout = "clustered"
+    unicode_headers: bool = True
+    body_string: bool = False
+
+    def __post_init__(self) -> None:
+        if self.layout not in ("clustered", "heap"):
+            raise ValueError(f"layout must be 'clustered' or 'heap', not {self.layout!r}")
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    name: str
+    create: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of inspecting a queue table: what is wrong and the statement that fixes it."""
+
+    code: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.message} Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Row:
+    """A deleted queue row as every dialect returns it."""
+
+    id: Any
+    correlation_id: str | None
+    reply_to_address: str | None
+    expired: bool
+    headers: Any
+    body: bytes | None
+    row_version: int
+    expires: Any
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+
+
+class Dialect(ABC):
+    """One database engine's SQL. Subclasses are stateless; the transport caches rendered statements."""
+
+    name: ClassVar[str]
+    display_name: ClassVar[str]
+    default_schema: ClassVar[str | None]
+    max_identifier_length: ClassVar[int]
+    identifier_length_in_bytes: ClassVar[bool] = False
+    max_body_bytes: ClassVar[int]
+    send_batch_rows: ClassVar[int]
+    placeholder: ClassVar[str]
+
+    # ---- names ---------------------------------------------------------------------------------
+    @abstractmethod
+    def quote(self, identifier: str) -> str:
+        """Quote one identifier so that any character in it is taken literally."""
+
+    def resolve(
+        self,
+        address: QueueAddress,
+        default_schema: str | None = None,
+        current_catalog: str | None = None,
+    ) -> QueueAddress:
+        """Fill in the default schema and check the engine's limits (InvalidQueueName if they fail)."""
+        schema = address.schema or default_schema or self.default_schema
+        resolved = QueueAddress(address.table, schema, address.catalog)
+        for kind, value in (
+            ("queue", resolved.table),
+            ("schema", resolved.schema),
+            ("catalog", resolved.catalog),
+        ):
+            if value is None:
+                continue
+            length = len(value.encode("utf-8")) if self.identifier_length_in_bytes else len(value)
+            if length > self.max_identifier_length:
+                unit = "bytes of UTF-8" if self.identifier_length_in_bytes else "characters"
+                raise InvalidQueueName(
+                    f"{kind} name {value[:40]!r}... is {length} {unit} long; {self.display_name} "
+                    f"identifiers are at most {self.max_identifier_length} {unit}"
+                )
+        return resolved
+
+    @abstractmethod
+    def qualified_name(self, address: QueueAddress) -> str:
+        """The quoted, schema- (and catalog-) qualified table name of a resolved address."""
+
+    def object_name(self, address: QueueAddress, suffix: str) -> str:
+        """A name for an index or lock derived from the table, kept within the engine's identifier limit."""
+        name = f"{address.table}_{suffix}"
+        size = len(name.encode("utf-8")) if self.identifier_length_in_bytes else len(name)
+        if size <= self.max_identifier_length:
+            return name
+        tail = f"~{short_hash(str(address))}_{suffix}"
+        head = address.table
+        while True:
+            candidate = head + tail
+            size = len(candidate.encode("utf-8")) if self.identifier_length_in_bytes else len(candidate)
+            if size <= self.max_identifier_length:
+                return candidate
+            head = head[:-1]
+
+    # ---- provisioning --------------------------------------------------------------------------
+    @abstractmethod
+    def create_table(self, address: QueueAddress, options: TableOptions) -> str: ...
+
+    @abstractmethod
+    def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]: ...
+
+    @abstractmethod
+    def add_body_string(self, address: QueueAddress) -> str: ...
+
+    @abstractmethod
+    def drop_table(self, address: QueueAddress) -> str: ...
+
+    @abstractmethod
+    def lock_for_create(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """A statement that serialises concurrent creators of the same queue inside the transaction."""
+
+    @abstractmethod
+    def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        """A query whose first row's first value is not NULL exactly when the table exists."""
+
+    @abstractmethod
+    def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]: ...
+
+    @abstractmethod
+    def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]: ...
+
+    def begin_write(self) -> str | None:
+        """A statement that starts a write transaction, where the driver does not start one itself."""
+        return None
+
+    # ---- runtime -------------------------------------------------------------------------------
+    @abstractmethod
+    def send(self, address: QueueAddress) -> str:
+        """INSERT of one message; parameters from :meth:`send_params`."""
+
+    @abstractmethod
+    def send_batch(self, address: QueueAddress, rows: int) -> str:
+        """A multi-row INSERT of ``rows`` messages; parameters are the rows' :meth:`send_params` chained."""
+
+    @abstractmethod
+    def send_params(
+        self,
+        message_id: Any,
+        correlation_id: str | None,
+        reply_to_address: str | None,
+        time_to_be_received: timedelta | None,
+        headers: str,
+        body: bytes,
+    ) -> tuple[Any, ...]: ...
+
+    @abstractmethod
+    def insert_raw(self, address: QueueAddress) -> str:
+        """INSERT of a row exactly as it was read (poison rows to the error queue); see :meth:`raw_params`."""
+
+    def raw_params(self, row: Row) -> tuple[Any, ...]:
+        return (row.id, row.correlation_id, row.reply_to_address, row.headers, row.body)
+
+    @abstractmethod
+    def receive_batch(self, address: QueueAddress) -> str:
+        """DELETE of the oldest unlocked rows (one parameter: how many), returning them as :class:`Row`."""
+
+    @abstractmethod
+    def peek_estimate(self, address: QueueAddress) -> str:
+        """Upper bound of the unlocked rows (max - min + 1 of RowVersion); cost independent of length."""
+
+    @abstractmethod
+    def count_exact(self, address: QueueAddress) -> str:
+        """Exact number of committed, unexpired rows."""
+
+    @abstractmethod
+    def purge_expired_batch(self, address: QueueAddress) -> str:
+        """DELETE of up to N expired rows that no receiver holds (one parameter: N)."""
+
+    def purge_returns_count(self) -> bool:
+        """True when the purge statement returns its count as a row instead of through rowcount."""
+        return False
+
+    @abstractmethod
+    def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
+        """Check the indexes and column types of an existing table; never raises for a finding."""
+
+    # ---- driver glue ---------------------------------------------------------------------------
+    def row_id(self, value: Any) -> Any:
+        """Convert a uuid.UUID to what the driver binds for the Id column."""
+        return value
+
+    def prepare_connection(self, connection: Any) -> None:
+        """Session settings run once per new connection."""
+        return None
+
+    @abstractmethod
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        """Translate a driver error into the transport's errors, or None if it is not the driver's."""
+
+    def is_connection_lost(self, error: BaseException) -> bool:
+        """True when the connection that raised this can no longer be used."""
+        return False
+
+    def is_already_exists(self, error: BaseException) -> bool:
+        """True for "object already exists" errors that a concurrent creator can cause despite the lock."""
+        return False
+
+    def fetch_rows(self, cursor: Any) -> list[Any]:
+        """Fetch the current result set's rows and drain any further result sets, so late errors surface."""
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return rows
+
+
+def timedelta_to_seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()

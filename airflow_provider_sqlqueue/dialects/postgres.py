@@ -1,0 +1,254 @@
+"""PostgreSQL (psycopg 3): every statement of the engine.
+
+Receivers compete with ``FOR UPDATE SKIP LOCKED``. PostgreSQL asks for the UPDATE privilege on at least
+one column before it takes row locks, so the runtime role needs ``UPDATE (Recoverable)`` beside SELECT,
+INSERT and DELETE: a legacy column nothing reads, so the role still cannot change a message.
+Column names are written unquoted and fold to lower case, as in the reference's PostgreSQL transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from ..transport.address import QueueAddress
+from ..transport.errors import (
+    InvalidQueueName,
+    PermissionDenied,
+    QueueNotFound,
+    SqlQueueError,
+    TransientDatabaseError,
+)
+from .base import Dialect, Finding, IndexSpec, TableOptions
+
+_COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
+_RETURNING = (
+    "RETURNING Id, CorrelationId, ReplyToAddress, "
+    "(Expires IS NOT NULL AND Expires <= now()) AS Expired, Headers, Body, RowVersion, Expires"
+)
+_VALUES_ROW = "(%s, %s, %s, true, now() + %s::interval, %s, %s)"
+
+_TRANSIENT_SQLSTATES = {
+    "40001": "serialization failure",
+    "40P01": "deadlock",
+    "55P03": "lock not available",
+    "57014": "statement cancelled",
+    "57P01": "server shutting down",
+    "57P02": "server crashed",
+    "57P03": "server not accepting connections yet",
+    "53300": "too many connections",
+}
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+    display_name = "PostgreSQL"
+    default_schema = "public"
+    max_identifier_length = 63
+    identifier_length_in_bytes = True
+    max_body_bytes = 1024**3 - 1024**2  # bytea is capped at 1 GiB; leave room for the protocol message
+    send_batch_rows = 1000
+    placeholder = "%s"
+
+    def quote(self, identifier: str) -> str:
+        return '"' + identifier.replace('"', '""') + '"'
+
+    def resolve(
+        self,
+        address: QueueAddress,
+        default_schema: str | None = None,
+        current_catalog: str | None = None,
+    ) -> QueueAddress:
+        resolved = super().resolve(address, default_schema, current_catalog)
+        if resolved.catalog is not None and resolved.catalog != current_catalog:
+            raise InvalidQueueName(
+                f"queue {address} names the database {resolved.catalog!r}, but PostgreSQL cannot reach "
+                f"another database than the connected one ({current_catalog!r}); open a transport on it"
+            )
+        return resolved
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        parts = [address.catalog, address.schema, address.table]
+        return ".".join(self.quote(part) for part in parts if part is not None)
+
+    # ---- provisioning --------------------------------------------------------------------------
+    def create_table(self, address: QueueAddress, options: TableOptions) -> str:
+        body_string = (
+            ",\n    BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED"
+            if options.body_string
+            else ""
+        )
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    Id uuid NOT NULL,\n"
+            "    CorrelationId varchar(255) NULL,\n"
+            "    ReplyToAddress varchar(255) NULL,\n"
+            "    Recoverable boolean NOT NULL,\n"
+            "    Expires timestamptz NULL,\n"
+            "    Headers text NOT NULL,\n"
+            "    Body bytea NULL,\n"
+            "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL"
+            f"{body_string}\n)"
+        )
+
+    def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
+        table = self.qualified_name(address)
+        row_version = self.object_name(address, "RowVersion")
+        expires = self.object_name(address, "Expires")
+        return [
+            IndexSpec(row_version, f"CREATE UNIQUE INDEX {self.quote(row_version)} ON {table} (RowVersion)"),
+            IndexSpec(
+                expires,
+                f"CREATE INDEX {self.quote(expires)} ON {table} (Expires) WHERE Expires IS NOT NULL",
+            ),
+        ]
+
+    def add_body_string(self, address: QueueAddress) -> str:
+        return (
+            f"ALTER TABLE {self.qualified_name(address)} ADD COLUMN IF NOT EXISTS "
+            "BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED"
+        )
+
+    def drop_table(self, address: QueueAddress) -> str:
+        return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
+
+    def lock_for_create(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (
+            f"sqlqueue:{self.qualified_name(address)}",
+        )
+
+    def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+            (address.schema, address.table),
+        )
+
+    def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'i'",
+            (address.schema, index_name),
+        )
+
+    def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT a.attnum FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped",
+            (address.schema, address.table, column.lower()),
+        )
+
+    # ---- runtime -------------------------------------------------------------------------------
+    def send(self, address: QueueAddress) -> str:
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {_VALUES_ROW}"
+
+    def send_batch(self, address: QueueAddress, rows: int) -> str:
+        values = ", ".join([_VALUES_ROW] * rows)
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {values}"
+
+    def send_params(
+        self,
+        message_id: Any,
+        correlation_id: str | None,
+        reply_to_address: str | None,
+        time_to_be_received: timedelta | None,
+        headers: str,
+        body: bytes,
+    ) -> tuple[Any, ...]:
+        return (message_id, correlation_id, reply_to_address, time_to_be_received, headers, body)
+
+    def insert_raw(self, address: QueueAddress) -> str:
+        return (
+            f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES (%s, %s, %s, true, NULL, %s, %s)"
+        )
+
+    def receive_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN ("
+            f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED) "
+            f"{_RETURNING}"
+        )
+
+    def peek_estimate(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            "SELECT COALESCE("
+            f"(SELECT RowVersion FROM {table} ORDER BY RowVersion DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED)"
+            f" - (SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 1 FOR KEY SHARE SKIP LOCKED)"
+            " + 1, 0)"
+        )
+
+    def count_exact(self, address: QueueAddress) -> str:
+        return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > now()"
+
+    def purge_expired_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN ("
+            f"SELECT RowVersion FROM {table} WHERE Expires < now() "
+            "LIMIT %s FOR UPDATE SKIP LOCKED)"
+        )
+
+    def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
+        cursor.execute(
+            "SELECT a.attname, i.indpred IS NOT NULL FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (address.schema, address.table),
+        )
+        first_columns = {name for name, _partial in cursor.fetchall()}
+        findings = []
+        table = str(address)
+        for spec in self.indexes(address, options):
+            column = "rowversion" if spec.name.endswith("RowVersion") else "expires"
+            if column not in first_columns:
+                purpose = (
+                    "receiving and peeking read the oldest rows through it"
+                    if column == "rowversion"
+                    else "purging expired messages finds them through it"
+                )
+                findings.append(
+                    Finding(
+                        f"missing_{column}_index",
+                        f"Queue table {table} has no index on {column} ({purpose}).",
+                        spec.create,
+                    )
+                )
+        return findings
+
+    # ---- driver glue ---------------------------------------------------------------------------
+    def prepare_connection(self, connection: Any) -> None:
+        connection.autocommit = False
+
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        import psycopg
+
+        if not isinstance(error, psycopg.Error):
+            return None
+        sqlstate = getattr(error, "sqlstate", None) or ""
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        where = f" (queue {address})" if address is not None else ""
+        if sqlstate in ("42P01", "3F000"):
+            return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
+        if sqlstate == "42501":
+            return PermissionDenied(
+                f"{detail}{where}. Runtime roles need SELECT, INSERT, DELETE and UPDATE (Recoverable) on "
+                "the queue tables; creating queues needs CREATE on the schema"
+            )
+        if sqlstate in _TRANSIENT_SQLSTATES:
+            return TransientDatabaseError(f"{_TRANSIENT_SQLSTATES[sqlstate]}: {detail}{where}")
+        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError) or sqlstate.startswith("08"):
+            return TransientDatabaseError(f"connection to PostgreSQL lost or refused: {detail}{where}")
+        return None
+
+    def is_connection_lost(self, error: BaseException) -> bool:
+        import psycopg
+
+        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+            return True
+        sqlstate = getattr(error, "sqlstate", None) or ""
+        return sqlstate.startswith("08") or sqlstate in ("57P01", "57P02", "57P03")

@@ -1,0 +1,241 @@
+"""SQLite (the standard library's ``sqlite3``): every statement of the engine.
+
+SQLite has one writer at a time, so receivers compete by taking the write lock (``BEGIN IMMEDIATE``) and
+deleting the oldest rows with ``DELETE ... RETURNING``; the database runs in WAL mode so readers (peek,
+count) never wait for a writer. ``RowVersion`` is the table's ``INTEGER PRIMARY KEY AUTOINCREMENT``, the
+rowid itself, so FIFO order is the table's own order and ids are never reused. Times are stored as UTC
+text ``YYYY-MM-DD HH:MM:SS.SSS``, computed by SQLite's clock, which compares correctly as text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from ..transport.address import QueueAddress
+from ..transport.errors import (
+    InvalidQueueName,
+    MessageTooLarge,
+    PermissionDenied,
+    QueueNotFound,
+    SqlQueueError,
+    TransientDatabaseError,
+)
+from .base import Dialect, Finding, IndexSpec, TableOptions
+
+_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+_COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
+_VALUES_ROW = "(?, ?, ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)"
+_RETURNING = (
+    "RETURNING Id, CorrelationId, ReplyToAddress, "
+    f"(Expires IS NOT NULL AND Expires <= {_NOW}) AS Expired, Headers, Body, RowVersion, Expires"
+)
+
+
+class SqliteDialect(Dialect):
+    name = "sqlite"
+    display_name = "SQLite"
+    default_schema = None
+    max_identifier_length = 128  # SQLite has no limit; this keeps names portable to SQL Server
+    max_body_bytes = 1_000_000_000  # SQLITE_MAX_LENGTH as compiled by default
+    send_batch_rows = 500  # 6 parameters a row, well under SQLITE_MAX_VARIABLE_NUMBER
+    placeholder = "?"
+
+    def quote(self, identifier: str) -> str:
+        return '"' + identifier.replace('"', '""') + '"'
+
+    def resolve(
+        self,
+        address: QueueAddress,
+        default_schema: str | None = None,
+        current_catalog: str | None = None,
+    ) -> QueueAddress:
+        if address.catalog is not None:
+            raise InvalidQueueName(
+                f"queue {address} names a catalog, but SQLite has none; a schema part names an attached "
+                "database (for example 'main')"
+            )
+        return super().resolve(address, default_schema, current_catalog)
+
+    def _schema_prefix(self, address: QueueAddress) -> str:
+        return f"{self.quote(address.schema)}." if address.schema else ""
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        return self._schema_prefix(address) + self.quote(address.table)
+
+    # ---- provisioning --------------------------------------------------------------------------
+    def create_table(self, address: QueueAddress, options: TableOptions) -> str:
+        body_string = (
+            ",\n    BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL"
+            if options.body_string
+            else ""
+        )
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    Id TEXT NOT NULL,\n"
+            "    CorrelationId TEXT NULL,\n"
+            "    ReplyToAddress TEXT NULL,\n"
+            "    Recoverable INTEGER NOT NULL,\n"
+            "    Expires TEXT NULL,\n"
+            "    Headers TEXT NOT NULL,\n"
+            "    Body BLOB NULL,\n"
+            "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL"
+            f"{body_string}\n)"
+        )
+
+    def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
+        expires = self.object_name(address, "Expires")
+        return [
+            IndexSpec(
+                expires,
+                f"CREATE INDEX {self._schema_prefix(address)}{self.quote(expires)} "
+                f"ON {self.quote(address.table)} (Expires) WHERE Expires IS NOT NULL",
+            )
+        ]
+
+    def add_body_string(self, address: QueueAddress) -> str:
+        return (
+            f"ALTER TABLE {self.qualified_name(address)} "
+            "ADD COLUMN BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL"
+        )
+
+    def drop_table(self, address: QueueAddress) -> str:
+        return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
+
+    def lock_for_create(self, address: QueueAddress) -> None:
+        return None  # BEGIN IMMEDIATE already holds the database's single write lock
+
+    def begin_write(self) -> str:
+        return "BEGIN IMMEDIATE"
+
+    def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return (
+            f"SELECT 1 FROM {self._schema_prefix(address)}sqlite_master WHERE type = 'table' AND name = ?",
+            (address.table,),
+        )
+
+    def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
+        return (
+            f"SELECT 1 FROM {self._schema_prefix(address)}sqlite_master WHERE type = 'index' AND name = ?",
+            (index_name,),
+        )
+
+    def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
+        schema = address.schema or "main"
+        return (
+            "SELECT 1 FROM pragma_table_xinfo(?, ?) WHERE lower(name) = lower(?)",
+            (address.table, schema, column),
+        )
+
+    # ---- runtime -------------------------------------------------------------------------------
+    def send(self, address: QueueAddress) -> str:
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {_VALUES_ROW}"
+
+    def send_batch(self, address: QueueAddress, rows: int) -> str:
+        values = ", ".join([_VALUES_ROW] * rows)
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {values}"
+
+    def send_params(
+        self,
+        message_id: Any,
+        correlation_id: str | None,
+        reply_to_address: str | None,
+        time_to_be_received: timedelta | None,
+        headers: str,
+        body: bytes,
+    ) -> tuple[Any, ...]:
+        modifier = None
+        if time_to_be_received is not None:
+            modifier = f"{time_to_be_received.total_seconds():+.3f} seconds"
+        return (message_id, correlation_id, reply_to_address, modifier, headers, body)
+
+    def insert_raw(self, address: QueueAddress) -> str:
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES (?, ?, ?, 1, NULL, ?, ?)"
+
+    def receive_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN ("
+            f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT ?) {_RETURNING}"
+        )
+
+    def peek_estimate(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {self.qualified_name(address)}"
+        )
+
+    def count_exact(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > {_NOW}"
+        )
+
+    def purge_expired_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN ("
+            f"SELECT RowVersion FROM {table} WHERE Expires < {_NOW} LIMIT ?)"
+        )
+
+    def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
+        schema = address.schema or "main"
+        findings = []
+        cursor.execute(
+            "SELECT lower(type), pk FROM pragma_table_info(?, ?) WHERE lower(name) = 'rowversion'",
+            (address.table, schema),
+        )
+        row = cursor.fetchone()
+        if row is None or row[0] != "integer" or row[1] != 1:
+            name = self.object_name(address, "RowVersion")
+            findings.append(
+                Finding(
+                    "missing_rowversion_index",
+                    f"Queue table {address} does not have RowVersion as its INTEGER PRIMARY KEY, so "
+                    "receives scan for the oldest rows.",
+                    f"CREATE UNIQUE INDEX {self._schema_prefix(address)}{self.quote(name)} "
+                    f"ON {self.quote(address.table)} (RowVersion)",
+                )
+            )
+        cursor.execute(
+            "SELECT il.name FROM pragma_index_list(?, ?) il "
+            "JOIN pragma_index_info(il.name, ?) ii ON ii.seqno = 0 WHERE lower(ii.name) = 'expires'",
+            (address.table, schema, schema),
+        )
+        if cursor.fetchone() is None:
+            spec = self.indexes(address, options)[0]
+            findings.append(
+                Finding(
+                    "missing_expires_index",
+                    f"Queue table {address} has no index on Expires (purging expired messages finds "
+                    "them through it).",
+                    spec.create,
+                )
+            )
+        return findings
+
+    # ---- driver glue ---------------------------------------------------------------------------
+    def row_id(self, value: Any) -> Any:
+        return str(value) if isinstance(value, uuid.UUID) else value
+
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        if not isinstance(error, sqlite3.Error):
+            return None
+        text = str(error)
+        lowered = text.lower()
+        where = f" (queue {address})" if address is not None else ""
+        if "no such table" in lowered or "unknown database" in lowered:
+            return QueueNotFound(f"{text}{where}: create the queue first")
+        if "locked" in lowered or "busy" in lowered:
+            return TransientDatabaseError(f"SQLite database is busy: {text}{where}")
+        if "readonly" in lowered or "read-only" in lowered:
+            return PermissionDenied(f"SQLite database is read-only: {text}{where}")
+        if "too big" in lowered:
+            return MessageTooLarge(f"SQLite refused the message: {text}{where}")
+        if "disk i/o" in lowered:
+            return TransientDatabaseError(f"SQLite I/O error: {text}{where}")
+        return None
+
+    def is_connection_lost(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.ProgrammingError) and "closed" in str(error).lower()

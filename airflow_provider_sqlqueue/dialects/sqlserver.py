@@ -1,0 +1,308 @@
+"""SQL Server (pyodbc): every statement of the engine, held to the reference transport.
+
+Receivers compete with ``TOP(n) ... WITH (UPDLOCK, READPAST, ROWLOCK)`` and ``DELETE ... OUTPUT``; the peek
+is ``max - min + 1`` of RowVersion ``WITH (READPAST, READCOMMITTEDLOCK)``; time comes from ``GETUTCDATE()``.
+READPAST is invalid under SNAPSHOT isolation (error 650): run receivers under READ COMMITTED, which stays
+correct on databases with READ_COMMITTED_SNAPSHOT on, because the hints ask for locks explicitly.
+Connections run with ``SET NOCOUNT ON`` so that every statement's first result set is its data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from ..transport.address import QueueAddress
+from ..transport.errors import (
+    PermissionDenied,
+    QueueNotFound,
+    SqlQueueError,
+    TransientDatabaseError,
+)
+from .base import Dialect, Finding, IndexSpec, TableOptions, short_hash
+
+_COLUMNS = "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]"
+_VALUES_ROW = "(?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
+_OUTPUT = (
+    "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], "
+    "CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END AS [Expired], "
+    "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
+)
+_NATIVE_ERROR = re.compile(r"\((\d{3,6})\)")
+_TRANSIENT_ERRORS = {
+    1205: "deadlock victim",
+    1222: "lock request timeout",
+    40197: "service error",
+    40501: "service busy",
+    40613: "database unavailable",
+    49918: "not enough resources",
+}
+_PERMISSION_ERRORS = {229, 230, 262, 297, 300, 916, 1088}
+_ALREADY_EXISTS_ERRORS = {2714, 1913}
+_CONNECTION_SQLSTATES = {"08S01", "08001", "08003", "08004", "08007", "HYT00", "HYT01"}
+
+
+def native_errors(error: BaseException) -> set[int]:
+    """SQL Server error numbers found in a pyodbc error's message, e.g. ``... (1205) (SQLExecDirectW)``."""
+    text = " ".join(str(arg) for arg in getattr(error, "args", ()))
+    return {int(number) for number in _NATIVE_ERROR.findall(text)}
+
+
+class SqlServerDialect(Dialect):
+    name = "sqlserver"
+    display_name = "SQL Server"
+    default_schema = "dbo"
+    max_identifier_length = 128
+    max_body_bytes = 2**31 - 1  # varbinary(max)
+    send_batch_rows = 250  # 7 parameters a row, under the 2,100-parameter limit of one statement
+    placeholder = "?"
+
+    def quote(self, identifier: str) -> str:
+        return "[" + identifier.replace("]", "]]") + "]"
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        parts = [address.catalog, address.schema, address.table]
+        return ".".join(self.quote(part) for part in parts if part is not None)
+
+    def _catalog_prefix(self, address: QueueAddress) -> str:
+        return f"{self.quote(address.catalog)}." if address.catalog else ""
+
+    # ---- provisioning --------------------------------------------------------------------------
+    def create_table(self, address: QueueAddress, options: TableOptions) -> str:
+        headers_type = "nvarchar(max)" if options.unicode_headers else "varchar(max)"
+        body_string = ",\n    [BodyString] AS CAST([Body] AS nvarchar(max))" if options.body_string else ""
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    [Id] uniqueidentifier NOT NULL,\n"
+            "    [CorrelationId] varchar(255) NULL,\n"
+            "    [ReplyToAddress] varchar(255) NULL,\n"
+            "    [Recoverable] bit NOT NULL,\n"
+            "    [Expires] datetime NULL,\n"
+            f"    [Headers] {headers_type} NOT NULL,\n"
+            "    [Body] varbinary(max) NULL,\n"
+            "    [RowVersion] bigint IDENTITY(1,1) NOT NULL"
+            f"{body_string}\n)"
+        )
+
+    def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
+        table = self.qualified_name(address)
+        if options.layout == "heap":
+            return [
+                IndexSpec(
+                    "Index_RowVersion",
+                    f"CREATE NONCLUSTERED INDEX [Index_RowVersion] ON {table} ([RowVersion] ASC)",
+                ),
+                IndexSpec(
+                    "Index_Expires",
+                    f"CREATE NONCLUSTERED INDEX [Index_Expires] ON {table} ([Expires] ASC) "
+                    "INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL",
+                ),
+            ]
+        return [
+            IndexSpec(
+                "Index_RowVersion",
+                f"CREATE CLUSTERED INDEX [Index_RowVersion] ON {table} ([RowVersion] ASC) "
+                "WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)",
+            ),
+            IndexSpec(
+                "Index_Expires",
+                f"CREATE NONCLUSTERED INDEX [Index_Expires] ON {table} ([Expires] ASC) "
+                "INCLUDE ([Id], [RowVersion]) WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)",
+            ),
+        ]
+
+    def add_body_string(self, address: QueueAddress) -> str:
+        return f"ALTER TABLE {self.qualified_name(address)} ADD [BodyString] AS CAST([Body] AS nvarchar(max))"
+
+    def drop_table(self, address: QueueAddress) -> str:
+        return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
+
+    def lock_for_create(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        resource = f"{self.qualified_name(address)}_lock"
+        if len(resource) > 255:
+            resource = f"sqlqueue_{short_hash(resource)}_lock"
+        return (
+            "DECLARE @result int; "
+            "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
+            "@LockOwner = 'Transaction', @LockTimeout = 60000; "
+            "SELECT @result",
+            (resource,),
+        )
+
+    def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return "SELECT OBJECT_ID(?, 'U')", (self.qualified_name(address),)
+
+    def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
+        return (
+            f"SELECT index_id FROM {self._catalog_prefix(address)}sys.indexes "
+            "WHERE object_id = OBJECT_ID(?) AND name = ?",
+            (self.qualified_name(address), index_name),
+        )
+
+    def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
+        return "SELECT COL_LENGTH(?, ?)", (self.qualified_name(address), column)
+
+    # ---- runtime -------------------------------------------------------------------------------
+    def send(self, address: QueueAddress) -> str:
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {_VALUES_ROW}"
+
+    def send_batch(self, address: QueueAddress, rows: int) -> str:
+        values = ", ".join([_VALUES_ROW] * rows)
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {values}"
+
+    def send_params(
+        self,
+        message_id: Any,
+        correlation_id: str | None,
+        reply_to_address: str | None,
+        time_to_be_received: timedelta | None,
+        headers: str,
+        body: bytes,
+    ) -> tuple[Any, ...]:
+        milliseconds = seconds = None
+        if time_to_be_received is not None:
+            whole_seconds, rest = divmod(time_to_be_received, timedelta(seconds=1))
+            seconds = int(whole_seconds)
+            milliseconds = rest // timedelta(milliseconds=1)
+        return (message_id, correlation_id, reply_to_address, milliseconds, seconds, headers, body)
+
+    def insert_raw(self, address: QueueAddress) -> str:
+        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES (?, ?, ?, 1, NULL, ?, ?)"
+
+    def receive_batch(self, address: QueueAddress) -> str:
+        return (
+            "WITH message AS ("
+            f"SELECT TOP(?) * FROM {self.qualified_name(address)} WITH (UPDLOCK, READPAST, ROWLOCK) "
+            f"ORDER BY [RowVersion]) DELETE FROM message {_OUTPUT}"
+        )
+
+    def peek_estimate(self, address: QueueAddress) -> str:
+        return (
+            "SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK)"
+        )
+
+    def count_exact(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST) "
+            "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()"
+        )
+
+    def purge_expired_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE [RowVersion] IN ("
+            f"SELECT TOP (?) [RowVersion] FROM {table} WITH (READPAST) WHERE [Expires] < GETUTCDATE()); "
+            "SELECT @@ROWCOUNT"
+        )
+
+    def purge_returns_count(self) -> bool:
+        return True
+
+    def index_first_columns(self, address: QueueAddress) -> str:
+        prefix = self._catalog_prefix(address)
+        return (
+            f"SELECT c.name, i.type FROM {prefix}sys.indexes i "
+            f"JOIN {prefix}sys.index_columns ic ON ic.object_id = i.object_id "
+            "AND ic.index_id = i.index_id AND ic.key_ordinal = 1 "
+            f"JOIN {prefix}sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id "
+            "WHERE i.object_id = OBJECT_ID(?)"
+        )
+
+    def headers_column_type(self, address: QueueAddress) -> str:
+        prefix = self._catalog_prefix(address)
+        return (
+            f"SELECT t.name FROM {prefix}sys.columns c "
+            f"JOIN {prefix}sys.types t ON t.user_type_id = c.user_type_id "
+            "WHERE c.object_id = OBJECT_ID(?) AND c.name = 'Headers'"
+        )
+
+    def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
+        table = self.qualified_name(address)
+        cursor.execute(self.index_first_columns(address), (table,))
+        first_columns = {str(name).lower() for name, _type in cursor.fetchall()}
+        findings = []
+        for spec in self.indexes(address, options):
+            column = "rowversion" if spec.name == "Index_RowVersion" else "expires"
+            if column not in first_columns:
+                purpose = (
+                    "receiving and peeking read the oldest rows through it"
+                    if column == "rowversion"
+                    else "purging expired messages finds them through it"
+                )
+                findings.append(
+                    Finding(
+                        f"missing_{column}_index",
+                        f"Queue table {address} has no index on {column} ({purpose}).",
+                        spec.create,
+                    )
+                )
+        cursor.execute(self.headers_column_type(address), (table,))
+        row = cursor.fetchone()
+        if options.unicode_headers and row is not None and str(row[0]).lower() == "varchar":
+            findings.append(
+                Finding(
+                    "varchar_headers",
+                    f"Queue table {address} stores Headers as varchar, which is not Unicode-safe.",
+                    f"ALTER TABLE {table} ALTER COLUMN [Headers] nvarchar(max) NOT NULL",
+                )
+            )
+        return findings
+
+    # ---- driver glue ---------------------------------------------------------------------------
+    def row_id(self, value: Any) -> Any:
+        return str(value)
+
+    def prepare_connection(self, connection: Any) -> None:
+        connection.autocommit = False
+        cursor = connection.cursor()
+        cursor.execute("SET NOCOUNT ON")
+        cursor.close()
+        connection.commit()
+
+    def fetch_rows(self, cursor: Any) -> list[Any]:
+        while cursor.description is None:
+            if not cursor.nextset():
+                return []
+        rows = cursor.fetchall()
+        while cursor.nextset():
+            pass
+        return rows
+
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        try:
+            import pyodbc
+        except ImportError:  # pragma: no cover - the SQL Server extra is not installed
+            return None
+        if not isinstance(error, pyodbc.Error):
+            return None
+        numbers = native_errors(error)
+        sqlstate = str(error.args[0]) if error.args else ""
+        detail = str(error.args[1] if len(error.args) > 1 else error)
+        where = f" (queue {address})" if address is not None else ""
+        if 208 in numbers:
+            return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
+        if numbers & _PERMISSION_ERRORS:
+            return PermissionDenied(
+                f"{detail}{where}. Runtime logins need SELECT, INSERT and DELETE on the queue tables "
+                "(db_datareader + db_datawriter); creating queues needs CREATE TABLE and VIEW DEFINITION"
+            )
+        for number, reason in _TRANSIENT_ERRORS.items():
+            if number in numbers:
+                return TransientDatabaseError(f"{reason}: {detail}{where}")
+        if sqlstate in _CONNECTION_SQLSTATES or isinstance(error, pyodbc.OperationalError):
+            return TransientDatabaseError(f"connection to SQL Server lost or refused: {detail}{where}")
+        return None
+
+    def is_already_exists(self, error: BaseException) -> bool:
+        return bool(native_errors(error) & _ALREADY_EXISTS_ERRORS)
+
+    def is_connection_lost(self, error: BaseException) -> bool:
+        try:
+            import pyodbc
+        except ImportError:  # pragma: no cover
+            return False
+        sqlstate = str(error.args[0]) if getattr(error, "args", None) else ""
+        return sqlstate in _CONNECTION_SQLSTATES or isinstance(error, pyodbc.OperationalError)

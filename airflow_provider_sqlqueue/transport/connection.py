@@ -1,0 +1,356 @@
+"""Opening a transport from a URL: the engine's dialect, a driver connection factory and a small pool.
+
+URLs follow SQLAlchemy's form (parsed with SQLAlchemy's own ``make_url``), so passwords may be
+percent-encoded and nothing is split by hand:
+
+- ``sqlite:///relative/queues.db``, ``sqlite:////absolute/queues.db`` (``?timeout=30&synchronous=full``)
+- ``postgresql://user:password@host:5432/db`` (``postgresql+psycopg://`` too; any libpq option as a query)
+- ``mssql+pyodbc://user:password@host:1433/db?driver=ODBC+Driver+18+for+SQL+Server``,
+  ``mssql+pyodbc:///?odbc_connect=<percent-encoded ODBC string>``, or a bare ODBC connection string
+  ``DRIVER={...};SERVER=...;DATABASE=...``
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import QueuePool
+
+from ..dialects import Dialect, get_dialect
+from .address import QueueAddress
+from .errors import ConfigurationError, TransientDatabaseError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Transport", "odbc_connection_string", "open_transport"]
+
+DEFAULT_ODBC_DRIVER = "ODBC Driver 18 for SQL Server"
+
+
+def _odbc_value(value: str) -> str:
+    if any(char in value for char in ";{}=") or value != value.strip():
+        return "{" + value.replace("}", "}}") + "}"
+    return value
+
+
+def parse_odbc_string(text: str) -> dict[str, str]:
+    """Split ``KEY=value;KEY={va;lue}`` into a dict with upper-case keys (braced values may hold ';')."""
+    result: dict[str, str] = {}
+    index = 0
+    while index < len(text):
+        equals = text.find("=", index)
+        if equals == -1:
+            break
+        key = text[index:equals].strip().upper()
+        index = equals + 1
+        if index < len(text) and text[index] == "{":
+            value_chars = []
+            index += 1
+            while index < len(text):
+                if text[index] == "}":
+                    if index + 1 < len(text) and text[index + 1] == "}":
+                        value_chars.append("}")
+                        index += 2
+                        continue
+                    index += 1
+                    break
+                value_chars.append(text[index])
+                index += 1
+            value = "".join(value_chars)
+            semicolon = text.find(";", index)
+            index = len(text) if semicolon == -1 else semicolon + 1
+        else:
+            semicolon = text.find(";", index)
+            end = len(text) if semicolon == -1 else semicolon
+            value = text[index:end].strip()
+            index = end + 1
+        if key:
+            result[key] = value
+    return result
+
+
+def odbc_connection_string(url: URL) -> str:
+    """Build the ODBC connection string of an ``mssql+pyodbc://`` URL."""
+    query = {key: value if isinstance(value, str) else value[-1] for key, value in url.query.items()}
+    if "odbc_connect" in query:
+        return query.pop("odbc_connect")
+    parts: dict[str, str] = {}
+    driver = query.pop("driver", DEFAULT_ODBC_DRIVER)
+    if (
+        url.host
+        and url.port is None
+        and url.database is None
+        and "." not in url.host
+        and "\\" not in url.host
+    ):
+        parts["DSN"] = url.host
+    else:
+        parts["DRIVER"] = driver
+        server = url.host or "localhost"
+        parts["SERVER"] = f"{server},{url.port}" if url.port else server
+        if url.database:
+            parts["DATABASE"] = url.database
+    if url.username:
+        parts["UID"] = url.username
+    if url.password is not None:
+        parts["PWD"] = str(url.password)
+    parts.update(query)
+    return ";".join(f"{key}={_odbc_value(str(value))}" for key, value in parts.items())
+
+
+class Transport:
+    """A database holding queue tables: its dialect, a connection pool and the queues opened on it.
+
+    Thread-safe; open one per process (after a fork, open a new one). Use as a context manager or call
+    :meth:`close` to close the pooled connections.
+    """
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        connect: Callable[[], Any],
+        *,
+        description: str,
+        database: str | None = None,
+        default_schema: str | None = None,
+        error_queue: str | None = "error",
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        pool_timeout: float = 30.0,
+        max_body_bytes: int | None = None,
+    ) -> None:
+        self.dialect = dialect
+        self.description = description
+        self.database = database
+        self.default_schema = default_schema
+        self.error_queue = error_queue
+        self.max_body_bytes = min(max_body_bytes or dialect.max_body_bytes, dialect.max_body_bytes)
+        self.pool_size = pool_size + max_overflow
+
+        def create() -> Any:
+            connection = connect()
+            try:
+                dialect.prepare_connection(connection)
+            except BaseException:
+                connection.close()
+                raise
+            return connection
+
+        self._pool = QueuePool(
+            create,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            timeout=pool_timeout,
+            reset_on_return="rollback",
+        )
+        self._queues: dict[tuple[str, str | None], Any] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Transport {self.description}>"
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.dispose()
+
+    def resolve(self, address: str | QueueAddress) -> QueueAddress:
+        """Parse an address, fill in the default schema and check it against this engine's limits."""
+        return self.dialect.resolve(QueueAddress.parse(address), self.default_schema, self.database)
+
+    def queue(self, address: str | QueueAddress, *, error_queue: str | object | None = ...) -> Any:
+        """The queue at ``address`` (``table@[schema]@[catalog]``); InvalidQueueName at once if invalid.
+
+        Poison rows (unparseable headers) move to ``error_queue``, by default the transport's (``error``).
+        """
+        from .queue import TableQueue
+
+        target = self.error_queue if error_queue is ... else error_queue
+        resolved = self.resolve(address)
+        key = (str(resolved), None if target is None else str(target))
+        with self._lock:
+            queue = self._queues.get(key)
+            if queue is None:
+                error_address = None if target is None else self.resolve(str(target))
+                queue = TableQueue(self, resolved, error_address)
+                self._queues[key] = queue
+        return queue
+
+    @contextmanager
+    def connection(self, address: QueueAddress | None = None) -> Iterator[Any]:
+        """A pooled DB-API connection; driver errors come out translated into the transport's errors.
+
+        A connection that failed in a way that makes it unusable is discarded instead of returned.
+        """
+        try:
+            pooled = self._pool.connect()
+        except PoolTimeout as error:
+            raise TransientDatabaseError(
+                f"no free database connection within the pool timeout ({self.pool_size} in use); "
+                "raise pool_size or lower concurrency"
+            ) from error
+        except Exception as error:
+            translated = self.dialect.classify(error, address)
+            if translated is None:
+                raise
+            raise translated from error
+        try:
+            yield pooled
+        except BaseException as error:
+            if self.dialect.is_connection_lost(error):
+                pooled.invalidate()
+            translated = self.dialect.classify(error, address)
+            if translated is None:
+                raise
+            raise translated from error
+        finally:
+            pooled.close()
+
+
+def _sqlite_connector(url: URL) -> tuple[Callable[[], Any], str]:
+    import sqlite3
+
+    database = url.database
+    if not database or database == ":memory:":
+        raise ConfigurationError(
+            "an in-memory SQLite database is private to one connection and cannot hold queues shared "
+            "between receivers; give a file, e.g. sqlite:///queues.db"
+        )
+    path = Path(database)
+    if not path.parent.exists():
+        raise ConfigurationError(f"the folder of the SQLite queue file {path} does not exist")
+    timeout = float(url.query.get("timeout", 30))  # type: ignore[arg-type]
+    synchronous = str(url.query.get("synchronous", "full")).upper()
+    if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ConfigurationError(f"synchronous must be off, normal, full or extra, not {synchronous!r}")
+
+    def connect() -> Any:
+        connection = sqlite3.connect(
+            str(path), timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        connection.execute("PRAGMA journal_mode=WAL").fetchall()
+        connection.execute(f"PRAGMA synchronous={synchronous}")
+        return connection
+
+    return connect, str(path)
+
+
+def _postgres_connector(url: URL, connect_timeout: int) -> tuple[Callable[[], Any], str | None]:
+    try:
+        import psycopg
+    except ImportError as error:  # pragma: no cover - depends on the installed extras
+        raise ConfigurationError(
+            "PostgreSQL queues need psycopg 3: pip install 'airflow-provider-sqlqueue[postgres]'"
+        ) from error
+    options: dict[str, Any] = {
+        key: value if isinstance(value, str) else value[-1] for key, value in url.query.items()
+    }
+    options.setdefault("connect_timeout", connect_timeout)
+    for key, value in (
+        ("host", url.host),
+        ("port", url.port),
+        ("user", url.username),
+        ("password", url.password),
+        ("dbname", url.database),
+    ):
+        if value is not None:
+            options.setdefault(key, str(value))
+
+    def connect() -> Any:
+        return psycopg.connect(**options)
+
+    return connect, options.get("dbname") or options.get("user")
+
+
+def _sqlserver_connector(odbc: str, connect_timeout: int) -> tuple[Callable[[], Any], str | None]:
+    try:
+        import pyodbc
+    except ImportError as error:  # pragma: no cover - depends on the installed extras
+        raise ConfigurationError(
+            "SQL Server queues need pyodbc: pip install 'airflow-provider-sqlqueue[mssql]'"
+        ) from error
+    parts = parse_odbc_string(odbc)
+    database = parts.get("DATABASE") or parts.get("INITIAL CATALOG")
+
+    def connect() -> Any:
+        return pyodbc.connect(odbc, autocommit=False, timeout=connect_timeout)
+
+    return connect, database
+
+
+def open_transport(
+    url: str,
+    *,
+    default_schema: str | None = None,
+    error_queue: str | None = "error",
+    pool_size: int = 5,
+    max_overflow: int = 10,
+    connect_timeout: int = 10,
+    max_body_bytes: int | None = None,
+) -> Transport:
+    """Open the database at ``url`` for queues. Nothing connects until the first operation."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError("a transport needs a database URL, e.g. sqlite:///queues.db")
+    text = url.strip()
+    if "://" not in text and "=" in text:
+        odbc = text[5:] if text.lower().startswith("odbc:") else text
+        connect, database = _sqlserver_connector(odbc, connect_timeout)
+        server = parse_odbc_string(odbc).get("SERVER", "?")
+        return Transport(
+            get_dialect("sqlserver"),
+            connect,
+            description=f"sqlserver {server}/{database or ''}",
+            database=database,
+            default_schema=default_schema,
+            error_queue=error_queue,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            max_body_bytes=max_body_bytes,
+        )
+    try:
+        parsed = make_url(text)
+    except ArgumentError as error:
+        raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
+    backend = parsed.get_backend_name()
+    driver = parsed.get_driver_name() if "+" in parsed.drivername else None
+    description = parsed.render_as_string(hide_password=True)
+    if backend == "sqlite":
+        connect, database = _sqlite_connector(parsed)
+        dialect_name = "sqlite"
+    elif backend in ("postgresql", "postgres"):
+        if driver not in (None, "psycopg"):
+            raise ConfigurationError(f"PostgreSQL queues use psycopg 3; the URL asks for {driver!r}")
+        connect, database = _postgres_connector(parsed, connect_timeout)
+        dialect_name = "postgresql"
+    elif backend == "mssql":
+        if driver not in (None, "pyodbc"):
+            raise ConfigurationError(f"SQL Server queues use pyodbc; the URL asks for {driver!r}")
+        connect, database = _sqlserver_connector(odbc_connection_string(parsed), connect_timeout)
+        dialect_name = "sqlserver"
+    else:
+        raise ConfigurationError(
+            f"unsupported database {backend!r}; use sqlite:///file.db, postgresql://... or mssql+pyodbc://..."
+        )
+    return Transport(
+        get_dialect(dialect_name),
+        connect,
+        description=description,
+        database=database,
+        default_schema=default_schema,
+        error_queue=error_queue,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        max_body_bytes=max_body_bytes,
+    )

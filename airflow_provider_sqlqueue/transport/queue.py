@@ -1,0 +1,540 @@
+"""A queue table: create, send, receive, peek, count and purge, the same on every engine.
+
+The engine's SQL comes from its dialect; this module only composes statements and transactions, so the
+receive semantics below hold everywhere:
+
+- rows are deleted inside an open transaction and handed out in FIFO (RowVersion) order;
+- leaving the ``receive`` block commits; an exception rolls back, and the messages are back in the queue
+  in their original order;
+- expired rows (judged by the database clock) are deleted and never handed out;
+- a row whose headers cannot be parsed moves unchanged to the error queue in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, overload
+
+from ..dialects.base import Finding, Row, TableOptions
+from .address import QueueAddress
+from .errors import (
+    ConfigurationError,
+    HeaderFormatError,
+    MessageTooLarge,
+    QueueNotFound,
+    TransientDatabaseError,
+)
+from .headers import decode_headers
+from .message import OutgoingMessage, ReceivedMessage
+
+if TYPE_CHECKING:
+    from .connection import Transport
+
+__all__ = ["Finding", "ReceivedBatch", "TableOptions", "TableQueue", "TransactionMode"]
+
+log = logging.getLogger(__name__)
+
+MAX_RECEIVE_BATCH = 100_000
+MIRRORED_COLUMN_LIMIT = 255
+
+
+class TransactionMode(str, Enum):
+    """How a receive's DELETE relates to the work done with its messages (the reference's modes).
+
+    - ``sends_atomic_with_receive`` (default): the DELETE commits when the block ends; sends made through
+      the batch run on the same connection and transaction, so they commit or roll back with it.
+    - ``receive_only``: the DELETE commits when the block ends; sends commit on their own at once.
+    - ``none``: the DELETE commits before the block runs; a failure in the block loses the messages.
+    """
+
+    NONE = "none"
+    RECEIVE_ONLY = "receive_only"
+    SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
+
+
+def _as_utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return None
+
+
+def _mirror(value: str | None) -> str | None:
+    """The legacy CorrelationId/ReplyToAddress columns are varchar(255); longer values stay in headers."""
+    if value is None or len(value) > MIRRORED_COLUMN_LIMIT or not value.isascii():
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class _Poison:
+    row: Row
+    reason: str
+
+
+class _Statements:
+    """A queue's statements, rendered once by its dialect."""
+
+    def __init__(self, queue: TableQueue) -> None:
+        dialect, address = queue.dialect, queue.address
+        self.send = dialect.send(address)
+        self.send_batch_full = dialect.send_batch(address, dialect.send_batch_rows)
+        self.insert_raw = dialect.insert_raw(address)
+        self.receive_batch = dialect.receive_batch(address)
+        self.peek_estimate = dialect.peek_estimate(address)
+        self.count_exact = dialect.count_exact(address)
+        self.purge_expired_batch = dialect.purge_expired_batch(address)
+        self._send_batch_sized: dict[int, str] = {}
+        self._queue = queue
+
+    def send_batch(self, rows: int) -> str:
+        if rows == self._queue.dialect.send_batch_rows:
+            return self.send_batch_full
+        statement = self._send_batch_sized.get(rows)
+        if statement is None:
+            statement = self._queue.dialect.send_batch(self._queue.address, rows)
+            if len(self._send_batch_sized) < 64:
+                self._send_batch_sized[rows] = statement
+        return statement
+
+
+class ReceivedBatch(Sequence[ReceivedMessage]):
+    """The messages of one receive, in FIFO order, plus sends that follow the batch's transaction mode."""
+
+    def __init__(
+        self,
+        queue: TableQueue,
+        connection: Any,
+        messages: list[ReceivedMessage],
+        expired: int,
+        poisoned: int,
+        mode: TransactionMode,
+    ) -> None:
+        self.queue = queue
+        self.messages = messages
+        self.expired = expired
+        self.poisoned = poisoned
+        self.transaction_mode = mode
+        self._connection = connection
+
+    @overload
+    def __getitem__(self, index: int) -> ReceivedMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ReceivedMessage]: ...
+    def __getitem__(self, index: int | slice) -> ReceivedMessage | Sequence[ReceivedMessage]:
+        return self.messages[index]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ReceivedBatch {self.queue.address} messages={len(self.messages)} expired={self.expired} "
+            f"poisoned={self.poisoned} mode={self.transaction_mode.value}>"
+        )
+
+    def send(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        time_to_be_received: timedelta | None = None,
+    ) -> uuid.UUID:
+        """Send to ``destination``; atomic with this receive in ``sends_atomic_with_receive`` mode."""
+        return self.send_batch(destination, [OutgoingMessage.of(message, headers, time_to_be_received)])[0]
+
+    def send_batch(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        messages: Iterable[OutgoingMessage | bytes | str],
+    ) -> list[uuid.UUID]:
+        target = (
+            destination if isinstance(destination, TableQueue) else self.queue.transport.queue(destination)
+        )
+        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+            return target._send_on(self._connection, messages, commit=False)
+        return target.send_batch(messages)
+
+
+class TableQueue:
+    """One queue table. Obtain it from :meth:`Transport.queue`; it is cheap and thread-safe."""
+
+    def __init__(self, transport: Transport, address: QueueAddress, error_queue: QueueAddress | None) -> None:
+        self.transport = transport
+        self.dialect = transport.dialect
+        self.address = address
+        self.error_queue = error_queue
+        self.transaction_mode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
+
+    def __repr__(self) -> str:
+        return f"<TableQueue {self.address} on {self.transport.description}>"
+
+    @property
+    def name(self) -> str:
+        return str(self.address)
+
+    @cached_property
+    def _sql(self) -> _Statements:
+        return _Statements(self)
+
+    # ---- provisioning --------------------------------------------------------------------------
+    @staticmethod
+    def _options(options: TableOptions | None, overrides: dict[str, Any]) -> TableOptions:
+        if options is not None and overrides:
+            raise ConfigurationError("pass either a TableOptions or its fields as keywords, not both")
+        try:
+            return options or TableOptions(**overrides)
+        except (TypeError, ValueError) as error:
+            raise ConfigurationError(str(error)) from None
+
+    def create(self, options: TableOptions | None = None, **overrides: Any) -> bool:
+        """Create the table and its indexes if missing; safe to run from many processes at once.
+
+        Returns True when this call created the table. Needs DDL rights (the provisioning role).
+        """
+        options = self._options(options, overrides)
+        for attempt in (1, 2):
+            try:
+                return self._create_once(options)
+            except Exception as error:
+                cause = error.__cause__ or error
+                if attempt == 1 and self.dialect.is_already_exists(cause):
+                    log.info("queue %s was created concurrently; checking again", self.address)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _create_once(self, options: TableOptions) -> bool:
+        dialect, address = self.dialect, self.address
+        with self.transport.connection(address) as connection:
+            cursor = connection.cursor()
+            begin = dialect.begin_write()
+            if begin:
+                cursor.execute(begin)
+            lock = dialect.lock_for_create(address)
+            if lock is not None:
+                cursor.execute(*lock)
+                result = dialect.fetch_rows(cursor)
+                if result and isinstance(result[0][0], int) and result[0][0] < 0:
+                    raise TransientDatabaseError(f"could not take the creation lock for {address}")
+            created = not self._exists_on(cursor)
+            if created:
+                cursor.execute(dialect.create_table(address, options))
+            for index in dialect.indexes(address, options):
+                cursor.execute(*dialect.index_exists(address, index.name))
+                if not self._first_value(cursor):
+                    cursor.execute(index.create)
+            if options.body_string and not created:
+                cursor.execute(*dialect.column_exists(address, "BodyString"))
+                if not self._first_value(cursor):
+                    cursor.execute(dialect.add_body_string(address))
+            connection.commit()
+        if created:
+            log.info("created queue %s", address)
+        return created
+
+    def create_script(self, options: TableOptions | None = None, **overrides: Any) -> str:
+        """The DDL that :meth:`create` runs for a new table, as a script a DBA can review and run."""
+        options = self._options(options, overrides)
+        statements = [self.dialect.create_table(self.address, options)]
+        statements += [index.create for index in self.dialect.indexes(self.address, options)]
+        return "".join(f"{statement};\n" for statement in statements)
+
+    def _first_value(self, cursor: Any) -> Any:
+        rows = self.dialect.fetch_rows(cursor)
+        return rows[0][0] if rows else None
+
+    def _exists_on(self, cursor: Any) -> bool:
+        cursor.execute(*self.dialect.table_exists(self.address))
+        return self._first_value(cursor) is not None
+
+    def exists(self) -> bool:
+        with self.transport.connection(self.address) as connection:
+            found = self._exists_on(connection.cursor())
+            connection.commit()
+            return found
+
+    def drop(self) -> None:
+        """Drop the table and every message in it. Needs DDL rights."""
+        with self.transport.connection(self.address) as connection:
+            connection.cursor().execute(self.dialect.drop_table(self.address))
+            connection.commit()
+        log.info("dropped queue %s", self.address)
+
+    def inspect(self, options: TableOptions | None = None, **overrides: Any) -> list[Finding]:
+        """Check indexes and column types; log a warning with the fixing statement for each finding."""
+        options = self._options(options, overrides)
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            if not self._exists_on(cursor):
+                raise QueueNotFound(f"queue {self.address} does not exist")
+            findings = self.dialect.inspect(cursor, self.address, options)
+            connection.commit()
+        for finding in findings:
+            log.warning("%s Fix: %s", finding.message, finding.fix)
+        return findings
+
+    # ---- sending -------------------------------------------------------------------------------
+    def _row_params(self, message: OutgoingMessage) -> tuple[Any, ...]:
+        size = len(message.body)
+        if size > self.transport.max_body_bytes:
+            raise MessageTooLarge(
+                f"message {message.id} has a {size:,}-byte body; {self.dialect.display_name} queues on this "
+                f"transport take at most {self.transport.max_body_bytes:,} bytes. Nothing was sent"
+            )
+        return self.dialect.send_params(
+            self.dialect.row_id(message.id),
+            _mirror(message.correlation_id),
+            _mirror(message.reply_to_address),
+            message.time_to_be_received,
+            message.encoded_headers(),
+            message.body,
+        )
+
+    def send(
+        self,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        time_to_be_received: timedelta | None = None,
+    ) -> uuid.UUID:
+        """Send one message (one INSERT, one commit); return its Id."""
+        outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
+        params = self._row_params(outgoing)
+        with self.transport.connection(self.address) as connection:
+            connection.cursor().execute(self._sql.send, params)
+            connection.commit()
+        return outgoing.id
+
+    def send_batch(self, messages: Iterable[OutgoingMessage | bytes | str]) -> list[uuid.UUID]:
+        """Send many messages atomically with multi-row INSERTs in one transaction; return their Ids."""
+        with self.transport.connection(self.address) as connection:
+            return self._send_on(connection, messages, commit=True)
+
+    def _send_on(
+        self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str], *, commit: bool
+    ) -> list[uuid.UUID]:
+        outgoing = [OutgoingMessage.of(message) for message in messages]
+        rows = [self._row_params(message) for message in outgoing]
+        if not rows:
+            return []
+        cursor = connection.cursor()
+        if commit:
+            begin = self.dialect.begin_write()
+            if begin and len(rows) > self.dialect.send_batch_rows:
+                cursor.execute(begin)
+        chunk = self.dialect.send_batch_rows
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            if len(part) == 1:
+                cursor.execute(self._sql.send, part[0])
+            else:
+                cursor.execute(self._sql.send_batch(len(part)), [value for row in part for value in row])
+        if commit:
+            connection.commit()
+        return [message.id for message in outgoing]
+
+    # ---- receiving -----------------------------------------------------------------------------
+    @contextmanager
+    def receive(
+        self,
+        max_messages: int = 1,
+        *,
+        transaction_mode: TransactionMode | str | None = None,
+    ) -> Iterator[ReceivedBatch]:
+        """Receive up to ``max_messages`` of the oldest messages no other receiver holds.
+
+        The batch may be empty. See :class:`TransactionMode` for when the DELETE commits.
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+            raise ConfigurationError(f"max_messages must be an int, not {type(max_messages).__name__}")
+        if not 1 <= max_messages <= MAX_RECEIVE_BATCH:
+            raise ConfigurationError(
+                f"max_messages must be between 1 and {MAX_RECEIVE_BATCH:,}, not {max_messages}"
+            )
+        try:
+            mode = TransactionMode(transaction_mode or self.transaction_mode)
+        except ValueError:
+            modes = ", ".join(m.value for m in TransactionMode)
+            raise ConfigurationError(
+                f"transaction_mode must be one of {modes}, not {transaction_mode!r}"
+            ) from None
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            begin = self.dialect.begin_write()
+            if begin:
+                cursor.execute(begin)
+            cursor.execute(self._sql.receive_batch, (max_messages,))
+            rows = [Row(*row) for row in self.dialect.fetch_rows(cursor)]
+            rows.sort(key=lambda row: row.row_version)
+            messages, expired, poison = self._decode(rows)
+            if poison:
+                self._move_poison(cursor, poison)
+            batch = ReceivedBatch(self, connection, messages, expired, len(poison), mode)
+            if mode is TransactionMode.NONE:
+                connection.commit()
+            try:
+                yield batch
+            except BaseException:
+                if mode is TransactionMode.NONE:
+                    if messages:
+                        log.error(
+                            "receive block on %s failed in transaction mode 'none'; %d message(s) were "
+                            "already removed: %s",
+                            self.address,
+                            len(messages),
+                            ", ".join(str(m.id) for m in messages),
+                        )
+                else:
+                    self._rollback_quietly(connection)
+                raise
+            connection.commit()
+
+    def _rollback_quietly(self, connection: Any) -> None:
+        """Roll back after a failure in the block; keep the block's own error as the one raised."""
+        try:
+            connection.rollback()
+        except Exception as error:
+            log.warning(
+                "rollback of a receive on %s failed (%s); the server rolls back when the connection "
+                "closes, so the messages stay queued",
+                self.address,
+                error,
+            )
+            connection.invalidate()
+
+    def _decode(self, rows: list[Row]) -> tuple[list[ReceivedMessage], int, list[_Poison]]:
+        messages: list[ReceivedMessage] = []
+        poison: list[_Poison] = []
+        expired = 0
+        for row in rows:
+            if row.expired:
+                expired += 1
+                continue
+            try:
+                headers = decode_headers(row.headers)
+                message_id = row.id if isinstance(row.id, uuid.UUID) else uuid.UUID(str(row.id))
+            except HeaderFormatError as error:
+                poison.append(_Poison(row, str(error)))
+                continue
+            except ValueError:
+                poison.append(_Poison(row, f"the Id {row.id!r} is not a UUID"))
+                continue
+            body = row.body
+            messages.append(
+                ReceivedMessage(
+                    id=message_id,
+                    headers=headers,
+                    body=b"" if body is None else bytes(body),
+                    row_version=int(row.row_version),
+                    expires=_as_utc(row.expires),
+                    correlation_id=headers.get("NServiceBus.CorrelationId") or row.correlation_id,
+                    reply_to_address=headers.get("NServiceBus.ReplyToAddress") or row.reply_to_address,
+                )
+            )
+        if expired:
+            log.info("dropped %d expired message(s) from %s", expired, self.address)
+        return messages, expired, poison
+
+    def _move_poison(self, cursor: Any, poison: list[_Poison]) -> None:
+        for item in poison:
+            if self.error_queue is None:
+                raise HeaderFormatError(
+                    f"message {item.row.id} in {self.address} (RowVersion {item.row.row_version}) cannot be "
+                    f"read: {item.reason}; no error queue is configured, so it was left in the queue"
+                )
+            log.error(
+                "Error receiving message %s from %s: probable message metadata corruption (%s). "
+                "Moving it to error queue %s.",
+                item.row.id,
+                self.address,
+                item.reason,
+                self.error_queue,
+            )
+            row = item.row
+            headers = row.headers
+            if isinstance(headers, bytes | bytearray | memoryview):
+                headers = bytes(headers).decode("utf-8", errors="replace")
+            raw = Row(
+                row.id,
+                row.correlation_id,
+                row.reply_to_address,
+                row.expired,
+                "" if headers is None else headers,
+                row.body,
+                row.row_version,
+                row.expires,
+            )
+            error_queue = self.transport.queue(self.error_queue, error_queue=None)
+            cursor.execute(error_queue._sql.insert_raw, self.dialect.raw_params(raw))
+
+    # ---- depth and maintenance -----------------------------------------------------------------
+    def _scalar(self, statement: str) -> int:
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            cursor.execute(statement)
+            rows = self.dialect.fetch_rows(cursor)
+            connection.commit()
+        return int(rows[0][0] or 0) if rows else 0
+
+    def peek_estimate(self) -> int:
+        """An upper bound of the messages waiting (max - min + 1 of RowVersion over unlocked rows).
+
+        Its cost does not grow with the queue's length; gaps and expired rows make it overestimate.
+        """
+        return self._scalar(self._sql.peek_estimate)
+
+    def count(self) -> int:
+        """The exact number of unexpired messages; scans the table, so prefer peek_estimate for polling."""
+        return self._scalar(self._sql.count_exact)
+
+    def purge_expired(
+        self,
+        batch_size: int = 10_000,
+        *,
+        max_batches: int | None = None,
+        max_seconds: float | None = None,
+    ) -> int:
+        """Delete expired messages in batches (each its own transaction) while batches come back full.
+
+        Rows held by receivers are skipped, so it runs safely beside them. Returns the number deleted.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(f"batch_size must be a positive int, not {batch_size!r}")
+        started = time.monotonic()
+        total = batches = 0
+        while True:
+            with self.transport.connection(self.address) as connection:
+                cursor = connection.cursor()
+                begin = self.dialect.begin_write()
+                if begin:
+                    cursor.execute(begin)
+                cursor.execute(self._sql.purge_expired_batch, (batch_size,))
+                if self.dialect.purge_returns_count():
+                    rows = self.dialect.fetch_rows(cursor)
+                    deleted = int(rows[0][0]) if rows else 0
+                else:
+                    deleted = max(cursor.rowcount, 0)
+                connection.commit()
+            total += deleted
+            batches += 1
+            log.debug("purged %d expired message(s) from %s", deleted, self.address)
+            if deleted < batch_size:
+                break
+            if max_batches is not None and batches >= max_batches:
+                break
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                break
+        if total:
+            log.info("purged %d expired message(s) from %s in %d batch(es)", total, self.address, batches)
+        return total

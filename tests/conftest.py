@@ -1,0 +1,129 @@
+"""The real-engine test bed: SQLite files, a throwaway PostgreSQL cluster, and SQL Server when one is named.
+
+- PostgreSQL: a private cluster started once per test session from Debian's server binaries (or the server
+  in ``SQLQUEUE_TEST_POSTGRES_DSN``). Each test gets its own schema, dropped afterwards.
+- SQLite: a fresh file per test.
+- SQL Server: only when ``SQLQUEUE_TEST_MSSQL`` holds an ODBC connection string; each test gets a schema.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
+from airflow_provider_sqlqueue.transport import Transport, open_transport
+
+MSSQL_ENV = "SQLQUEUE_TEST_MSSQL"
+POSTGRES_ENV = "SQLQUEUE_TEST_POSTGRES_DSN"
+ENGINES = ["sqlite", "postgresql", "sqlserver"]
+
+
+@dataclass
+class EngineTarget:
+    """Where one test's queues live: a URL plus the schema that isolates the test."""
+
+    engine: str
+    url: str
+    schema: str | None
+
+    def open(self, **options: object) -> Transport:
+        return open_transport(self.url, default_schema=self.schema, **options)  # type: ignore[arg-type]
+
+
+class PostgresServer:
+    """The session's PostgreSQL: a throwaway cluster, or the server named by SQLQUEUE_TEST_POSTGRES_DSN."""
+
+    def __init__(self) -> None:
+        self.cluster: PostgresCluster | None = None
+        dsn = os.environ.get(POSTGRES_ENV)
+        if dsn:
+            self.base_url = dsn
+            return
+        if find_postgres_bindir() is None:
+            raise RuntimeError(
+                "PostgreSQL is required by the test suite: install Debian's postgresql package "
+                f"or set {POSTGRES_ENV} to a server the tests may create schemas in"
+            )
+        self.cluster = PostgresCluster()
+        self.cluster.start()
+        self.base_url = self.cluster.url()
+
+    def execute(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            self.base_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+        ) as c:
+            c.execute(sql)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _mssql_execute(odbc: str, sql: str) -> None:
+    import pyodbc
+
+    with pyodbc.connect(odbc, autocommit=True) as connection:
+        connection.execute(sql)
+
+
+@pytest.fixture(params=ENGINES)
+def target(request: pytest.FixtureRequest, tmp_path) -> Iterator[EngineTarget]:
+    """Each behavioural test runs once per engine, in a namespace of its own."""
+    engine = request.param
+    if engine == "sqlite":
+        yield EngineTarget("sqlite", f"sqlite:///{tmp_path / 'queues.db'}", None)
+        return
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    if engine == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        server.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            yield EngineTarget("postgresql", server.base_url, schema)
+        finally:
+            server.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        return
+    odbc = os.environ.get(MSSQL_ENV)
+    if not odbc:
+        pytest.skip(f"SQL Server live suite: set {MSSQL_ENV} to an ODBC connection string to run it")
+    _mssql_execute(odbc, f"CREATE SCHEMA [{schema}]")
+    try:
+        yield EngineTarget("sqlserver", odbc, schema)
+    finally:
+        _mssql_execute(
+            odbc,
+            "DECLARE @sql nvarchar(max) = N''; "
+            "SELECT @sql += N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name) + N'; ' "
+            f"FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id WHERE s.name = N'{schema}'; "
+            f"EXEC sp_executesql @sql; DROP SCHEMA [{schema}];",
+        )
+
+
+@pytest.fixture
+def transport(target: EngineTarget) -> Iterator[Transport]:
+    with target.open() as opened:
+        yield opened
+
+
+@pytest.fixture
+def queue(transport: Transport):
+    """An ``orders`` queue with its ``error`` queue, both created."""
+    transport.queue("error").create()
+    orders = transport.queue("orders")
+    orders.create()
+    return orders
