@@ -86,6 +86,7 @@ class Dialect(ABC):
     max_body_bytes: ClassVar[int]
     send_batch_rows: ClassVar[int]
     placeholder: ClassVar[str]
+    single_writer: ClassVar[bool] = False
 
     # ---- names ---------------------------------------------------------------------------------
     @abstractmethod
@@ -116,6 +117,10 @@ class Dialect(ABC):
                     f"identifiers are at most {self.max_identifier_length} {unit}"
                 )
         return resolved
+
+    def display_sql(self, sql: str) -> str:
+        """A statement as a person would run it by hand (undoing driver-specific escaping)."""
+        return sql
 
     @abstractmethod
     def qualified_name(self, address: QueueAddress) -> str:

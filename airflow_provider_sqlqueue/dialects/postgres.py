@@ -3,7 +3,10 @@
 Receivers compete with ``FOR UPDATE SKIP LOCKED``. PostgreSQL asks for the UPDATE privilege on at least
 one column before it takes row locks, so the runtime role needs ``UPDATE (Recoverable)`` beside SELECT,
 INSERT and DELETE: a legacy column nothing reads, so the role still cannot change a message.
-Column names are written unquoted and fold to lower case, as in the reference's PostgreSQL transport.
+The table has the seeds' columns, as on the other engines (the reference's own PostgreSQL transport uses a
+different layout, so .NET PostgreSQL endpoints cannot share these tables). Column names are written
+unquoted and fold to lower case. Times come from ``statement_timestamp()``, so a send inside a long
+receive transaction still computes Expires from the moment it runs.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from .base import Dialect, Finding, IndexSpec, TableOptions
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _RETURNING = (
     "RETURNING Id, CorrelationId, ReplyToAddress, "
-    "(Expires IS NOT NULL AND Expires <= now()) AS Expired, Headers, Body, RowVersion, Expires"
+    "(Expires IS NOT NULL AND Expires <= statement_timestamp()) AS Expired, "
+    "Headers, Body, RowVersion, Expires"
 )
-_VALUES_ROW = "(%s, %s, %s, true, now() + %s::interval, %s, %s)"
+_VALUES_ROW = "(%s, %s, %s, true, statement_timestamp() + %s::interval, %s, %s)"
 
 _TRANSIENT_SQLSTATES = {
     "40001": "serialization failure",
@@ -52,7 +56,12 @@ class PostgresDialect(Dialect):
     placeholder = "%s"
 
     def quote(self, identifier: str) -> str:
-        return '"' + identifier.replace('"', '""') + '"'
+        # psycopg reads '%' in statement text as a placeholder; every statement runs with a parameter
+        # sequence (empty if it has none), so a literal '%' in a name is written '%%'.
+        return '"' + identifier.replace('"', '""').replace("%", "%%") + '"'
+
+    def display_sql(self, sql: str) -> str:
+        return sql.replace("%%", "%")
 
     def resolve(
         self,
@@ -182,13 +191,16 @@ class PostgresDialect(Dialect):
         )
 
     def count_exact(self, address: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > now()"
+        return (
+            f"SELECT count(*) FROM {self.qualified_name(address)} "
+            "WHERE Expires IS NULL OR Expires > statement_timestamp()"
+        )
 
     def purge_expired_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
         return (
             f"DELETE FROM {table} WHERE RowVersion IN ("
-            f"SELECT RowVersion FROM {table} WHERE Expires < now() "
+            f"SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() "
             "LIMIT %s FOR UPDATE SKIP LOCKED)"
         )
 

@@ -43,6 +43,7 @@ class SqliteDialect(Dialect):
     max_body_bytes = 1_000_000_000  # SQLITE_MAX_LENGTH as compiled by default
     send_batch_rows = 500  # 6 parameters a row, well under SQLITE_MAX_VARIABLE_NUMBER
     placeholder = "?"
+    single_writer = True
 
     def quote(self, identifier: str) -> str:
         return '"' + identifier.replace('"', '""') + '"'

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..transport.address import QueueAddress
 from ..transport.errors import (
+    ConfigurationError,
     PermissionDenied,
     QueueNotFound,
     SqlQueueError,
@@ -282,8 +283,13 @@ class SqlServerDialect(Dialect):
         sqlstate = str(error.args[0]) if error.args else ""
         detail = str(error.args[1] if len(error.args) > 1 else error)
         where = f" (queue {address})" if address is not None else ""
-        if 208 in numbers:
+        if numbers & {208, 2760}:
             return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
+        if 650 in numbers:
+            return ConfigurationError(
+                f"{detail}{where}: receivers use READPAST, which SQL Server refuses under SNAPSHOT or "
+                "READ UNCOMMITTED isolation; run them under READ COMMITTED"
+            )
         if numbers & _PERMISSION_ERRORS:
             return PermissionDenied(
                 f"{detail}{where}. Runtime logins need SELECT, INSERT and DELETE on the queue tables "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -219,6 +220,26 @@ class Transport:
             pooled.close()
 
 
+def _enable_wal(connection: Any, timeout: float) -> None:
+    """Switch the file to WAL once; SQLite answers "locked" at once, without waiting, while another
+    connection holds a transaction, so retry within the busy timeout."""
+    import sqlite3
+
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            connection.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
 def _sqlite_connector(url: URL) -> tuple[Callable[[], Any], str]:
     import sqlite3
 
@@ -240,8 +261,12 @@ def _sqlite_connector(url: URL) -> tuple[Callable[[], Any], str]:
         connection = sqlite3.connect(
             str(path), timeout=timeout, isolation_level=None, check_same_thread=False
         )
-        connection.execute("PRAGMA journal_mode=WAL").fetchall()
-        connection.execute(f"PRAGMA synchronous={synchronous}")
+        try:
+            _enable_wal(connection, timeout)
+            connection.execute(f"PRAGMA synchronous={synchronous}")
+        except BaseException:
+            connection.close()
+            raise
         return connection
 
     return connect, str(path)

@@ -164,6 +164,11 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
         )
         if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
             return target._send_on(self._connection, messages, commit=False)
+        if self.transaction_mode is TransactionMode.RECEIVE_ONLY and target.dialect.single_writer:
+            raise ConfigurationError(
+                f"{target.dialect.display_name} has a single writer: a send that commits on its own would "
+                "wait for this receive's own write lock. Use transaction_mode='sends_atomic_with_receive'"
+            )
         return target.send_batch(messages)
 
 
@@ -175,7 +180,6 @@ class TableQueue:
         self.dialect = transport.dialect
         self.address = address
         self.error_queue = error_queue
-        self.transaction_mode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
 
     def __repr__(self) -> str:
         return f"<TableQueue {self.address} on {self.transport.description}>"
@@ -221,7 +225,7 @@ class TableQueue:
             cursor = connection.cursor()
             begin = dialect.begin_write()
             if begin:
-                cursor.execute(begin)
+                cursor.execute(begin, ())
             lock = dialect.lock_for_create(address)
             if lock is not None:
                 cursor.execute(*lock)
@@ -230,15 +234,15 @@ class TableQueue:
                     raise TransientDatabaseError(f"could not take the creation lock for {address}")
             created = not self._exists_on(cursor)
             if created:
-                cursor.execute(dialect.create_table(address, options))
+                cursor.execute(dialect.create_table(address, options), ())
             for index in dialect.indexes(address, options):
                 cursor.execute(*dialect.index_exists(address, index.name))
                 if not self._first_value(cursor):
-                    cursor.execute(index.create)
+                    cursor.execute(index.create, ())
             if options.body_string and not created:
                 cursor.execute(*dialect.column_exists(address, "BodyString"))
                 if not self._first_value(cursor):
-                    cursor.execute(dialect.add_body_string(address))
+                    cursor.execute(dialect.add_body_string(address), ())
             connection.commit()
         if created:
             log.info("created queue %s", address)
@@ -249,7 +253,7 @@ class TableQueue:
         options = self._options(options, overrides)
         statements = [self.dialect.create_table(self.address, options)]
         statements += [index.create for index in self.dialect.indexes(self.address, options)]
-        return "".join(f"{statement};\n" for statement in statements)
+        return "".join(f"{self.dialect.display_sql(statement)};\n" for statement in statements)
 
     def _first_value(self, cursor: Any) -> Any:
         rows = self.dialect.fetch_rows(cursor)
@@ -268,7 +272,7 @@ class TableQueue:
     def drop(self) -> None:
         """Drop the table and every message in it. Needs DDL rights."""
         with self.transport.connection(self.address) as connection:
-            connection.cursor().execute(self.dialect.drop_table(self.address))
+            connection.cursor().execute(self.dialect.drop_table(self.address), ())
             connection.commit()
         log.info("dropped queue %s", self.address)
 
@@ -279,7 +283,10 @@ class TableQueue:
             cursor = connection.cursor()
             if not self._exists_on(cursor):
                 raise QueueNotFound(f"queue {self.address} does not exist")
-            findings = self.dialect.inspect(cursor, self.address, options)
+            findings = [
+                Finding(f.code, f.message, self.dialect.display_sql(f.fix))
+                for f in self.dialect.inspect(cursor, self.address, options)
+            ]
             connection.commit()
         for finding in findings:
             log.warning("%s Fix: %s", finding.message, finding.fix)
@@ -332,7 +339,7 @@ class TableQueue:
         if commit:
             begin = self.dialect.begin_write()
             if begin and len(rows) > self.dialect.send_batch_rows:
-                cursor.execute(begin)
+                cursor.execute(begin, ())
         chunk = self.dialect.send_batch_rows
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
@@ -363,7 +370,7 @@ class TableQueue:
                 f"max_messages must be between 1 and {MAX_RECEIVE_BATCH:,}, not {max_messages}"
             )
         try:
-            mode = TransactionMode(transaction_mode or self.transaction_mode)
+            mode = TransactionMode(transaction_mode or TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
         except ValueError:
             modes = ", ".join(m.value for m in TransactionMode)
             raise ConfigurationError(
@@ -373,7 +380,7 @@ class TableQueue:
             cursor = connection.cursor()
             begin = self.dialect.begin_write()
             if begin:
-                cursor.execute(begin)
+                cursor.execute(begin, ())
             cursor.execute(self._sql.receive_batch, (max_messages,))
             rows = [Row(*row) for row in self.dialect.fetch_rows(cursor)]
             rows.sort(key=lambda row: row.row_version)
@@ -476,13 +483,21 @@ class TableQueue:
                 row.expires,
             )
             error_queue = self.transport.queue(self.error_queue, error_queue=None)
-            cursor.execute(error_queue._sql.insert_raw, self.dialect.raw_params(raw))
+            try:
+                cursor.execute(error_queue._sql.insert_raw, self.dialect.raw_params(raw))
+            except Exception as error:
+                if isinstance(self.dialect.classify(error, self.error_queue), QueueNotFound):
+                    raise QueueNotFound(
+                        f"error queue {self.error_queue} does not exist, so the unreadable message "
+                        f"{row.id} stays in {self.address} and blocks its head; create the error queue"
+                    ) from error
+                raise
 
     # ---- depth and maintenance -----------------------------------------------------------------
     def _scalar(self, statement: str) -> int:
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
-            cursor.execute(statement)
+            cursor.execute(statement, ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
         return int(rows[0][0] or 0) if rows else 0
@@ -518,7 +533,7 @@ class TableQueue:
                 cursor = connection.cursor()
                 begin = self.dialect.begin_write()
                 if begin:
-                    cursor.execute(begin)
+                    cursor.execute(begin, ())
                 cursor.execute(self._sql.purge_expired_batch, (batch_size,))
                 if self.dialect.purge_returns_count():
                     rows = self.dialect.fetch_rows(cursor)

@@ -1,0 +1,126 @@
+-- SQL Server statements for the queue address orders@[dbo]
+-- resolved parts: {"table": "orders", "schema": "dbo", "catalog": null}
+-- Golden file: tests/test_sqlserver_golden.py; SQLQUEUE_UPDATE_GOLDEN=1 rewrites it.
+
+-- create_table unicode_headers=True body_string=False
+CREATE TABLE [dbo].[orders] (
+    [Id] uniqueidentifier NOT NULL,
+    [CorrelationId] varchar(255) NULL,
+    [ReplyToAddress] varchar(255) NULL,
+    [Recoverable] bit NOT NULL,
+    [Expires] datetime NULL,
+    [Headers] nvarchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [RowVersion] bigint IDENTITY(1,1) NOT NULL
+)
+
+-- create_table unicode_headers=True body_string=True
+CREATE TABLE [dbo].[orders] (
+    [Id] uniqueidentifier NOT NULL,
+    [CorrelationId] varchar(255) NULL,
+    [ReplyToAddress] varchar(255) NULL,
+    [Recoverable] bit NOT NULL,
+    [Expires] datetime NULL,
+    [Headers] nvarchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [RowVersion] bigint IDENTITY(1,1) NOT NULL,
+    [BodyString] AS CAST([Body] AS nvarchar(max))
+)
+
+-- create_table unicode_headers=False body_string=False
+CREATE TABLE [dbo].[orders] (
+    [Id] uniqueidentifier NOT NULL,
+    [CorrelationId] varchar(255) NULL,
+    [ReplyToAddress] varchar(255) NULL,
+    [Recoverable] bit NOT NULL,
+    [Expires] datetime NULL,
+    [Headers] varchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [RowVersion] bigint IDENTITY(1,1) NOT NULL
+)
+
+-- create_table unicode_headers=False body_string=True
+CREATE TABLE [dbo].[orders] (
+    [Id] uniqueidentifier NOT NULL,
+    [CorrelationId] varchar(255) NULL,
+    [ReplyToAddress] varchar(255) NULL,
+    [Recoverable] bit NOT NULL,
+    [Expires] datetime NULL,
+    [Headers] varchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [RowVersion] bigint IDENTITY(1,1) NOT NULL,
+    [BodyString] AS CAST([Body] AS nvarchar(max))
+)
+
+-- index Index_RowVersion layout=clustered
+CREATE CLUSTERED INDEX [Index_RowVersion] ON [dbo].[orders] ([RowVersion] ASC) WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)
+
+-- index Index_Expires layout=clustered
+CREATE NONCLUSTERED INDEX [Index_Expires] ON [dbo].[orders] ([Expires] ASC) INCLUDE ([Id], [RowVersion]) WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)
+
+-- index Index_RowVersion layout=heap
+CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [dbo].[orders] ([RowVersion] ASC)
+
+-- index Index_Expires layout=heap
+CREATE NONCLUSTERED INDEX [Index_Expires] ON [dbo].[orders] ([Expires] ASC) INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL
+
+-- add_body_string
+ALTER TABLE [dbo].[orders] ADD [BodyString] AS CAST([Body] AS nvarchar(max))
+
+-- drop_table
+DROP TABLE IF EXISTS [dbo].[orders]
+
+-- lock_for_create
+-- params: ["[dbo].[orders]_lock"]
+DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+
+-- table_exists
+-- params: ["[dbo].[orders]"]
+SELECT OBJECT_ID(?, 'U')
+
+-- index_exists Index_RowVersion
+-- params: ["[dbo].[orders]", "Index_RowVersion"]
+SELECT index_id FROM sys.indexes WHERE object_id = OBJECT_ID(?) AND name = ?
+
+-- index_exists Index_Expires
+-- params: ["[dbo].[orders]", "Index_Expires"]
+SELECT index_id FROM sys.indexes WHERE object_id = OBJECT_ID(?) AND name = ?
+
+-- column_exists BodyString
+-- params: ["[dbo].[orders]", "BodyString"]
+SELECT COL_LENGTH(?, ?)
+
+-- send
+INSERT INTO [dbo].[orders] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]) VALUES (?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)
+
+-- send_batch rows=3
+INSERT INTO [dbo].[orders] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]) VALUES (?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?), (?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?), (?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)
+
+-- insert_raw
+INSERT INTO [dbo].[orders] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]) VALUES (?, ?, ?, 1, NULL, ?, ?)
+
+-- receive_batch
+WITH message AS (SELECT TOP(?) * FROM [dbo].[orders] WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY [RowVersion]) DELETE FROM message OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END AS [Expired], deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]
+
+-- peek_estimate
+SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) FROM [dbo].[orders] WITH (READPAST, READCOMMITTEDLOCK)
+
+-- count_exact
+SELECT count_big(*) FROM [dbo].[orders] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
+
+-- purge_expired_batch
+DELETE FROM [dbo].[orders] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [dbo].[orders] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
+
+-- index_first_columns
+-- params: ["[dbo].[orders]"]
+SELECT c.name, i.type FROM sys.indexes i JOIN sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 JOIN sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE i.object_id = OBJECT_ID(?)
+
+-- headers_column_type
+-- params: ["[dbo].[orders]"]
+SELECT t.name FROM sys.columns c JOIN sys.types t ON t.user_type_id = c.user_type_id WHERE c.object_id = OBJECT_ID(?) AND c.name = 'Headers'
+
+-- inspect fix varchar_headers
+ALTER TABLE [dbo].[orders] ALTER COLUMN [Headers] nvarchar(max) NOT NULL
+
+-- prepare_connection
+SET NOCOUNT ON

@@ -1,0 +1,145 @@
+"""Queue addresses: the reference's parse and format cases, validation, engine limits, and properties."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_provider_sqlqueue.dialects import get_dialect
+from airflow_provider_sqlqueue.transport import InvalidQueueName, QueueAddress
+
+PARSE_CASES = [
+    ("my.table", "my.table", None, None),
+    ("my.table@[my.schema]", "my.table", "my.schema", None),
+    ("my.table@[my.sch@ma]", "my.table", "my.sch@ma", None),
+    ("my.table@[my.sch[[]ma]", "my.table", "my.sch[[]ma", None),
+    ("my.table@my.schema", "my.table", "my.schema", None),
+    ("my.table@[my.schema]@[my.catalog]", "my.table", "my.schema", "my.catalog"),
+    ("my.table@[my.schema]@[my.c@talog]", "my.table", "my.schema", "my.c@talog"),
+    ("my.table@[my.schema]@[my.c[[]talog]", "my.table", "my.schema", "my.c[[]talog"),
+    ("my.table@[my.schema]@my.catalog", "my.table", "my.schema", "my.catalog"),
+    ("my.table@my.schema@my.catalog", "my.table", "my.schema", "my.catalog"),
+    ("my.table@[]@[my.catalog]", "my.table", None, "my.catalog"),
+    ("my.table@[]@my.catalog", "my.table", None, "my.catalog"),
+    ("my.table@my]schema", "my.table", "my]schema", None),
+    ("my.table@my]]schema", "my.table", "my]]schema", None),
+    ("my.table@[my]]schema]", "my.table", "my]schema", None),
+    ("my.table@my[schema", "my.table", "my[schema", None),
+    ("orders@[sales]@[erp]", "orders", "sales", "erp"),
+    ("t@[db@]@[n service.bus&#]", "t", "db@", "n service.bus&#"),
+    ("my table]x", "my table]x", None, None),
+]
+
+
+@pytest.mark.parametrize(("text", "table", "schema", "catalog"), PARSE_CASES)
+def test_parse_follows_the_reference(text: str, table: str, schema: str | None, catalog: str | None) -> None:
+    address = QueueAddress.parse(text)
+    assert (address.table, address.schema, address.catalog) == (table, schema, catalog)
+
+
+FORMAT_CASES = [
+    (("my.table", None, None), "my.table"),
+    (("my.table", "my.schema", None), "my.table@[my.schema]"),
+    (("my.table", "my.schema", "my.catalog"), "my.table@[my.schema]@[my.catalog]"),
+    (("my.table", None, "my.catalog"), "my.table@[]@[my.catalog]"),
+    (("t", "a]b", None), "t@[a]]b]"),
+    (("t", "db@", "n service.bus&#"), "t@[db@]@[n service.bus&#]"),
+]
+
+
+@pytest.mark.parametrize(("parts", "text"), FORMAT_CASES)
+def test_format_follows_the_reference(parts: tuple[str, str | None, str | None], text: str) -> None:
+    address = QueueAddress(*parts)
+    assert str(address) == text
+    assert QueueAddress.parse(text) == address
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("bad\x00name", "U+0000"),
+        ("line\nbreak", "U+000A"),
+        ("tab\there", "U+0009"),
+        ("t@[s]@[c]@extra", "after its catalog"),
+        ("t@[s\x07]", "U+0007"),
+        ("lone\ud800", "surrogate"),
+    ],
+)
+def test_invalid_addresses_say_why(text: str, reason: str) -> None:
+    with pytest.raises(InvalidQueueName, match=re.escape(reason)):
+        QueueAddress.parse(text)
+
+
+def test_table_may_not_contain_at_sign() -> None:
+    with pytest.raises(InvalidQueueName, match="may not contain '@'"):
+        QueueAddress("a@b")
+
+
+def test_non_string_is_rejected() -> None:
+    with pytest.raises(InvalidQueueName, match="must be a string"):
+        QueueAddress.parse(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("engine", "limit", "schema"),
+    [("sqlserver", 128, "dbo"), ("postgresql", 63, "public"), ("sqlite", 128, None)],
+)
+def test_engine_identifier_limits_and_default_schema(engine: str, limit: int, schema: str | None) -> None:
+    dialect = get_dialect(engine)
+    assert dialect.resolve(QueueAddress("q")).schema == schema
+    assert dialect.resolve(QueueAddress("x" * limit)).table == "x" * limit
+    with pytest.raises(InvalidQueueName, match=f"at most {limit}"):
+        dialect.resolve(QueueAddress("x" * (limit + 1)))
+    with pytest.raises(InvalidQueueName, match=f"at most {limit}"):
+        dialect.resolve(QueueAddress("x" * 300))
+
+
+def test_postgres_limit_counts_bytes_not_characters() -> None:
+    dialect = get_dialect("postgresql")
+    dialect.resolve(QueueAddress("é" * 31))  # 62 bytes
+    with pytest.raises(InvalidQueueName, match="bytes"):
+        dialect.resolve(QueueAddress("é" * 32))  # 64 bytes
+
+
+def test_catalog_rules_per_engine() -> None:
+    with pytest.raises(InvalidQueueName, match="SQLite has none"):
+        get_dialect("sqlite").resolve(QueueAddress("q", None, "db"))
+    with pytest.raises(InvalidQueueName, match="another database"):
+        get_dialect("postgresql").resolve(QueueAddress("q", "s", "other"), current_catalog="mine")
+    assert get_dialect("postgresql").resolve(QueueAddress("q", "s", "mine"), current_catalog="mine")
+    assert get_dialect("sqlserver").resolve(QueueAddress("q", None, "erp")).catalog == "erp"
+
+
+def test_derived_object_names_stay_within_limits() -> None:
+    dialect = get_dialect("postgresql")
+    long_name = dialect.resolve(QueueAddress("é" * 31))
+    name = dialect.object_name(long_name, "RowVersion")
+    assert len(name.encode()) <= 63
+    other = dialect.object_name(dialect.resolve(QueueAddress("é" * 30 + "a")), "RowVersion")
+    assert other != name
+
+
+_name_chars = st.characters(blacklist_categories=("Cc", "Cs"))
+_table = st.text(_name_chars, min_size=1, max_size=30).filter(lambda t: t.strip() and "@" not in t)
+_part = st.one_of(st.none(), st.text(_name_chars, min_size=1, max_size=30).filter(lambda t: t.strip()))
+
+
+@given(_table, _part, _part)
+def test_format_then_parse_round_trips(table: str, schema: str | None, catalog: str | None) -> None:
+    address = QueueAddress(table, schema, catalog)
+    assert QueueAddress.parse(str(address)) == address
+
+
+@given(st.text(max_size=60))
+def test_parse_never_crashes(text: str) -> None:
+    try:
+        address = QueueAddress.parse(text)
+    except InvalidQueueName as error:
+        assert str(error)
+    else:
+        assert address.table

@@ -1,0 +1,1016 @@
+"""Golden files and T-SQL checks for every statement of the SQL Server dialect.
+
+SQL Server cannot run where this suite is developed, so its SQL is held in three ways.
+
+1. **Golden files.** ``tests/golden/sqlserver/<case>.sql`` holds every statement the dialect renders for one
+   queue address: a ``-- <name>`` comment line, then (where the dialect binds the values itself) a
+   ``-- params: <JSON>`` line, then the statement exactly as it is executed. The rendered text must equal the
+   file. After an intended change to the dialect, rewrite the files and review the diff before committing::
+
+       SQLQUEUE_UPDATE_GOLDEN=1 /tmp/venv/bin/python -m pytest tests/test_sqlserver_golden.py
+
+   With ``SQLQUEUE_UPDATE_GOLDEN=1`` the golden tests write the files instead of comparing (and delete the
+   files of cases that no longer exist); every other check still runs.
+2. **Parsing.** Each statement is parsed with sqlglot's T-SQL reader at ``ErrorLevel.RAISE``. Any
+   ``exp.Command`` node counts as a failure (sqlglot falls back to that opaque node for some typos, e.g.
+   ``CREATE CLUSTERD INDEX``, instead of raising), and the top-level statement types must be the expected
+   ones. sqlglot only reads here; it never generates SQL.
+3. **Semantics**, on the text and on the parse tree: the receive's hints, ``TOP(?)``, order and ``OUTPUT``;
+   the peek's ``max - min + 1`` under ``READPAST, READCOMMITTEDLOCK``; database time (``GETUTCDATE()``) only;
+   the purge's ``READPAST``; the ``sp_getapplock`` transaction-owned creation lock; every identifier from the
+   address bracket-quoted with ``]`` doubled and never bare; every value a ``?`` parameter (the only string
+   literals are fixed ones such as ``'Exclusive'``).
+
+A negative self-test feeds deliberately broken statements to the same helpers and expects them to fail.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ErrorLevel, SqlglotError
+
+from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
+from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
+from airflow_provider_sqlqueue.transport.address import QueueAddress
+
+GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
+UPDATE_GOLDEN = os.environ.get("SQLQUEUE_UPDATE_GOLDEN") == "1"
+DIALECT = SqlServerDialect()
+
+# One golden file per address case. Strings go through QueueAddress.parse (the canonical address form);
+# every address is then resolved by the dialect (default schema dbo, length limits).
+CASES: dict[str, str | QueueAddress] = {
+    "plain": "orders",
+    # The reference's CI database and schema names.
+    "ci_special_characters": QueueAddress("my]table", "db@", "n service.bus&#"),
+    "table_open_bracket": "my[table",
+    "table_doubled_close_bracket": "my]]table",
+    "table_spaces_and_dots": "order queue. v2",
+    "table_quote_and_comment": "o'rders;-- DROP TABLE x",
+    "schema_at_and_bracket": "orders@[s@]]x]",
+    "everything_at_once": "x [y]] 'z';--@[s@]]x]@[c]]@[]",
+    # 128-character parts: the longest identifiers SQL Server takes; the lock resource gets hashed.
+    "longest_names": QueueAddress("q" * 128, "s" * 128, "c" * 128),
+}
+
+# Everything a statement may contain as a literal: fixed words and numbers, never a value from a caller.
+FIXED_STRINGS = {"Exclusive", "Transaction", "U", "Headers"}
+FIXED_NUMBERS = {"0", "1", "255", "60000"}
+FORBIDDEN_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSUTCDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
+FORBIDDEN_HINTS = {"NOLOCK", "READUNCOMMITTED"}
+APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
+
+# A bracket-quoted identifier: '[', then characters other than ']' or a doubled ']]', then ']'.
+BRACKETED = re.compile(r"\[(?:[^\]]|\]\])*\]")
+
+
+class SqlCheckFailure(AssertionError):
+    """A statement failed one of the checks below."""
+
+
+def fail_unless(condition: object, message: str) -> None:
+    if not condition:
+        raise SqlCheckFailure(message)
+
+
+# ---- rendering -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Statement:
+    """One rendered statement and what the checks expect of it."""
+
+    kind: str  # which dialect method (selects the semantic checker)
+    name: str  # the kind plus arguments; the '-- name' line of the golden file
+    sql: str
+    types: tuple[type[exp.Expression], ...]  # expected top-level statement types, in order
+    placeholders: int  # number of '?' parameters
+    params: tuple[Any, ...] | None = None  # values the dialect (or its inspect) binds itself
+    embeds_table: bool = True  # the quoted table name is in the text (else it is bound as a parameter)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def bracket(part: str) -> str:
+    """The test's own quoting, independent of the dialect's."""
+    return "[" + part.replace("]", "]]") + "]"
+
+
+def expected_qualified_name(address: QueueAddress) -> str:
+    return ".".join(bracket(part) for part in (address.catalog, address.schema, address.table) if part)
+
+
+def resolve(case: str | QueueAddress) -> QueueAddress:
+    return DIALECT.resolve(QueueAddress.parse(case))
+
+
+class _RecordingCursor:
+    """Stands in for a pyodbc cursor in ``inspect``: no indexes found, Headers stored as varchar."""
+
+    def __init__(self) -> None:
+        self.executed: list[tuple[str, tuple[Any, ...]]] = []
+
+    def execute(self, sql: str, params: Any = ()) -> None:
+        self.executed.append((sql, tuple(params)))
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+    def fetchone(self) -> Any:
+        return ("varchar",)
+
+    def close(self) -> None:
+        pass
+
+
+class _RecordingConnection:
+    def __init__(self) -> None:
+        self.autocommit = True
+        self.cursors: list[_RecordingCursor] = []
+
+    def cursor(self) -> _RecordingCursor:
+        self.cursors.append(_RecordingCursor())
+        return self.cursors[-1]
+
+    def commit(self) -> None:
+        pass
+
+
+def render(case_name: str, address: QueueAddress) -> list[Statement]:
+    d = DIALECT
+    out: list[Statement] = []
+    for unicode_headers in (True, False):
+        for body_string in (False, True):
+            options = TableOptions("heap", unicode_headers, body_string)
+            # The layout changes only the indexes; test_create_table_ignores_layout holds that.
+            out.append(
+                Statement(
+                    "create_table",
+                    f"create_table unicode_headers={unicode_headers} body_string={body_string}",
+                    d.create_table(address, options),
+                    (exp.Create,),
+                    0,
+                    extra={"options": options},
+                )
+            )
+    for layout in ("clustered", "heap"):
+        for index in d.indexes(address, TableOptions(layout)):
+            out.append(
+                Statement(
+                    "index",
+                    f"index {index.name} layout={layout}",
+                    index.create,
+                    (exp.Create,),
+                    0,
+                    extra={"layout": layout, "index": index.name},
+                )
+            )
+    out.append(Statement("add_body_string", "add_body_string", d.add_body_string(address), (exp.Alter,), 0))
+    out.append(Statement("drop_table", "drop_table", d.drop_table(address), (exp.Drop,), 0))
+
+    sql, params = d.lock_for_create(address)
+    out.append(
+        Statement(
+            "lock_for_create",
+            "lock_for_create",
+            sql,
+            (exp.Declare, exp.Execute, exp.Select),
+            1,
+            tuple(params),
+            embeds_table=False,
+        )
+    )
+    sql, params = d.table_exists(address)
+    out.append(Statement("table_exists", "table_exists", sql, (exp.Select,), 1, tuple(params), False))
+    for index_name in ("Index_RowVersion", "Index_Expires"):
+        sql, params = d.index_exists(address, index_name)
+        out.append(
+            Statement(
+                "index_exists",
+                f"index_exists {index_name}",
+                sql,
+                (exp.Select,),
+                2,
+                tuple(params),
+                False,
+                extra={"index": index_name},
+            )
+        )
+    sql, params = d.column_exists(address, "BodyString")
+    out.append(
+        Statement(
+            "column_exists",
+            "column_exists BodyString",
+            sql,
+            (exp.Select,),
+            2,
+            tuple(params),
+            False,
+            extra={"column": "BodyString"},
+        )
+    )
+
+    per_row = len(d.send_params(uuid.UUID(int=0), None, None, None, "{}", b""))
+    raw = len(d.raw_params(Row(uuid.UUID(int=0), None, None, False, "{}", b"", 1, None)))
+    out.append(Statement("send", "send", d.send(address), (exp.Insert,), per_row, extra={"rows": 1}))
+    out.append(
+        Statement(
+            "send",
+            "send_batch rows=3",
+            d.send_batch(address, 3),
+            (exp.Insert,),
+            3 * per_row,
+            extra={"rows": 3},
+        )
+    )
+    out.append(Statement("insert_raw", "insert_raw", d.insert_raw(address), (exp.Insert,), raw))
+    out.append(Statement("receive_batch", "receive_batch", d.receive_batch(address), (exp.Delete,), 1))
+    out.append(Statement("peek_estimate", "peek_estimate", d.peek_estimate(address), (exp.Select,), 0))
+    out.append(Statement("count_exact", "count_exact", d.count_exact(address), (exp.Select,), 0))
+    out.append(
+        Statement(
+            "purge_expired_batch",
+            "purge_expired_batch",
+            d.purge_expired_batch(address),
+            (exp.Delete, exp.Select),
+            1,
+        )
+    )
+
+    # The schema inspection, with the parameters inspect() binds, and the fix it proposes for varchar Headers.
+    cursor = _RecordingCursor()
+    findings = d.inspect(cursor, address, TableOptions("heap"))
+    executed = dict(zip(("index_first_columns", "headers_column_type"), cursor.executed, strict=True))
+    assert executed["index_first_columns"][0] == d.index_first_columns(address)
+    assert executed["headers_column_type"][0] == d.headers_column_type(address)
+    for kind, (sql, params) in executed.items():
+        out.append(Statement(kind, kind, sql, (exp.Select,), 1, params, False))
+    fixes = {finding.code: finding.fix for finding in findings}
+    heap_indexes = {index.name: index.create for index in d.indexes(address, TableOptions("heap"))}
+    assert fixes.pop("missing_rowversion_index") == heap_indexes["Index_RowVersion"]
+    assert fixes.pop("missing_expires_index") == heap_indexes["Index_Expires"]
+    out.append(
+        Statement(
+            "fix_varchar_headers",
+            "inspect fix varchar_headers",
+            fixes.pop("varchar_headers"),
+            (exp.Alter,),
+            0,
+        )
+    )
+    assert not fixes, f"inspect proposed fixes this test does not know: {sorted(fixes)}"
+
+    if case_name == "plain":  # session settings: the same for every address, so rendered once
+        connection = _RecordingConnection()
+        d.prepare_connection(connection)
+        for sql, _params in connection.cursors[0].executed:
+            out.append(Statement("prepare_connection", "prepare_connection", sql, (exp.Set,), 0, None, False))
+
+    names = [statement.name for statement in out]
+    assert len(names) == len(set(names)), "statement names must be unique within a golden file"
+    return out
+
+
+def golden_text(case_name: str, address: QueueAddress, statements: list[Statement]) -> str:
+    parts = json.dumps(
+        {"table": address.table, "schema": address.schema, "catalog": address.catalog}, ensure_ascii=False
+    )
+    lines = [
+        f"-- SQL Server statements for the queue address {address}",
+        f"-- resolved parts: {parts}",
+        "-- Golden file: tests/test_sqlserver_golden.py; SQLQUEUE_UPDATE_GOLDEN=1 rewrites it.",
+    ]
+    for statement in statements:
+        lines += ["", f"-- {statement.name}"]
+        if statement.params is not None:
+            lines.append(f"-- params: {json.dumps(list(statement.params), ensure_ascii=False)}")
+        lines.append(statement.sql)
+    return "\n".join(lines) + "\n"
+
+
+ADDRESSES = {name: resolve(case) for name, case in CASES.items()}
+RENDERED = {name: render(name, address) for name, address in ADDRESSES.items()}
+ALL_STATEMENTS = [
+    pytest.param(name, statement, id=f"{name}:{statement.name}")
+    for name, statements in RENDERED.items()
+    for statement in statements
+]
+
+
+# ---- checking helpers ----------------------------------------------------------------------------------
+def parse_tsql(sql: str) -> list[exp.Expression]:
+    """Parse with sqlglot's T-SQL reader; a parse error, an empty statement or any Command node fails."""
+    try:
+        trees = sqlglot.parse(sql, read="tsql", error_level=ErrorLevel.RAISE)
+    except SqlglotError as error:
+        raise SqlCheckFailure(f"sqlglot could not parse the statement: {error}\n{sql}") from error
+    fail_unless(trees and all(tree is not None for tree in trees), f"empty statement in:\n{sql}")
+    for tree in trees:
+        command = tree.find(exp.Command)
+        fail_unless(command is None, f"sqlglot fell back to an opaque Command ({command!r}) for:\n{sql}")
+    return trees
+
+
+def check_types(trees: list[exp.Expression], expected: tuple[type[exp.Expression], ...]) -> None:
+    found = tuple(type(tree) for tree in trees)
+    fail_unless(
+        found == expected,
+        f"statement types {[t.__name__ for t in found]} != expected {[t.__name__ for t in expected]}",
+    )
+
+
+def all_nodes(trees: list[exp.Expression], kind: type[exp.Expression]) -> list[Any]:
+    return [node for tree in trees for node in tree.find_all(kind)]
+
+
+def check_values_are_parameters(trees: list[exp.Expression], sql: str, placeholders: int) -> None:
+    """Values are '?' parameters; the only literals are fixed words and numbers."""
+    strings = {lit.this for lit in all_nodes(trees, exp.Literal) if lit.is_string}
+    fail_unless(strings <= FIXED_STRINGS, f"string literals {sorted(strings - FIXED_STRINGS)} in:\n{sql}")
+    numbers = {str(lit.this) for lit in all_nodes(trees, exp.Literal) if not lit.is_string}
+    fail_unless(numbers <= FIXED_NUMBERS, f"number literals {sorted(numbers - FIXED_NUMBERS)} in:\n{sql}")
+    national = all_nodes(trees, exp.National)
+    fail_unless(not national, f"N'...' literals {[n.this for n in national]} in:\n{sql}")
+    found = len(all_nodes(trees, exp.Placeholder))
+    fail_unless(found == placeholders, f"{found} '?' parameters in the tree, expected {placeholders}:\n{sql}")
+    in_text = BRACKETED.sub(" ", sql).count("?")
+    fail_unless(in_text == placeholders, f"{in_text} '?' in the text, expected {placeholders}:\n{sql}")
+
+
+def function_names(trees: list[exp.Expression]) -> set[str]:
+    return {node.name.upper() for node in all_nodes(trees, exp.Anonymous)}
+
+
+def check_database_clock(trees: list[exp.Expression], sql: str, uses_time: bool) -> None:
+    """Time comes from GETUTCDATE() on the server, never from the client or a local-time function."""
+    local = all_nodes(trees, exp.CurrentTimestamp) + all_nodes(trees, exp.CurrentDate)
+    fail_unless(not local, f"local-time function in:\n{sql}")
+    forbidden = function_names(trees) & FORBIDDEN_CLOCKS
+    fail_unless(not forbidden, f"clock functions {sorted(forbidden)} instead of GETUTCDATE() in:\n{sql}")
+    if uses_time:
+        fail_unless("GETUTCDATE" in function_names(trees), f"GETUTCDATE() missing from:\n{sql}")
+        fail_unless("GETUTCDATE()" in sql, f"GETUTCDATE() missing from the text:\n{sql}")
+
+
+def table_hints(table: exp.Table) -> list[str]:
+    return [var.name.upper() for hint in table.args.get("hints") or [] for var in hint.expressions]
+
+
+def check_hints(trees: list[exp.Expression], sql: str) -> None:
+    for table in all_nodes(trees, exp.Table):
+        bad = set(table_hints(table)) & FORBIDDEN_HINTS
+        fail_unless(not bad, f"dirty-read hints {sorted(bad)} in:\n{sql}")
+
+
+def _parts(table: exp.Table) -> tuple[exp.Identifier | None, exp.Identifier | None, exp.Identifier | None]:
+    return table.args.get("this"), table.args.get("db"), table.args.get("catalog")
+
+
+def check_identifiers(
+    trees: list[exp.Expression], sql: str, address: QueueAddress, embeds_table: bool
+) -> None:
+    """Every name from the address is bracket-quoted with ']' doubled, and never appears bare."""
+    expected = (address.table, address.schema, address.catalog)
+    ctes = {cte.alias for cte in all_nodes(trees, exp.CTE)}
+    queue_tables = 0
+    for table in all_nodes(trees, exp.Table):
+        this, db, catalog = _parts(table)
+        names = tuple(part.name if part is not None else None for part in (this, db, catalog))
+        if names == ("message", None, None) and not this.quoted and "message" in ctes:
+            continue  # the receive's CTE
+        if names == ("sp_getapplock", None, None) and not this.quoted:
+            continue
+        if db is not None and db.name == "sys" and not db.quoted:
+            fail_unless(names[2] == address.catalog, f"catalog views of the wrong catalog in:\n{sql}")
+            fail_unless(catalog is None or catalog.quoted, f"unquoted catalog in:\n{sql}")
+            continue
+        fail_unless(names == expected, f"table {names} is not the address {expected} in:\n{sql}")
+        unquoted = [p.name for p in (this, db, catalog) if p is not None and not p.quoted]
+        fail_unless(not unquoted, f"unquoted address parts {unquoted} in:\n{sql}")
+        queue_tables += 1
+    if embeds_table:
+        fail_unless(queue_tables, f"the queue table is missing from:\n{sql}")
+        qualified = expected_qualified_name(address)
+        fail_unless(qualified in sql, f"{qualified} (quoted, ']' doubled) missing from:\n{sql}")
+    else:
+        fail_unless(queue_tables == 0, f"the queue table should be bound as a parameter in:\n{sql}")
+    outside = BRACKETED.sub(" ", sql)
+    for part in expected:
+        if part is not None:
+            fail_unless(part not in outside, f"{part!r} appears outside brackets in:\n{sql}")
+
+
+def check_statement(statement: Statement, address: QueueAddress) -> list[exp.Expression]:
+    """Every check that applies to any statement, then the statement's own semantic checker."""
+    trees = parse_tsql(statement.sql)
+    check_types(trees, statement.types)
+    check_values_are_parameters(trees, statement.sql, statement.placeholders)
+    check_database_clock(trees, statement.sql, statement.kind in USES_TIME)
+    check_hints(trees, statement.sql)
+    check_identifiers(trees, statement.sql, address, statement.embeds_table)
+    if statement.params is not None:
+        fail_unless(
+            len(statement.params) == statement.placeholders,
+            f"{len(statement.params)} bound values for {statement.placeholders} parameters",
+        )
+    SEMANTICS.get(statement.kind, lambda *_: None)(statement, trees, address)
+    return trees
+
+
+# ---- semantic checkers, one per kind of statement ------------------------------------------------------
+def _column_names(nodes: list[Any]) -> list[str]:
+    return [node.name for node in nodes]
+
+
+def check_receive(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    # Text: the reference's hint list, TOP(?), FIFO order and DELETE ... OUTPUT.
+    fail_unless(
+        re.search(r"WITH \((?=[^)]*\bUPDLOCK\b)(?=[^)]*\bREADPAST\b)(?=[^)]*\bROWLOCK\b)[^)]*\)", sql),
+        f"receive lacks READPAST together with UPDLOCK and ROWLOCK:\n{sql}",
+    )
+    fail_unless("TOP(?)" in sql, f"receive lacks TOP(?):\n{sql}")
+    fail_unless("ORDER BY [RowVersion]" in sql, f"receive lacks ORDER BY [RowVersion]:\n{sql}")
+    fail_unless(re.search(r"\bDELETE FROM message OUTPUT deleted\.", sql), f"no DELETE ... OUTPUT:\n{sql}")
+    fail_unless(
+        "CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END" in sql,
+        f"receive lacks the database-side expired flag:\n{sql}",
+    )
+    # Tree: DELETE from the CTE, whose SELECT reads the queue table with exactly those hints.
+    delete = trees[0]
+    fail_unless(isinstance(delete.this, exp.Table) and delete.this.name == "message", "DELETE target")
+    ctes = delete.find_all(exp.CTE)
+    cte = next(ctes, None)
+    fail_unless(cte is not None and cte.alias == "message" and next(ctes, None) is None, "one CTE 'message'")
+    select = cte.this
+    fail_unless(isinstance(select, exp.Select), f"the CTE is not a SELECT:\n{sql}")
+    limit = select.args.get("limit")
+    fail_unless(limit is not None and isinstance(limit.expression, exp.Placeholder), f"TOP is not ?:\n{sql}")
+    source = select.args["from_"].this
+    fail_unless(sorted(table_hints(source)) == ["READPAST", "ROWLOCK", "UPDLOCK"], f"hints:\n{sql}")
+    order = select.args.get("order")
+    keys = [(o.this.name, bool(o.args.get("desc"))) for o in order.expressions] if order else []
+    fail_unless(keys == [("RowVersion", False)], f"receive is not ordered by RowVersion ascending:\n{sql}")
+    fail_unless(
+        select.args.get("where") is None, f"receive filters rows (the reference has no WHERE):\n{sql}"
+    )
+    returning = delete.args.get("returning")
+    fail_unless(returning is not None, f"DELETE has no OUTPUT:\n{sql}")
+    outputs = [e.this if isinstance(e, exp.Alias) else e for e in returning.expressions]
+    columns = [c for c in outputs if isinstance(c, exp.Column)]
+    fail_unless(
+        all(c.table == "deleted" for c in columns), f"OUTPUT of something other than deleted.*:\n{sql}"
+    )
+    for needed in ("Id", "Headers", "Body", "RowVersion"):
+        fail_unless(needed in _column_names(columns), f"OUTPUT lacks deleted.[{needed}]:\n{sql}")
+    flags = [c for c in outputs if isinstance(c, exp.Case)]
+    fail_unless(
+        len(flags) == 1 and "GETUTCDATE" in function_names([flags[0]]),
+        f"expired flag not on GETUTCDATE:\n{sql}",
+    )
+
+
+def check_peek(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    fail_unless(
+        "WITH (READPAST, READCOMMITTEDLOCK)" in sql, f"peek lacks READPAST, READCOMMITTEDLOCK:\n{sql}"
+    )
+    fail_unless("max([RowVersion]) - min([RowVersion]) + 1" in sql, f"peek is not max - min + 1:\n{sql}")
+    select = trees[0]
+    fail_unless(not all_nodes(trees, exp.Count), f"peek counts rows (timeouts on long queues):\n{sql}")
+    source = select.args["from_"].this
+    fail_unless(sorted(table_hints(source)) == ["READCOMMITTEDLOCK", "READPAST"], f"peek hints:\n{sql}")
+    adds = [
+        add
+        for add in all_nodes(trees, exp.Add)
+        if isinstance(add.this, exp.Sub)
+        and isinstance(add.this.this, exp.Max)
+        and isinstance(add.this.expression, exp.Min)
+        and add.this.this.this.name == add.this.expression.this.name == "RowVersion"
+        and add.expression.this == "1"
+    ]
+    fail_unless(len(adds) == 1, f"peek has no max(RowVersion) - min(RowVersion) + 1:\n{sql}")
+    fail_unless(isinstance(select.expressions[0], exp.Coalesce), f"an empty queue would peek NULL:\n{sql}")
+
+
+def check_purge(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    fail_unless("WITH (READPAST)" in sql, f"purge lacks READPAST:\n{sql}")
+    fail_unless("[Expires] < GETUTCDATE()" in sql, f"purge does not compare Expires to GETUTCDATE():\n{sql}")
+    delete, count = trees
+    in_ = delete.args["where"].this
+    fail_unless(
+        isinstance(in_, exp.In) and in_.this.name == "RowVersion", f"purge is not by RowVersion:\n{sql}"
+    )
+    select = in_.args["query"].this
+    limit = select.args.get("limit")
+    fail_unless(limit is not None and isinstance(limit.expression, exp.Placeholder), f"no TOP (?):\n{sql}")
+    fail_unless(table_hints(select.args["from_"].this) == ["READPAST"], f"purge subquery hints:\n{sql}")
+    condition = select.args["where"].this
+    fail_unless(
+        isinstance(condition, exp.LT)
+        and condition.this.name == "Expires"
+        and isinstance(condition.expression, exp.Anonymous)
+        and condition.expression.name.upper() == "GETUTCDATE",
+        f"purge selects something other than Expires < GETUTCDATE():\n{sql}",
+    )
+    fail_unless("@@ROWCOUNT" in sql and isinstance(count, exp.Select), f"purge returns no count:\n{sql}")
+
+
+def check_lock(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    fail_unless(
+        "@LockOwner = 'Transaction'" in sql, f"the creation lock is not owned by the transaction:\n{sql}"
+    )
+    execute = trees[1]
+    fail_unless(execute.this.name.lower() == "sp_getapplock", f"not sp_getapplock:\n{sql}")
+    arguments = {eq.this.name: eq.expression for eq in execute.expressions}
+    fail_unless(
+        isinstance(arguments.get("Resource"), exp.Placeholder), f"@Resource is not a parameter:\n{sql}"
+    )
+    for name, value in (("LockMode", "Exclusive"), ("LockOwner", "Transaction")):
+        literal = arguments.get(name)
+        fail_unless(
+            isinstance(literal, exp.Literal) and literal.is_string and literal.this == value,
+            f"@{name} is not '{value}':\n{sql}",
+        )
+    fail_unless(execute.args.get("return_status") is not None, f"sp_getapplock's result is not kept:\n{sql}")
+    resource = statement.params[0]
+    wanted = expected_qualified_name(address) + "_lock"
+    if len(wanted) <= APPLOCK_RESOURCE_MAX:
+        fail_unless(resource == wanted, f"lock resource {resource!r} != {wanted!r}")
+    else:
+        fail_unless(re.fullmatch(r"sqlqueue_[0-9a-f]{8}_lock", resource), f"long lock resource {resource!r}")
+
+
+def check_bound_name(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """Catalog queries take the quoted three-part name as their first parameter."""
+    fail_unless(statement.params[0] == expected_qualified_name(address), f"bound name {statement.params}")
+    if statement.kind == "table_exists":
+        fail_unless("OBJECT_ID(?, 'U')" in statement.sql, f"not a user-table lookup:\n{statement.sql}")
+    if statement.kind == "index_exists":
+        fail_unless(statement.params[1] == statement.extra["index"], f"index name {statement.params}")
+    if statement.kind == "column_exists":
+        fail_unless(statement.params[1] == statement.extra["column"], f"column name {statement.params}")
+    if statement.kind == "index_first_columns":
+        fail_unless("ic.key_ordinal = 1" in statement.sql, f"not the first key column:\n{statement.sql}")
+
+
+def check_send(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    fail_unless("DATEADD(second, ?, GETUTCDATE())" in sql, f"Expires not computed from GETUTCDATE():\n{sql}")
+    insert = trees[0]
+    columns = [identifier.name for identifier in insert.this.expressions]
+    fail_unless(
+        columns == ["Id", "CorrelationId", "ReplyToAddress", "Recoverable", "Expires", "Headers", "Body"],
+        f"send columns {columns}",
+    )
+    rows = insert.expression.expressions
+    fail_unless(len(rows) == statement.extra["rows"], f"{len(rows)} VALUES rows:\n{sql}")
+    for row in rows:
+        values = row.expressions
+        fail_unless(len(values) == len(columns), f"row width:\n{sql}")
+        fail_unless(all(isinstance(values[i], exp.Placeholder) for i in (0, 1, 2, 5, 6)), f"values:\n{sql}")
+        fail_unless(values[3].this == "1", f"Recoverable is not 1:\n{sql}")
+        # Expires = DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())): NULL parameters give NULL.
+        outer = values[4]
+        inner = outer.this if isinstance(outer, exp.DateAdd) else None
+        fail_unless(
+            isinstance(outer, exp.DateAdd)
+            and outer.unit.name.upper() == "MILLISECOND"
+            and isinstance(outer.expression, exp.Placeholder)
+            and isinstance(inner, exp.DateAdd)
+            and inner.unit.name.upper() == "SECOND"
+            and isinstance(inner.expression, exp.Placeholder)
+            and isinstance(inner.this, exp.Anonymous)
+            and inner.this.name.upper() == "GETUTCDATE",
+            f"Expires is not DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())):\n{sql}",
+        )
+
+
+def check_insert_raw(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    values = trees[0].expression.expressions[0].expressions
+    fail_unless(isinstance(values[4], exp.Null), f"a raw copy must have Expires NULL:\n{statement.sql}")
+
+
+_TYPE = exp.DataType.Type
+# Column, type, type parameters, nullable: the reference's queue table (section 1).
+QUEUE_COLUMNS = [
+    ("Id", _TYPE.UUID, [], False),
+    ("CorrelationId", _TYPE.VARCHAR, ["255"], True),
+    ("ReplyToAddress", _TYPE.VARCHAR, ["255"], True),
+    ("Recoverable", _TYPE.BIT, [], False),
+    ("Expires", _TYPE.DATETIME, [], True),
+    ("Headers", _TYPE.NVARCHAR, ["MAX"], False),
+    ("Body", _TYPE.VARBINARY, ["MAX"], True),
+    ("RowVersion", _TYPE.BIGINT, [], False),
+]
+
+
+def _is_body_string(definition: exp.ColumnDef) -> bool:
+    computed = [c.kind for c in definition.constraints if isinstance(c.kind, exp.ComputedColumnConstraint)]
+    if definition.name != "BodyString" or len(computed) != 1 or computed[0].args.get("persisted"):
+        return False
+    cast = computed[0].this
+    return (
+        isinstance(cast, exp.Cast)
+        and cast.this.name == "Body"
+        and cast.to.this == _TYPE.NVARCHAR
+        and [p.this.name.upper() for p in cast.to.expressions] == ["MAX"]
+    )
+
+
+def check_create_table(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    options: TableOptions = statement.extra["options"]
+    create = trees[0]
+    fail_unless(create.args.get("kind") == "TABLE", f"not CREATE TABLE:\n{statement.sql}")
+    definitions = create.this.expressions
+    expected = list(QUEUE_COLUMNS)
+    if not options.unicode_headers:
+        expected[5] = ("Headers", _TYPE.VARCHAR, ["MAX"], False)
+    found = []
+    for definition in definitions[: len(expected)]:
+        nullable = [c.kind for c in definition.constraints if isinstance(c.kind, exp.NotNullColumnConstraint)]
+        fail_unless(len(nullable) == 1, f"{definition.name}: say NULL or NOT NULL explicitly")
+        found.append(
+            (
+                definition.name,
+                definition.kind.this,
+                [p.this.name.upper() for p in definition.kind.expressions],
+                bool(nullable[0].args.get("allow_null")),
+            )
+        )
+    fail_unless(found == expected, f"queue columns {found} != {expected}")
+    identity = [
+        c.kind
+        for c in definitions[7].constraints
+        if isinstance(c.kind, exp.GeneratedAsIdentityColumnConstraint)
+    ]
+    fail_unless(
+        len(identity) == 1 and identity[0].args["start"].this == identity[0].args["increment"].this == "1",
+        f"RowVersion is not IDENTITY(1,1):\n{statement.sql}",
+    )
+    extra = definitions[len(expected) :]
+    if options.body_string:
+        fail_unless(len(extra) == 1 and _is_body_string(extra[0]), f"BodyString column:\n{statement.sql}")
+    else:
+        fail_unless(not extra, f"unexpected columns:\n{statement.sql}")
+
+
+def check_add_body_string(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    actions = trees[0].args.get("actions") or []
+    fail_unless(
+        len(actions) == 1 and isinstance(actions[0], exp.ColumnDef) and _is_body_string(actions[0]),
+        f"not ADD [BodyString] AS CAST([Body] AS nvarchar(max)):\n{statement.sql}",
+    )
+
+
+def check_index(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    create, layout, name = trees[0], statement.extra["layout"], statement.extra["index"]
+    index = create.this
+    params = index.args["params"]
+    keys = [(o.this.name, bool(o.args.get("desc"))) for o in params.args.get("columns") or []]
+    include = [identifier.name for identifier in params.args.get("include") or []]
+    where = params.args.get("where")
+    fail_unless(index.name == name, f"index name {index.name!r} != {name!r}")
+    clustered = layout == "clustered" and name == "Index_RowVersion"
+    kind = "CLUSTERED INDEX" if clustered else "NONCLUSTERED INDEX"
+    fail_unless(create.args.get("kind") == kind, f"{create.args.get('kind')} != {kind}:\n{statement.sql}")
+    if name == "Index_RowVersion":
+        fail_unless(keys == [("RowVersion", False)] and not include and where is None, statement.sql)
+    else:
+        fail_unless(keys == [("Expires", False)] and include == ["Id", "RowVersion"], statement.sql)
+        if layout == "heap":  # the reference's filtered index (6.0.1 and later)
+            fail_unless(
+                isinstance(where, exp.Where)
+                and isinstance(where.this, exp.Not)
+                and isinstance(where.this.this, exp.Is)
+                and where.this.this.this.name == "Expires"
+                and isinstance(where.this.this.expression, exp.Null),
+                f"Index_Expires is not filtered on Expires IS NOT NULL:\n{statement.sql}",
+            )
+        else:  # the seeds' unfiltered index
+            fail_unless(where is None, statement.sql)
+
+
+def check_fix_varchar_headers(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    actions = trees[0].args.get("actions") or []
+    fail_unless(
+        len(actions) == 1
+        and isinstance(actions[0], exp.AlterColumn)
+        and actions[0].name == "Headers"
+        and actions[0].args["dtype"].this == _TYPE.NVARCHAR
+        and "NOT NULL" in statement.sql,
+        f"the fix does not turn Headers into nvarchar(max) NOT NULL:\n{statement.sql}",
+    )
+
+
+def check_drop(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    drop = trees[0]
+    fail_unless(drop.args.get("kind") == "TABLE" and len(drop.args["tables"]) == 1, statement.sql)
+
+
+def check_count(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    fail_unless("WITH (READPAST)" in statement.sql, f"count waits on locked rows:\n{statement.sql}")
+
+
+def check_prepare_connection(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    fail_unless(statement.sql == "SET NOCOUNT ON", statement.sql)
+
+
+USES_TIME = {"send", "receive_batch", "count_exact", "purge_expired_batch"}
+SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
+    "create_table": check_create_table,
+    "index": check_index,
+    "add_body_string": check_add_body_string,
+    "drop_table": check_drop,
+    "lock_for_create": check_lock,
+    "table_exists": check_bound_name,
+    "index_exists": check_bound_name,
+    "column_exists": check_bound_name,
+    "index_first_columns": check_bound_name,
+    "headers_column_type": check_bound_name,
+    "send": check_send,
+    "insert_raw": check_insert_raw,
+    "receive_batch": check_receive,
+    "peek_estimate": check_peek,
+    "count_exact": check_count,
+    "purge_expired_batch": check_purge,
+    "fix_varchar_headers": check_fix_varchar_headers,
+    "prepare_connection": check_prepare_connection,
+}
+
+
+# ---- tests ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_golden_file(case_name: str) -> None:
+    address = ADDRESSES[case_name]
+    rendered = golden_text(case_name, address, RENDERED[case_name])
+    path = GOLDEN_DIR / f"{case_name}.sql"
+    if UPDATE_GOLDEN:
+        GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(rendered, encoding="utf-8", newline="\n")
+        return
+    assert path.exists(), f"{path} is missing: run with SQLQUEUE_UPDATE_GOLDEN=1, then review it"
+    golden = path.read_text(encoding="utf-8")
+    if rendered != golden:
+        diff = "".join(
+            difflib.unified_diff(
+                golden.splitlines(keepends=True),
+                rendered.splitlines(keepends=True),
+                f"golden/sqlserver/{case_name}.sql",
+                "rendered",
+            )
+        )
+        pytest.fail(f"SQL Server statements differ from the golden file (SQLQUEUE_UPDATE_GOLDEN=1):\n{diff}")
+
+
+def test_no_stale_golden_files() -> None:
+    stale = sorted({p.stem for p in GOLDEN_DIR.glob("*.sql")} - set(CASES))
+    if UPDATE_GOLDEN:
+        for name in stale:
+            (GOLDEN_DIR / f"{name}.sql").unlink()
+        return
+    assert not stale, f"golden files without a case: {stale}"
+
+
+@pytest.mark.parametrize(("case_name", "statement"), ALL_STATEMENTS)
+def test_statement_parses_and_means_what_the_reference_does(case_name: str, statement: Statement) -> None:
+    check_statement(statement, ADDRESSES[case_name])
+
+
+def test_every_statement_kind_is_covered() -> None:
+    kinds = {statement.kind for statements in RENDERED.values() for statement in statements}
+    assert kinds == set(SEMANTICS), f"kinds without a checker or never rendered: {kinds ^ set(SEMANTICS)}"
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_create_table_ignores_layout(case_name: str) -> None:
+    """The golden files render create_table for one layout only; the layout must change indexes alone."""
+    address = ADDRESSES[case_name]
+    for unicode_headers in (True, False):
+        for body_string in (False, True):
+            texts = {
+                DIALECT.create_table(address, TableOptions(layout, unicode_headers, body_string))
+                for layout in ("clustered", "heap")
+            }
+            assert len(texts) == 1
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_addresses_round_trip(case_name: str) -> None:
+    """The cases are what they claim: the canonical form parses back to the same address."""
+    address = ADDRESSES[case_name]
+    assert QueueAddress.parse(str(address)) == address
+    assert DIALECT.qualified_name(address) == expected_qualified_name(address)
+
+
+def test_special_addresses_resolve_as_intended() -> None:
+    assert ADDRESSES["plain"] == QueueAddress("orders", "dbo")
+    assert ADDRESSES["ci_special_characters"] == QueueAddress("my]table", "db@", "n service.bus&#")
+    assert ADDRESSES["table_doubled_close_bracket"].table == "my]]table"
+    assert ADDRESSES["schema_at_and_bracket"] == QueueAddress("orders", "s@]x")
+    assert ADDRESSES["everything_at_once"] == QueueAddress("x [y]] 'z';--", "s@]x", "c]@[")
+    lock = next(s for s in RENDERED["longest_names"] if s.kind == "lock_for_create")
+    assert len(lock.params[0]) <= APPLOCK_RESOURCE_MAX
+
+
+# ---- negative self-test: the checks can fail -------------------------------------------------------------
+_ORDERS = QueueAddress("orders", "dbo")
+_GOOD_RECEIVE = DIALECT.receive_batch(_ORDERS)
+_GOOD_PEEK = DIALECT.peek_estimate(_ORDERS)
+_GOOD_PURGE = DIALECT.purge_expired_batch(_ORDERS)
+_GOOD_LOCK, _GOOD_LOCK_PARAMS = DIALECT.lock_for_create(_ORDERS)
+_GOOD_SEND = DIALECT.send(_ORDERS)
+_GOOD_HEAP_INDEX = DIALECT.indexes(_ORDERS, TableOptions("heap"))[0].create
+_SPECIAL = QueueAddress("my]table", "db@", "n service.bus&#")
+_GOOD_SPECIAL_PEEK = DIALECT.peek_estimate(_SPECIAL)
+
+
+def _like(kind: str, sql: str, placeholders: int, **changes: Any) -> Statement:
+    """A statement of the given kind as render() would describe it, with broken text."""
+    model = next(s for s in RENDERED["plain"] if s.kind == kind)
+    fields = {"sql": sql, "placeholders": placeholders, **changes}
+    return Statement(
+        kind=model.kind,
+        name=model.name,
+        sql=fields["sql"],
+        types=fields.get("types", model.types),
+        placeholders=fields["placeholders"],
+        params=fields.get("params", model.params),
+        embeds_table=model.embeds_table,
+        extra=fields.get("extra", model.extra),
+    )
+
+
+BROKEN = [
+    pytest.param(
+        _like("index", "CREATE CLUSTERD INDEX [Index_RowVersion] ON [dbo].[orders] ([RowVersion] ASC)", 0),
+        _ORDERS,
+        "opaque Command",
+        id="typo-falls-back-to-Command",
+    ),
+    pytest.param(
+        _like("receive_batch", _GOOD_RECEIVE.replace("DELETE", "DELET"), 1),
+        _ORDERS,
+        "could not parse",
+        id="DELET",
+    ),
+    pytest.param(
+        _like("receive_batch", _GOOD_RECEIVE.replace("READPAST, ", ""), 1),
+        _ORDERS,
+        "READPAST together with UPDLOCK and ROWLOCK",
+        id="receive-no-READPAST",
+    ),
+    pytest.param(
+        _like("receive_batch", _GOOD_RECEIVE.replace("UPDLOCK", "UPDLOK"), 1),
+        _ORDERS,
+        "READPAST together with UPDLOCK and ROWLOCK",
+        id="receive-hint-typo",
+    ),
+    pytest.param(
+        _like("receive_batch", _GOOD_RECEIVE.replace("TOP(?)", "TOP(1)"), 0),
+        _ORDERS,
+        r"TOP\(\?\)",
+        id="receive-TOP-literal",
+    ),
+    pytest.param(
+        _like("receive_batch", _GOOD_RECEIVE.replace(" ORDER BY [RowVersion]", ""), 1),
+        _ORDERS,
+        "ORDER BY",
+        id="receive-unordered",
+    ),
+    pytest.param(
+        _like("receive_batch", _GOOD_RECEIVE.replace("GETUTCDATE()", "GETDATE()"), 1),
+        _ORDERS,
+        "local-time function",
+        id="receive-local-clock",
+    ),
+    pytest.param(
+        _like("peek_estimate", _GOOD_PEEK.replace("READPAST, READCOMMITTEDLOCK", "NOLOCK"), 0),
+        _ORDERS,
+        "dirty-read hints",
+        id="peek-NOLOCK",
+    ),
+    pytest.param(
+        _like("peek_estimate", _GOOD_PEEK.replace(" + 1", ""), 0),
+        _ORDERS,
+        "max - min",
+        id="peek-without-plus-one",
+    ),
+    pytest.param(
+        _like("peek_estimate", "SELECT count(*) FROM [dbo].[orders] WITH (READPAST, READCOMMITTEDLOCK)", 0),
+        _ORDERS,
+        "max - min",
+        id="peek-count",
+    ),
+    pytest.param(
+        _like("purge_expired_batch", _GOOD_PURGE.replace(" WITH (READPAST)", ""), 1),
+        _ORDERS,
+        "purge lacks READPAST",
+        id="purge-no-READPAST",
+    ),
+    pytest.param(
+        _like("purge_expired_batch", _GOOD_PURGE.replace("GETUTCDATE()", "'2024-01-01T00:00:00'"), 1),
+        _ORDERS,
+        "string literals",
+        id="purge-python-time",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("'Transaction'", "'Session'"), 1),
+        _ORDERS,
+        "string literals",
+        id="lock-session-owner",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK, 1, params=("[dbo].[other]_lock",)),
+        _ORDERS,
+        "lock resource",
+        id="lock-wrong-resource",
+    ),
+    pytest.param(
+        _like("send", _GOOD_SEND.replace("VALUES (?, ", "VALUES ('orders-1', ", 1), 6),
+        _ORDERS,
+        "string literals",
+        id="send-string-literal",
+    ),
+    pytest.param(
+        _like("send", _GOOD_SEND.replace("[dbo].[orders]", "[dbo].orders"), 7),
+        _ORDERS,
+        "unquoted address parts",
+        id="unquoted-table",
+    ),
+    pytest.param(
+        _like("send", _GOOD_SEND.replace("[dbo].[orders]", "[orders]"), 7),
+        _ORDERS,
+        "is not the address",
+        id="schema-missing",
+    ),
+    pytest.param(
+        _like("peek_estimate", _GOOD_SPECIAL_PEEK.replace("[my]]table]", "[my]table]"), 0),
+        _SPECIAL,
+        "could not parse",
+        id="bracket-not-doubled",
+    ),
+    pytest.param(
+        _like("peek_estimate", _GOOD_SPECIAL_PEEK.replace("[db@]", "db@"), 0),
+        _SPECIAL,
+        "unquoted address parts",
+        id="bare-schema",
+    ),
+    pytest.param(
+        _like(
+            "index",
+            _GOOD_HEAP_INDEX.replace("NONCLUSTERED", "CLUSTERED"),
+            0,
+            extra={
+                "layout": "heap",
+                "index": "Index_RowVersion",
+            },
+        ),
+        _ORDERS,
+        "CLUSTERED INDEX != NONCLUSTERED INDEX",
+        id="heap-with-clustered-index",
+    ),
+    pytest.param(
+        _like("table_exists", "SELECT OBJECT_ID('[dbo].[orders]', 'U')", 0, params=()),
+        _ORDERS,
+        "string literals",
+        id="name-as-literal",
+    ),
+    pytest.param(
+        _like("drop_table", "DROP TABLE IF EXISTS [dbo].[orders]; DROP TABLE [dbo].[x]", 0),
+        _ORDERS,
+        "statement types",
+        id="extra-statement",
+    ),
+]
+
+
+@pytest.mark.parametrize(("statement", "address", "reason"), BROKEN)
+def test_checks_reject_broken_statements(statement: Statement, address: QueueAddress, reason: str) -> None:
+    with pytest.raises(SqlCheckFailure, match=reason):
+        check_statement(statement, address)
+
+
+def test_checks_accept_the_unbroken_originals() -> None:
+    """The broken statements above fail because of what was broken, not because the models are wrong."""
+    for sql in (_GOOD_RECEIVE, _GOOD_PEEK, _GOOD_PURGE, _GOOD_LOCK, _GOOD_SEND, _GOOD_HEAP_INDEX):
+        statement = next(s for s in RENDERED["plain"] if s.sql == sql)
+        check_statement(statement, _ORDERS)
+    special = next(s for s in RENDERED["ci_special_characters"] if s.kind == "peek_estimate")
+    assert special.sql == _GOOD_SPECIAL_PEEK
+    check_statement(special, _SPECIAL)

@@ -1,0 +1,65 @@
+"""Functions that run in child processes (spawned), so they live in an importable module."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from airflow_provider_sqlqueue.transport import TransientDatabaseError, open_transport
+
+
+class _Rollback(Exception):
+    pass
+
+
+def consume(
+    url: str, schema: str | None, queue_name: str, threads: int, max_batch: int, seed: int, start_at: float
+) -> list[str]:
+    """From a common start time, drain a queue with competing threads; ~10% of receives roll back.
+
+    Returns the ids of messages whose receive committed.
+    """
+    committed: list[str] = []
+    lock = threading.Lock()
+
+    def run(thread_seed: int) -> None:
+        rng = random.Random(thread_seed)
+        empty_rounds = 0
+        with open_transport(url, default_schema=schema, pool_size=1, max_overflow=0) as transport:
+            queue = transport.queue(queue_name)
+            queue.peek_estimate()  # connect before the start
+            time.sleep(max(0.0, start_at - time.time()))
+            while empty_rounds < 5:
+                try:
+                    with queue.receive(max_messages=rng.randint(1, max_batch)) as batch:
+                        ids = [str(message.id) for message in batch]
+                        if ids and rng.random() < 0.1:
+                            raise _Rollback
+                except _Rollback:
+                    continue
+                except TransientDatabaseError:
+                    time.sleep(0.01)
+                    continue
+                if ids:
+                    empty_rounds = 0
+                    with lock:
+                        committed.extend(ids)
+                else:
+                    empty_rounds += 1
+                    time.sleep(0.02)
+
+    workers = [threading.Thread(target=run, args=(seed * 100 + n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return committed
+
+
+def create_queue(url: str, schema: str | None, queue_name: str, start_at: float) -> bool:
+    """Wait for a common start time, then create the same queue as the other processes."""
+    with open_transport(url, default_schema=schema) as transport:
+        queue = transport.queue(queue_name)
+        time.sleep(max(0.0, start_at - time.time()))
+        return queue.create()
