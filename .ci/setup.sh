@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the tests need on a fresh Debian 12 machine with Python 3.11:
-# Debian packages (PostgreSQL server, unixODBC and its drivers), a virtualenv in .venv, and this package.
+# Debian packages (PostgreSQL server, unixODBC and its drivers), a virtualenv in .venv, and this package
+# with Airflow and the test tools.
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the package and its test dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev,postgres,mssql]"
+  .venv/bin/python -m pip install -q -e ".[dev,postgres,mssql,airflow,messaging]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

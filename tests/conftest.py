@@ -8,12 +8,24 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parent.parent
+# Airflow reads its home and settings at import: give the whole session a private one, before any test
+# module imports Airflow. Subprocesses (dag.test runs) inherit it.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags_examples"))
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
 from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
 from airflow_provider_sqlqueue.transport import Transport, open_transport
@@ -33,6 +45,38 @@ class EngineTarget:
 
     def open(self, **options: object) -> Transport:
         return open_transport(self.url, default_schema=self.schema, **options)  # type: ignore[arg-type]
+
+    def airflow_connection(self, **extra: object) -> dict[str, object]:
+        """This target as an Airflow connection of type ``sqlqueue`` (for ``AIRFLOW_CONN_<ID>``)."""
+        if self.engine == "sqlite":
+            return {
+                "conn_type": "sqlqueue",
+                "host": make_url(self.url).database,
+                "extra": {"engine": "sqlite", **extra},
+            }
+        if self.engine == "postgresql":
+            url = make_url(self.url)
+            return {
+                "conn_type": "sqlqueue",
+                "host": url.host,
+                "port": url.port,
+                "login": url.username,
+                "password": url.password,
+                "schema": url.database,
+                "extra": {"engine": "postgresql", "default_schema": self.schema, **extra},
+            }
+        return {
+            "conn_type": "sqlqueue",
+            "extra": {
+                "engine": "sqlserver",
+                "default_schema": self.schema,
+                "odbc_connect": self.url,
+                **extra,
+            },
+        }
+
+    def airflow_env(self, conn_id: str = "sqlqueue_default", **extra: object) -> dict[str, str]:
+        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(self.airflow_connection(**extra))}
 
 
 class PostgresServer:

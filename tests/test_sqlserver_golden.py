@@ -235,6 +235,7 @@ def render(case_name: str, address: QueueAddress) -> list[Statement]:
     out.append(Statement("insert_raw", "insert_raw", d.insert_raw(address), (exp.Insert,), raw))
     out.append(Statement("receive_batch", "receive_batch", d.receive_batch(address), (exp.Delete,), 1))
     out.append(Statement("peek_estimate", "peek_estimate", d.peek_estimate(address), (exp.Select,), 0))
+    out.append(Statement("peek_bounds", "peek_bounds", d.peek_bounds(address), (exp.Select,), 0))
     out.append(Statement("count_exact", "count_exact", d.count_exact(address), (exp.Select,), 0))
     out.append(
         Statement(
@@ -725,6 +726,15 @@ def check_count(statement: Statement, trees: list[exp.Expression], address: Queu
     fail_unless("WITH (READPAST)" in statement.sql, f"count waits on locked rows:\n{statement.sql}")
 
 
+def check_peek_bounds(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    fail_unless(
+        "WITH (READPAST, READCOMMITTEDLOCK)" in statement.sql
+        and "min([RowVersion]), max([RowVersion])" in statement.sql
+        and "count" not in statement.sql.lower(),
+        f"the peek bounds do not read min and max RowVersion past locked rows:\n{statement.sql}",
+    )
+
+
 def check_prepare_connection(
     statement: Statement, trees: list[exp.Expression], address: QueueAddress
 ) -> None:
@@ -747,6 +757,7 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "insert_raw": check_insert_raw,
     "receive_batch": check_receive,
     "peek_estimate": check_peek,
+    "peek_bounds": check_peek_bounds,
     "count_exact": check_count,
     "purge_expired_batch": check_purge,
     "fix_varchar_headers": check_fix_varchar_headers,

@@ -208,6 +208,10 @@ class Dialect(ABC):
         """Upper bound of the unlocked rows (max - min + 1 of RowVersion); cost independent of length."""
 
     @abstractmethod
+    def peek_bounds(self, address: QueueAddress) -> str:
+        """Oldest and newest RowVersion of the unlocked rows (NULLs when empty), with the peek's hints."""
+
+    @abstractmethod
     def count_exact(self, address: QueueAddress) -> str:
         """Exact number of committed, unexpired rows."""
 

@@ -190,6 +190,13 @@ class PostgresDialect(Dialect):
             " + 1, 0)"
         )
 
+    def peek_bounds(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"SELECT (SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 1 FOR KEY SHARE SKIP LOCKED), "
+            f"(SELECT RowVersion FROM {table} ORDER BY RowVersion DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED)"
+        )
+
     def count_exact(self, address: QueueAddress) -> str:
         return (
             f"SELECT count(*) FROM {self.qualified_name(address)} "

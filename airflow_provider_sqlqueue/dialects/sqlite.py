@@ -168,6 +168,9 @@ class SqliteDialect(Dialect):
             f"SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {self.qualified_name(address)}"
         )
 
+    def peek_bounds(self, address: QueueAddress) -> str:
+        return f"SELECT min(RowVersion), max(RowVersion) FROM {self.qualified_name(address)}"
+
     def count_exact(self, address: QueueAddress) -> str:
         return (
             f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > {_NOW}"

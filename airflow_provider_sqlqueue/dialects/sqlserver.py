@@ -185,6 +185,12 @@ class SqlServerDialect(Dialect):
             f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK)"
         )
 
+    def peek_bounds(self, address: QueueAddress) -> str:
+        return (
+            "SELECT min([RowVersion]), max([RowVersion]) "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK)"
+        )
+
     def count_exact(self, address: QueueAddress) -> str:
         return (
             f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST) "

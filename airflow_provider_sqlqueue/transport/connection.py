@@ -145,6 +145,7 @@ class Transport:
                 raise
             return connection
 
+        self._create = create
         self._pool = QueuePool(
             create,
             pool_size=pool_size,
@@ -166,6 +167,16 @@ class Transport:
 
     def close(self) -> None:
         self._pool.dispose()
+
+    def new_connection(self) -> Any:
+        """A new DB-API connection outside the pool, set up as the pool's are; the caller closes it."""
+        try:
+            return self._create()
+        except Exception as error:
+            translated = self.dialect.classify(error)
+            if translated is None:
+                raise
+            raise translated from error
 
     def resolve(self, address: str | QueueAddress) -> QueueAddress:
         """Parse an address, fill in the default schema and check it against this engine's limits."""
@@ -316,7 +327,7 @@ def _sqlserver_connector(odbc: str, connect_timeout: int) -> tuple[Callable[[], 
 
 
 def open_transport(
-    url: str,
+    url: str | URL,
     *,
     default_schema: str | None = None,
     error_queue: str | None = "error",
@@ -325,11 +336,18 @@ def open_transport(
     connect_timeout: int = 10,
     max_body_bytes: int | None = None,
 ) -> Transport:
-    """Open the database at ``url`` for queues. Nothing connects until the first operation."""
-    if not isinstance(url, str) or not url.strip():
+    """Open the database at ``url`` (a string or a SQLAlchemy ``URL``) for queues.
+
+    Nothing connects until the first operation.
+    """
+    if isinstance(url, URL):
+        parsed = url
+        text = ""
+    elif not isinstance(url, str) or not url.strip():
         raise ConfigurationError("a transport needs a database URL, e.g. sqlite:///queues.db")
-    text = url.strip()
-    if "://" not in text and "=" in text:
+    else:
+        text = url.strip()
+    if text and "://" not in text and "=" in text:
         odbc = text[5:] if text.lower().startswith("odbc:") else text
         connect, database = _sqlserver_connector(odbc, connect_timeout)
         server = parse_odbc_string(odbc).get("SERVER", "?")
@@ -344,10 +362,11 @@ def open_transport(
             max_overflow=max_overflow,
             max_body_bytes=max_body_bytes,
         )
-    try:
-        parsed = make_url(text)
-    except ArgumentError as error:
-        raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
+    if text:
+        try:
+            parsed = make_url(text)
+        except ArgumentError as error:
+            raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
     backend = parsed.get_backend_name()
     driver = parsed.get_driver_name() if "+" in parsed.drivername else None
     description = parsed.render_as_string(hide_password=True)

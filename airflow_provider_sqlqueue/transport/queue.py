@@ -93,6 +93,7 @@ class _Statements:
         self.insert_raw = dialect.insert_raw(address)
         self.receive_batch = dialect.receive_batch(address)
         self.peek_estimate = dialect.peek_estimate(address)
+        self.peek_bounds = dialect.peek_bounds(address)
         self.count_exact = dialect.count_exact(address)
         self.purge_expired_batch = dialect.purge_expired_batch(address)
         self._send_batch_sized: dict[int, str] = {}
@@ -508,6 +509,20 @@ class TableQueue:
         Its cost does not grow with the queue's length; gaps and expired rows make it overestimate.
         """
         return self._scalar(self._sql.peek_estimate)
+
+    def peek_bounds(self) -> tuple[int | None, int | None]:
+        """Oldest and newest RowVersion of the unlocked rows, ``(None, None)`` when there are none.
+
+        ``newest - oldest + 1`` is the peek estimate; the newest alone tells whether messages arrived
+        since an earlier look (event triggers keep it as a watermark).
+        """
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            cursor.execute(self._sql.peek_bounds, ())
+            rows = self.dialect.fetch_rows(cursor)
+            connection.commit()
+        oldest, newest = rows[0] if rows else (None, None)
+        return (None if oldest is None else int(oldest), None if newest is None else int(newest))
 
     def count(self) -> int:
         """The exact number of unexpired messages; scans the table, so prefer peek_estimate for polling."""

@@ -105,6 +105,9 @@ WITH message AS (SELECT TOP(?) * FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (UP
 -- peek_estimate
 SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST, READCOMMITTEDLOCK)
 
+-- peek_bounds
+SELECT min([RowVersion]), max([RowVersion]) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST, READCOMMITTEDLOCK)
+
 -- count_exact
 SELECT count_big(*) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 

@@ -105,6 +105,9 @@ WITH message AS (SELECT TOP(?) * FROM [dbo].[my]]]]table] WITH (UPDLOCK, READPAS
 -- peek_estimate
 SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) FROM [dbo].[my]]]]table] WITH (READPAST, READCOMMITTEDLOCK)
 
+-- peek_bounds
+SELECT min([RowVersion]), max([RowVersion]) FROM [dbo].[my]]]]table] WITH (READPAST, READCOMMITTEDLOCK)
+
 -- count_exact
 SELECT count_big(*) FROM [dbo].[my]]]]table] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 

@@ -105,6 +105,9 @@ WITH message AS (SELECT TOP(?) * FROM [dbo].[order queue. v2] WITH (UPDLOCK, REA
 -- peek_estimate
 SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK)
 
+-- peek_bounds
+SELECT min([RowVersion]), max([RowVersion]) FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK)
+
 -- count_exact
 SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 

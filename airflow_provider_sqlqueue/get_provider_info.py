@@ -1,0 +1,93 @@
+"""Provider metadata for Airflow's providers manager (the ``apache_airflow_provider`` entry point)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import __version__
+
+INTEGRATION = "SQL Queue"
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-provider-sqlqueue",
+        "name": "SQL Queue",
+        "description": "Durable message queues in SQL tables (SQL Server, PostgreSQL, SQLite), following the "
+        "NServiceBus SQL Server transport.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://docs.particular.net/transports/sql/",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_sqlqueue.hooks.sqlqueue"]}
+        ],
+        "sensors": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_sqlqueue.sensors.queue"]}
+        ],
+        "triggers": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_sqlqueue.triggers.queue"]}
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_provider_sqlqueue.operators.provision",
+                    "airflow_provider_sqlqueue.operators.purge",
+                    "airflow_provider_sqlqueue.operators.send",
+                ],
+            }
+        ],
+        "queues": ["airflow_provider_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"],
+        "connection-types": [
+            {
+                "connection-type": "sqlqueue",
+                "hook-class-name": "airflow_provider_sqlqueue.hooks.sqlqueue.SqlQueueHook",
+                "hook-name": "SQL Queue",
+                "ui-field-behaviour": {
+                    "hidden-fields": [],
+                    "relabeling": {"host": "Host (SQLite: queue file path)", "schema": "Database"},
+                    "placeholders": {
+                        "host": "db.example.com or /var/lib/queues/queues.db",
+                        "port": "1433 (SQL Server) or 5432 (PostgreSQL)",
+                        "schema": "the database holding the queue tables",
+                    },
+                },
+                "conn-fields": {
+                    "engine": {
+                        "label": "Engine",
+                        "description": "sqlserver, postgresql or sqlite",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": ["sqlserver", "postgresql", "sqlite", None],
+                            "default": "sqlite",
+                        },
+                    },
+                    "odbc_driver": {
+                        "label": "ODBC driver (SQL Server)",
+                        "description": "e.g. ODBC Driver 18 for SQL Server, or FreeTDS",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "default_schema": {
+                        "label": "Default schema",
+                        "description": "schema of queue names given without one (dbo / public)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "error_queue": {
+                        "label": "Error queue",
+                        "description": "where rows with unreadable headers go (default: error)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "connect_options": {
+                        "label": "Driver options",
+                        "description": "key=value;key=value: ODBC keywords (SQL Server) or libpq parameters",
+                        "schema": {"type": ["string", "null"], "format": "password"},
+                    },
+                },
+            }
+        ],
+    }

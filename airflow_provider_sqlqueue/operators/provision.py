@@ -1,0 +1,119 @@
+"""ProvisionQueuesOperator: create an endpoint's queue tables, or render their DDL for a DBA."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from ..hooks.sqlqueue import SqlQueueHook
+from ..transport import QueueAddress, TableOptions
+
+
+def endpoint_queues(
+    endpoint: str,
+    *,
+    instance_specific_queue: bool = True,
+    instance_suffix: str | None = None,
+    error_queue: str | None = "error",
+    audit_queue: str | None = "audit",
+    extra_queues: Sequence[str] = (),
+) -> list[str]:
+    """The queues of an endpoint: primary, ``<endpoint>.<machine or suffix>``, error, audit and extras."""
+    primary = QueueAddress.parse(endpoint)
+    names = [str(primary)]
+    if instance_specific_queue:
+        suffix = instance_suffix or socket.gethostname()
+        names.append(str(primary.with_table(f"{primary.table}.{suffix}")))
+    names += [name for name in (error_queue, audit_queue) if name]
+    names += list(extra_queues)
+    return list(dict.fromkeys(names))
+
+
+class ProvisionQueuesOperator(BaseOperator):
+    """Create an endpoint's queues idempotently and inspect them; or, with ``dry_run``, only render the DDL.
+
+    Needs DDL rights: run it with a provisioning connection, and everything else with a runtime one.
+    Inspection findings (a missing index, varchar Headers) are logged as warnings with the statement that
+    fixes each; nothing fails because of them.
+
+    :param endpoint: the endpoint's primary queue address, e.g. ``Sales`` or ``Sales@[sales]`` (templated).
+    :param instance_specific_queue: also create ``<endpoint>.<suffix>`` for replies to this instance.
+    :param instance_suffix: the suffix; defaults to this machine's host name (templated).
+    :param error_queue: shared error queue name, or None.
+    :param audit_queue: shared audit queue name, or None.
+    :param extra_queues: further queue names (templated).
+    :param layout: ``clustered`` (the seeds' layout) or ``heap`` (SQL Server only).
+    :param unicode_headers: ``nvarchar(max)`` Headers (SQL Server; False gives the seeds' ``varchar``).
+    :param body_string: add the readable ``BodyString`` computed column.
+    :param dry_run: create nothing; return the DDL script (real queue names in it).
+    :param script_path: with ``dry_run``, also write the script to this file (templated).
+    :return: ``{"created": [...], "existing": [...], "findings": {...}}``, or the script for a dry run.
+    """
+
+    template_fields: Sequence[str] = ("endpoint", "instance_suffix", "extra_queues", "script_path")
+    ui_color = "#e8f0d3"
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
+        instance_specific_queue: bool = True,
+        instance_suffix: str | None = None,
+        error_queue: str | None = "error",
+        audit_queue: str | None = "audit",
+        extra_queues: Sequence[str] = (),
+        layout: str = "clustered",
+        unicode_headers: bool = True,
+        body_string: bool = False,
+        dry_run: bool = False,
+        script_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.options = TableOptions(layout=layout, unicode_headers=unicode_headers, body_string=body_string)  # type: ignore[arg-type]
+        self.endpoint = endpoint
+        self.sqlqueue_conn_id = sqlqueue_conn_id
+        self.instance_specific_queue = instance_specific_queue
+        self.instance_suffix = instance_suffix
+        self.error_queue = error_queue
+        self.audit_queue = audit_queue
+        self.extra_queues = list(extra_queues)
+        self.dry_run = dry_run
+        self.script_path = script_path
+
+    def queue_names(self) -> list[str]:
+        return endpoint_queues(
+            self.endpoint,
+            instance_specific_queue=self.instance_specific_queue,
+            instance_suffix=self.instance_suffix,
+            error_queue=self.error_queue,
+            audit_queue=self.audit_queue,
+            extra_queues=self.extra_queues,
+        )
+
+    def execute(self, context: Any) -> Any:
+        names = self.queue_names()
+        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+        try:
+            result = hook.provision(names, self.options, dry_run=self.dry_run)
+        finally:
+            hook.close()
+        if self.dry_run:
+            script = result["script"]
+            if self.script_path:
+                Path(self.script_path).write_text(script, encoding="utf-8")
+                self.log.info("wrote the DDL of %d queue(s) to %s", len(names), self.script_path)
+            self.log.info("DDL for %s (nothing was created):\n%s", ", ".join(names), script)
+            return script
+        self.log.info(
+            "created %s; already there: %s", result["created"] or "none", result["existing"] or "none"
+        )
+        for queue, findings in result["findings"].items():
+            for finding in findings:
+                self.log.warning("%s: %s Fix: %s", queue, finding["message"], finding["fix"])
+        return result
