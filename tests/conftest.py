@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
+from airflow_provider_sqlqueue.transport import Transport, open_transport
+
 REPO = Path(__file__).resolve().parent.parent
 # Airflow reads its home and settings at import: give the whole session a private one, before any test
 # module imports Airflow. Subprocesses (dag.test runs) inherit it.
@@ -26,9 +29,6 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-airflow-
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags_examples"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
-
-from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
-from airflow_provider_sqlqueue.transport import Transport, open_transport
 
 MSSQL_ENV = "SQLQUEUE_TEST_MSSQL"
 POSTGRES_ENV = "SQLQUEUE_TEST_POSTGRES_DSN"
