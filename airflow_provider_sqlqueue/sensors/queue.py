@@ -73,14 +73,15 @@ class QueueSensor(BaseSensorOperator):
             depth = hook.depth(self.queue_name, self.count_mode)  # type: ignore[arg-type]
         finally:
             hook.close()
+        threshold = _threshold(self.min_messages)
         self.log.info(
             "queue %s holds %d message(s) (%s); waiting for %d",
             self.queue_name,
             depth,
             self.count_mode,
-            self.min_messages,
+            threshold,
         )
-        return PokeReturnValue(is_done=depth >= _threshold(self.min_messages), xcom_value=depth)
+        return PokeReturnValue(is_done=depth >= threshold, xcom_value=depth)
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
