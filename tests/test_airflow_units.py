@@ -13,18 +13,18 @@ import rawsql
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
-from airflow.sdk.exceptions import AirflowException, TaskDeferred  # noqa: E402
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook  # noqa: E402
-from airflow_provider_sqlqueue.operators.provision import (  # noqa: E402
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_provider_sqlqueue.operators.provision import (
     ProvisionQueuesOperator,
     endpoint_queues,
 )
-from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator  # noqa: E402
-from airflow_provider_sqlqueue.operators.send import SendMessageOperator  # noqa: E402
-from airflow_provider_sqlqueue.sensors.queue import QueueSensor  # noqa: E402
-from airflow_provider_sqlqueue.transport import ConfigurationError, OutgoingMessage  # noqa: E402
-from airflow_provider_sqlqueue.triggers.queue import (  # noqa: E402
+from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator
+from airflow_provider_sqlqueue.operators.send import SendMessageOperator
+from airflow_provider_sqlqueue.sensors.queue import QueueSensor
+from airflow_provider_sqlqueue.transport import ConfigurationError, OutgoingMessage
+from airflow_provider_sqlqueue.triggers.queue import (
     PendingMessagesTrigger,
     QueueMessagesEventTrigger,
 )
