@@ -37,11 +37,16 @@ ENGINES = ["sqlite", "postgresql", "sqlserver"]
 
 @dataclass
 class EngineTarget:
-    """Where one test's queues live: a URL plus the schema that isolates the test."""
+    """Where one test's queues live: a URL plus the schema that isolates the test.
+
+    ``engine`` is the database (sqlite, postgresql, sqlserver); ``driver`` is ``odbc`` when the test reaches
+    it through pyodbc instead of its native driver.
+    """
 
     engine: str
     url: str
     schema: str | None
+    driver: str | None = None
 
     def open(self, **options: object) -> Transport:
         return open_transport(self.url, default_schema=self.schema, **options)  # type: ignore[arg-type]
@@ -156,6 +161,28 @@ def target(request: pytest.FixtureRequest, tmp_path) -> Iterator[EngineTarget]:
             f"FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id WHERE s.name = N'{schema}'; "
             f"EXEC sp_executesql @sql; DROP SCHEMA [{schema}];",
         )
+
+
+def odbc_target(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[EngineTarget]:
+    """PostgreSQL (psqlODBC) or SQLite (SQLite3 ODBC driver) reached through pyodbc and unixODBC."""
+    from urllib.parse import quote
+
+    if engine == "sqlite":
+        odbc = f"DRIVER={{SQLite3}};Database={tmp_path / 'queues.db'};Timeout=30000"
+        yield EngineTarget("sqlite", f"sqlite+pyodbc:///?odbc_connect={quote(odbc)}", None, "odbc")
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = make_url(server.base_url)
+    odbc = (
+        f"DRIVER={{PostgreSQL Unicode}};SERVER={url.host};PORT={url.port};DATABASE={url.database};"
+        f"UID={url.username};PWD={{{url.password}}}"
+    )
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    server.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield EngineTarget("postgresql", f"postgresql+pyodbc:///?odbc_connect={quote(odbc)}", schema, "odbc")
+    finally:
+        server.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 @pytest.fixture

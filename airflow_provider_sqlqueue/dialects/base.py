@@ -203,6 +203,13 @@ class Dialect(ABC):
     def receive_batch(self, address: QueueAddress) -> str:
         """DELETE of the oldest unlocked rows (one parameter: how many), returning them as :class:`Row`."""
 
+    def receive_rows(
+        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+    ) -> list[Any]:
+        """Run the receive (``statement`` is :meth:`receive_batch`'s text) and return the deleted rows."""
+        cursor.execute(statement, (max_messages,))
+        return self.fetch_rows(cursor)
+
     @abstractmethod
     def peek_estimate(self, address: QueueAddress) -> str:
         """Upper bound of the unlocked rows (max - min + 1 of RowVersion); cost independent of length."""

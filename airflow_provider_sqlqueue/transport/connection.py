@@ -370,6 +370,23 @@ def open_transport(
     backend = parsed.get_backend_name()
     driver = parsed.get_driver_name() if "+" in parsed.drivername else None
     description = parsed.render_as_string(hide_password=True)
+    if driver == "pyodbc" and backend in ("sqlite", "postgresql", "postgres"):
+        odbc = odbc_connection_string(parsed)
+        connect, database = _sqlserver_connector(odbc, connect_timeout)
+        from ..dialects.odbc import PostgresOverOdbc, SqliteOverOdbc
+
+        over_odbc = SqliteOverOdbc() if backend == "sqlite" else PostgresOverOdbc()
+        return Transport(
+            over_odbc,
+            connect,
+            description=f"{backend} over ODBC",
+            database=database,
+            default_schema=default_schema,
+            error_queue=error_queue,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            max_body_bytes=max_body_bytes,
+        )
     if backend == "sqlite":
         connect, database = _sqlite_connector(parsed)
         dialect_name = "sqlite"

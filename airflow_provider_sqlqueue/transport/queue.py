@@ -70,6 +70,21 @@ def _as_utc(value: Any) -> datetime | None:
     return None
 
 
+def _display_id(value: Any) -> str:
+    """Ids as one canonical text in logs and errors, whatever case or type the driver returns."""
+    try:
+        return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+    except ValueError:
+        return repr(value)
+
+
+def _flag(value: Any) -> bool:
+    """A boolean column as drivers return it: bool, 0/1, or text such as psqlODBC's '0' / '1'."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "t", "true", "y", "yes")
+    return bool(value)
+
+
 def _mirror(value: str | None) -> str | None:
     """The legacy CorrelationId/ReplyToAddress columns are varchar(255); longer values stay in headers."""
     if value is None or len(value) > MIRRORED_COLUMN_LIMIT or not value.isascii():
@@ -379,18 +394,22 @@ class TableQueue:
             ) from None
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
-            begin = self.dialect.begin_write()
-            if begin:
-                cursor.execute(begin, ())
-            cursor.execute(self._sql.receive_batch, (max_messages,))
-            rows = [Row(*row) for row in self.dialect.fetch_rows(cursor)]
-            rows.sort(key=lambda row: row.row_version)
-            messages, expired, poison = self._decode(rows)
-            if poison:
-                self._move_poison(cursor, poison)
-            batch = ReceivedBatch(self, connection, messages, expired, len(poison), mode)
-            if mode is TransactionMode.NONE:
-                connection.commit()
+            try:
+                begin = self.dialect.begin_write()
+                if begin:
+                    cursor.execute(begin, ())
+                raw = self.dialect.receive_rows(cursor, self.address, self._sql.receive_batch, max_messages)
+                rows = sorted((Row(*row) for row in raw), key=lambda row: row.row_version)
+                messages, expired, poison = self._decode(rows)
+                if poison:
+                    self._move_poison(cursor, poison)
+                batch = ReceivedBatch(self, connection, messages, expired, len(poison), mode)
+                if mode is TransactionMode.NONE:
+                    connection.commit()
+            except BaseException:
+                # A driver may delete rows and then fail to hand them over: never keep such a DELETE.
+                self._rollback_quietly(connection)
+                raise
             try:
                 yield batch
             except BaseException:
@@ -426,7 +445,7 @@ class TableQueue:
         poison: list[_Poison] = []
         expired = 0
         for row in rows:
-            if row.expired:
+            if _flag(row.expired):
                 expired += 1
                 continue
             try:
@@ -458,13 +477,14 @@ class TableQueue:
         for item in poison:
             if self.error_queue is None:
                 raise HeaderFormatError(
-                    f"message {item.row.id} in {self.address} (RowVersion {item.row.row_version}) cannot be "
+                    f"message {_display_id(item.row.id)} in {self.address} (RowVersion {item.row.row_version}) "
+                    "cannot be "
                     f"read: {item.reason}; no error queue is configured, so it was left in the queue"
                 )
             log.error(
                 "Error receiving message %s from %s: probable message metadata corruption (%s). "
                 "Moving it to error queue %s.",
-                item.row.id,
+                _display_id(item.row.id),
                 self.address,
                 item.reason,
                 self.error_queue,
@@ -490,7 +510,7 @@ class TableQueue:
                 if isinstance(self.dialect.classify(error, self.error_queue), QueueNotFound):
                     raise QueueNotFound(
                         f"error queue {self.error_queue} does not exist, so the unreadable message "
-                        f"{row.id} stays in {self.address} and blocks its head; create the error queue"
+                        f"{_display_id(row.id)} stays in {self.address} and blocks its head; create the error queue"
                     ) from error
                 raise
 

@@ -1,0 +1,211 @@
+"""PostgreSQL and SQLite reached through ODBC (pyodbc + unixODBC), each with its engine's own SQL.
+
+They exist so that the pyodbc code path — ``?`` parameters, Unicode and binary binding, reading rows that a
+DELETE returns, draining result sets, classifying errors by SQLSTATE — runs for real on machines where SQL
+Server cannot (psqlODBC and the SQLite3 ODBC driver are Debian packages), and for users whose only way
+into a database is ODBC. URLs: ``postgresql+pyodbc:///?odbc_connect=...`` and
+``sqlite+pyodbc:///?odbc_connect=...``.
+
+The SQLite ODBC driver runs ``DELETE ... RETURNING`` but then reports "No results": the rows would be gone
+and never handed out. So over ODBC, SQLite receives by selecting the oldest rows and deleting exactly
+those in the same transaction, and refuses the batch unless the DELETE removed every row it selected.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from datetime import timedelta
+from typing import Any
+
+from ..transport.address import QueueAddress
+from ..transport.errors import (
+    PermissionDenied,
+    QueueNotFound,
+    SqlQueueError,
+    TransientDatabaseError,
+)
+from .postgres import _TRANSIENT_SQLSTATES, PostgresDialect
+from .sqlite import _NOW, SqliteDialect
+
+_PLACEHOLDER = re.compile(r"%(%|s)")
+_CONNECTION_SQLSTATES = {"08S01", "08001", "08003", "08004", "08007", "HYT00", "HYT01"}
+
+
+def _sqlstate(error: BaseException) -> str:
+    args = getattr(error, "args", ())
+    return str(args[0]) if args else ""
+
+
+def _detail(error: BaseException) -> str:
+    args = getattr(error, "args", ())
+    return str(args[1] if len(args) > 1 else error).strip()
+
+
+class _Pyodbc:
+    """What every dialect spoken through pyodbc shares."""
+
+    def row_id(self, value: Any) -> Any:
+        return str(value)
+
+    def prepare_connection(self, connection: Any) -> None:
+        connection.autocommit = False
+
+    def fetch_rows(self, cursor: Any) -> list[Any]:
+        while cursor.description is None:
+            if not cursor.nextset():
+                return []
+        rows = cursor.fetchall()
+        while cursor.nextset():
+            pass
+        return rows
+
+    def is_connection_lost(self, error: BaseException) -> bool:
+        import pyodbc
+
+        return isinstance(error, pyodbc.OperationalError) or _sqlstate(error) in _CONNECTION_SQLSTATES
+
+
+class PostgresOverOdbc(_Pyodbc, PostgresDialect):
+    """PostgreSQL's statements with ``?`` parameters, for psqlODBC."""
+
+    placeholder = "?"
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if name in _STATEMENT_METHODS and callable(value):
+
+            def converted(*args: Any, **kwargs: Any) -> Any:
+                return _to_qmark(value(*args, **kwargs))
+
+            return converted
+        return value
+
+    def display_sql(self, sql: str) -> str:
+        return sql
+
+    def send_params(
+        self,
+        message_id: Any,
+        correlation_id: str | None,
+        reply_to_address: str | None,
+        time_to_be_received: timedelta | None,
+        headers: str,
+        body: bytes,
+    ) -> tuple[Any, ...]:
+        interval = None if time_to_be_received is None else f"{time_to_be_received.total_seconds()} seconds"
+        return (message_id, correlation_id, reply_to_address, interval, headers, body)
+
+    def inspect(self, cursor: Any, address: QueueAddress, options: Any) -> Any:
+        return super().inspect(_QmarkCursor(cursor), address, options)
+
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        import pyodbc
+
+        if not isinstance(error, pyodbc.Error):
+            return None
+        sqlstate, detail = _sqlstate(error), _detail(error)
+        where = f" (queue {address})" if address is not None else ""
+        if sqlstate in ("42P01", "3F000"):
+            return QueueNotFound(f"{detail}{where}: create the queue first")
+        if sqlstate == "42501":
+            return PermissionDenied(f"{detail}{where}")
+        if sqlstate in _TRANSIENT_SQLSTATES:
+            return TransientDatabaseError(f"{_TRANSIENT_SQLSTATES[sqlstate]}: {detail}{where}")
+        if self.is_connection_lost(error):
+            return TransientDatabaseError(f"connection lost or refused: {detail}{where}")
+        return None
+
+
+class SqliteOverOdbc(_Pyodbc, SqliteDialect):
+    """SQLite's statements for the SQLite3 ODBC driver, receiving without ``RETURNING``."""
+
+    def begin_write(self) -> None:
+        return None  # the driver opens a transaction before the first statement itself
+
+    def select_oldest(self, address: QueueAddress) -> str:
+        return (
+            "SELECT Id, CorrelationId, ReplyToAddress, "
+            f"(Expires IS NOT NULL AND Expires <= {_NOW}) AS Expired, Headers, Body, RowVersion, Expires "
+            f"FROM {self.qualified_name(address)} ORDER BY RowVersion LIMIT ?"
+        )
+
+    def delete_row_versions(self, address: QueueAddress, count: int) -> str:
+        marks = ", ".join(["?"] * count)
+        return f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion IN ({marks})"
+
+    def receive_rows(
+        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+    ) -> list[Any]:
+        cursor.execute(self.select_oldest(address), (max_messages,))
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        cursor.execute(self.delete_row_versions(address, len(rows)), [row[6] for row in rows])
+        if cursor.rowcount != len(rows):
+            raise TransientDatabaseError(
+                f"another receiver took some of the {len(rows)} rows selected from {address}; "
+                "the receive was rolled back, try again"
+            )
+        return rows
+
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        import pyodbc
+
+        if not isinstance(error, pyodbc.Error):
+            return None
+        detail = _detail(error)
+        translated = super().classify(_SqliteText(detail), address)
+        if translated is not None:
+            return translated
+        if self.is_connection_lost(error):
+            return TransientDatabaseError(f"connection lost: {detail}")
+        return None
+
+
+class _SqliteText(sqlite3.Error):
+    """Lets the SQLite dialect classify an ODBC error by its message, as it does sqlite3's."""
+
+
+class _QmarkCursor:
+    """A cursor that takes psycopg-style statements (for the PostgreSQL dialect's own inspection)."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._cursor.execute(_to_qmark(sql), params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+_STATEMENT_METHODS = {
+    "create_table",
+    "add_body_string",
+    "drop_table",
+    "lock_for_create",
+    "table_exists",
+    "index_exists",
+    "column_exists",
+    "send",
+    "send_batch",
+    "insert_raw",
+    "receive_batch",
+    "peek_estimate",
+    "peek_bounds",
+    "count_exact",
+    "purge_expired_batch",
+    "indexes",
+}
+
+
+def _to_qmark(value: Any) -> Any:
+    """Rewrite psycopg's ``%s`` / ``%%`` into pyodbc's ``?`` / ``%`` in a statement or statement tuple."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.sub(lambda m: "%" if m.group(1) == "%" else "?", value)
+    if isinstance(value, tuple) and value and isinstance(value[0], str):
+        return (_to_qmark(value[0]), *value[1:])
+    if isinstance(value, list):
+        return [type(item)(item.name, _to_qmark(item.create)) for item in value]
+    return value

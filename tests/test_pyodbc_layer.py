@@ -1,0 +1,48 @@
+"""The pyodbc code path, for real: the whole behavioural suite again, through unixODBC, against PostgreSQL
+(psqlODBC) and SQLite (SQLite3 ODBC driver), each with its own dialect.
+
+SQL Server's T-SQL cannot run on these machines, but the driver layer it uses can: ``?`` parameters,
+Unicode and binary binding, reading the rows a DELETE returns, draining result sets, SQLSTATE
+classification, and the guard against drivers that delete rows without handing them over.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from conftest import EngineTarget, odbc_target
+from test_queue import *  # noqa: F403  (re-collected here, with the ODBC targets below)
+
+pyodbc = pytest.importorskip("pyodbc", reason="pyodbc (the mssql extra) is not installed")
+
+
+@pytest.fixture(params=["postgresql", "sqlite"], ids=["postgresql-odbc", "sqlite-odbc"])
+def target(request: pytest.FixtureRequest, tmp_path) -> Iterator[EngineTarget]:
+    yield from odbc_target(request, request.param, tmp_path)
+
+
+def test_the_sqlite_odbc_driver_loses_rows_on_delete_returning(tmp_path) -> None:
+    """Why the SQLite-over-ODBC dialect never uses RETURNING: the driver deletes, then says 'No results'."""
+    connection = pyodbc.connect(f"DRIVER={{SQLite3}};Database={tmp_path / 'raw.db'}", autocommit=True)
+    connection.execute("CREATE TABLE q (RowVersion INTEGER PRIMARY KEY, Body BLOB)")
+    connection.execute("INSERT INTO q (Body) VALUES (?), (?)", (b"a", b"b"))
+    with pytest.raises(pyodbc.Error, match="No results"):
+        connection.execute("DELETE FROM q WHERE RowVersion IN (SELECT min(RowVersion) FROM q) RETURNING Body")
+        connection.cursor().fetchall()
+    assert connection.execute("SELECT count(*) FROM q").fetchone()[0] == 1  # one row gone, never delivered
+
+
+def test_odbc_ids_and_bodies_come_back_exactly(transport) -> None:
+    queue = transport.queue("exact")
+    queue.create()
+    chosen = uuid.uuid4()
+    from airflow_provider_sqlqueue.transport import OutgoingMessage
+
+    queue.send(OutgoingMessage(b"\x00\x01\xfe\xff" * 1000, {"ü": "😀/\x00"}, id=chosen))
+    with queue.receive() as batch:
+        [message] = batch
+    assert message.id == chosen
+    assert message.body == b"\x00\x01\xfe\xff" * 1000
+    assert message.headers["ü"] == "😀/\x00"
