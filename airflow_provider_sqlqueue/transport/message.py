@@ -28,8 +28,11 @@ def _as_bytes(body: bytes | bytearray | memoryview | str) -> bytes:
 class OutgoingMessage:
     """A message to send: body bytes, headers, an optional time to be received and a sender-made Id.
 
-    ``NServiceBus.MessageId`` defaults to the Id and ``NServiceBus.TimeSent`` to now, so that .NET
-    endpoints and this transport see the same standard headers. A ``str`` body is stored as UTF-8.
+    As NServiceBus does for a message that starts a conversation, ``NServiceBus.MessageId`` and
+    ``NServiceBus.CorrelationId`` default to the Id, ``NServiceBus.MessageIntent`` to ``Send`` and
+    ``NServiceBus.TimeSent`` to now; headers given override them. Set ``NServiceBus.ContentType`` and
+    ``NServiceBus.EnclosedMessageTypes`` for .NET endpoints to deserialize the body. A ``str`` body is
+    stored as UTF-8.
     """
 
     body: bytes = b""
@@ -56,11 +59,14 @@ class OutgoingMessage:
                     f"time_to_be_received {ttbr} is longer than the 50-year maximum; "
                     "use None (or timedelta.max) for a message that never expires"
                 )
-        merged: dict[str, str | None] = {
-            h.MESSAGE_ID: str(self.id),
-            h.TIME_SENT: h.format_timestamp(datetime.now(timezone.utc)),
-        }
-        merged.update(self.headers)
+        merged: dict[str, str | None] = dict(self.headers)  # the caller's order is the stored order
+        for name, value in (
+            (h.MESSAGE_ID, str(self.id)),
+            (h.CORRELATION_ID, str(self.id)),
+            (h.MESSAGE_INTENT, "Send"),
+            (h.TIME_SENT, h.format_timestamp(datetime.now(timezone.utc))),
+        ):
+            merged.setdefault(name, value)
         object.__setattr__(self, "headers", merged)
 
     def encoded_headers(self) -> str:

@@ -477,9 +477,9 @@ class TableQueue:
         for item in poison:
             if self.error_queue is None:
                 raise HeaderFormatError(
-                    f"message {_display_id(item.row.id)} in {self.address} (RowVersion {item.row.row_version}) "
-                    "cannot be "
-                    f"read: {item.reason}; no error queue is configured, so it was left in the queue"
+                    f"message {_display_id(item.row.id)} in {self.address} "
+                    f"(RowVersion {item.row.row_version}) cannot be read: {item.reason}; "
+                    "no error queue is configured, so it was left in the queue"
                 )
             log.error(
                 "Error receiving message %s from %s: probable message metadata corruption (%s). "
@@ -510,7 +510,8 @@ class TableQueue:
                 if isinstance(self.dialect.classify(error, self.error_queue), QueueNotFound):
                     raise QueueNotFound(
                         f"error queue {self.error_queue} does not exist, so the unreadable message "
-                        f"{_display_id(row.id)} stays in {self.address} and blocks its head; create the error queue"
+                        f"{_display_id(row.id)} stays in {self.address} and blocks its head; "
+                        "create the error queue"
                     ) from error
                 raise
 
