@@ -20,7 +20,8 @@ class PurgeExpiredMessagesOperator(BaseOperator):
     :param queues: a queue address or a list of them (templated).
     :param batch_size: rows per batch (default 10,000, as the reference).
     :param max_batches: stop each queue after this many batches.
-    :param max_seconds: stop after this much time in all; the remaining queues are reported as skipped.
+    :param max_seconds: stop after this much time in all; queues not reached are logged and left out of
+        the result.
     :return: ``{queue: number purged}``.
     """
 
@@ -40,6 +41,12 @@ class PurgeExpiredMessagesOperator(BaseOperator):
         super().__init__(**kwargs)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+        if max_batches is not None and (
+            isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
+        ):
+            raise ValueError(f"max_batches must be a positive int or None, not {max_batches!r}")
+        if max_seconds is not None and not max_seconds > 0:
+            raise ValueError(f"max_seconds must be positive or None, not {max_seconds!r}")
         self.queues = queues
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.batch_size = batch_size

@@ -13,6 +13,8 @@ from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import OutgoingMessage
 from ..transport.headers import CONTENT_TYPE
 
+WRAPPER_KEYS = {"body", "headers", "time_to_be_received"}
+
 
 def _seconds(value: timedelta | float | int | None) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
@@ -40,8 +42,9 @@ class SendMessageOperator(BaseOperator):
     :param body: bytes, text, or a JSON-able value sent as JSON (templated).
     :param headers: message headers (templated).
     :param time_to_be_received: a timedelta or seconds; the message expires that long after sending.
-    :param messages: instead of ``body``, a list of bodies or of dicts with ``body``, ``headers`` and
-        ``time_to_be_received`` keys, sent atomically in one transaction (templated).
+    :param messages: instead of ``body``, a list of bodies, or of dicts with a ``body`` key and optionally
+        ``headers`` and ``time_to_be_received`` (and no other key; any other dict is itself the JSON body),
+        sent atomically in one transaction (templated).
     """
 
     template_fields: Sequence[str] = ("queue_name", "body", "headers", "messages")
@@ -75,9 +78,14 @@ class SendMessageOperator(BaseOperator):
     def _outgoing(self) -> list[OutgoingMessage]:
         if self.messages is None:
             return [to_message(self.body, self.headers, self.time_to_be_received)]
+        if isinstance(self.messages, str | bytes) or not isinstance(self.messages, Sequence):
+            raise ValueError(
+                f"messages must be a list, not {type(self.messages).__name__}: a template renders to text "
+                "unless the DAG sets render_template_as_native_obj=True; an XComArg works as it is"
+            )
         batch = []
         for item in self.messages:
-            if isinstance(item, Mapping) and "body" in item:
+            if isinstance(item, Mapping) and "body" in item and set(item) <= WRAPPER_KEYS:
                 headers = {**self.headers, **(item.get("headers") or {})}
                 ttbr = item.get("time_to_be_received", self.time_to_be_received)
                 batch.append(to_message(item["body"], headers, ttbr))

@@ -7,8 +7,9 @@
   a triggerer restart the messages still waiting cause one more event.
 
 Transient database failures (a restart, a lost connection) are logged and polled through. Any other
-failure ends the task trigger with an ``error`` event that names the cause; the event trigger logs it and
-keeps watching, backing off to 30 s, since an event trigger must stay armed.
+failure (a missing queue or connection, an unexpected driver error) ends the task trigger with an
+``error`` event that names the cause; the event trigger logs it and keeps watching, backing off to 30 s,
+since an event trigger must stay armed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from ..hooks.sqlqueue import SqlQueueHook
-from ..transport import ConfigurationError, SqlQueueError, TransientDatabaseError
+from ..transport import ConfigurationError, TransientDatabaseError
 
 COUNT_MODES = ("estimate", "exact")
 
@@ -91,7 +92,7 @@ class PendingMessagesTrigger(BaseTrigger):
                         yield self._event("success", depth=depth, count_mode=self.count_mode)
                         return
                 await asyncio.sleep(self.poll_interval)
-        except SqlQueueError as error:
+        except Exception as error:  # a missing connection, an unclassified driver error: say so, end
             yield self._event("error", message=f"{type(error).__name__}: {error}")
         finally:
             hook.close()
@@ -141,7 +142,7 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
                     oldest, newest = await asyncio.to_thread(queue.peek_bounds)
                 except TransientDatabaseError as error:
                     self.log.warning("polling %s failed, will retry: %s", self.queue_name, error)
-                except SqlQueueError as error:
+                except Exception as error:
                     # An event trigger must stay armed: report, back off, and look again.
                     self.log.error("cannot watch %s: %s: %s", self.queue_name, type(error).__name__, error)
                     delay = max(self.poll_interval, 30.0)
