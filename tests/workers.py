@@ -63,3 +63,33 @@ def create_queue(url: str, schema: str | None, queue_name: str, start_at: float)
         queue = transport.queue(queue_name)
         time.sleep(max(0.0, start_at - time.time()))
         return queue.create()
+
+
+def receive_and_hold(url: str, schema: str | None, queue_name: str, max_messages: int, held, ids_out) -> None:
+    """Receive inside a transaction, report what is held, then wait to be killed (never commit)."""
+    with (
+        open_transport(url, default_schema=schema, pool_size=1, max_overflow=0) as transport,
+        transport.queue(queue_name).receive(max_messages=max_messages) as batch,
+    ):
+        ids_out.extend([str(message.id) for message in batch])
+        held.set()
+        time.sleep(3600)
+
+
+def send_forever(url: str, schema: str | None, queue_name: str, acknowledged, unknown, stop) -> None:
+    """Send one message at a time until told to stop; sort ids by whether the commit was acknowledged."""
+    from airflow_provider_sqlqueue.transport import OutgoingMessage
+
+    with open_transport(
+        url, default_schema=schema, pool_size=1, max_overflow=0, connect_timeout=2
+    ) as transport:
+        queue = transport.queue(queue_name)
+        while not stop.is_set():
+            message = OutgoingMessage(b"x" * 100)
+            try:
+                queue.send(message)
+            except TransientDatabaseError:
+                unknown.append(str(message.id))
+                time.sleep(0.05)
+            else:
+                acknowledged.append(str(message.id))
