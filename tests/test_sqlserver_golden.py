@@ -17,9 +17,11 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
    ones. sqlglot only reads here; it never generates SQL.
 3. **Semantics**, on the text and on the parse tree: the receive's hints, ``TOP(?)``, order and ``OUTPUT``;
    the peek's ``max - min + 1`` under ``READPAST, READCOMMITTEDLOCK``; database time (``GETUTCDATE()``) only;
-   the purge's ``READPAST``; the ``sp_getapplock`` transaction-owned creation lock; every identifier from the
-   address bracket-quoted with ``]`` doubled and never bare; every value a ``?`` parameter (the only string
-   literals are fixed ones such as ``'Exclusive'``).
+   the purge's ``READPAST``; the ``sp_getapplock`` transaction-owned creation lock; the delayed table's
+   columns, its store (``Due`` from ``GETUTCDATE()``), its move (the receive's hints, ``Due <= GETUTCDATE()``
+   in Due order) and the mover election (a session-owned ``sp_getapplock`` that never waits); every
+   identifier from the address bracket-quoted with ``]`` doubled and never bare; every value a ``?``
+   parameter (the only string literals are fixed ones such as ``'Exclusive'``).
 
 A negative self-test feeds deliberately broken statements to the same helpers and expects them to fail.
 """
@@ -33,6 +35,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +250,56 @@ def render(case_name: str, address: QueueAddress) -> list[Statement]:
         )
     )
 
+    # Delayed delivery, rendered for the same address as if it were an endpoint's delayed table.
+    out.append(
+        Statement(
+            "create_delayed_table", "create_delayed_table", d.create_delayed_table(address), (exp.Create,), 0
+        )
+    )
+    for index in d.delayed_indexes(address):
+        out.append(Statement("delayed_index", f"delayed_index {index.name}", index.create, (exp.Create,), 0))
+    stored = len(d.store_delayed_params("{}", b"", None, timedelta(seconds=1)))
+    out.append(Statement("store_delayed", "store_delayed", d.store_delayed(address), (exp.Insert,), stored))
+    out.append(
+        Statement(
+            "move_due_delayed_batch",
+            "move_due_delayed_batch",
+            d.move_due_delayed_batch(address),
+            (exp.Delete,),
+            1,
+        )
+    )
+    out.append(
+        Statement("next_due_delayed", "next_due_delayed", d.next_due_delayed(address), (exp.Select,), 0)
+    )
+    out.append(Statement("count_delayed", "count_delayed", d.count_delayed(address), (exp.Select,), 0))
+    sql, params = d.try_lock_delayed_mover(address)
+    out.append(
+        Statement(
+            "try_lock_delayed_mover",
+            "try_lock_delayed_mover",
+            sql,
+            (exp.Declare, exp.Execute, exp.Select),
+            1,
+            tuple(params),
+            embeds_table=False,
+            extra={"literals": {"Session"}},
+        )
+    )
+    sql, params = d.unlock_delayed_mover(address)
+    out.append(
+        Statement(
+            "unlock_delayed_mover",
+            "unlock_delayed_mover",
+            sql,
+            (exp.Execute,),
+            1,
+            tuple(params),
+            embeds_table=False,
+            extra={"literals": {"Session"}},
+        )
+    )
+
     # The schema inspection, with the parameters inspect() binds, and the fix it proposes for varchar Headers.
     cursor = _RecordingCursor()
     findings = d.inspect(cursor, address, TableOptions("heap"))
@@ -333,10 +386,14 @@ def all_nodes(trees: list[exp.Expression], kind: type[exp.Expression]) -> list[A
     return [node for tree in trees for node in tree.find_all(kind)]
 
 
-def check_values_are_parameters(trees: list[exp.Expression], sql: str, placeholders: int) -> None:
-    """Values are '?' parameters; the only literals are fixed words and numbers."""
+def check_values_are_parameters(
+    trees: list[exp.Expression], sql: str, placeholders: int, literals: frozenset[str] = frozenset()
+) -> None:
+    """Values are '?' parameters; the only literals are fixed words (plus the statement's own fixed
+    ``literals``, e.g. the mover lock's 'Session') and numbers."""
+    allowed = FIXED_STRINGS | literals
     strings = {lit.this for lit in all_nodes(trees, exp.Literal) if lit.is_string}
-    fail_unless(strings <= FIXED_STRINGS, f"string literals {sorted(strings - FIXED_STRINGS)} in:\n{sql}")
+    fail_unless(strings <= allowed, f"string literals {sorted(strings - allowed)} in:\n{sql}")
     numbers = {str(lit.this) for lit in all_nodes(trees, exp.Literal) if not lit.is_string}
     fail_unless(numbers <= FIXED_NUMBERS, f"number literals {sorted(numbers - FIXED_NUMBERS)} in:\n{sql}")
     national = all_nodes(trees, exp.National)
@@ -388,7 +445,7 @@ def check_identifiers(
         names = tuple(part.name if part is not None else None for part in (this, db, catalog))
         if names == ("message", None, None) and not this.quoted and "message" in ctes:
             continue  # the receive's CTE
-        if names == ("sp_getapplock", None, None) and not this.quoted:
+        if names in (("sp_getapplock", None, None), ("sp_releaseapplock", None, None)) and not this.quoted:
             continue
         if db is not None and db.name == "sys" and not db.quoted:
             fail_unless(names[2] == address.catalog, f"catalog views of the wrong catalog in:\n{sql}")
@@ -414,7 +471,9 @@ def check_statement(statement: Statement, address: QueueAddress) -> list[exp.Exp
     """Every check that applies to any statement, then the statement's own semantic checker."""
     trees = parse_tsql(statement.sql)
     check_types(trees, statement.types)
-    check_values_are_parameters(trees, statement.sql, statement.placeholders)
+    check_values_are_parameters(
+        trees, statement.sql, statement.placeholders, frozenset(statement.extra.get("literals", ()))
+    )
     check_database_clock(trees, statement.sql, statement.kind in USES_TIME)
     check_hints(trees, statement.sql)
     check_identifiers(trees, statement.sql, address, statement.embeds_table)
@@ -741,7 +800,179 @@ def check_prepare_connection(
     fail_unless(statement.sql == "SET NOCOUNT ON", statement.sql)
 
 
-USES_TIME = {"send", "receive_batch", "count_exact", "purge_expired_batch"}
+# Column, type, type parameters, nullable: the reference's delayed table (section 8).
+DELAYED_COLUMNS = [
+    ("Headers", _TYPE.NVARCHAR, ["MAX"], False),
+    ("Body", _TYPE.VARBINARY, ["MAX"], True),
+    ("Due", _TYPE.DATETIME, [], False),
+    ("RowVersion", _TYPE.BIGINT, [], False),
+]
+
+
+def check_create_delayed_table(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    create = trees[0]
+    fail_unless(create.args.get("kind") == "TABLE", f"not CREATE TABLE:\n{statement.sql}")
+    found = []
+    for definition in create.this.expressions:
+        nullable = [c.kind for c in definition.constraints if isinstance(c.kind, exp.NotNullColumnConstraint)]
+        fail_unless(len(nullable) == 1, f"{definition.name}: say NULL or NOT NULL explicitly")
+        found.append(
+            (
+                definition.name,
+                definition.kind.this,
+                [p.this.name.upper() for p in definition.kind.expressions],
+                bool(nullable[0].args.get("allow_null")),
+            )
+        )
+    fail_unless(found == DELAYED_COLUMNS, f"delayed columns {found} != {DELAYED_COLUMNS}")
+    identity = [
+        c.kind
+        for c in create.this.expressions[3].constraints
+        if isinstance(c.kind, exp.GeneratedAsIdentityColumnConstraint)
+    ]
+    fail_unless(len(identity) == 1, f"RowVersion is not IDENTITY(1,1):\n{statement.sql}")
+
+
+def check_delayed_index(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    create = trees[0]
+    params = create.this.args["params"]
+    keys = [(o.this.name, bool(o.args.get("desc"))) for o in params.args.get("columns") or []]
+    fail_unless(
+        create.this.name == "Index_Due"
+        and create.args.get("kind") == "NONCLUSTERED INDEX"
+        and keys == [("Due", False)]
+        and not params.args.get("include")
+        and params.args.get("where") is None,
+        f"not NONCLUSTERED INDEX [Index_Due] on ([Due] ASC):\n{statement.sql}",
+    )
+
+
+def check_store_delayed(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    insert = trees[0]
+    columns = [identifier.name for identifier in insert.this.expressions]
+    fail_unless(columns == ["Headers", "Body", "Due"], f"store columns {columns}:\n{sql}")
+    [row] = insert.expression.expressions
+    headers, body, due = row.expressions
+    fail_unless(isinstance(headers, exp.Placeholder) and isinstance(body, exp.Placeholder), sql)
+    # Due = COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())))
+    fail_unless(isinstance(due, exp.Coalesce) and len(due.expressions) == 1, f"Due is not COALESCE:\n{sql}")
+    at, computed = due.this, due.expressions[0]
+    inner = computed.this if isinstance(computed, exp.DateAdd) else None
+    fail_unless(
+        isinstance(at, exp.Cast)
+        and isinstance(at.this, exp.Placeholder)
+        and at.to.this == _TYPE.DATETIME2
+        and isinstance(computed, exp.DateAdd)
+        and computed.unit.name.upper() == "MILLISECOND"
+        and isinstance(computed.expression, exp.Placeholder)
+        and isinstance(inner, exp.DateAdd)
+        and inner.unit.name.upper() == "SECOND"
+        and isinstance(inner.expression, exp.Placeholder)
+        and isinstance(inner.this, exp.Anonymous)
+        and inner.this.name.upper() == "GETUTCDATE",
+        f"Due is not the given time or GETUTCDATE() plus the delay:\n{sql}",
+    )
+
+
+def check_move_due_delayed(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    delete = trees[0]
+    fail_unless(
+        isinstance(delete.this, exp.Table) and delete.this.name == "message", f"DELETE target:\n{sql}"
+    )
+    ctes = list(delete.find_all(exp.CTE))
+    fail_unless(len(ctes) == 1 and ctes[0].alias == "message", f"one CTE 'message':\n{sql}")
+    select = ctes[0].this
+    limit = select.args.get("limit")
+    fail_unless(limit is not None and isinstance(limit.expression, exp.Placeholder), f"TOP is not ?:\n{sql}")
+    source = select.args["from_"].this
+    fail_unless(sorted(table_hints(source)) == ["READPAST", "ROWLOCK", "UPDLOCK"], f"hints:\n{sql}")
+    where = select.args.get("where")
+    condition = where.this if where is not None else None
+    fail_unless(
+        isinstance(condition, exp.LTE)
+        and condition.this.name == "Due"
+        and isinstance(condition.expression, exp.Anonymous)
+        and condition.expression.name.upper() == "GETUTCDATE",
+        f"the move takes rows other than Due <= GETUTCDATE():\n{sql}",
+    )
+    order = select.args.get("order")
+    keys = [(o.this.name, bool(o.args.get("desc"))) for o in order.expressions] if order else []
+    fail_unless(keys == [("Due", False)], f"the move is not ordered by Due ascending:\n{sql}")
+    returning = delete.args.get("returning")
+    outputs = [(c.table, c.name) for c in returning.expressions] if returning is not None else []
+    fail_unless(
+        outputs
+        == [("deleted", "Headers"), ("deleted", "Body"), ("deleted", "Due"), ("deleted", "RowVersion")],
+        f"the move does not OUTPUT deleted Headers, Body, Due, RowVersion:\n{sql}",
+    )
+
+
+def check_next_due_delayed(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    select = trees[0]
+    first, second = select.expressions
+    fail_unless(
+        isinstance(first, exp.Anonymous)
+        and first.name.upper() == "GETUTCDATE"
+        and isinstance(second, exp.Min)
+        and second.this.name == "Due"
+        and table_hints(select.args["from_"].this) == ["READPAST"],
+        f"not SELECT GETUTCDATE(), min([Due]) past locked rows:\n{statement.sql}",
+    )
+
+
+def check_count_delayed(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    fail_unless(
+        "count_big(*)" in statement.sql and "WITH (READPAST)" in statement.sql, f"count:\n{statement.sql}"
+    )
+
+
+def check_mover_lock(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The mover election: a session-owned exclusive app lock, tried without waiting, and its release."""
+    sql = statement.sql
+    locking = statement.kind == "try_lock_delayed_mover"
+    execute = trees[1] if locking else trees[0]
+    procedure = "sp_getapplock" if locking else "sp_releaseapplock"
+    fail_unless(execute.this.name.lower() == procedure, f"not {procedure}:\n{sql}")
+    arguments = {eq.this.name: eq.expression for eq in execute.expressions}
+    fail_unless(
+        isinstance(arguments.get("Resource"), exp.Placeholder), f"@Resource is not a parameter:\n{sql}"
+    )
+    expected = {"LockOwner": "Session"}
+    if locking:
+        expected["LockMode"] = "Exclusive"
+        fail_unless(execute.args.get("return_status") is not None, f"the result is not kept:\n{sql}")
+        timeout = arguments.get("LockTimeout")
+        fail_unless(
+            isinstance(timeout, exp.Literal) and timeout.this == "0",
+            f"the election waits for the lock:\n{sql}",
+        )
+    for name, value in expected.items():
+        literal = arguments.get(name)
+        fail_unless(
+            isinstance(literal, exp.Literal) and literal.is_string and literal.this == value,
+            f"@{name} is not '{value}':\n{sql}",
+        )
+    resource = statement.params[0]
+    wanted = expected_qualified_name(address) + "_mover"
+    if len(wanted) <= APPLOCK_RESOURCE_MAX:
+        fail_unless(resource == wanted, f"mover lock resource {resource!r} != {wanted!r}")
+    else:
+        fail_unless(re.fullmatch(r"sqlqueue_[0-9a-f]{8}_mover", resource), f"long resource {resource!r}")
+
+
+USES_TIME = {
+    "send",
+    "receive_batch",
+    "count_exact",
+    "purge_expired_batch",
+    "store_delayed",
+    "move_due_delayed_batch",
+    "next_due_delayed",
+}
 SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
     "create_table": check_create_table,
     "index": check_index,
@@ -762,6 +993,14 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "purge_expired_batch": check_purge,
     "fix_varchar_headers": check_fix_varchar_headers,
     "prepare_connection": check_prepare_connection,
+    "create_delayed_table": check_create_delayed_table,
+    "delayed_index": check_delayed_index,
+    "store_delayed": check_store_delayed,
+    "move_due_delayed_batch": check_move_due_delayed,
+    "next_due_delayed": check_next_due_delayed,
+    "count_delayed": check_count_delayed,
+    "try_lock_delayed_mover": check_mover_lock,
+    "unlock_delayed_mover": check_mover_lock,
 }
 
 
@@ -847,6 +1086,9 @@ _GOOD_PURGE = DIALECT.purge_expired_batch(_ORDERS)
 _GOOD_LOCK, _GOOD_LOCK_PARAMS = DIALECT.lock_for_create(_ORDERS)
 _GOOD_SEND = DIALECT.send(_ORDERS)
 _GOOD_HEAP_INDEX = DIALECT.indexes(_ORDERS, TableOptions("heap"))[0].create
+_GOOD_MOVE = DIALECT.move_due_delayed_batch(_ORDERS)
+_GOOD_STORE = DIALECT.store_delayed(_ORDERS)
+_GOOD_MOVER_LOCK, _GOOD_MOVER_LOCK_PARAMS = DIALECT.try_lock_delayed_mover(_ORDERS)
 _SPECIAL = QueueAddress("my]table", "db@", "n service.bus&#")
 _GOOD_SPECIAL_PEEK = DIALECT.peek_estimate(_SPECIAL)
 
@@ -1003,6 +1245,46 @@ BROKEN = [
         id="name-as-literal",
     ),
     pytest.param(
+        _like(
+            "move_due_delayed_batch", _GOOD_MOVE.replace("UPDLOCK, READPAST, ROWLOCK", "UPDLOCK, ROWLOCK"), 1
+        ),
+        _ORDERS,
+        "hints",
+        id="move-no-READPAST",
+    ),
+    pytest.param(
+        _like("move_due_delayed_batch", _GOOD_MOVE.replace("[Due] <= GETUTCDATE()", "[Due] <= GETDATE()"), 1),
+        _ORDERS,
+        "local-time function",
+        id="move-local-clock",
+    ),
+    pytest.param(
+        _like("move_due_delayed_batch", _GOOD_MOVE.replace(" ORDER BY [Due]", ""), 1),
+        _ORDERS,
+        "ordered by Due",
+        id="move-unordered",
+    ),
+    pytest.param(
+        _like("store_delayed", _GOOD_STORE.replace("GETUTCDATE()", "SYSUTCDATETIME()"), 5),
+        _ORDERS,
+        "clock functions",
+        id="store-other-clock",
+    ),
+    pytest.param(
+        _like(
+            "try_lock_delayed_mover", _GOOD_MOVER_LOCK.replace("@LockTimeout = 0", "@LockTimeout = 60000"), 1
+        ),
+        _ORDERS,
+        "waits for the lock",
+        id="mover-lock-waits",
+    ),
+    pytest.param(
+        _like("try_lock_delayed_mover", _GOOD_MOVER_LOCK.replace("'Session'", "'Transaction'"), 1),
+        _ORDERS,
+        "LockOwner is not 'Session'",
+        id="mover-lock-transaction-owner",
+    ),
+    pytest.param(
         _like("drop_table", "DROP TABLE IF EXISTS [dbo].[orders]; DROP TABLE [dbo].[x]", 0),
         _ORDERS,
         "statement types",
@@ -1019,7 +1301,17 @@ def test_checks_reject_broken_statements(statement: Statement, address: QueueAdd
 
 def test_checks_accept_the_unbroken_originals() -> None:
     """The broken statements above fail because of what was broken, not because the models are wrong."""
-    for sql in (_GOOD_RECEIVE, _GOOD_PEEK, _GOOD_PURGE, _GOOD_LOCK, _GOOD_SEND, _GOOD_HEAP_INDEX):
+    for sql in (
+        _GOOD_RECEIVE,
+        _GOOD_PEEK,
+        _GOOD_PURGE,
+        _GOOD_LOCK,
+        _GOOD_SEND,
+        _GOOD_HEAP_INDEX,
+        _GOOD_MOVE,
+        _GOOD_STORE,
+        _GOOD_MOVER_LOCK,
+    ):
         statement = next(s for s in RENDERED["plain"] if s.sql == sql)
         check_statement(statement, _ORDERS)
     special = next(s for s in RENDERED["ci_special_characters"] if s.kind == "peek_estimate")

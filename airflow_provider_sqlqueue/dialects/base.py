@@ -11,7 +11,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from ..transport.address import QueueAddress
@@ -234,6 +234,58 @@ class Dialect(ABC):
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         """Check the indexes and column types of an existing table; never raises for a finding."""
 
+    # ---- delayed delivery (the ``<endpoint>.Delayed`` table) -----------------------------------
+    @abstractmethod
+    def create_delayed_table(self, address: QueueAddress) -> str:
+        """DDL of a delayed-message table: Headers, Body, Due (UTC, database clock) and RowVersion."""
+
+    @abstractmethod
+    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
+        """The index on Due that the mover and the next-due query read through."""
+
+    @abstractmethod
+    def store_delayed(self, address: QueueAddress) -> str:
+        """INSERT of one delayed message; parameters from :meth:`store_delayed_params`.
+
+        Due is the given absolute time, or the database clock plus the given delay.
+        """
+
+    @abstractmethod
+    def store_delayed_params(
+        self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
+    ) -> tuple[Any, ...]:
+        """Parameters of :meth:`store_delayed`; exactly one of ``deliver_at`` (aware UTC) and ``delay``."""
+
+    @abstractmethod
+    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+        """DELETE of up to N rows whose Due has passed by the database clock, oldest Due first (one
+        parameter: N), returning Headers, Body, Due, RowVersion; never the same row to two movers."""
+
+    def take_due_delayed_rows(
+        self, cursor: Any, address: QueueAddress, statement: str, batch_size: int
+    ) -> list[Any]:
+        """Run the move's DELETE (``statement`` is :meth:`move_due_delayed_batch`'s text); return its rows."""
+        cursor.execute(statement, (batch_size,))
+        return self.fetch_rows(cursor)
+
+    @abstractmethod
+    def next_due_delayed(self, address: QueueAddress) -> str:
+        """The database clock and the earliest Due (NULL when empty), so the wait is skew-free."""
+
+    @abstractmethod
+    def count_delayed(self, address: QueueAddress) -> str:
+        """Number of messages waiting in a delayed table."""
+
+    @abstractmethod
+    def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """Try, without waiting, to take the session-level lock that elects the one mover of a delayed
+        table; the first value of the first row is >= 0 when granted. None where the engine's write lock
+        already lets only one mover run at a time (each move then starts with :meth:`begin_write`)."""
+
+    @abstractmethod
+    def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """Release the lock of :meth:`try_lock_delayed_mover` (closing the session releases it too)."""
+
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:
         """Convert a uuid.UUID to what the driver binds for the Id column."""
@@ -253,6 +305,11 @@ class Dialect(ABC):
 
     def is_already_exists(self, error: BaseException) -> bool:
         """True for "object already exists" errors that a concurrent creator can cause despite the lock."""
+        return False
+
+    def is_deadlock(self, error: BaseException) -> bool:
+        """True when the driver error chose this statement as a deadlock victim (retried, never counted
+        as a failure by circuit breakers)."""
         return False
 
     def fetch_rows(self, cursor: Any) -> list[Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..transport.address import QueueAddress
@@ -96,6 +96,13 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
         interval = None if time_to_be_received is None else f"{time_to_be_received.total_seconds()} seconds"
         return (message_id, correlation_id, reply_to_address, interval, headers, body)
 
+    def store_delayed_params(
+        self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
+    ) -> tuple[Any, ...]:
+        at = None if deliver_at is None else deliver_at.isoformat()  # with its offset: no session zone
+        interval = None if delay is None else f"{delay.total_seconds()} seconds"
+        return (headers, body, at, interval)
+
     def inspect(self, cursor: Any, address: QueueAddress, options: Any) -> Any:
         return super().inspect(_QmarkCursor(cursor), address, options)
 
@@ -149,6 +156,27 @@ class SqliteOverOdbc(_Pyodbc, SqliteDialect):
             )
         return rows
 
+    def select_due_delayed(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT Headers, Body, Due, RowVersion FROM {self.qualified_name(address)} "
+            f"WHERE Due <= {_NOW} ORDER BY Due LIMIT ?"
+        )
+
+    def take_due_delayed_rows(
+        self, cursor: Any, address: QueueAddress, statement: str, batch_size: int
+    ) -> list[Any]:
+        """The delayed mover's DELETE without RETURNING, as the receive: select, then delete those rows."""
+        cursor.execute(self.select_due_delayed(address), (batch_size,))
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        cursor.execute(self.delete_row_versions(address, len(rows)), [row[3] for row in rows])
+        if cursor.rowcount != len(rows):
+            raise TransientDatabaseError(
+                f"another mover took some of the {len(rows)} rows selected from {address}; rolled back"
+            )
+        return rows
+
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import pyodbc
 
@@ -197,6 +225,14 @@ _STATEMENT_METHODS = {
     "count_exact",
     "purge_expired_batch",
     "indexes",
+    "create_delayed_table",
+    "delayed_indexes",
+    "store_delayed",
+    "move_due_delayed_batch",
+    "next_due_delayed",
+    "count_delayed",
+    "try_lock_delayed_mover",
+    "unlock_delayed_mover",
 }
 
 

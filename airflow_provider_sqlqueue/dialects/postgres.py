@@ -12,7 +12,7 @@ receive transaction still computes Expires from the moment it runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..transport.address import QueueAddress
@@ -239,6 +239,60 @@ class PostgresDialect(Dialect):
                 )
         return findings
 
+    # ---- delayed delivery ----------------------------------------------------------------------
+    def create_delayed_table(self, address: QueueAddress) -> str:
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    Headers text NOT NULL,\n"
+            "    Body bytea NULL,\n"
+            "    Due timestamptz NOT NULL,\n"
+            "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL\n)"
+        )
+
+    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
+        due = self.object_name(address, "Due")
+        return [IndexSpec(due, f"CREATE INDEX {self.quote(due)} ON {self.qualified_name(address)} (Due)")]
+
+    def store_delayed(self, address: QueueAddress) -> str:
+        return (
+            f"INSERT INTO {self.qualified_name(address)} (Headers, Body, Due) "
+            "VALUES (%s, %s, COALESCE(%s::timestamptz, statement_timestamp() + %s::interval))"
+        )
+
+    def store_delayed_params(
+        self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
+    ) -> tuple[Any, ...]:
+        return (headers, body, deliver_at, delay)
+
+    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+        # No FOR UPDATE SKIP LOCKED: the election leaves one mover, and row locks would ask the runtime role
+        # for UPDATE on the delayed table. A second mover's DELETE would wait, then skip the rows already
+        # gone (READ COMMITTED re-checks them), so nothing moves twice either way.
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN ("
+            f"SELECT RowVersion FROM {table} WHERE Due <= statement_timestamp() ORDER BY Due LIMIT %s) "
+            "RETURNING Headers, Body, Due, RowVersion"
+        )
+
+    def next_due_delayed(self, address: QueueAddress) -> str:
+        return f"SELECT statement_timestamp(), min(Due) FROM {self.qualified_name(address)}"
+
+    def count_delayed(self, address: QueueAddress) -> str:
+        return f"SELECT count(*) FROM {self.qualified_name(address)}"
+
+    def _mover_lock_key(self, address: QueueAddress) -> str:
+        return f"sqlqueue-mover:{self.qualified_name(address)}"
+
+    def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended(%s, 0)) THEN 0 ELSE -1 END",
+            (self._mover_lock_key(address),),
+        )
+
+    def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (self._mover_lock_key(address),)
+
     # ---- driver glue ---------------------------------------------------------------------------
     def prepare_connection(self, connection: Any) -> None:
         connection.autocommit = False
@@ -263,6 +317,9 @@ class PostgresDialect(Dialect):
         if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError) or sqlstate.startswith("08"):
             return TransientDatabaseError(f"connection to PostgreSQL lost or refused: {detail}{where}")
         return None
+
+    def is_deadlock(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) == "40P01"
 
     def is_connection_lost(self, error: BaseException) -> bool:
         import psycopg

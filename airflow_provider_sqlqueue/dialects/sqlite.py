@@ -9,10 +9,11 @@ text ``YYYY-MM-DD HH:MM:SS.SSS``, computed by SQLite's clock, which compares cor
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..transport.address import QueueAddress
@@ -218,6 +219,66 @@ class SqliteDialect(Dialect):
                 )
             )
         return findings
+
+    # ---- delayed delivery ----------------------------------------------------------------------
+    def create_delayed_table(self, address: QueueAddress) -> str:
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    Headers TEXT NOT NULL,\n"
+            "    Body BLOB NULL,\n"
+            "    Due TEXT NOT NULL,\n"
+            "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL\n)"
+        )
+
+    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
+        due = self.object_name(address, "Due")
+        return [
+            IndexSpec(
+                due,
+                f"CREATE INDEX {self._schema_prefix(address)}{self.quote(due)} "
+                f"ON {self.quote(address.table)} (Due)",
+            )
+        ]
+
+    def store_delayed(self, address: QueueAddress) -> str:
+        return (
+            f"INSERT INTO {self.qualified_name(address)} (Headers, Body, Due) "
+            "VALUES (?, ?, COALESCE(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)))"
+        )
+
+    def store_delayed_params(
+        self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
+    ) -> tuple[Any, ...]:
+        # Due is text with milliseconds; both forms round up to the next millisecond, never down.
+        at = modifier = None
+        if deliver_at is not None:
+            utc = deliver_at.astimezone(timezone.utc)
+            if utc.microsecond % 1000:
+                utc += timedelta(microseconds=1000 - utc.microsecond % 1000)
+            at = utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
+        elif delay is not None:
+            modifier = f"{math.ceil(delay.total_seconds() * 1000) / 1000:+.3f} seconds"
+        return (headers, body, at, modifier)
+
+    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN ("
+            f"SELECT RowVersion FROM {table} WHERE Due <= {_NOW} ORDER BY Due LIMIT ?) "
+            "RETURNING Headers, Body, Due, RowVersion"
+        )
+
+    def next_due_delayed(self, address: QueueAddress) -> str:
+        return f"SELECT {_NOW}, min(Due) FROM {self.qualified_name(address)}"
+
+    def count_delayed(self, address: QueueAddress) -> str:
+        return f"SELECT count(*) FROM {self.qualified_name(address)}"
+
+    def try_lock_delayed_mover(self, address: QueueAddress) -> None:
+        return None  # each move holds the database's single write lock (BEGIN IMMEDIATE)
+
+    def unlock_delayed_mover(self, address: QueueAddress) -> None:
+        return None
 
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..transport.address import QueueAddress
@@ -258,6 +258,75 @@ class SqlServerDialect(Dialect):
             )
         return findings
 
+    # ---- delayed delivery ----------------------------------------------------------------------
+    def create_delayed_table(self, address: QueueAddress) -> str:
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    [Headers] nvarchar(max) NOT NULL,\n"
+            "    [Body] varbinary(max) NULL,\n"
+            "    [Due] datetime NOT NULL,\n"
+            "    [RowVersion] bigint IDENTITY(1,1) NOT NULL\n)"
+        )
+
+    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
+        return [
+            IndexSpec(
+                "Index_Due",
+                f"CREATE NONCLUSTERED INDEX [Index_Due] ON {self.qualified_name(address)} ([Due] ASC)",
+            )
+        ]
+
+    def store_delayed(self, address: QueueAddress) -> str:
+        return (
+            f"INSERT INTO {self.qualified_name(address)} ([Headers], [Body], [Due]) VALUES (?, ?, "
+            "COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE()))))"
+        )
+
+    def store_delayed_params(
+        self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
+    ) -> tuple[Any, ...]:
+        at = milliseconds = seconds = None
+        if deliver_at is not None:
+            at = deliver_at.astimezone(timezone.utc).replace(tzinfo=None)
+        elif delay is not None:
+            whole_seconds, rest = divmod(delay, timedelta(seconds=1))
+            seconds = int(whole_seconds)
+            milliseconds = -(-rest // timedelta(milliseconds=1))  # round up: never early
+        return (headers, body, at, milliseconds, seconds)
+
+    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+        return (
+            "WITH message AS ("
+            f"SELECT TOP(?) * FROM {self.qualified_name(address)} WITH (UPDLOCK, READPAST, ROWLOCK) "
+            "WHERE [Due] <= GETUTCDATE() ORDER BY [Due]) DELETE FROM message "
+            "OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], deleted.[RowVersion]"
+        )
+
+    def next_due_delayed(self, address: QueueAddress) -> str:
+        return f"SELECT GETUTCDATE(), min([Due]) FROM {self.qualified_name(address)} WITH (READPAST)"
+
+    def count_delayed(self, address: QueueAddress) -> str:
+        return f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST)"
+
+    def _mover_lock_resource(self, address: QueueAddress) -> str:
+        resource = f"{self.qualified_name(address)}_mover"
+        return resource if len(resource) <= 255 else f"sqlqueue_{short_hash(resource)}_mover"
+
+    def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return (
+            "DECLARE @result int; "
+            "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
+            "@LockOwner = 'Session', @LockTimeout = 0; "
+            "SELECT @result",
+            (self._mover_lock_resource(address),),
+        )
+
+    def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return (
+            "EXEC sp_releaseapplock @Resource = ?, @LockOwner = 'Session'",
+            (self._mover_lock_resource(address),),
+        )
+
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:
         return str(value)
@@ -310,6 +379,9 @@ class SqlServerDialect(Dialect):
 
     def is_already_exists(self, error: BaseException) -> bool:
         return bool(native_errors(error) & _ALREADY_EXISTS_ERRORS)
+
+    def is_deadlock(self, error: BaseException) -> bool:
+        return 1205 in native_errors(error)
 
     def is_connection_lost(self, error: BaseException) -> bool:
         try:

@@ -9,7 +9,7 @@ sensors and triggers stay thin and go through it. As a ``DbApiHook`` it also off
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
@@ -21,7 +21,9 @@ from sqlalchemy.engine import URL
 from ..transport import (
     ConfigurationError,
     Finding,
+    MessagePump,
     OutgoingMessage,
+    PumpStats,
     ReceivedBatch,
     TableOptions,
     TableQueue,
@@ -282,6 +284,30 @@ class SqlQueueHook(DbApiHook):
                     {"code": f.code, "message": f.message, "fix": f.fix} for f in findings
                 ]
         return result
+
+    def consume(
+        self,
+        queue: str,
+        handler: Callable[..., Any] | str,
+        *,
+        max_messages: int | None = None,
+        max_concurrency: int = 1,
+        strategy: str = "monitor",
+        transaction_mode: str | None = None,
+        timeout: float | None = None,
+        **pump_options: Any,
+    ) -> PumpStats:
+        """Run ``handler`` over ``queue`` with a :class:`MessagePump` until ``max_messages`` are handled,
+        the queue is empty, or ``timeout`` seconds pass; return the pump's counts."""
+        pump = MessagePump(
+            self.get_queue(queue),
+            handler,
+            max_concurrency=max_concurrency,
+            strategy=strategy,
+            transaction_mode=transaction_mode,
+            **pump_options,
+        )
+        return pump.run(max_messages=max_messages, until_empty=True, timeout=timeout)
 
     # ---- async counterparts for triggers -------------------------------------------------------
     async def aget_transport(self) -> Transport:

@@ -1,4 +1,5 @@
-"""The engine-neutral transport core: queue tables with send, receive, peek and purge.
+"""The engine-neutral transport core: queue tables with send, receive, peek and purge; the message pump,
+endpoints and delayed delivery on top of them.
 
 It imports no Airflow and no Spark, so plain scripts and Spark executors use it directly::
 
@@ -40,32 +41,54 @@ _EXPORTS = {
     "MessageTooLarge": "errors",
     "HeaderFormatError": "errors",
     "TransientDatabaseError": "errors",
+    "MessagePump": "pump",
+    "MessageContext": "pump",
+    "PumpStats": "pump",
+    "RampUpController": "pump",
+    "Strategy": "pump",
+    "load_handler": "pump",
+    "CircuitBreakerSettings": "recoverability",
+    "DelayedStore": "delayed",
+    "DelayedMover": "delayed",
+    "Endpoint": "endpoint",
 }
 
 __all__ = [
+    "CircuitBreakerSettings",
     "ConfigurationError",
+    "DelayedMover",
+    "DelayedStore",
+    "Endpoint",
     "Finding",
     "HeaderFormatError",
     "InvalidQueueName",
+    "MessageContext",
+    "MessagePump",
     "MessageTooLarge",
     "OutgoingMessage",
     "PermissionDenied",
+    "PumpStats",
     "QueueAddress",
     "QueueNotFound",
+    "RampUpController",
     "ReceivedBatch",
     "ReceivedMessage",
     "SqlQueueError",
+    "Strategy",
     "TableOptions",
     "TableQueue",
     "TransactionMode",
     "TransientDatabaseError",
     "Transport",
+    "load_handler",
     "open_transport",
 ]
 
 if TYPE_CHECKING:
     from .address import QueueAddress
     from .connection import Transport, open_transport
+    from .delayed import DelayedMover, DelayedStore
+    from .endpoint import Endpoint
     from .errors import (
         ConfigurationError,
         HeaderFormatError,
@@ -77,7 +100,9 @@ if TYPE_CHECKING:
         TransientDatabaseError,
     )
     from .message import OutgoingMessage, ReceivedMessage
+    from .pump import MessageContext, MessagePump, PumpStats, RampUpController, Strategy, load_handler
     from .queue import Finding, ReceivedBatch, TableOptions, TableQueue, TransactionMode
+    from .recoverability import CircuitBreakerSettings
 
 
 def __getattr__(name: str) -> Any:

@@ -221,7 +221,7 @@ class Transport:
         try:
             yield pooled
         except BaseException as error:
-            if self.dialect.is_connection_lost(error):
+            if self.dialect.is_connection_lost(error) and pooled.is_valid:  # not invalidated already
                 pooled.invalidate()
             translated = self.dialect.classify(error, address)
             if translated is None:

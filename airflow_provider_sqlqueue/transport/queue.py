@@ -154,6 +154,16 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
     def __len__(self) -> int:
         return len(self.messages)
 
+    @property
+    def connection(self) -> Any:
+        """The DB-API connection that holds this receive's transaction.
+
+        Statements run on it commit or roll back together with the receive's DELETE (in transaction
+        modes other than ``none``), e.g. writing results to a table of the same database. Never commit,
+        roll back or close it yourself: the ``receive`` block does.
+        """
+        return self._connection
+
     def __repr__(self) -> str:
         return (
             f"<ReceivedBatch {self.queue.address} messages={len(self.messages)} expired={self.expired} "
@@ -186,6 +196,18 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
                 "wait for this receive's own write lock. Use transaction_mode='sends_atomic_with_receive'"
             )
         return target.send_batch(messages)
+
+    def send_in_receive_transaction(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        messages: Iterable[OutgoingMessage | bytes | str],
+    ) -> list[uuid.UUID]:
+        """Send on this receive's connection and transaction in every mode (the pump's moves to the error
+        queue, audit copies and forwards: they must commit or roll back with the receive)."""
+        target = (
+            destination if isinstance(destination, TableQueue) else self.queue.transport.queue(destination)
+        )
+        return target._send_on(self._connection, messages, commit=False)
 
 
 class TableQueue:

@@ -114,6 +114,37 @@ SELECT count_big(*) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST) WHERE
 -- purge_expired_batch
 DELETE FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 
+-- create_delayed_table
+CREATE TABLE [c]]@[].[s@]]x].[x [y]]]] 'z';--] (
+    [Headers] nvarchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [Due] datetime NOT NULL,
+    [RowVersion] bigint IDENTITY(1,1) NOT NULL
+)
+
+-- delayed_index Index_Due
+CREATE NONCLUSTERED INDEX [Index_Due] ON [c]]@[].[s@]]x].[x [y]]]] 'z';--] ([Due] ASC)
+
+-- store_delayed
+INSERT INTO [c]]@[].[s@]]x].[x [y]]]] 'z';--] ([Headers], [Body], [Due]) VALUES (?, ?, COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE()))))
+
+-- move_due_delayed_batch
+WITH message AS (SELECT TOP(?) * FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]) DELETE FROM message OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], deleted.[RowVersion]
+
+-- next_due_delayed
+SELECT GETUTCDATE(), min([Due]) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST)
+
+-- count_delayed
+SELECT count_big(*) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST)
+
+-- try_lock_delayed_mover
+-- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]_mover"]
+DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = 0; SELECT @result
+
+-- unlock_delayed_mover
+-- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]_mover"]
+EXEC sp_releaseapplock @Resource = ?, @LockOwner = 'Session'
+
 -- index_first_columns
 -- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]"]
 SELECT c.name, i.type FROM [c]]@[].sys.indexes i JOIN [c]]@[].sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 JOIN [c]]@[].sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE i.object_id = OBJECT_ID(?)

@@ -114,6 +114,37 @@ SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires]
 -- purge_expired_batch
 DELETE FROM [dbo].[order queue. v2] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 
+-- create_delayed_table
+CREATE TABLE [dbo].[order queue. v2] (
+    [Headers] nvarchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [Due] datetime NOT NULL,
+    [RowVersion] bigint IDENTITY(1,1) NOT NULL
+)
+
+-- delayed_index Index_Due
+CREATE NONCLUSTERED INDEX [Index_Due] ON [dbo].[order queue. v2] ([Due] ASC)
+
+-- store_delayed
+INSERT INTO [dbo].[order queue. v2] ([Headers], [Body], [Due]) VALUES (?, ?, COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE()))))
+
+-- move_due_delayed_batch
+WITH message AS (SELECT TOP(?) * FROM [dbo].[order queue. v2] WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]) DELETE FROM message OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], deleted.[RowVersion]
+
+-- next_due_delayed
+SELECT GETUTCDATE(), min([Due]) FROM [dbo].[order queue. v2] WITH (READPAST)
+
+-- count_delayed
+SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST)
+
+-- try_lock_delayed_mover
+-- params: ["[dbo].[order queue. v2]_mover"]
+DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = 0; SELECT @result
+
+-- unlock_delayed_mover
+-- params: ["[dbo].[order queue. v2]_mover"]
+EXEC sp_releaseapplock @Resource = ?, @LockOwner = 'Session'
+
 -- index_first_columns
 -- params: ["[dbo].[order queue. v2]"]
 SELECT c.name, i.type FROM sys.indexes i JOIN sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 JOIN sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE i.object_id = OBJECT_ID(?)

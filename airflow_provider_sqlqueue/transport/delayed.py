@@ -1,0 +1,514 @@
+"""Delayed delivery: the ``<endpoint>.Delayed`` table and the one mover per endpoint that empties it.
+
+A delayed send is an INSERT into the endpoint's delayed table (Headers, Body, Due, RowVersion) with the
+destination in the ``NServiceBus.SqlServer.ForwardDestination`` header. ``Due`` is an absolute UTC time
+(``deliver_at``) or the database clock plus a delay, so the machines' clocks never matter.
+
+The mover deletes due rows in batches (by the database clock, oldest Due first) and inserts them into their
+destination queues in the same transaction. Of all the endpoint's instances, one mover runs at a time:
+
+- PostgreSQL and SQL Server elect it with a session-level lock (``pg_try_advisory_lock`` /
+  ``sp_getapplock``) held on a dedicated connection; the others stand by and retry the lock once per idle
+  delay, and take over when the holder stops or its connection dies;
+- SQLite has one writer at a time, so every move (``BEGIN IMMEDIATE``) excludes the others.
+
+Between moves the mover sleeps until the next Due (asked of the database, so skew-free) but never longer
+than the idle delay, and a local store of a sooner message wakes it at once. A message is therefore never
+moved before its due time and, with a running mover, not later than one idle delay after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..dialects.base import Row
+from . import headers as h
+from .address import QueueAddress
+from .errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
+from .headers import decode_headers
+from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
+from .recoverability import (
+    CircuitBreaker,
+    CircuitBreakerSettings,
+    CriticalErrorCallback,
+    FailureInfo,
+    failure_headers,
+)
+
+if TYPE_CHECKING:
+    from .connection import Transport
+
+__all__ = ["DEFAULT_DELAYED_SUFFIX", "DelayedMover", "DelayedStore"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DELAYED_SUFFIX = "Delayed"
+DEFAULT_MOVE_BATCH = 100
+
+
+def _as_utc(value: Any) -> datetime:
+    if isinstance(value, str):  # SQLite's text, or a timestamp as an ODBC driver renders it ('...+00')
+        text = value.strip()
+        if len(text) > 3 and text[-3] in "+-" and text[-2:].isdigit():
+            text += ":00"  # Python 3.10's fromisoformat wants +HH:MM
+        value = datetime.fromisoformat(text)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def _due(delay: timedelta | float | None, deliver_at: datetime | None) -> tuple[Any, Any, float]:
+    """Check the due-time arguments; return (delay, deliver_at, seconds until due by the local clock)."""
+    if (delay is None) == (deliver_at is None):
+        raise ConfigurationError("a delayed send takes exactly one of delay and deliver_at")
+    if delay is not None:
+        if isinstance(delay, int | float) and not isinstance(delay, bool):
+            if not math.isfinite(delay):
+                raise ConfigurationError(f"delay must be finite, not {delay!r}")
+            delay = timedelta(seconds=delay)
+        if not isinstance(delay, timedelta):
+            raise ConfigurationError(f"delay must be a timedelta or seconds, not {type(delay).__name__}")
+        if abs(delay) > MAX_TIME_TO_BE_RECEIVED:
+            raise ConfigurationError(f"delay {delay} is longer than the 50-year maximum")
+        return delay, None, delay.total_seconds()
+    if not isinstance(deliver_at, datetime):
+        raise ConfigurationError(f"deliver_at must be a datetime, not {type(deliver_at).__name__}")
+    at = _as_utc(deliver_at)  # a naive time is taken as UTC
+    return None, at, (at - datetime.now(timezone.utc)).total_seconds()
+
+
+@dataclass(frozen=True)
+class PreparedDelayed:
+    """A delayed message ready to store: its outgoing form, the statement's parameters, when it is due."""
+
+    message: OutgoingMessage
+    params: tuple[Any, ...]
+    due_in: float
+
+
+class DelayedStore:
+    """The delayed-message table of one endpoint (``<endpoint>.Delayed``).
+
+    ``store`` commits on its own; the pump stores on the receive's connection instead (:meth:`store_on`),
+    so that a delayed send from a handler commits with the receive.
+    """
+
+    def __init__(self, transport: Transport, address: str | QueueAddress) -> None:
+        self.transport = transport
+        self.dialect = transport.dialect
+        self.address = transport.resolve(address)
+        self._listeners: list[Callable[[float], None]] = []
+        self._sql_store = self.dialect.store_delayed(self.address)
+
+    def __repr__(self) -> str:
+        return f"<DelayedStore {self.address} on {self.transport.description}>"
+
+    # ---- provisioning --------------------------------------------------------------------------
+    def create(self) -> bool:
+        """Create the table and its Due index if missing (safe from many processes); True if created."""
+        for attempt in (1, 2):
+            try:
+                return self._create_once()
+            except Exception as error:
+                if attempt == 1 and self.dialect.is_already_exists(error.__cause__ or error):
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _create_once(self) -> bool:
+        dialect, address = self.dialect, self.address
+        queue = self.transport.queue(address, error_queue=None)
+        with self.transport.connection(address) as connection:
+            cursor = connection.cursor()
+            begin = dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            lock = dialect.lock_for_create(address)
+            if lock is not None:
+                cursor.execute(*lock)
+                dialect.fetch_rows(cursor)
+            created = not queue._exists_on(cursor)
+            if created:
+                cursor.execute(dialect.create_delayed_table(address), ())
+            for index in dialect.delayed_indexes(address):
+                cursor.execute(*dialect.index_exists(address, index.name))
+                if not dialect.fetch_rows(cursor):
+                    cursor.execute(index.create, ())
+            connection.commit()
+        if created:
+            log.info("created delayed table %s", address)
+        return created
+
+    def create_script(self) -> str:
+        statements = [self.dialect.create_delayed_table(self.address)]
+        statements += [index.create for index in self.dialect.delayed_indexes(self.address)]
+        return "".join(f"{self.dialect.display_sql(statement)};\n" for statement in statements)
+
+    def exists(self) -> bool:
+        return self.transport.queue(self.address, error_queue=None).exists()
+
+    def drop(self) -> None:
+        self.transport.queue(self.address, error_queue=None).drop()
+
+    def count(self) -> int:
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            cursor.execute(self.dialect.count_delayed(self.address), ())
+            rows = self.dialect.fetch_rows(cursor)
+            connection.commit()
+        return int(rows[0][0] or 0) if rows else 0
+
+    # ---- storing -------------------------------------------------------------------------------
+    def prepare(
+        self,
+        destination: str | QueueAddress,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        delay: timedelta | float | None = None,
+        deliver_at: datetime | None = None,
+    ) -> PreparedDelayed:
+        outgoing = OutgoingMessage.of(message, headers)
+        if outgoing.time_to_be_received is not None:
+            raise ConfigurationError(
+                "delayed delivery of messages with a time to be received is not supported (as in NServiceBus)"
+            )
+        size = len(outgoing.body)
+        if size > self.transport.max_body_bytes:
+            raise ConfigurationError(f"a {size:,}-byte body exceeds this transport's limit; nothing was sent")
+        delay, at, due_in = _due(delay, deliver_at)
+        stored_headers = dict(outgoing.headers)
+        stored_headers[h.FORWARD_DESTINATION] = str(self.transport.resolve(destination))
+        params = self.dialect.store_delayed_params(h.encode_headers(stored_headers), outgoing.body, at, delay)
+        return PreparedDelayed(outgoing, params, due_in)
+
+    def store_on(self, connection: Any, prepared: PreparedDelayed) -> None:
+        """Insert on a caller's connection and transaction (no commit; call :meth:`notify` after it)."""
+        connection.cursor().execute(self._sql_store, prepared.params)
+
+    def store(
+        self,
+        destination: str | QueueAddress,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        delay: timedelta | float | None = None,
+        deliver_at: datetime | None = None,
+    ) -> uuid.UUID:
+        """Store a message for ``destination``, due after ``delay`` (database clock) or at ``deliver_at``."""
+        prepared = self.prepare(destination, message, headers, delay=delay, deliver_at=deliver_at)
+        with self.transport.connection(self.address) as connection:
+            self.store_on(connection, prepared)
+            connection.commit()
+        self.notify(prepared.due_in)
+        return prepared.message.id
+
+    # ---- waking local movers -------------------------------------------------------------------
+    def add_listener(self, listener: Callable[[float], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[float], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def notify(self, due_in: float) -> None:
+        """Tell the movers of this process that a message due in ``due_in`` seconds was committed."""
+        for listener in list(self._listeners):
+            listener(due_in)
+
+
+@dataclass(frozen=True)
+class MoveRound:
+    """One move, timed from when the mover held its lock (write lock or election) until its commit."""
+
+    started: float
+    ended: float
+    moved: int
+
+
+class DelayedMover:
+    """Moves due messages of one delayed table into their destinations; one runs at a time per table.
+
+    :param store: the endpoint's delayed table.
+    :param batch_size: rows per move (the reference's 100); a full batch is followed by another at once.
+    :param idle_delay: the longest sleep between moves, and how often a standby tries to become the mover.
+    :param error_queue: where rows go whose destination is missing or whose headers are unreadable.
+    """
+
+    def __init__(
+        self,
+        store: DelayedStore,
+        *,
+        batch_size: int = DEFAULT_MOVE_BATCH,
+        idle_delay: float = 1.0,
+        error_queue: str | None = "error",
+        circuit_breaker: CircuitBreakerSettings | None = None,
+        on_critical_error: CriticalErrorCallback | None = None,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(f"batch_size must be a positive int, not {batch_size!r}")
+        if not 0 < idle_delay <= 60:
+            raise ConfigurationError(f"idle_delay must be in (0, 60] seconds, not {idle_delay!r}")
+        self.store = store
+        self.transport = store.transport
+        self.dialect = store.dialect
+        self.address = store.address
+        self.batch_size = batch_size
+        self.idle_delay = float(idle_delay)
+        self.error_queue = None if error_queue is None else self.transport.resolve(error_queue)
+        self.name = name or f"mover {self.address}"
+        self.breaker = CircuitBreaker(
+            f"Failed to move matured delayed messages of {self.address} to their destinations",
+            circuit_breaker,
+            on_critical_error,
+        )
+        self._lock_statement = self.dialect.try_lock_delayed_mover(self.address)
+        self._sql_move = self.dialect.move_due_delayed_batch(self.address)
+        self._sql_next_due = self.dialect.next_due_delayed(self.address)
+        self._session: Any = None  # the dedicated connection holding (or trying for) the election lock
+        self._leader = False
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._plan_lock = threading.Lock()
+        self._next_run = math.inf
+        self._thread: threading.Thread | None = None
+        self.moved = 0
+        self.rounds: deque[MoveRound] = deque(maxlen=10_000)
+        self.leadership: list[list[float | None]] = []  # [became leader, stopped being leader or None]
+
+    def __repr__(self) -> str:
+        return f"<DelayedMover {self.address} leader={self.is_leader}>"
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this mover holds the election lock (always False on SQLite, which elects per move)."""
+        return self._leader
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> DelayedMover:
+        if self._thread is not None:
+            raise ConfigurationError("this mover was already started")
+        self.store.add_listener(self.notify)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop moving and give up the election; True when the thread ended within ``timeout``."""
+        self.store.remove_listener(self.notify)
+        self._stopping.set()
+        self._wake.set()
+        stopped = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            stopped = not self._thread.is_alive()
+        if stopped:
+            self._resign(release=True)
+        self.breaker.close()
+        return stopped
+
+    def notify(self, due_in: float) -> None:
+        """A message due in ``due_in`` seconds was stored here: wake up if that is before the next move."""
+        with self._plan_lock:
+            if time.monotonic() + due_in < self._next_run:
+                self._wake.set()
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self._lock_statement is not None and not self._leader and not self._elect():
+                    self._stopping.wait(self.idle_delay)
+                    continue
+                with self._plan_lock:
+                    self._wake.clear()
+                    self._next_run = math.inf  # a store during the move wakes the next sleep at once
+                moved = self.move_once()
+                self.breaker.success()
+                if moved >= self.batch_size:
+                    continue
+                sleep = self._plan(moved)
+                if sleep > 0:
+                    self._wake.wait(sleep)
+            except Exception as error:
+                self._resign(release=False)
+                delay = self.breaker.failure(error)
+                self._stopping.wait(delay)
+
+    def _plan(self, moved: int) -> float:
+        """Seconds until the next move: until the next Due by the database clock, at most the idle delay."""
+        now, due = self._query_next_due()
+        if due is None:
+            sleep = self.idle_delay
+        else:
+            sleep = (_as_utc(due) - _as_utc(now)).total_seconds()
+            if sleep <= 0:
+                sleep = 0.0 if moved else 0.001  # due but held elsewhere: do not spin
+            sleep = min(sleep, self.idle_delay)
+        with self._plan_lock:
+            self._next_run = time.monotonic() + sleep
+        return sleep
+
+    def _query_next_due(self) -> tuple[Any, Any]:
+        def query(connection: Any) -> tuple[Any, Any]:
+            cursor = connection.cursor()
+            cursor.execute(self._sql_next_due, ())
+            rows = self.dialect.fetch_rows(cursor)
+            connection.commit()
+            return (rows[0][0], rows[0][1]) if rows else (None, None)
+
+        if self._session is not None:
+            return query(self._session)
+        with self.transport.connection(self.address) as connection:
+            return query(connection)
+
+    # ---- election ------------------------------------------------------------------------------
+    def _elect(self) -> bool:
+        assert self._lock_statement is not None
+        if self._session is None:
+            self._session = self.transport.new_connection()
+        try:
+            cursor = self._session.cursor()
+            cursor.execute(*self._lock_statement)
+            rows = self.dialect.fetch_rows(cursor)
+            self._session.commit()
+        except Exception as error:
+            self._resign(release=False)
+            translated = self.dialect.classify(error, self.address)
+            raise (translated or error) from error
+        granted = bool(rows) and rows[0][0] is not None and int(rows[0][0]) >= 0
+        if granted:
+            self._leader = True
+            self.leadership.append([time.monotonic(), None])
+            log.info("%s: elected the mover of %s", self.name, self.address)
+        return granted
+
+    def _resign(self, *, release: bool) -> None:
+        """Give up the election: release the lock if asked (closing the session releases it anyway)."""
+        session, self._session = self._session, None
+        if self._leader:
+            self._leader = False
+            if self.leadership and self.leadership[-1][1] is None:
+                self.leadership[-1][1] = time.monotonic()
+            log.info("%s: no longer the mover of %s", self.name, self.address)
+        if session is None:
+            return
+        try:
+            unlock = self.dialect.unlock_delayed_mover(self.address)
+            if release and unlock is not None:
+                cursor = session.cursor()
+                cursor.execute(*unlock)
+                self.dialect.fetch_rows(cursor)
+                session.commit()
+        except Exception as error:  # the server releases a session's locks when it closes
+            log.debug("%s: releasing the mover lock failed: %s", self.name, error)
+        finally:
+            with contextlib.suppress(Exception):
+                session.close()
+
+    # ---- moving --------------------------------------------------------------------------------
+    def move_once(self) -> int:
+        """Move one batch of due messages in one transaction; return how many were moved.
+
+        On PostgreSQL and SQL Server call it only while elected (``start`` does); on SQLite any caller
+        is safe, since the move holds the write lock.
+        """
+        if self._session is not None:
+            try:
+                return self._move_on(self._session)
+            except Exception as error:
+                with contextlib.suppress(Exception):
+                    self._session.rollback()
+                translated = self.dialect.classify(error, self.address)
+                raise (translated or error) from error
+        with self.transport.connection(self.address) as connection:
+            return self._move_on(connection)
+
+    def _move_on(self, connection: Any) -> int:
+        dialect = self.dialect
+        cursor = connection.cursor()
+        begin = dialect.begin_write()
+        if begin:
+            cursor.execute(begin, ())
+        started = time.monotonic()
+        rows = dialect.take_due_delayed_rows(cursor, self.address, self._sql_move, self.batch_size)
+        if rows:
+            rows = sorted(rows, key=lambda row: (_as_utc(row[2]), int(row[3])))
+            self._forward(connection, cursor, rows)
+        ended = time.monotonic()  # still holding the lock: rounds of different movers never overlap
+        connection.commit()
+        self.rounds.append(MoveRound(started, ended, len(rows)))
+        if rows:
+            self.moved += len(rows)
+            log.debug("%s: moved %d due message(s)", self.name, len(rows))
+        return len(rows)
+
+    def _forward(self, connection: Any, cursor: Any, rows: list[Any]) -> None:
+        by_destination: dict[QueueAddress, list[OutgoingMessage]] = {}
+        failed: list[tuple[Any, str, str]] = []  # (row, failed queue, reason)
+        for row in rows:
+            headers_text, body = row[0], row[1]
+            try:
+                headers = decode_headers(headers_text)
+                destination = headers.pop(h.FORWARD_DESTINATION, None)
+                if not destination:
+                    raise HeaderFormatError(f"the {h.FORWARD_DESTINATION} header is missing")
+                address = self.transport.resolve(destination)
+            except (HeaderFormatError, InvalidQueueName) as error:
+                failed.append((row, str(self.address), f"unreadable delayed message: {error}"))
+                continue
+            message = OutgoingMessage(b"" if body is None else bytes(body), headers)
+            by_destination.setdefault(address, []).append(message)
+        for address, messages in by_destination.items():
+            queue = self.transport.queue(address)
+            if queue._exists_on(cursor):
+                queue._send_on(connection, messages, commit=False)
+                continue
+            reason = f"the destination queue {address} does not exist"
+            log.error("%s: %s; moving %d message(s) to the error queue", self.name, reason, len(messages))
+            for message in messages:
+                self._to_error_queue(connection, message.headers, message.body, str(address), reason)
+        for row, failed_queue, reason in failed:
+            log.error("%s: %s; moving it to the error queue", self.name, reason)
+            headers_text = row[0]
+            try:
+                headers = decode_headers(headers_text)
+            except HeaderFormatError:
+                self._raw_to_error_queue(connection, row)
+                continue
+            self._to_error_queue(connection, headers, bytes(row[1] or b""), failed_queue, reason)
+
+    def _error_queue(self) -> Any:
+        if self.error_queue is None:
+            raise QueueNotFound(
+                f"a delayed message in {self.address} cannot be delivered and no error queue is configured"
+            )
+        return self.transport.queue(self.error_queue, error_queue=None)
+
+    def _to_error_queue(
+        self, connection: Any, headers: Mapping[str, str | None], body: bytes, failed_queue: str, reason: str
+    ) -> None:
+        info = FailureInfo(1, QueueNotFound(reason), reason)
+        kept = {key: value for key, value in headers.items() if key != h.FORWARD_DESTINATION}
+        message = OutgoingMessage(body, failure_headers(kept, info, failed_queue))
+        self._error_queue()._send_on(connection, [message], commit=False)
+
+    def _raw_to_error_queue(self, connection: Any, row: Any) -> None:
+        """A row whose headers cannot be read goes to the error queue unchanged, as poison rows do."""
+        queue = self._error_queue()
+        headers = row[0]
+        if isinstance(headers, bytes | bytearray | memoryview):
+            headers = bytes(headers).decode("utf-8", errors="replace")
+        raw = Row(self.dialect.row_id(uuid.uuid4()), None, None, False, headers or "", row[1], 0, None)
+        connection.cursor().execute(queue._sql.insert_raw, self.dialect.raw_params(raw))

@@ -1,0 +1,238 @@
+"""Endpoints: a primary input queue shared by all instances, plus one queue per instance for replies.
+
+An endpoint named ``Sales`` has
+
+- the primary queue ``Sales``, shared by every instance (competing consumers);
+- the instance-specific queue ``Sales.<machine>`` (or ``Sales.<suffix>``), on by default, so that replies to
+  a message sent from one instance reach that instance (its address is the ``NServiceBus.ReplyToAddress``
+  of everything the instance sends); its pump has its own concurrency, 1 by default. Satellite receivers
+  (further input queues of the endpoint) never get one;
+- the names of the shared error and audit queues;
+- the delayed table ``Sales.Delayed`` and its mover (one per endpoint across all instances).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import headers as h
+from .address import QueueAddress
+from .delayed import DEFAULT_DELAYED_SUFFIX, DelayedMover, DelayedStore
+from .errors import ConfigurationError
+from .message import OutgoingMessage
+from .pump import Handler, MessagePump, check_pool_size
+from .recoverability import CircuitBreakerSettings, CriticalErrorCallback
+
+if TYPE_CHECKING:
+    from .connection import Transport
+    from .queue import TableQueue
+
+__all__ = ["Endpoint", "instance_queue_name"]
+
+log = logging.getLogger(__name__)
+
+
+def instance_queue_name(endpoint: str | QueueAddress, suffix: str | None = None) -> QueueAddress:
+    """``<endpoint>.<suffix>``, the suffix defaulting to this machine's host name, in the same schema."""
+    primary = QueueAddress.parse(endpoint)
+    return primary.with_table(f"{primary.table}.{suffix or socket.gethostname()}")
+
+
+class Endpoint:
+    """An endpoint instance on a transport: its queues, how it sends, and the pumps it runs.
+
+    :param name: the endpoint's name = its primary queue address (``Sales`` or ``Sales@[sales]``).
+    :param instance_specific_queue: create and receive from ``<name>.<suffix>`` (default True).
+    :param instance_suffix: that queue's suffix (default: this machine's host name).
+    :param error_queue: the shared error queue (default ``error``).
+    :param audit_queue: the shared audit queue, or None for no audit copies (default).
+    :param delayed_delivery: keep a ``<name>.Delayed`` table for delayed sends (default True).
+    :param delayed_table_suffix: the delayed table's suffix (default ``Delayed``).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        name: str | QueueAddress,
+        *,
+        instance_specific_queue: bool = True,
+        instance_suffix: str | None = None,
+        error_queue: str | None = "error",
+        audit_queue: str | None = None,
+        delayed_delivery: bool = True,
+        delayed_table_suffix: str = DEFAULT_DELAYED_SUFFIX,
+    ) -> None:
+        if error_queue is None:
+            raise ConfigurationError("an endpoint needs an error queue")
+        self.transport = transport
+        self.address = transport.resolve(name)
+        self.name = self.address.table
+        self.machine = socket.gethostname()
+        self.instance_address = (
+            transport.resolve(instance_queue_name(self.address, instance_suffix))
+            if instance_specific_queue
+            else None
+        )
+        self.error_queue = transport.resolve(error_queue)
+        self.audit_queue = None if audit_queue is None else transport.resolve(audit_queue)
+        self.delayed: DelayedStore | None = None
+        if delayed_delivery:
+            delayed = self.address.with_table(f"{self.address.table}.{delayed_table_suffix}")
+            self.delayed = DelayedStore(transport, delayed)
+        self.pumps: list[MessagePump] = []
+        self.mover: DelayedMover | None = None
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self.address} instance={self.instance_address}>"
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- queues --------------------------------------------------------------------------------
+    @property
+    def queue(self) -> TableQueue:
+        return self.transport.queue(self.address, error_queue=str(self.error_queue))
+
+    @property
+    def instance_queue(self) -> TableQueue | None:
+        if self.instance_address is None:
+            return None
+        return self.transport.queue(self.instance_address, error_queue=str(self.error_queue))
+
+    @property
+    def reply_to_address(self) -> str:
+        """Where replies to this instance's messages go: its own queue, or the primary queue without one."""
+        return str(self.instance_address or self.address)
+
+    def queue_names(self) -> list[str]:
+        names = [self.address, self.instance_address, self.error_queue, self.audit_queue]
+        return list(dict.fromkeys(str(name) for name in names if name is not None))
+
+    def create(self) -> list[str]:
+        """Create every queue of the endpoint and its delayed table if missing; return those created."""
+        created = [name for name in self.queue_names() if self.transport.queue(name).create()]
+        if self.delayed is not None and self.delayed.create():
+            created.append(str(self.delayed.address))
+        return created
+
+    # ---- sending -------------------------------------------------------------------------------
+    def outgoing_headers(self) -> dict[str, str | None]:
+        """The headers this instance puts on what it sends (replies come back to its own queue)."""
+        return {
+            h.REPLY_TO_ADDRESS: self.reply_to_address,
+            h.ORIGINATING_ENDPOINT: self.name,
+            h.ORIGINATING_MACHINE: self.machine,
+        }
+
+    def send(
+        self,
+        destination: str | QueueAddress,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        time_to_be_received: timedelta | None = None,
+        delay: timedelta | float | None = None,
+        deliver_at: datetime | None = None,
+    ) -> Any:
+        """Send from this instance; with ``delay`` or ``deliver_at`` through the delayed table."""
+        if isinstance(message, OutgoingMessage):
+            outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
+        else:
+            merged = self.outgoing_headers()
+            merged.update(headers or {})
+            outgoing = OutgoingMessage(message, merged, time_to_be_received)
+        if delay is None and deliver_at is None:
+            return self.transport.queue(destination).send(outgoing)
+        if self.delayed is None:
+            raise ConfigurationError(f"endpoint {self.address} was created without delayed delivery")
+        return self.delayed.store(destination, outgoing, delay=delay, deliver_at=deliver_at)
+
+    # ---- receiving -----------------------------------------------------------------------------
+    def start(
+        self,
+        handler: Handler | str,
+        *,
+        max_concurrency: int = 1,
+        instance_concurrency: int = 1,
+        strategy: str = "monitor",
+        transaction_mode: str | None = None,
+        immediate_retries: int = 5,
+        idle_delay: float = 1.0,
+        circuit_breaker: CircuitBreakerSettings | None = None,
+        on_critical_error: CriticalErrorCallback | None = None,
+        run_mover: bool = True,
+        mover_batch_size: int = 100,
+        stop_timeout: float = 30.0,
+    ) -> Endpoint:
+        """Run ``handler`` on the primary queue (``max_concurrency``) and the instance queue
+        (``instance_concurrency``), and take part in electing the delayed-message mover."""
+        if self.pumps:
+            raise ConfigurationError(f"endpoint {self.address} is already running")
+        options: dict[str, Any] = {
+            "strategy": strategy,
+            "transaction_mode": transaction_mode,
+            "immediate_retries": immediate_retries,
+            "error_queue": str(self.error_queue),
+            "audit_queue": None if self.audit_queue is None else str(self.audit_queue),
+            "idle_delay": idle_delay,
+            "circuit_breaker": circuit_breaker,
+            "on_critical_error": on_critical_error,
+            "stop_timeout": stop_timeout,
+            "delayed": self.delayed,
+            "endpoint": self,
+        }
+        pumps = [MessagePump(self.queue, handler, max_concurrency=max_concurrency, **options)]
+        if self.instance_queue is not None:
+            pumps.append(
+                MessagePump(self.instance_queue, handler, max_concurrency=instance_concurrency, **options)
+            )
+        mover = None
+        if run_mover and self.delayed is not None:
+            mover = DelayedMover(
+                self.delayed,
+                batch_size=mover_batch_size,
+                idle_delay=idle_delay,
+                error_queue=str(self.error_queue),
+                circuit_breaker=circuit_breaker,
+                on_critical_error=on_critical_error,
+                name=f"mover {self.delayed.address} ({self.reply_to_address})",
+            )
+        needed = sum(pump.required_connections() for pump in pumps) + 1  # + sends outside handlers
+        if mover is not None and self.transport.dialect.try_lock_delayed_mover(self.delayed.address) is None:
+            needed += 1  # the mover borrows a pooled connection per move (its election lock has its own)
+        check_pool_size(self.transport, needed, f"endpoint {self.address}")
+        self.pumps = pumps
+        for pump in pumps:
+            pump.start()
+        if mover is not None:
+            self.mover = mover.start()
+        return self
+
+    def satellite(self, queue: str | QueueAddress, handler: Handler | str, **options: Any) -> MessagePump:
+        """Start a pump on a further input queue of this endpoint (no instance-specific queue for it)."""
+        options.setdefault("error_queue", str(self.error_queue))
+        options.setdefault("audit_queue", None if self.audit_queue is None else str(self.audit_queue))
+        options.setdefault("delayed", self.delayed)
+        pump = MessagePump(self.transport.queue(queue), handler, endpoint=self, **options)
+        self.pumps.append(pump)
+        return pump.start()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the pumps (running handlers get ``timeout`` seconds) and the mover; True if all clean."""
+        clean = True
+        for pump in self.pumps:
+            pump.request_stop()
+        for pump in self.pumps:
+            clean = pump.stop(timeout) and clean
+        if self.mover is not None:
+            clean = self.mover.stop() and clean
+            self.mover = None
+        self.pumps = []
+        return clean

@@ -1,0 +1,269 @@
+"""Delayed delivery on real engines: never early, at most an idle delay late with a running mover, one mover
+at a time among an endpoint's instances, past-due messages at once, and failures to the error queue."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import rawsql
+
+from airflow_provider_sqlqueue.transport import (
+    ConfigurationError,
+    DelayedMover,
+    DelayedStore,
+    Endpoint,
+    MessagePump,
+    OutgoingMessage,
+    Transport,
+    open_transport,
+)
+from airflow_provider_sqlqueue.transport.headers import decode_headers
+
+
+@pytest.fixture
+def delayed(transport: Transport) -> DelayedStore:
+    transport.queue("error").create()
+    transport.queue("Billing").create()
+    store = DelayedStore(transport, "Sales.Delayed")
+    assert store.create() is True
+    assert store.create() is False
+    return store
+
+
+def wait_for(condition, timeout: float = 10.0, step: float = 0.005) -> float:
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise AssertionError("timed out")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def test_delayed_messages_are_never_early_and_at_most_an_idle_delay_late(
+    target, transport: Transport, delayed: DelayedStore
+) -> None:
+    arrived: dict[str, float] = {}
+
+    def record(message) -> None:
+        arrived[message.message_id] = time.monotonic()
+
+    foreign = DelayedStore(transport, "Sales.Delayed")  # stores that no mover of this process hears of
+    expected: dict[str, tuple[float, float]] = {}  # message id: (moment before the store, delay)
+    mover = DelayedMover(delayed, idle_delay=0.2).start()
+    pump = MessagePump(transport.queue("Billing"), record, max_concurrency=4, idle_delay=0.1).start()
+    try:
+        for n in range(24):
+            store = foreign if n % 4 == 3 else delayed
+            delay = 0.05 * (n % 12) + 0.1
+            before = time.monotonic()
+            message_id = store.store("Billing", f"m{n}".encode(), delay=timedelta(seconds=delay))
+            expected[str(message_id)] = (before, delay)
+            time.sleep(0.02)
+        wait_for(lambda: len(arrived) == len(expected))
+    finally:
+        pump.stop()
+        mover.stop()
+    for message_id, (before, delay) in expected.items():
+        waited = arrived[message_id] - before
+        assert waited >= delay - 0.001, f"{message_id} arrived {delay - waited:.3f} s early"
+        # the mover's idle delay + the pump's idle delay + scheduling slack
+        assert waited - delay <= 0.2 + 0.1 + 0.25, f"{message_id} arrived {waited - delay:.3f} s late"
+    assert delayed.count() == 0
+    assert mover.moved == len(expected)
+
+
+def test_a_past_due_message_arrives_at_once_and_local_stores_wake_a_sleeping_mover(
+    transport: Transport, delayed: DelayedStore
+) -> None:
+    billing = transport.queue("Billing")
+    mover = DelayedMover(delayed, idle_delay=5).start()
+    try:
+        wait_for(lambda: len(mover.rounds) >= 1)
+        time.sleep(0.1)  # asleep for up to 5 s now
+        past = datetime.now(timezone.utc) - timedelta(hours=1)
+        delayed.store("Billing", b"late already", deliver_at=past)
+        assert wait_for(lambda: billing.count() == 1) < 0.5
+        delayed.store("Billing", b"soon", delay=0.3)
+        took = wait_for(lambda: billing.count() == 2)
+        assert 0.25 <= took < 0.8
+        time.sleep(0.1)
+        DelayedStore(transport, "Sales.Delayed").store("Billing", b"foreign", delay=0)  # no local wake
+        time.sleep(0.5)
+        assert billing.count() == 2  # the mover sleeps its idle delay
+        mover.notify(0.0)
+        assert wait_for(lambda: billing.count() == 3) < 0.5
+    finally:
+        mover.stop()
+    with billing.receive(max_messages=10) as batch:
+        assert [m.body for m in batch] == [b"late already", b"soon", b"foreign"]
+        assert all("NServiceBus.SqlServer.ForwardDestination" not in m.headers for m in batch)
+
+
+def test_three_instances_elect_one_mover_at_a_time(target) -> None:
+    transports = [target.open() for _ in range(3)]
+    endpoints = [
+        Endpoint(transport, "Sales", instance_suffix=f"node{n}") for n, transport in enumerate(transports)
+    ]
+    try:
+        for endpoint in endpoints:
+            endpoint.create()
+        transports[0].queue("Billing").create()
+        for endpoint in endpoints:
+            endpoint.start(lambda message: None, idle_delay=0.2)
+        sent: list[uuid.UUID] = []
+        for n in range(60):
+            endpoint = endpoints[n % 3]
+            sent.append(endpoint.send("Billing", f"m{n}".encode(), delay=0.01 * (n % 30)))
+        billing = transports[0].queue("Billing")
+        wait_for(lambda: billing.count() == 60)
+        movers = [endpoint.mover for endpoint in endpoints]
+        rounds = sorted((r.started, r.ended, index) for index, m in enumerate(movers) for r in m.rounds)
+        for (_, previous_end, _), (start, _, _) in itertools.pairwise(rounds):
+            assert start >= previous_end, "two movers moved at the same time"
+        if target.engine == "sqlite":  # every instance moves, one at a time (the write lock)
+            assert all(mover.is_leader is False for mover in movers)
+        else:  # one elected mover; the others stand by
+            assert sum(mover.is_leader for mover in movers) == 1
+            leader = next(index for index, mover in enumerate(movers) if mover.is_leader)
+            assert {index for _, _, index in rounds} == {leader}
+            endpoints[leader].stop()
+            others = [index for index in range(3) if index != leader]
+            wait_for(lambda: any(movers[index].is_leader for index in others), timeout=3)
+            terms = sorted(term for index in range(3) for term in movers[index].leadership)
+            for previous, current in itertools.pairwise(terms):
+                assert previous[1] is not None and current[0] >= previous[1], "two leaders at once"
+            sent.append(endpoints[others[0]].send("Billing", b"after the handover", delay=0.05))
+            wait_for(lambda: billing.count() == 61)
+        with billing.receive(max_messages=100) as batch:
+            received = [m.message_id for m in batch]
+        assert sorted(received) == sorted(str(message_id) for message_id in sent)
+    finally:
+        for endpoint in endpoints:
+            endpoint.stop(timeout=5)
+        for transport in transports:
+            transport.close()
+
+
+def test_a_delayed_send_from_a_handler_commits_with_the_receive(target, transport: Transport) -> None:
+    sales = Endpoint(transport, "Sales", instance_specific_queue=False)
+    sales.create()
+    billing = transport.queue("Billing")
+    billing.create()
+    sales.send("Sales", b"order")
+    attempts: list[int] = []
+
+    def handler(message, context) -> None:
+        attempts.append(context.attempt)
+        context.send("Billing", b"invoice", delay=0.2)
+        if context.attempt == 1:
+            raise RuntimeError("first attempt fails after its delayed send")
+
+    started = time.monotonic()
+    with sales.start(handler, idle_delay=0.1):
+        wait_for(lambda: billing.count() == 1)
+        took = time.monotonic() - started
+        time.sleep(0.3)
+    assert attempts == [1, 2] and took >= 0.2
+    assert billing.count() == 1 and sales.delayed.count() == 0  # the first attempt's store rolled back
+    with billing.receive() as batch:
+        [invoice] = batch
+    assert invoice.headers["NServiceBus.ReplyToAddress"] == str(sales.address)
+    assert invoice.headers["NServiceBus.OriginatingEndpoint"] == "Sales"
+
+
+def test_messages_for_a_missing_queue_or_unreadable_go_to_the_error_queue(
+    target, transport: Transport, delayed: DelayedStore
+) -> None:
+    error = transport.queue("error")
+    past = datetime.now(timezone.utc) - timedelta(seconds=1)
+    delayed.store("nowhere", b"lost", headers={"k": "v"}, deliver_at=past)
+    table = delayed.dialect.qualified_name(delayed.address)
+    p = rawsql.param(transport)
+    due = "'2000-01-01 00:00:00.000'" if target.engine == "sqlite" else "'2000-01-01T00:00:00Z'"
+    rawsql.execute(
+        transport, f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})", ("{{", b"x")
+    )
+    mover = DelayedMover(delayed)
+    assert mover.move_once() == 2
+    assert delayed.count() == 0
+    rows = rawsql.all_rows(error)
+    assert sorted(row[2] for row in rows) == [b"lost", b"x"]
+    raw = next(row for row in rows if row[2] == b"x")
+    assert raw[1] == "{{"  # unreadable: copied unchanged, as a poison row
+    lost = next(row for row in rows if row[2] == b"lost")
+    headers = decode_headers(lost[1])
+    assert headers["k"] == "v" and "NServiceBus.SqlServer.ForwardDestination" not in headers
+    assert headers["NServiceBus.FailedQ"] == str(transport.resolve("nowhere"))
+    assert "does not exist" in headers["NServiceBus.ExceptionInfo.Message"]
+
+
+def test_delayed_store_arguments_are_checked(transport: Transport, delayed: DelayedStore) -> None:
+    with pytest.raises(ConfigurationError, match="exactly one"):
+        delayed.store("Billing", b"x")
+    with pytest.raises(ConfigurationError, match="exactly one"):
+        delayed.store("Billing", b"x", delay=1, deliver_at=datetime.now(timezone.utc))
+    with pytest.raises(ConfigurationError, match="time to be received"):
+        delayed.store("Billing", OutgoingMessage(b"x", time_to_be_received=timedelta(seconds=5)), delay=1)
+    with pytest.raises(ConfigurationError, match="timedelta or seconds"):
+        delayed.store("Billing", b"x", delay="soon")  # type: ignore[arg-type]
+    naive = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(hours=1)
+    delayed.store("Billing", b"naive means UTC", deliver_at=naive)
+    assert delayed.count() == 1
+    assert DelayedMover(delayed).move_once() == 0
+    assert "CREATE TABLE" in delayed.create_script()
+
+
+def test_concurrent_moves_on_sqlite_never_overlap(tmp_path) -> None:
+    """SQLite elects per move: movers racing on one file take turns on the write lock."""
+    with open_transport(f"sqlite:///{tmp_path / 'q.db'}") as transport:
+        transport.queue("error").create()
+        transport.queue("Billing").create()
+        store = DelayedStore(transport, "Sales.Delayed")
+        store.create()
+        past = datetime.now(timezone.utc) - timedelta(seconds=1)
+        for n in range(150):
+            store.store("Billing", f"m{n}".encode(), deliver_at=past)
+        movers = [DelayedMover(store, batch_size=4) for _ in range(3)]
+        threads = [threading.Thread(target=lambda m=m: [m.move_once() for _ in range(20)]) for m in movers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sum(m.moved for m in movers) == 150 and transport.queue("Billing").count() == 150
+        rounds = sorted((r.started, r.ended) for m in movers for r in m.rounds)
+        assert all(b[0] >= a[1] for a, b in itertools.pairwise(rounds))
+
+
+def test_a_runtime_role_without_update_rights_can_store_and_move_on_postgresql(
+    target, postgres_server
+) -> None:
+    if target.engine != "postgresql" or postgres_server.cluster is None:
+        pytest.skip("needs the throwaway PostgreSQL cluster (role creation)")
+    with target.open() as admin:
+        admin.queue("error").create()
+        admin.queue("Billing").create()
+        DelayedStore(admin, "Sales.Delayed").create()
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    postgres_server.execute(
+        f"CREATE ROLE {role} LOGIN PASSWORD 'pw'; GRANT USAGE ON SCHEMA \"{target.schema}\" TO {role}; "
+        f'GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA "{target.schema}" TO {role}'
+    )
+    try:
+        with open_transport(
+            postgres_server.cluster.url(user=role, password="pw"), default_schema=target.schema
+        ) as app:
+            store = DelayedStore(app, "Sales.Delayed")
+            store.store("Billing", b"due", delay=0)
+            mover = DelayedMover(store, idle_delay=0.2).start()
+            try:
+                wait_for(lambda: mover.moved == 1)
+                assert mover.is_leader
+            finally:
+                mover.stop()
+    finally:
+        postgres_server.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
