@@ -119,14 +119,15 @@ def resolve(case: str | QueueAddress) -> QueueAddress:
 class _RecordingCursor:
     """Stands in for a pyodbc cursor in ``inspect``: no indexes found, Headers stored as varchar."""
 
-    def __init__(self) -> None:
+    def __init__(self, index_rows: list[Any] | None = None) -> None:
         self.executed: list[tuple[str, tuple[Any, ...]]] = []
+        self.index_rows = index_rows or []
 
     def execute(self, sql: str, params: Any = ()) -> None:
         self.executed.append((sql, tuple(params)))
 
     def fetchall(self) -> list[Any]:
-        return []
+        return self.index_rows
 
     def fetchone(self) -> Any:
         return ("varchar",)
@@ -236,6 +237,33 @@ def render(case_name: str, address: QueueAddress) -> list[Statement]:
         )
     )
     out.append(Statement("insert_raw", "insert_raw", d.insert_raw(address), (exp.Insert,), raw))
+    # Tables of later NServiceBus versions have no Recoverable column (detected once per queue).
+    legacy = {"rows": 1, "recoverable": False}
+    out.append(
+        Statement(
+            "send", "send without Recoverable", d.send(address, False), (exp.Insert,), per_row, extra=legacy
+        )
+    )
+    out.append(
+        Statement(
+            "send",
+            "send_batch rows=3 without Recoverable",
+            d.send_batch(address, 3, False),
+            (exp.Insert,),
+            3 * per_row,
+            extra={"rows": 3, "recoverable": False},
+        )
+    )
+    out.append(
+        Statement(
+            "insert_raw",
+            "insert_raw without Recoverable",
+            d.insert_raw(address, False),
+            (exp.Insert,),
+            raw,
+            extra={"recoverable": False},
+        )
+    )
     out.append(Statement("receive_batch", "receive_batch", d.receive_batch(address), (exp.Delete,), 1))
     out.append(Statement("peek_estimate", "peek_estimate", d.peek_estimate(address), (exp.Select,), 0))
     out.append(Statement("peek_bounds", "peek_bounds", d.peek_bounds(address), (exp.Select,), 0))
@@ -322,6 +350,21 @@ def render(case_name: str, address: QueueAddress) -> list[Statement]:
         )
     )
     assert not fixes, f"inspect proposed fixes this test does not know: {sorted(fixes)}"
+
+    # A table that still has the seeds' clustered RowVersion index, inspected for the heap layout.
+    clustered = _RecordingCursor(index_rows=[("RowVersion", 1), ("Expires", 2)])
+    [migration] = [
+        f for f in d.inspect(clustered, address, TableOptions("heap")) if f.code.startswith("clustered")
+    ]
+    out.append(
+        Statement(
+            "fix_clustered_rowversion",
+            "inspect fix clustered_rowversion_index",
+            migration.fix,
+            (exp.Drop, exp.Create, exp.Drop, exp.Create),
+            0,
+        )
+    )
 
     if case_name == "plain":  # session settings: the same for every address, so rendered once
         connection = _RecordingConnection()
@@ -447,6 +490,12 @@ def check_identifiers(
             continue  # the receive's CTE
         if names in (("sp_getapplock", None, None), ("sp_releaseapplock", None, None)) and not this.quoted:
             continue
+        if (
+            names in (("Index_RowVersion", None, None), ("Index_Expires", None, None))
+            and this.quoted
+            and isinstance(table.parent, exp.Drop)
+        ):
+            continue  # DROP INDEX [name] ON <table>: the index, whose table is checked below
         if db is not None and db.name == "sys" and not db.quoted:
             fail_unless(names[2] == address.catalog, f"catalog views of the wrong catalog in:\n{sql}")
             fail_unless(catalog is None or catalog.quoted, f"unquoted catalog in:\n{sql}")
@@ -630,19 +679,23 @@ def check_send(statement: Statement, trees: list[exp.Expression], address: Queue
     fail_unless("DATEADD(second, ?, GETUTCDATE())" in sql, f"Expires not computed from GETUTCDATE():\n{sql}")
     insert = trees[0]
     columns = [identifier.name for identifier in insert.this.expressions]
-    fail_unless(
-        columns == ["Id", "CorrelationId", "ReplyToAddress", "Recoverable", "Expires", "Headers", "Body"],
-        f"send columns {columns}",
-    )
+    recoverable = statement.extra.get("recoverable", True)
+    expected = ["Id", "CorrelationId", "ReplyToAddress", "Recoverable", "Expires", "Headers", "Body"]
+    if not recoverable:
+        expected.remove("Recoverable")
+    fail_unless(columns == expected, f"send columns {columns}")
+    expires_at = columns.index("Expires")
     rows = insert.expression.expressions
     fail_unless(len(rows) == statement.extra["rows"], f"{len(rows)} VALUES rows:\n{sql}")
     for row in rows:
         values = row.expressions
         fail_unless(len(values) == len(columns), f"row width:\n{sql}")
-        fail_unless(all(isinstance(values[i], exp.Placeholder) for i in (0, 1, 2, 5, 6)), f"values:\n{sql}")
-        fail_unless(values[3].this == "1", f"Recoverable is not 1:\n{sql}")
+        parameters = [i for i, name in enumerate(columns) if name not in ("Recoverable", "Expires")]
+        fail_unless(all(isinstance(values[i], exp.Placeholder) for i in parameters), f"values:\n{sql}")
+        if recoverable:
+            fail_unless(values[3].this == "1", f"Recoverable is not 1:\n{sql}")
         # Expires = DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())): NULL parameters give NULL.
-        outer = values[4]
+        outer = values[expires_at]
         inner = outer.this if isinstance(outer, exp.DateAdd) else None
         fail_unless(
             isinstance(outer, exp.DateAdd)
@@ -658,8 +711,14 @@ def check_send(statement: Statement, trees: list[exp.Expression], address: Queue
 
 
 def check_insert_raw(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    columns = [identifier.name for identifier in trees[0].this.expressions]
     values = trees[0].expression.expressions[0].expressions
-    fail_unless(isinstance(values[4], exp.Null), f"a raw copy must have Expires NULL:\n{statement.sql}")
+    fail_unless(
+        ("Recoverable" in columns) == statement.extra.get("recoverable", True),
+        f"Recoverable column where it should not be, or missing:\n{statement.sql}",
+    )
+    expires = values[columns.index("Expires")]
+    fail_unless(isinstance(expires, exp.Null), f"a raw copy must have Expires NULL:\n{statement.sql}")
 
 
 _TYPE = exp.DataType.Type
@@ -791,6 +850,19 @@ def check_peek_bounds(statement: Statement, trees: list[exp.Expression], address
         and "min([RowVersion]), max([RowVersion])" in statement.sql
         and "count" not in statement.sql.lower(),
         f"the peek bounds do not read min and max RowVersion past locked rows:\n{statement.sql}",
+    )
+
+
+def check_fix_clustered_rowversion(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    sql = statement.sql
+    fail_unless(
+        sql.count("DROP INDEX") == 2
+        and "CREATE NONCLUSTERED INDEX [Index_RowVersion]" in sql
+        and "WHERE [Expires] IS NOT NULL" in sql
+        and "CLUSTERED INDEX [Index_RowVersion]" not in sql.replace("NONCLUSTERED", ""),
+        f"the migration does not rebuild both indexes as the heap layout's:\n{sql}",
     )
 
 
@@ -992,6 +1064,7 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "count_exact": check_count,
     "purge_expired_batch": check_purge,
     "fix_varchar_headers": check_fix_varchar_headers,
+    "fix_clustered_rowversion": check_fix_clustered_rowversion,
     "prepare_connection": check_prepare_connection,
     "create_delayed_table": check_create_delayed_table,
     "delayed_index": check_delayed_index,

@@ -174,11 +174,11 @@ class Dialect(ABC):
 
     # ---- runtime -------------------------------------------------------------------------------
     @abstractmethod
-    def send(self, address: QueueAddress) -> str:
+    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         """INSERT of one message; parameters from :meth:`send_params`."""
 
     @abstractmethod
-    def send_batch(self, address: QueueAddress, rows: int) -> str:
+    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
         """A multi-row INSERT of ``rows`` messages; parameters are the rows' :meth:`send_params` chained."""
 
     @abstractmethod
@@ -193,7 +193,7 @@ class Dialect(ABC):
     ) -> tuple[Any, ...]: ...
 
     @abstractmethod
-    def insert_raw(self, address: QueueAddress) -> str:
+    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         """INSERT of a row exactly as it was read (poison rows to the error queue); see :meth:`raw_params`."""
 
     def raw_params(self, row: Row) -> tuple[Any, ...]:
@@ -302,6 +302,21 @@ class Dialect(ABC):
     def is_connection_lost(self, error: BaseException) -> bool:
         """True when the connection that raised this can no longer be used."""
         return False
+
+    def is_recoverable_column_error(self, error: BaseException) -> bool:
+        """True when an INSERT failed because the table's Recoverable column appeared or went away."""
+        text = " ".join(str(arg) for arg in getattr(error, "args", ())).lower()
+        return "recoverable" in text and any(
+            marker in text
+            for marker in (
+                "no column",
+                "does not exist",
+                "not-null",
+                "not null",
+                "invalid column",
+                "null into",
+            )
+        )
 
     def is_already_exists(self, error: BaseException) -> bool:
         """True for "object already exists" errors that a concurrent creator can cause despite the lock."""

@@ -32,6 +32,8 @@ _RETURNING = (
     "Headers, Body, RowVersion, Expires"
 )
 _VALUES_ROW = "(%s, %s, %s, true, statement_timestamp() + %s::interval, %s, %s)"
+_COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
+_VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::interval, %s, %s)"
 
 _TRANSIENT_SQLSTATES = {
     "40001": "serialization failure",
@@ -43,6 +45,13 @@ _TRANSIENT_SQLSTATES = {
     "57P03": "server not accepting connections yet",
     "53300": "too many connections",
 }
+
+
+def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
+    """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
+    if with_recoverable:
+        return _COLUMNS, _VALUES_ROW
+    return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
 class PostgresDialect(Dialect):
@@ -150,12 +159,13 @@ class PostgresDialect(Dialect):
         )
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send(self, address: QueueAddress) -> str:
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {_VALUES_ROW}"
+    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
+        columns, row = _insert_shape(with_recoverable)
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
 
-    def send_batch(self, address: QueueAddress, rows: int) -> str:
-        values = ", ".join([_VALUES_ROW] * rows)
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {values}"
+    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
+        columns, row = _insert_shape(with_recoverable)
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
 
     def send_params(
         self,
@@ -168,10 +178,10 @@ class PostgresDialect(Dialect):
     ) -> tuple[Any, ...]:
         return (message_id, correlation_id, reply_to_address, time_to_be_received, headers, body)
 
-    def insert_raw(self, address: QueueAddress) -> str:
-        return (
-            f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES (%s, %s, %s, true, NULL, %s, %s)"
-        )
+    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
+        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
+        values = "(%s, %s, %s, true, NULL, %s, %s)" if with_recoverable else "(%s, %s, %s, NULL, %s, %s)"
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)

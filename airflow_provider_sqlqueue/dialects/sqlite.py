@@ -30,10 +30,19 @@ from .base import Dialect, Finding, IndexSpec, TableOptions
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _VALUES_ROW = "(?, ?, ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)"
+_COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
+_VALUES_ROW_WITHOUT_RECOVERABLE = "(?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)"
 _RETURNING = (
     "RETURNING Id, CorrelationId, ReplyToAddress, "
     f"(Expires IS NOT NULL AND Expires <= {_NOW}) AS Expired, Headers, Body, RowVersion, Expires"
 )
+
+
+def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
+    """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
+    if with_recoverable:
+        return _COLUMNS, _VALUES_ROW
+    return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
 class SqliteDialect(Dialect):
@@ -133,12 +142,13 @@ class SqliteDialect(Dialect):
         )
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send(self, address: QueueAddress) -> str:
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {_VALUES_ROW}"
+    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
+        columns, row = _insert_shape(with_recoverable)
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
 
-    def send_batch(self, address: QueueAddress, rows: int) -> str:
-        values = ", ".join([_VALUES_ROW] * rows)
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {values}"
+    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
+        columns, row = _insert_shape(with_recoverable)
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
 
     def send_params(
         self,
@@ -154,8 +164,10 @@ class SqliteDialect(Dialect):
             modifier = f"{time_to_be_received.total_seconds():+.3f} seconds"
         return (message_id, correlation_id, reply_to_address, modifier, headers, body)
 
-    def insert_raw(self, address: QueueAddress) -> str:
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES (?, ?, ?, 1, NULL, ?, ?)"
+    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
+        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
+        values = "(?, ?, ?, 1, NULL, ?, ?)" if with_recoverable else "(?, ?, ?, NULL, ?, ?)"
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)

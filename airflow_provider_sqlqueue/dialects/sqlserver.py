@@ -26,6 +26,8 @@ from .base import Dialect, Finding, IndexSpec, TableOptions, short_hash
 
 _COLUMNS = "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]"
 _VALUES_ROW = "(?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
+_COLUMNS_WITHOUT_RECOVERABLE = "[Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]"
+_VALUES_ROW_WITHOUT_RECOVERABLE = "(?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
 _OUTPUT = (
     "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], "
     "CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END AS [Expired], "
@@ -49,6 +51,13 @@ def native_errors(error: BaseException) -> set[int]:
     """SQL Server error numbers found in a pyodbc error's message, e.g. ``... (1205) (SQLExecDirectW)``."""
     text = " ".join(str(arg) for arg in getattr(error, "args", ()))
     return {int(number) for number in _NATIVE_ERROR.findall(text)}
+
+
+def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
+    """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
+    if with_recoverable:
+        return _COLUMNS, _VALUES_ROW
+    return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
 class SqlServerDialect(Dialect):
@@ -146,12 +155,13 @@ class SqlServerDialect(Dialect):
         return "SELECT COL_LENGTH(?, ?)", (self.qualified_name(address), column)
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send(self, address: QueueAddress) -> str:
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {_VALUES_ROW}"
+    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
+        columns, row = _insert_shape(with_recoverable)
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
 
-    def send_batch(self, address: QueueAddress, rows: int) -> str:
-        values = ", ".join([_VALUES_ROW] * rows)
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES {values}"
+    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
+        columns, row = _insert_shape(with_recoverable)
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
 
     def send_params(
         self,
@@ -169,8 +179,10 @@ class SqlServerDialect(Dialect):
             milliseconds = rest // timedelta(milliseconds=1)
         return (message_id, correlation_id, reply_to_address, milliseconds, seconds, headers, body)
 
-    def insert_raw(self, address: QueueAddress) -> str:
-        return f"INSERT INTO {self.qualified_name(address)} ({_COLUMNS}) VALUES (?, ?, ?, 1, NULL, ?, ?)"
+    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
+        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
+        values = "(?, ?, ?, 1, NULL, ?, ?)" if with_recoverable else "(?, ?, ?, NULL, ?, ?)"
+        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
 
     def receive_batch(self, address: QueueAddress) -> str:
         return (
@@ -229,8 +241,23 @@ class SqlServerDialect(Dialect):
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         table = self.qualified_name(address)
         cursor.execute(self.index_first_columns(address), (table,))
-        first_columns = {str(name).lower() for name, _type in cursor.fetchall()}
+        index_types: dict[str, set[int]] = {}
+        for name, index_type in cursor.fetchall():
+            index_types.setdefault(str(name).lower(), set()).add(int(index_type))
+        first_columns = set(index_types)
         findings = []
+        if options.layout == "heap" and index_types.get("rowversion") == {1}:
+            heap = self.indexes(address, options)
+            findings.append(
+                Finding(
+                    "clustered_rowversion_index",
+                    f"Queue table {address} still has the seeds' clustered RowVersion index; the heap "
+                    "layout avoids page-latch contention at its head under many receivers. Migrate in a "
+                    "quiet window.",
+                    f"DROP INDEX [Index_RowVersion] ON {table}; {heap[0].create}; "
+                    f"DROP INDEX [Index_Expires] ON {table}; {heap[1].create}",
+                )
+            )
         for spec in self.indexes(address, options):
             column = "rowversion" if spec.name == "Index_RowVersion" else "expires"
             if column not in first_columns:

@@ -111,17 +111,34 @@ class _Statements:
         self.peek_bounds = dialect.peek_bounds(address)
         self.count_exact = dialect.count_exact(address)
         self.purge_expired_batch = dialect.purge_expired_batch(address)
-        self._send_batch_sized: dict[int, str] = {}
+        self._send_batch_sized: dict[tuple[int, bool], str] = {}
+        self._without_recoverable: dict[str, str] = {}
         self._queue = queue
 
-    def send_batch(self, rows: int) -> str:
-        if rows == self._queue.dialect.send_batch_rows:
-            return self.send_batch_full
-        statement = self._send_batch_sized.get(rows)
+    def send_for(self, with_recoverable: bool) -> str:
+        if with_recoverable:
+            return self.send
+        return self._legacy("send", lambda: self._queue.dialect.send(self._queue.address, False))
+
+    def insert_raw_for(self, with_recoverable: bool) -> str:
+        if with_recoverable:
+            return self.insert_raw
+        return self._legacy("insert_raw", lambda: self._queue.dialect.insert_raw(self._queue.address, False))
+
+    def _legacy(self, name: str, render: Any) -> str:
+        statement = self._without_recoverable.get(name)
         if statement is None:
-            statement = self._queue.dialect.send_batch(self._queue.address, rows)
+            statement = self._without_recoverable[name] = render()
+        return statement
+
+    def send_batch(self, rows: int, with_recoverable: bool = True) -> str:
+        if with_recoverable and rows == self._queue.dialect.send_batch_rows:
+            return self.send_batch_full
+        statement = self._send_batch_sized.get((rows, with_recoverable))
+        if statement is None:
+            statement = self._queue.dialect.send_batch(self._queue.address, rows, with_recoverable)
             if len(self._send_batch_sized) < 64:
-                self._send_batch_sized[rows] = statement
+                self._send_batch_sized[(rows, with_recoverable)] = statement
         return statement
 
 
@@ -218,6 +235,7 @@ class TableQueue:
         self.dialect = transport.dialect
         self.address = address
         self.error_queue = error_queue
+        self._recoverable: bool | None = None
 
     def __repr__(self) -> str:
         return f"<TableQueue {self.address} on {self.transport.description}>"
@@ -258,6 +276,7 @@ class TableQueue:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _create_once(self, options: TableOptions) -> bool:
+        self._recoverable = None
         dialect, address = self.dialect, self.address
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
@@ -357,7 +376,10 @@ class TableQueue:
         outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
         params = self._row_params(outgoing)
         with self.transport.connection(self.address) as connection:
-            connection.cursor().execute(self._sql.send, params)
+            cursor = connection.cursor()
+            with_recoverable = self._has_recoverable(cursor)
+            with self._recoverable_guard():
+                cursor.execute(self._sql.send_for(with_recoverable), params)
             connection.commit()
         return outgoing.id
 
@@ -378,16 +400,51 @@ class TableQueue:
             begin = self.dialect.begin_write()
             if begin and len(rows) > self.dialect.send_batch_rows:
                 cursor.execute(begin, ())
+        with_recoverable = self._has_recoverable(cursor)
         chunk = self.dialect.send_batch_rows
-        for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            if len(part) == 1:
-                cursor.execute(self._sql.send, part[0])
-            else:
-                cursor.execute(self._sql.send_batch(len(part)), [value for row in part for value in row])
+        with self._recoverable_guard():
+            for start in range(0, len(rows), chunk):
+                part = rows[start : start + chunk]
+                if len(part) == 1:
+                    cursor.execute(self._sql.send_for(with_recoverable), part[0])
+                else:
+                    statement = self._sql.send_batch(len(part), with_recoverable)
+                    cursor.execute(statement, [value for row in part for value in row])
         if commit:
             connection.commit()
         return [message.id for message in outgoing]
+
+    def _has_recoverable(self, cursor: Any) -> bool:
+        """Whether the table has the legacy Recoverable column: asked once per queue, then remembered.
+
+        NServiceBus tables lost the column in later versions; sends leave it out where it is gone.
+        """
+        known = self._recoverable
+        if known is not None:
+            return known
+        cursor.execute(*self.dialect.column_exists(self.address, "Recoverable"))
+        if self._first_value(cursor) is not None:
+            self._recoverable = True
+        elif self._exists_on(cursor):
+            self._recoverable = False
+            log.info("queue %s has no Recoverable column; sending without it", self.address)
+        else:
+            return True  # no table: the send reports it; decide once the table exists
+        return self._recoverable
+
+    @contextmanager
+    def _recoverable_guard(self) -> Iterator[None]:
+        """If the Recoverable column changed since it was checked, forget the answer and say so."""
+        try:
+            yield
+        except Exception as error:
+            if not self.dialect.is_recoverable_column_error(error):
+                raise
+            self._recoverable = None
+            raise TransientDatabaseError(
+                f"the Recoverable column of {self.address} changed since it was checked; nothing was sent, "
+                "send again"
+            ) from error
 
     # ---- receiving -----------------------------------------------------------------------------
     @contextmanager
@@ -527,7 +584,11 @@ class TableQueue:
             )
             error_queue = self.transport.queue(self.error_queue, error_queue=None)
             try:
-                cursor.execute(error_queue._sql.insert_raw, self.dialect.raw_params(raw))
+                with_recoverable = error_queue._has_recoverable(cursor)
+                with error_queue._recoverable_guard():
+                    cursor.execute(
+                        error_queue._sql.insert_raw_for(with_recoverable), self.dialect.raw_params(raw)
+                    )
             except Exception as error:
                 if isinstance(self.dialect.classify(error, self.error_queue), QueueNotFound):
                     raise QueueNotFound(

@@ -99,6 +99,15 @@ INSERT INTO [dbo].[o'rders;-- DROP TABLE x] ([Id], [CorrelationId], [ReplyToAddr
 -- insert_raw
 INSERT INTO [dbo].[o'rders;-- DROP TABLE x] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]) VALUES (?, ?, ?, 1, NULL, ?, ?)
 
+-- send without Recoverable
+INSERT INTO [dbo].[o'rders;-- DROP TABLE x] ([Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]) VALUES (?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)
+
+-- send_batch rows=3 without Recoverable
+INSERT INTO [dbo].[o'rders;-- DROP TABLE x] ([Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]) VALUES (?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?), (?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?), (?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)
+
+-- insert_raw without Recoverable
+INSERT INTO [dbo].[o'rders;-- DROP TABLE x] ([Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]) VALUES (?, ?, ?, NULL, ?, ?)
+
 -- receive_batch
 WITH message AS (SELECT TOP(?) * FROM [dbo].[o'rders;-- DROP TABLE x] WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY [RowVersion]) DELETE FROM message OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END AS [Expired], deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]
 
@@ -155,3 +164,6 @@ SELECT t.name FROM sys.columns c JOIN sys.types t ON t.user_type_id = c.user_typ
 
 -- inspect fix varchar_headers
 ALTER TABLE [dbo].[o'rders;-- DROP TABLE x] ALTER COLUMN [Headers] nvarchar(max) NOT NULL
+
+-- inspect fix clustered_rowversion_index
+DROP INDEX [Index_RowVersion] ON [dbo].[o'rders;-- DROP TABLE x]; CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [dbo].[o'rders;-- DROP TABLE x] ([RowVersion] ASC); DROP INDEX [Index_Expires] ON [dbo].[o'rders;-- DROP TABLE x]; CREATE NONCLUSTERED INDEX [Index_Expires] ON [dbo].[o'rders;-- DROP TABLE x] ([Expires] ASC) INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL
