@@ -110,6 +110,12 @@ class PostgresServer:
         ) as c:
             c.execute(sql)
 
+    def query(self, sql: str) -> list[tuple]:
+        import psycopg
+
+        with psycopg.connect(self.base_url.replace("postgresql+psycopg://", "postgresql://")) as c:
+            return c.execute(sql).fetchall()
+
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.remove()
