@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the tests need on a fresh Debian 12 machine with Python 3.11:
-# Debian packages (PostgreSQL server, unixODBC and its drivers), a virtualenv in .venv, and this package
-# with Airflow and the test tools.
+# Debian packages (PostgreSQL server, unixODBC and its drivers, a Java runtime for Spark), a virtualenv in
+# .venv, and this package with Airflow, PySpark and the test tools.
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(postgresql unixodbc odbc-postgresql tdsodbc libsqliteodbc)
+# Spark 4 runs on Java 17+: Debian 12's default runtime (OpenJDK 17), unless a java is already on PATH.
+command -v java >/dev/null 2>&1 || APT_PACKAGES+=(default-jre-headless)
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -28,11 +30,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv
 fi
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+EXTRAS="dev,postgres,mssql,airflow,messaging,spark"
+stamp=".venv/.installed-$( (cat pyproject.toml; echo "$EXTRAS") | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the package and its test dependencies into .venv"
+  echo "setup: (pyspark builds its wheel from a 450 MB source archive: allow a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev,postgres,mssql,airflow,messaging]"
+  .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

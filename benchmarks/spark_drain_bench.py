@@ -1,0 +1,311 @@
+"""Spark drain benchmark: the shipped drain job against a plain Spark JDBC read of the same queue table.
+
+    python benchmarks/spark_drain_bench.py [--n 1000000] [--also-n 100000] [--json out.json]
+
+One run starts a throwaway PostgreSQL cluster with durable settings (fsync and synchronous_commit on) and,
+for each size N, fills the ``orders`` queue with N order messages of about 1 KB and runs two
+``spark-submit --master local[2]`` applications, each on the same freshly filled queue:
+
+- **drain**: ``airflow_provider_sqlqueue/spark/drain_job.py``, 2 receivers, batches of 1,000, the
+  ``order_rows`` transform (JSON body -> message id, order id, customer, amount, currency, items, time sent),
+  into a table sink; exactly once, the queue ends empty.
+- **jdbc**: ``spark.read.jdbc`` of the queue table split into 2 partitions by RowVersion (Debian's
+  ``libpostgresql-jdbc-java`` jar), the same parsing in Spark SQL, ``write.jdbc`` (append, batches of
+  1,000) into a table of the same columns. It deletes nothing and guarantees nothing: the ceiling.
+
+Times are measured inside each application from the moment its SparkSession is up to the end of its work
+(the JVM start, about 15 s here, is reported apart). The ratio is drain msgs/s divided by jdbc msgs/s.
+Peak memory is sampled every 0.2 s from /proc for the process tree of each spark-submit: the JVM (driver
+and executors in local mode) and the Python driver. Performance is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+ORDER_SCHEMA = "order_id long, customer string, amount double, currency string, items int, placed_at string"
+RESULT_COLUMNS = [
+    ("message_id", "string", False),
+    ("order_id", "long", True),
+    ("customer", "string", True),
+    ("amount", "double", True),
+    ("currency", "string", True),
+    ("items", "int", True),
+    ("time_sent", "timestamp", True),
+]
+
+
+# ---- the JDBC baseline, run by spark-submit with this file as the application --------------------------
+def jdbc_baseline(table: str, sink: str) -> None:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from sqlalchemy.engine import make_url
+
+    from airflow_provider_sqlqueue.spark.config import url_from_environment
+
+    started = time.monotonic()
+    spark = SparkSession.builder.appName("jdbc-baseline").getOrCreate()
+    session_seconds = time.monotonic() - started
+    url = make_url(url_from_environment())
+    jdbc = f"jdbc:postgresql://{url.host}:{url.port}/{url.database}"
+    props = {"user": url.username, "password": str(url.password), "driver": "org.postgresql.Driver"}
+    t0 = time.monotonic()
+    bounds = spark.read.jdbc(
+        jdbc, f"(SELECT min(rowversion) lo, max(rowversion) hi FROM {table}) b", properties=props
+    ).collect()[0]
+    queue = spark.read.jdbc(
+        jdbc,
+        table,
+        column="rowversion",
+        lowerBound=int(bounds.lo),
+        upperBound=int(bounds.hi) + 1,
+        numPartitions=2,
+        properties={**props, "fetchsize": "1000"},
+    )
+    order = F.from_json(F.col("body").cast("string"), ORDER_SCHEMA)
+    sent = F.get_json_object(F.col("headers"), '$["NServiceBus.TimeSent"]')
+    rows = queue.select(
+        F.col("id").cast("string").alias("message_id"),
+        order.order_id.alias("order_id"),
+        order.customer.alias("customer"),
+        order.amount.alias("amount"),
+        order.currency.alias("currency"),
+        order["items"].alias("items"),
+        F.to_timestamp(F.substring(sent, 1, 19), "yyyy-MM-dd HH:mm:ss").alias("time_sent"),
+    )
+    rows.write.jdbc(jdbc, sink, mode="append", properties={**props, "batchsize": "1000"})
+    seconds = time.monotonic() - t0
+    written = spark.read.jdbc(jdbc, f"(SELECT count(*) n FROM {sink}) c", properties=props).collect()[0].n
+    spark.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(
+        "BENCH_RESULT "
+        + json.dumps(
+            {
+                "seconds": seconds,
+                "session_seconds": session_seconds,
+                "written": int(written),
+                "py_peak_mb": peak,
+            }
+        ),
+        flush=True,
+    )
+
+
+# ---- the harness -------------------------------------------------------------------------------------
+class MemorySampler(threading.Thread):
+    """Peak RSS of the JVM and of the Python driver in a process tree, sampled from /proc."""
+
+    def __init__(self, pid: int, driver_marker: str) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.marker = pid, driver_marker
+        self.peaks = {"jvm_mb": 0.0, "python_driver_mb": 0.0, "python_workers_mb": 0.0}
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.stopped.wait(0.2):
+            try:
+                root = psutil.Process(self.pid)
+                processes = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            workers = 0.0
+            for process in processes:
+                try:
+                    name, rss, cmdline = process.name(), process.memory_info().rss / 2**20, process.cmdline()
+                except psutil.Error:
+                    continue
+                text = " ".join(cmdline)
+                if name == "java":
+                    self.peaks["jvm_mb"] = max(self.peaks["jvm_mb"], rss)
+                elif "python" in name and self.marker in text:
+                    self.peaks["python_driver_mb"] = max(self.peaks["python_driver_mb"], rss)
+                elif "python" in name and "pyspark" in text:
+                    workers += rss
+            self.peaks["python_workers_mb"] = max(self.peaks["python_workers_mb"], workers)
+
+
+def spark_submit(application: str, args: list[str], env: dict[str, str], marker: str) -> dict[str, Any]:
+    bindir = Path(sys.executable).parent
+    command = [str(bindir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
+    command += ["--conf", "spark.sql.shuffle.partitions=2", "--jars", str(JDBC_JAR), application, *args]
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = MemorySampler(process.pid, marker)
+    sampler.start()
+    output, _ = process.communicate()
+    sampler.stopped.set()
+    wall = time.monotonic() - started
+    if process.returncode:
+        raise RuntimeError(f"{application} failed:\n{output[-5000:]}")
+    result: dict[str, Any] = {
+        "wall_seconds": round(wall, 2),
+        **{k: round(v) for k, v in sampler.peaks.items()},
+    }
+    for line in output.splitlines():
+        if line.startswith(("BENCH_RESULT ", "SQLQUEUE_SPARK_SUMMARY ")):
+            result["job"] = json.loads(line.split(" ", 1)[1])
+    return result
+
+
+def fill(transport, n: int) -> float:
+    from airflow_provider_sqlqueue.example_orders import make_orders
+
+    started = time.monotonic()
+    queue = transport.queue("orders")
+    chunk = 5000
+    for first in range(1, n + 1, chunk):
+        queue.send_batch(
+            make_orders(
+                min(chunk, n - first + 1), first_order_id=first, short_lived_every=None, body_bytes=1024
+            )
+        )
+    return time.monotonic() - started
+
+
+def run_size(cluster, n: int, env: dict[str, str]) -> dict[str, Any]:
+    from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    result: dict[str, Any] = {"n": n}
+    with open_transport(cluster.url()) as transport:
+        for name in ("orders", "error"):
+            transport.queue(name).drop()
+            transport.queue(name).create()
+        create_bridge_tables(transport, "orders")
+        for table in ("bench_rows", "jdbc_rows"):
+            with transport.connection() as connection:
+                connection.cursor().execute(f"DROP TABLE IF EXISTS {table}", ())
+                connection.commit()
+            create_sink_table(transport, table, RESULT_COLUMNS)
+        average = 0
+        with transport.connection() as connection:
+            cursor = connection.cursor()
+            result["fill_seconds"] = round(fill(transport, n), 1)
+            cursor.execute("SELECT avg(octet_length(body)) FROM orders", ())
+            average = float(cursor.fetchone()[0])
+            connection.commit()
+        result["body_bytes_avg"] = round(average)
+        print(
+            f"  N={n:,}: queue filled in {result['fill_seconds']} s ({result['body_bytes_avg']} B bodies)",
+            flush=True,
+        )
+
+        result["jdbc"] = spark_submit(
+            str(Path(__file__).resolve()), ["--jdbc-baseline"], env, "spark_drain_bench.py"
+        )
+        print(f"  jdbc read+write: {result['jdbc']['job']['seconds']:.1f} s", flush=True)
+        queue_left = transport.queue("orders").count()
+        assert queue_left == n, f"the baseline must not change the queue ({queue_left})"
+
+        from airflow_provider_sqlqueue.spark import DRAIN_JOB
+
+        args = ["--queue", "orders", "--sink", "table:bench_rows", "--run-id", f"bench-{n}-{time.time():.0f}"]
+        args += ["--transform", "airflow_provider_sqlqueue.spark.transforms.order_rows"]
+        args += ["--batch-size", "1000", "--partitions", "2"]
+        result["drain"] = spark_submit(DRAIN_JOB, args, env, "drain_job.py")
+        job = result["drain"]["job"]
+        print(
+            f"  drain: {job['seconds']:.1f} s (receive {job['receive_seconds']:.1f} s, "
+            f"transform+commit {job['process_seconds']:.1f} s)",
+            flush=True,
+        )
+        assert job["processed"] == job["written"] == n, job
+        assert transport.queue("orders").count() == 0
+    jdbc_rate = n / result["jdbc"]["job"]["seconds"]
+    drain_rate = n / job["seconds"]
+    result.update(
+        jdbc_msgs_per_s=round(jdbc_rate),
+        drain_msgs_per_s=round(drain_rate),
+        ratio=round(drain_rate / jdbc_rate, 2),
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--also-n", type=int, default=100_000, help="a second, smaller size (0: none)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--jdbc-baseline", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.jdbc_baseline:
+        jdbc_baseline("orders", "jdbc_rows")
+        return 0
+    if not JDBC_JAR.exists():
+        print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
+        return 2
+    from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
+    from airflow_provider_sqlqueue.testing import throwaway_postgres
+
+    started = datetime.now(timezone.utc)
+    meta = {
+        "date": started.isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average_before": os.getloadavg(),
+        "master": "local[2]",
+        "postgresql": "throwaway_postgres(durable=True)",
+    }
+    sizes = sorted({size for size in (args.also_n, args.n) if size})
+    results = []
+    with throwaway_postgres(durable=True) as cluster, tempfile.TemporaryDirectory() as folder:
+        stripped, password = split_credentials(cluster.url())
+        bindir = str(Path(sys.executable).parent)
+        env = {
+            **os.environ,
+            URL_ENV: stripped,
+            PASSWORD_ENV: password or "",
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYTHONPATH": str(REPO),
+            "TMPDIR": folder,
+        }
+        for n in sizes:
+            print(f"spark_drain_bench: N={n:,}", flush=True)
+            results.append(run_size(cluster, n, env))
+    meta["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
+    meta["load_average_after"] = os.getloadavg()
+    print()
+    print(
+        "| N | jdbc read+write msgs/s | drain msgs/s | ratio | drain: receive / transform+commit s "
+        "| JVM peak MB (drain / jdbc) | Python driver peak MB (drain / jdbc) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in results:
+        job = row["drain"]["job"]
+        print(
+            f"| {row['n']:,} | {row['jdbc_msgs_per_s']:,} | {row['drain_msgs_per_s']:,} | {row['ratio']}x | "
+            f"{job['receive_seconds']:.1f} / {job['process_seconds']:.1f} | "
+            f"{row['drain']['jvm_mb']} / {row['jdbc']['jvm_mb']} | "
+            f"{row['drain']['python_driver_mb']} / {row['jdbc']['python_driver_mb']} |"
+        )
+    print(f"\nTotal {meta['seconds']} s; load average before {meta['load_average_before'][0]:.2f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Transforms for the Spark bridge's failure tests (shipped to executors with addPyFile / --py-files).
+
+Faults are keyed on Spark's own task attempt number, so a retried task behaves; nothing here is shared
+state between attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pyspark import TaskContext
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
+
+from airflow_provider_sqlqueue.spark.transforms import order_rows
+
+FAIL_AFTER_ROWS = 150  # the failing task has handled this many rows, i.e. a few receive batches
+
+
+def _order_id_failing_once(order_id):  # no type hints: PySpark would read them as a pandas UDF
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0 and context.partitionId() == 0:
+        _order_id_failing_once.seen = getattr(_order_id_failing_once, "seen", 0) + 1  # type: ignore[attr-defined]
+        if _order_id_failing_once.seen > FAIL_AFTER_ROWS:  # type: ignore[attr-defined]
+            _order_id_failing_once.seen = 0  # type: ignore[attr-defined]
+            raise RuntimeError("injected: partition 0 fails in its first attempt after some batches")
+    return order_id
+
+
+def _always_fail(order_id):
+    raise RuntimeError(f"injected: the transform cannot handle order {order_id}")
+
+
+def fails_once(messages: DataFrame) -> DataFrame:
+    """order_rows, but the first attempt of partition 0 raises after some rows: Spark's retry succeeds."""
+    checked = F.udf(_order_id_failing_once, LongType())
+    return order_rows(messages).withColumn("order_id", checked(F.col("order_id")))
+
+
+def always_fails(messages: DataFrame) -> DataFrame:
+    """order_rows whose every attempt raises: the job aborts."""
+    broken = F.udf(_always_fail, LongType())
+    return order_rows(messages).withColumn("order_id", broken(F.col("order_id")))
+
+
+_calls = {"count": 0}
+
+
+def hangs_on_driver(messages: DataFrame) -> DataFrame:
+    """The first call (the job's check on an empty frame) passes; the second hangs the driver.
+
+    Tests kill the job while it hangs, as a driver killed in phase 2 would be.
+    """
+    _calls["count"] += 1
+    if _calls["count"] >= 2:
+        print(f"hangs_on_driver: pid {os.getpid()} hanging", flush=True)
+        time.sleep(600)
+    return order_rows(messages)
