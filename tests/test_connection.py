@@ -93,3 +93,14 @@ def test_bare_odbc_string_opens_a_sql_server_transport_without_connecting() -> N
     assert "secret" not in repr(transport)
     assert str(transport.queue("orders@[sales]").address) == "orders@[sales]"
     assert transport.resolve("orders").schema == "dbo"
+
+
+def test_odbc_passwords_stay_out_of_the_description() -> None:
+    raw = "DRIVER={FreeTDS};SERVER=db.example;DATABASE=erp;UID=u;PWD={Pa55;word}"
+    for url in (
+        f"mssql+pyodbc:///?odbc_connect={quote(raw)}",
+        raw,
+        f"postgresql+pyodbc:///?odbc_connect={quote(raw)}",
+    ):
+        transport = open_transport(url)
+        assert "Pa55" not in repr(transport) and "db.example/erp" in repr(transport)

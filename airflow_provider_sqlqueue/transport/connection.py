@@ -349,63 +349,17 @@ def open_transport(
         text = url.strip()
     if text and "://" not in text and "=" in text:
         odbc = text[5:] if text.lower().startswith("odbc:") else text
-        connect, database = _sqlserver_connector(odbc, connect_timeout)
-        server = parse_odbc_string(odbc).get("SERVER", "?")
-        return Transport(
-            get_dialect("sqlserver"),
-            connect,
-            description=f"sqlserver {server}/{database or ''}",
-            database=database,
-            default_schema=default_schema,
-            error_queue=error_queue,
-            pool_size=pool_size,
-            max_overflow=max_overflow,
-            max_body_bytes=max_body_bytes,
-        )
-    if text:
-        try:
-            parsed = make_url(text)
-        except ArgumentError as error:
-            raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
-    backend = parsed.get_backend_name()
-    driver = parsed.get_driver_name() if "+" in parsed.drivername else None
-    description = parsed.render_as_string(hide_password=True)
-    if driver == "pyodbc" and backend in ("sqlite", "postgresql", "postgres"):
-        odbc = odbc_connection_string(parsed)
-        connect, database = _sqlserver_connector(odbc, connect_timeout)
-        from ..dialects.odbc import PostgresOverOdbc, SqliteOverOdbc
-
-        over_odbc = SqliteOverOdbc() if backend == "sqlite" else PostgresOverOdbc()
-        return Transport(
-            over_odbc,
-            connect,
-            description=f"{backend} over ODBC",
-            database=database,
-            default_schema=default_schema,
-            error_queue=error_queue,
-            pool_size=pool_size,
-            max_overflow=max_overflow,
-            max_body_bytes=max_body_bytes,
-        )
-    if backend == "sqlite":
-        connect, database = _sqlite_connector(parsed)
-        dialect_name = "sqlite"
-    elif backend in ("postgresql", "postgres"):
-        if driver not in (None, "psycopg"):
-            raise ConfigurationError(f"PostgreSQL queues use psycopg 3; the URL asks for {driver!r}")
-        connect, database = _postgres_connector(parsed, connect_timeout)
-        dialect_name = "postgresql"
-    elif backend == "mssql":
-        if driver not in (None, "pyodbc"):
-            raise ConfigurationError(f"SQL Server queues use pyodbc; the URL asks for {driver!r}")
-        connect, database = _sqlserver_connector(odbc_connection_string(parsed), connect_timeout)
-        dialect_name = "sqlserver"
+        dialect, (connect, database) = get_dialect("sqlserver"), _sqlserver_connector(odbc, connect_timeout)
+        description = _odbc_description("sqlserver", odbc, database)
     else:
-        raise ConfigurationError(
-            f"unsupported database {backend!r}; use sqlite:///file.db, postgresql://... or mssql+pyodbc://..."
-        )
+        if text:
+            try:
+                parsed = make_url(text)
+            except ArgumentError as error:
+                raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
+        dialect, connect, database, description = _from_url(parsed, connect_timeout)
     return Transport(
-        get_dialect(dialect_name),
+        dialect,
         connect,
         description=description,
         database=database,
@@ -414,4 +368,40 @@ def open_transport(
         pool_size=pool_size,
         max_overflow=max_overflow,
         max_body_bytes=max_body_bytes,
+    )
+
+
+def _odbc_description(engine: str, odbc: str, database: str | None) -> str:
+    """Where an ODBC transport points, without anything secret from the connection string."""
+    server = parse_odbc_string(odbc).get("SERVER", "?")
+    return f"{engine} {server}/{database or ''} over ODBC"
+
+
+def _from_url(parsed: URL, connect_timeout: int) -> tuple[Dialect, Callable[[], Any], str | None, str]:
+    """The dialect, connection factory, current database and a password-free description of a URL."""
+    backend = parsed.get_backend_name()
+    driver = parsed.get_driver_name() if "+" in parsed.drivername else None
+    if driver == "pyodbc" and backend in ("sqlite", "postgresql", "postgres"):
+        from ..dialects.odbc import PostgresOverOdbc, SqliteOverOdbc
+
+        odbc = odbc_connection_string(parsed)
+        connect, database = _sqlserver_connector(odbc, connect_timeout)
+        dialect: Dialect = SqliteOverOdbc() if backend == "sqlite" else PostgresOverOdbc()
+        return dialect, connect, database, _odbc_description(dialect.name, odbc, database)
+    if backend == "sqlite":
+        connect, database = _sqlite_connector(parsed)
+        return get_dialect("sqlite"), connect, database, parsed.render_as_string(hide_password=True)
+    if backend in ("postgresql", "postgres"):
+        if driver not in (None, "psycopg"):
+            raise ConfigurationError(f"PostgreSQL queues use psycopg 3; the URL asks for {driver!r}")
+        connect, database = _postgres_connector(parsed, connect_timeout)
+        return get_dialect("postgresql"), connect, database, parsed.render_as_string(hide_password=True)
+    if backend == "mssql":
+        if driver not in (None, "pyodbc"):
+            raise ConfigurationError(f"SQL Server queues use pyodbc; the URL asks for {driver!r}")
+        odbc = odbc_connection_string(parsed)
+        connect, database = _sqlserver_connector(odbc, connect_timeout)
+        return get_dialect("sqlserver"), connect, database, _odbc_description("sqlserver", odbc, database)
+    raise ConfigurationError(
+        f"unsupported database {backend!r}; use sqlite:///file.db, postgresql://... or mssql+pyodbc://..."
     )
