@@ -322,3 +322,11 @@ def test_send_operator_sends_json_text_and_batches(conn) -> None:
     assert [row[0] for row in rawsql.all_rows(conn.queue("orders"))] == []
     with pytest.raises(ValueError, match="either body"):
         SendMessageOperator(task_id="x", queue="orders")
+
+
+def test_a_sqlqueue_connection_without_an_engine_must_say_which(monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_VAGUE", json.dumps({"conn_type": "sqlqueue", "host": "db.example.com"}))
+    with pytest.raises(ConfigurationError, match="Engine field"):
+        _ = SqlQueueHook(sqlqueue_conn_id="vague").engine
+    monkeypatch.setenv("AIRFLOW_CONN_FILE", json.dumps({"conn_type": "sqlqueue", "host": "/tmp/queues.db"}))
+    assert SqlQueueHook(sqlqueue_conn_id="file").engine == "sqlite"

@@ -107,7 +107,15 @@ class SqlQueueHook(DbApiHook):
         """``sqlserver``, ``postgresql`` or ``sqlite``, from the connection type or its ``engine`` extra."""
         conn = self.connection
         if conn.conn_type == self.conn_type:
-            name = str(self.connection_extra.get("engine") or "sqlite").strip().lower()
+            name = str(self.connection_extra.get("engine") or "").strip().lower()
+            if not name:
+                host = conn.host or ""
+                if conn.port or conn.login or not host.endswith((".db", ".sqlite", ".sqlite3", ".db3")):
+                    raise ConfigurationError(
+                        f"connection {self.get_conn_id()!r} does not say which engine it is: choose "
+                        "sqlserver, postgresql or sqlite in its Engine field (extra 'engine')"
+                    )
+                name = "sqlite"  # a bare queue file path, e.g. /var/lib/queues/queues.db
             if name not in ENGINE_ALIASES:
                 raise ConfigurationError(
                     f"connection {self.get_conn_id()!r}: engine {name!r} is not one of sqlserver, "
