@@ -53,6 +53,7 @@ from ..transport.headers import (
     decode_headers,
     parse_timestamp,
 )
+from ..transport.queue import as_utc
 from .config import Sink, safe_path_part
 from .tables import (
     ABORTED,
@@ -185,16 +186,6 @@ def read_schema() -> StructType:
     return StructType([f for f in messages_schema().fields if f.name != "body_text"])
 
 
-def _utc(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-    return None
-
-
 def _time_sent(text: str | None) -> datetime | None:
     """``NServiceBus.TimeSent`` (``yyyy-MM-dd HH:mm:ss:ffffff Z``), parsed without strptime's cost."""
     if not text:
@@ -234,7 +225,7 @@ def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, 
         content_type,
         headers.get(ENCLOSED_MESSAGE_TYPES),
         time_sent,
-        _utc(expires),
+        as_utc(expires),
     )
 
 

@@ -37,6 +37,7 @@ from .address import QueueAddress
 from .errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
+from .queue import begin_creation
 from .recoverability import (
     CircuitBreaker,
     CircuitBreakerSettings,
@@ -130,13 +131,7 @@ class DelayedStore:
         queue = self.transport.queue(address, error_queue=None)
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
-            begin = dialect.begin_write()
-            if begin:
-                cursor.execute(begin, ())
-            lock = dialect.lock_for_create(address)
-            if lock is not None:
-                cursor.execute(*lock)
-                dialect.fetch_rows(cursor)
+            begin_creation(cursor, dialect, address)
             created = not queue._exists_on(cursor)
             if created:
                 cursor.execute(dialect.create_delayed_table(address), ())

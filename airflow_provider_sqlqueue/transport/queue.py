@@ -60,7 +60,8 @@ class TransactionMode(str, Enum):
     SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
 
 
-def _as_utc(value: Any) -> datetime | None:
+def as_utc(value: Any) -> datetime | None:
+    """A time as drivers return it (aware, naive UTC or SQLite text) as an aware UTC datetime."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -68,6 +69,19 @@ def _as_utc(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
     return None
+
+
+def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
+    """Start a write transaction and take the lock that serialises creators of the same table."""
+    begin = dialect.begin_write()
+    if begin:
+        cursor.execute(begin, ())
+    lock = dialect.lock_for_create(address)
+    if lock is not None:
+        cursor.execute(*lock)
+        result = dialect.fetch_rows(cursor)
+        if result and isinstance(result[0][0], int) and result[0][0] < 0:
+            raise TransientDatabaseError(f"could not take the creation lock for {address}")
 
 
 def _display_id(value: Any) -> str:
@@ -280,15 +294,7 @@ class TableQueue:
         dialect, address = self.dialect, self.address
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
-            begin = dialect.begin_write()
-            if begin:
-                cursor.execute(begin, ())
-            lock = dialect.lock_for_create(address)
-            if lock is not None:
-                cursor.execute(*lock)
-                result = dialect.fetch_rows(cursor)
-                if result and isinstance(result[0][0], int) and result[0][0] < 0:
-                    raise TransientDatabaseError(f"could not take the creation lock for {address}")
+            begin_creation(cursor, dialect, address)
             created = not self._exists_on(cursor)
             if created:
                 cursor.execute(dialect.create_table(address, options), ())
@@ -543,7 +549,7 @@ class TableQueue:
                     headers=headers,
                     body=b"" if body is None else bytes(body),
                     row_version=int(row.row_version),
-                    expires=_as_utc(row.expires),
+                    expires=as_utc(row.expires),
                     correlation_id=headers.get("NServiceBus.CorrelationId") or row.correlation_id,
                     reply_to_address=headers.get("NServiceBus.ReplyToAddress") or row.reply_to_address,
                 )
