@@ -230,6 +230,24 @@ class Dialect(ABC):
         """True when the purge statement returns its count as a row instead of through rowcount."""
         return False
 
+    # Engines whose row locks ask for more than the runtime rights (PostgreSQL wants UPDATE) also render
+    # these: the same work with locks that need no table privilege. Elsewhere they are the plain ones.
+    def row_lock_probe(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """Query answering whether this role may take row locks on the table (NULL when it is missing)."""
+        return None
+
+    def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
+        return self.receive_batch(address)
+
+    def peek_estimate_without_row_locks(self, address: QueueAddress) -> str:
+        return self.peek_estimate(address)
+
+    def peek_bounds_without_row_locks(self, address: QueueAddress) -> str:
+        return self.peek_bounds(address)
+
+    def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
+        return self.purge_expired_batch(address)
+
     @abstractmethod
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         """Check the indexes and column types of an existing table; never raises for a finding."""

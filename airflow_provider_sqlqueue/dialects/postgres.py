@@ -1,8 +1,11 @@
 """PostgreSQL (psycopg 3): every statement of the engine.
 
 Receivers compete with ``FOR UPDATE SKIP LOCKED``. PostgreSQL asks for the UPDATE privilege on at least
-one column before it takes row locks, so the runtime role needs ``UPDATE (Recoverable)`` beside SELECT,
-INSERT and DELETE: a legacy column nothing reads, so the role still cannot change a message.
+one column before it takes row locks. A role with only SELECT, INSERT and DELETE therefore competes with
+transaction-scoped advisory locks instead, one per row, keyed by the table's oid and the row's RowVersion
+and taken on the oldest rows in order until the batch is full (the ``*_without_row_locks`` statements).
+Either way the DELETE runs in the receive's transaction, and a row another receiver deleted and committed
+in the meantime is re-checked by the DELETE and skipped, so no message reaches two receivers.
 The table has the seeds' columns, as on the other engines (the reference's own PostgreSQL transport uses a
 different layout, so .NET PostgreSQL endpoints cannot share these tables). Column names are written
 unquoted and fold to lower case. Times come from ``statement_timestamp()``, so a send inside a long
@@ -34,6 +37,9 @@ _RETURNING = (
 _VALUES_ROW = "(%s, %s, %s, true, statement_timestamp() + %s::interval, %s, %s)"
 _COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
 _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::interval, %s, %s)"
+
+# One advisory lock per row for the transaction: table oid in the high 32 bits, RowVersion in the low ones.
+_ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
 
 _TRANSIENT_SQLSTATES = {
     "40001": "serialization failure",
@@ -221,6 +227,39 @@ class PostgresDialect(Dialect):
             "LIMIT %s FOR UPDATE SKIP LOCKED)"
         )
 
+    # ---- for roles without the UPDATE privilege: advisory locks instead of row locks ------------------
+    # ``OFFSET 0`` keeps the lock out of the inner scan, so only rows taken in RowVersion order are tried
+    # and a batch holds at most its own size in locks, whatever plan the inner ORDER BY gets.
+    def row_lock_probe(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT CASE WHEN to_regclass(%s) IS NULL THEN NULL "
+            "ELSE has_any_column_privilege(to_regclass(%s), 'UPDATE') END",
+            (self.display_sql(self.qualified_name(address)),) * 2,
+        )
+
+    def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM ("
+            f"SELECT RowVersion, tableoid FROM {table} ORDER BY RowVersion OFFSET 0) AS oldest "
+            f"WHERE {_ADVISORY_ROW_LOCK} LIMIT %s) {_RETURNING}"
+        )
+
+    def peek_estimate_without_row_locks(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return f"SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {table}"
+
+    def peek_bounds_without_row_locks(self, address: QueueAddress) -> str:
+        return f"SELECT min(RowVersion), max(RowVersion) FROM {self.qualified_name(address)}"
+
+    def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM ("
+            f"SELECT RowVersion, tableoid FROM {table} WHERE Expires < statement_timestamp() OFFSET 0) "
+            f"AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s)"
+        )
+
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         cursor.execute(
             "SELECT a.attname, i.indpred IS NOT NULL FROM pg_index i "
@@ -319,8 +358,8 @@ class PostgresDialect(Dialect):
             return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
         if sqlstate == "42501":
             return PermissionDenied(
-                f"{detail}{where}. Runtime roles need SELECT, INSERT, DELETE and UPDATE (Recoverable) on "
-                "the queue tables; creating queues needs CREATE on the schema"
+                f"{detail}{where}. Runtime roles need SELECT, INSERT and DELETE on the queue tables (and "
+                "UPDATE on one column with lock_mode='row'); creating queues needs CREATE on the schema"
             )
         if sqlstate in _TRANSIENT_SQLSTATES:
             return TransientDatabaseError(f"{_TRANSIENT_SQLSTATES[sqlstate]}: {detail}{where}")

@@ -205,6 +205,7 @@ class SqlQueueHook(DbApiHook):
                 self.sqlalchemy_url,
                 default_schema=self._default_schema or extra.get("default_schema") or None,
                 error_queue=error_queue,
+                lock_mode=extra.get("lock_mode") or "auto",
             )
         return self._transport
 

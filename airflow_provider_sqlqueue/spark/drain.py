@@ -364,7 +364,7 @@ def _move_into_staging(
         cursor = connection.cursor()
         _check_state(transport, cursor, sql, config.run_id)
         cursor.execute(
-            sql.move_to_staging(transport.dialect.receive_batch(queue.address)),
+            sql.move_to_staging(queue.receive_statement(cursor)),
             (size, config.run_id, job_attempt, index),
         )
         rows = transport.dialect.fetch_rows(cursor)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -30,6 +30,8 @@ from .address import QueueAddress
 from .errors import ConfigurationError, TransientDatabaseError
 
 log = logging.getLogger(__name__)
+
+LockMode = Literal["auto", "row", "advisory"]
 
 __all__ = ["Transport", "odbc_connection_string", "open_transport"]
 
@@ -127,8 +129,12 @@ class Transport:
         max_overflow: int = 10,
         pool_timeout: float = 30.0,
         max_body_bytes: int | None = None,
+        lock_mode: LockMode = "auto",
     ) -> None:
+        if lock_mode not in ("auto", "row", "advisory"):
+            raise ConfigurationError(f"lock_mode must be 'auto', 'row' or 'advisory', not {lock_mode!r}")
         self.dialect = dialect
+        self.lock_mode = lock_mode
         self.description = description
         self.database = database
         self.default_schema = default_schema
@@ -335,10 +341,14 @@ def open_transport(
     max_overflow: int = 10,
     connect_timeout: int = 10,
     max_body_bytes: int | None = None,
+    lock_mode: LockMode = "auto",
 ) -> Transport:
     """Open the database at ``url`` (a string or a SQLAlchemy ``URL``) for queues.
 
-    Nothing connects until the first operation.
+    Nothing connects until the first operation. ``lock_mode`` says how PostgreSQL receivers skip each
+    other's messages: ``"row"`` (``FOR UPDATE SKIP LOCKED``, needs an UPDATE privilege), ``"advisory"``
+    (advisory locks, needs only SELECT, INSERT and DELETE) or ``"auto"`` (row locks where the role may
+    take them); other engines ignore it.
     """
     if isinstance(url, URL):
         parsed = url
@@ -368,6 +378,7 @@ def open_transport(
         pool_size=pool_size,
         max_overflow=max_overflow,
         max_body_bytes=max_body_bytes,
+        lock_mode=lock_mode,
     )
 
 

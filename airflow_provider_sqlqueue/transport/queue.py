@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -112,6 +112,16 @@ class _Poison:
     reason: str
 
 
+@dataclass(frozen=True)
+class _Locking:
+    """The statements whose text depends on how receivers lock rows."""
+
+    receive_batch: str
+    peek_estimate: str
+    peek_bounds: str
+    purge_expired_batch: str
+
+
 class _Statements:
     """A queue's statements, rendered once by its dialect."""
 
@@ -128,6 +138,23 @@ class _Statements:
         self._send_batch_sized: dict[tuple[int, bool], str] = {}
         self._without_recoverable: dict[str, str] = {}
         self._queue = queue
+
+    @cached_property
+    def _with_row_locks(self) -> _Locking:
+        return _Locking(self.receive_batch, self.peek_estimate, self.peek_bounds, self.purge_expired_batch)
+
+    @cached_property
+    def _without_row_locks(self) -> _Locking:
+        dialect, address = self._queue.dialect, self._queue.address
+        return _Locking(
+            dialect.receive_batch_without_row_locks(address),
+            dialect.peek_estimate_without_row_locks(address),
+            dialect.peek_bounds_without_row_locks(address),
+            dialect.purge_expired_batch_without_row_locks(address),
+        )
+
+    def locking(self, row_locks: bool) -> _Locking:
+        return self._with_row_locks if row_locks else self._without_row_locks
 
     def send_for(self, with_recoverable: bool) -> str:
         if with_recoverable:
@@ -250,6 +277,7 @@ class TableQueue:
         self.address = address
         self.error_queue = error_queue
         self._recoverable: bool | None = None
+        self._row_locks: bool | None = None
 
     def __repr__(self) -> str:
         return f"<TableQueue {self.address} on {self.transport.description}>"
@@ -438,6 +466,37 @@ class TableQueue:
             return True  # no table: the send reports it; decide once the table exists
         return self._recoverable
 
+    def receive_statement(self, cursor: Any) -> str:
+        """The receive's ``DELETE ... RETURNING`` text (one parameter: how many) for this role.
+
+        For code that builds on the receive inside its own statement, as the Spark drain's server-side
+        move does; ``cursor`` answers the one-time privilege question.
+        """
+        return self._sql.locking(self._uses_row_locks(cursor)).receive_batch
+
+    def _uses_row_locks(self, cursor: Any) -> bool:
+        """Whether receivers here take row locks: asked once per queue, then remembered.
+
+        PostgreSQL grants row locks only to roles with an UPDATE privilege on the table; a role holding
+        just SELECT, INSERT and DELETE competes through advisory locks instead (see the dialect).
+        """
+        known = self._row_locks
+        if known is not None:
+            return known
+        mode = self.transport.lock_mode
+        probe = self.dialect.row_lock_probe(self.address) if mode == "auto" else None
+        if probe is None:
+            self._row_locks = mode != "advisory"
+            return self._row_locks
+        cursor.execute(*probe)
+        allowed = self._first_value(cursor)
+        if allowed is None:
+            return True  # no table: the statement reports it; decide once the table exists
+        self._row_locks = bool(allowed)
+        if not self._row_locks:
+            log.info("this role may not lock rows of %s; receivers use advisory locks", self.address)
+        return self._row_locks
+
     @contextmanager
     def _recoverable_guard(self) -> Iterator[None]:
         """If the Recoverable column changed since it was checked, forget the answer and say so."""
@@ -483,7 +542,8 @@ class TableQueue:
                 begin = self.dialect.begin_write()
                 if begin:
                     cursor.execute(begin, ())
-                raw = self.dialect.receive_rows(cursor, self.address, self._sql.receive_batch, max_messages)
+                statement = self._sql.locking(self._uses_row_locks(cursor)).receive_batch
+                raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
                 rows = sorted((Row(*row) for row in raw), key=lambda row: row.row_version)
                 messages, expired, poison = self._decode(rows)
                 if poison:
@@ -605,9 +665,11 @@ class TableQueue:
                 raise
 
     # ---- depth and maintenance -----------------------------------------------------------------
-    def _scalar(self, statement: str) -> int:
+    def _scalar(self, statement: str | Callable[[_Locking], str]) -> int:
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
+            if not isinstance(statement, str):
+                statement = statement(self._sql.locking(self._uses_row_locks(cursor)))
             cursor.execute(statement, ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
@@ -618,7 +680,7 @@ class TableQueue:
 
         Its cost does not grow with the queue's length; gaps and expired rows make it overestimate.
         """
-        return self._scalar(self._sql.peek_estimate)
+        return self._scalar(lambda locking: locking.peek_estimate)
 
     def peek_bounds(self) -> tuple[int | None, int | None]:
         """Oldest and newest RowVersion of the unlocked rows, ``(None, None)`` when there are none.
@@ -628,7 +690,7 @@ class TableQueue:
         """
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
-            cursor.execute(self._sql.peek_bounds, ())
+            cursor.execute(self._sql.locking(self._uses_row_locks(cursor)).peek_bounds, ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
         oldest, newest = rows[0] if rows else (None, None)
@@ -659,7 +721,8 @@ class TableQueue:
                 begin = self.dialect.begin_write()
                 if begin:
                     cursor.execute(begin, ())
-                cursor.execute(self._sql.purge_expired_batch, (batch_size,))
+                statement = self._sql.locking(self._uses_row_locks(cursor)).purge_expired_batch
+                cursor.execute(statement, (batch_size,))
                 if self.dialect.purge_returns_count():
                     rows = self.dialect.fetch_rows(cursor)
                     deleted = int(rows[0][0]) if rows else 0
