@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything the demo and the tests need on a fresh Debian 12 machine with Python 3.11:
-# Debian packages (PostgreSQL server, unixODBC and its drivers, a Java runtime for Spark), a virtualenv in
-# .venv, and this package with Airflow, PySpark and the test tools.
+# Debian packages (PostgreSQL server, unixODBC and its drivers, a Java runtime for Spark, Chromium for the
+# Airflow UI check), a virtualenv in .venv, and this package with Airflow, PySpark, the docs and test tools.
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(postgresql unixodbc odbc-postgresql tdsodbc libsqliteodbc)
+# chromium: the Airflow UI check (tests/test_airflow_ui.py) drives Debian's browser headless.
+APT_PACKAGES=(postgresql unixodbc odbc-postgresql tdsodbc libsqliteodbc chromium)
 # Spark 4 runs on Java 17+: Debian 12's default runtime (OpenJDK 17), unless a java is already on PATH.
 command -v java >/dev/null 2>&1 || APT_PACKAGES+=(default-jre-headless)
 missing=()
@@ -30,7 +31,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv
 fi
-EXTRAS="dev,postgres,mssql,airflow,messaging,spark"
+EXTRAS="dev,postgres,mssql,airflow,messaging,spark,docs,ui"
 stamp=".venv/.installed-$( (cat pyproject.toml; echo "$EXTRAS") | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the package and its test dependencies into .venv"

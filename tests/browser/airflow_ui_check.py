@@ -1,0 +1,434 @@
+"""The provider in a real Airflow UI, driven by headless Chromium (docs/airflow-ui.md).
+
+Starts a throwaway Airflow 3 on loopback with ``dags_examples/`` (see airflow_stack.py), then, in the
+browser:
+
+(a) opens the Add Connection form, picks the ``SQL Queue`` type and checks that every label, placeholder,
+    hidden field and extra field the provider declares in ``get_provider_info()`` is shown as declared,
+    fills in a SQLite queue file and saves the connection as ``sqlqueue_default``;
+(b) triggers ``sqlqueue_sensor_example`` from its Trigger dialog with ``min_messages`` above what its
+    producer sends, waits until the run page shows the sensor ``Deferred``, sends the missing messages
+    and waits until the page shows the task, the consumer and the run ``Success``.
+
+States are read from the page; the REST API only cross-checks them. Screenshots go to ``--images``
+(default docs/images). On failure the page is saved as ``airflow-ui-failure.png`` next to the Airflow logs
+in the kept temporary home, whose path is printed. Every Airflow process is stopped at the end.
+
+Usage: ``python tests/browser/airflow_ui_check.py [--images DIR] [--timeout SECONDS]``
+(needs Debian's ``chromium`` at /usr/bin/chromium and the ``playwright`` package; no browser download).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from airflow_stack import REPO, AirflowStack, wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+DAG_ID = "sqlqueue_sensor_example"
+SENSOR = "wait_for_orders"
+QUEUE = "orders"
+PRODUCED = 10  # what the DAG's producer sends
+THRESHOLD = 15  # the min_messages the check triggers with, so the sensor has to defer
+CONN_ID = "sqlqueue_default"
+# Standard connection fields: form input name -> the label Airflow gives it when not relabelled.
+STANDARD_FIELDS = {
+    "description": "Description",
+    "host": "Host",
+    "login": "Login",
+    "password": "Password",
+    "port": "Port",
+    "schema": "Schema",
+}
+VIEWPORT = {"width": 1440, "height": 1000}
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"[ui-check {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def sqlqueue_connection_type() -> dict[str, Any]:
+    from airflow_provider_sqlqueue.get_provider_info import get_provider_info
+
+    for entry in get_provider_info()["connection-types"]:
+        if entry["connection-type"] == "sqlqueue":
+            return entry
+    raise CheckFailed("get_provider_info() declares no 'sqlqueue' connection type")
+
+
+# ---- page helpers ------------------------------------------------------------------------------
+def wait_page(
+    page: Any,
+    what: str,
+    probe: Callable[[], Any],
+    timeout: float,
+    reload_every: float = 20,
+    stack: AirflowStack | None = None,
+) -> Any:
+    """Poll ``probe`` on the page until it returns True (or a non-string truthy value).
+
+    A string is what the page shows instead: one containing "Failed" ends the wait at once. The UI refreshes
+    itself while a run is active; the page is reloaded now and then all the same.
+    """
+    deadline = time.monotonic() + timeout
+    last_reload = time.monotonic()
+    last_seen: Any = None
+    while True:
+        try:
+            last_seen = probe()
+            if last_seen is True or (last_seen and not isinstance(last_seen, str)):
+                return last_seen
+        except Exception as error:  # the page may be re-rendering; try again
+            last_seen = f"error: {error}"
+        if isinstance(last_seen, str) and "Failed" in last_seen:
+            raise CheckFailed(f"while waiting for {what}, the page shows: {last_seen}")
+        if stack is not None:
+            stack.check_alive()
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last_seen!r}")
+        if time.monotonic() - last_reload > reload_every:
+            page.reload(wait_until="domcontentloaded")
+            last_reload = time.monotonic()
+        page.wait_for_timeout(500)
+
+
+# ---- (a) the connection form -------------------------------------------------------------------
+def check_connection_form(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    declared = sqlqueue_connection_type()
+    behaviour = declared.get("ui-field-behaviour", {})
+    relabeling = behaviour.get("relabeling", {})
+    placeholders = behaviour.get("placeholders", {})
+    hidden = set(behaviour.get("hidden-fields", []))
+    extras = declared.get("conn-fields", {})
+
+    page.goto(f"{stack.base_url}/connections", wait_until="domcontentloaded")
+    page.get_by_role("button", name="Add Connection").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("heading", name="Add Connection").wait_for(timeout=30_000)
+    dialog.locator('input[name="connection_id"]').fill(CONN_ID)
+    type_box = dialog.get_by_role("combobox")
+    type_box.click()
+    type_box.fill(declared["hook-name"])
+    page.get_by_role("option", name=declared["hook-name"], exact=True).click()
+    dialog.locator('input[name="host"]').wait_for(state="attached", timeout=30_000)
+
+    def field_label(input_name: str) -> str:
+        root = dialog.locator('[data-scope="field"][data-part="root"]').filter(
+            has=page.locator(f'[name="{input_name}"]')
+        )
+        return root.locator("label").first.inner_text().strip()
+
+    # Standard fields: relabelled, with the declared placeholders, the hidden ones absent.
+    checked = []
+    for name, default_label in STANDARD_FIELDS.items():
+        control = dialog.locator(f'[name="{name}"]')
+        if name in hidden:
+            expect(control.count() == 0, f"hidden field {name!r} is shown in the form")
+            checked.append(f"{name}: hidden")
+            continue
+        expect(control.count() == 1, f"standard field {name!r} is missing from the form")
+        want = relabeling.get(name, default_label)
+        got = field_label(name)
+        expect(got == want, f"field {name!r} is labelled {got!r}, the provider declares {want!r}")
+        if name in placeholders:
+            got_placeholder = control.get_attribute("placeholder")
+            expect(
+                got_placeholder == placeholders[name],
+                f"field {name!r} has placeholder {got_placeholder!r}, declared {placeholders[name]!r}",
+            )
+        checked.append(f"{name}: {got!r}" + (" + placeholder" if name in placeholders else ""))
+    log("standard fields as declared: " + "; ".join(checked))
+    dialog.locator('input[name="host"]').fill(str(queue_file))
+    page.screenshot(path=str(images / "airflow-ui-connection-form.png"))
+    log("screenshot airflow-ui-connection-form.png")
+
+    # Extra fields: label, description as helper text, password fields masked, enum as a select.
+    dialog.get_by_role("button", name="Extra Fields", exact=True).click()
+    for key, spec in extras.items():
+        selector = f'[name="element_{key}"]'
+        control = dialog.locator(selector)
+        control.wait_for(state="attached", timeout=10_000)
+        root = dialog.locator('[data-scope="field"][data-part="root"]').filter(has=page.locator(selector))
+        label = root.locator("label").first.inner_text().strip()
+        expect(
+            label == spec["label"], f"extra field {key!r} is labelled {label!r}, declared {spec['label']!r}"
+        )
+        if spec.get("description"):
+            helper = root.locator('[data-part="helper-text"]').first.inner_text().strip()
+            expect(
+                helper == spec["description"],
+                f"extra field {key!r} describes itself as {helper!r}, declared {spec['description']!r}",
+            )
+        schema = spec.get("schema", {})
+        if schema.get("format") == "password":
+            kind = control.get_attribute("type")
+            expect(kind == "password", f"extra field {key!r} should be a password input, is {kind!r}")
+        if "enum" in schema:
+            expect(root.get_by_role("combobox").count() == 1, f"extra field {key!r} is not a select")
+            if schema.get("default") is not None:
+                value = control.get_attribute("value")
+                expect(
+                    value == schema["default"],
+                    f"extra field {key!r} starts as {value!r}, declared default {schema['default']!r}",
+                )
+    log(f"extra fields as declared: {', '.join(extras)}")
+    page.screenshot(path=str(images / "airflow-ui-connection-extra-fields.png"))
+    log("screenshot airflow-ui-connection-extra-fields.png")
+
+    dialog.get_by_role("button", name="Save").click()
+    dialog.wait_for(state="hidden", timeout=30_000)
+    row = page.get_by_role("row").filter(has_text=CONN_ID)
+    wait_page(page, f"connection {CONN_ID} in the connections list", lambda: row.count() == 1, 30)
+    expect(
+        "sqlqueue" in row.inner_text(),
+        f"the saved connection's row does not show type sqlqueue: {row.inner_text()!r}",
+    )
+    saved = stack.api("GET", f"/api/v2/connections/{CONN_ID}")
+    extra = json.loads(saved.get("extra") or "{}")
+    expect(
+        saved["conn_type"] == "sqlqueue"
+        and saved["host"] == str(queue_file)
+        and extra.get("engine") == "sqlite",
+        f"REST API shows the saved connection as {saved!r}",
+    )
+    log(f"connection {CONN_ID} saved from the form (REST: type sqlqueue, engine sqlite, host {queue_file})")
+
+
+# ---- (b) the deferrable sensor -----------------------------------------------------------------
+def task_state(page: Any, task_id: str) -> str:
+    row = page.locator("tr").filter(
+        has=page.locator(f'[data-testid="table-cell-task_display_name"] [title="{task_id}"]')
+    )
+    if row.count() != 1:
+        return f"(no row for {task_id})"
+    return row.locator('[data-testid="table-cell-state"]').inner_text().strip()
+
+
+def run_state(page: Any) -> str:
+    return page.locator('[data-testid="header-card"] [data-testid="state-badge"]').first.inner_text().strip()
+
+
+def check_sensor_run(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        transport.queue(QUEUE).create()
+        transport.queue("error").create()
+    log(f"queue {QUEUE!r} provisioned in {queue_file}")
+
+    wait_for(f"DAG {DAG_ID} to be parsed", lambda: stack.api("GET", f"/api/v2/dags/{DAG_ID}"), 120)
+    page.goto(f"{stack.base_url}/dags/{DAG_ID}", wait_until="domcontentloaded")
+    page.get_by_test_id("trigger-dag-button").click()
+    dialog = page.get_by_role("dialog")
+    threshold = dialog.locator('input[name="element_min_messages"]')
+    threshold.wait_for(timeout=30_000)
+    threshold.fill(str(THRESHOLD))
+    unpause = dialog.get_by_role("checkbox", name=re.compile("Unpause"))
+    if unpause.count() and not unpause.is_checked():
+        unpause.check(force=True)
+    dialog.get_by_role("button", name="Advanced Options").click()
+    run_id = f"ui_check_{time.strftime('%Y%m%dT%H%M%S')}"
+    dialog.locator('input[name="dagRunId"]').fill(run_id)
+    page.screenshot(path=str(images / "airflow-ui-trigger.png"))
+    log(f"screenshot airflow-ui-trigger.png (min_messages={THRESHOLD}, run id {run_id})")
+    dialog.get_by_role("button", name="Trigger", exact=True).click()
+    dialog.wait_for(state="hidden", timeout=30_000)
+
+    run_url = f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}"
+    if not page.url.startswith(run_url):
+        page.goto(run_url, wait_until="domcontentloaded")
+
+    started = time.monotonic()
+    wait_page(
+        page,
+        f"the run page to show {SENSOR} Deferred",
+        lambda: task_state(page, SENSOR) == "Deferred" or task_state(page, SENSOR),
+        180,
+        stack=stack,
+    )
+    log(f"UI shows {SENSOR} Deferred after {time.monotonic() - started:.1f} s; run {run_state(page)}")
+    ti = stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{SENSOR}")
+    expect(ti["state"] == "deferred", f"REST API shows {SENSOR} as {ti['state']!r}, the UI Deferred")
+    expect(task_state(page, "produce") == "Success", f"producer shows {task_state(page, 'produce')!r}")
+    expect(run_state(page) == "Running", f"the run shows {run_state(page)!r} while the sensor waits")
+    page.screenshot(path=str(images / "airflow-ui-sensor-deferred.png"))
+    log("screenshot airflow-ui-sensor-deferred.png")
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        queue = transport.queue(QUEUE)
+        depth = queue.peek_estimate()
+        more = THRESHOLD - PRODUCED
+        queue.send_batch(json.dumps({"order_id": 100 + n, "amount": 1.0}) for n in range(more))
+    log(f"queue held {depth}; sent {more} more so it reaches {THRESHOLD}")
+
+    started = time.monotonic()
+    wait_page(
+        page,
+        "the run page to show the run Success",
+        lambda: run_state(page) == "Success" or f"run {run_state(page)}, {SENSOR} {task_state(page, SENSOR)}",
+        180,
+        stack=stack,
+    )
+    log(f"UI shows the run Success after {time.monotonic() - started:.1f} s")
+    for task_id in ("provision", "produce", SENSOR, "consume"):
+        wait_page(
+            page,
+            f"{task_id} Success",
+            lambda t=task_id: task_state(page, t) == "Success" or task_state(page, t),
+            30,
+        )
+    page.screenshot(path=str(images / "airflow-ui-run-success.png"))
+    log("screenshot airflow-ui-run-success.png")
+
+    run = stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+    expect(run["state"] == "success", f"REST API shows the run as {run['state']!r}")
+    xcom = stack.api(
+        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/consume/xcomEntries/return_value"
+    )
+    summary = xcom.get("value")
+    if isinstance(summary, str):
+        summary = json.loads(summary.replace("'", '"'))
+    expect(
+        summary["received"] == THRESHOLD and summary["depth_seen_by_sensor"] >= THRESHOLD,
+        f"consume returned {summary!r}",
+    )
+    log(f"REST cross-check: run success, consume returned {summary}")
+
+
+# ---- main --------------------------------------------------------------------------------------
+def run_check(images: Path, home: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    images.mkdir(parents=True, exist_ok=True)
+    stack = AirflowStack(home, log=log)
+    queue_file = home / "queues.db"
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        stack.migrate()
+        stack.start()
+        with sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                str(home / "chromium-profile"),
+                executable_path=CHROMIUM,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport=VIEWPORT,
+            )
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            try:
+                stack.wait_until_ready(180)
+                timings["airflow up"] = time.monotonic() - t0
+                log(f"Airflow is up at {stack.base_url} after {timings['airflow up']:.1f} s")
+                t1 = time.monotonic()
+                check_connection_form(page, stack, queue_file, images)
+                timings["connection form"] = time.monotonic() - t1
+                t1 = time.monotonic()
+                check_sensor_run(page, stack, queue_file, images)
+                timings["sensor run"] = time.monotonic() - t1
+            except BaseException:
+                shot = home / "airflow-ui-failure.png"
+                try:
+                    page.screenshot(path=str(shot), full_page=True)
+                    log(f"failure screenshot: {shot} (page {page.url})")
+                except Exception as error:
+                    log(f"no failure screenshot: {error}")
+                raise
+            finally:
+                context.close()
+    finally:
+        signal.alarm(0)  # let nothing interrupt the clean-up
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        t1 = time.monotonic()
+        stack.stop()
+        timings["stop"] = time.monotonic() - t1
+        timings["total"] = time.monotonic() - t0
+        log("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    reason = "the time limit (--timeout)" if signum == signal.SIGALRM else f"signal {signum}"
+    raise Interrupted(f"stopped by {reason}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=Path, default=REPO / "docs" / "images", help="where screenshots go")
+    parser.add_argument("--home", type=Path, help="AIRFLOW_HOME to create (default: a new temporary folder)")
+    parser.add_argument("--keep-home", action="store_true", help="keep AIRFLOW_HOME after a success too")
+    parser.add_argument("--timeout", type=int, default=480, help="give up after this many seconds (480)")
+    args = parser.parse_args(argv)
+    if not Path(CHROMIUM).exists():
+        print(f"ui-check: {CHROMIUM} is missing (apt-get install chromium)", file=sys.stderr)
+        return 2
+    if args.home:
+        args.home.mkdir(parents=True, exist_ok=False)
+        home = args.home.resolve()
+    else:
+        home = Path(tempfile.mkdtemp(prefix="sqlqueue-ui-check-"))
+    log(f"AIRFLOW_HOME {home}")
+    # SIGTERM (e.g. from timeout(1) or the pytest wrapper) and the time limit unwind through the finally
+    # blocks, which stop Airflow and Chromium.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGALRM, _interrupt)
+    signal.alarm(args.timeout)
+    try:
+        run_check(args.images.resolve(), home)
+    except (Exception, KeyboardInterrupt) as error:
+        traceback.print_exc()
+        stack_logs = ", ".join(p.name for p in sorted(home.glob("*.log")))
+        print(
+            f"\nui-check FAILED: {error}\n"
+            f"Airflow's logs ({stack_logs}) and airflow-ui-failure.png are kept in {home}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        signal.alarm(0)
+    if args.keep_home:
+        log(f"kept {home}")
+    else:
+        shutil.rmtree(home, ignore_errors=True)
+    log("ui-check passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
