@@ -67,8 +67,10 @@ def test_cli_runs_until_the_limit(tmp_path, capsys) -> None:
     assert status == 0
     err = capsys.readouterr().err
     assert "orders: processed 2, failed 0" in err and "(limit)" in err
-    assert cli.main(["consume", url, "nope", "--handler", "consume_handlers:record", "--until-empty"]) == 1
-    assert "QueueNotFound" in capsys.readouterr().err
+    missing = ["consume", url, "nope", "--handler", "consume_handlers:record", "--until-empty"]
+    assert cli.main(missing) == cli.Exit.QUEUE_MISSING
+    err = capsys.readouterr().err
+    assert "QueueNotFound" in err and "nope" in err and "Traceback" not in err
 
 
 @pytest.mark.slow

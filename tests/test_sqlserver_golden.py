@@ -70,7 +70,7 @@ CASES: dict[str, str | QueueAddress] = {
 
 # Everything a statement may contain as a literal: fixed words and numbers, never a value from a caller.
 FIXED_STRINGS = {"Exclusive", "Transaction", "U", "Headers"}
-FIXED_NUMBERS = {"0", "1", "255", "60000"}
+FIXED_NUMBERS = {"0", "1", "5", "255", "60000"}  # 5: the columns queue_tables looks for
 FORBIDDEN_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSUTCDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
 FORBIDDEN_HINTS = {"NOLOCK", "READUNCOMMITTED"}
 APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
@@ -268,6 +268,8 @@ def render(case_name: str, address: QueueAddress) -> list[Statement]:
     out.append(Statement("peek_estimate", "peek_estimate", d.peek_estimate(address), (exp.Select,), 0))
     out.append(Statement("peek_bounds", "peek_bounds", d.peek_bounds(address), (exp.Select,), 0))
     out.append(Statement("count_exact", "count_exact", d.count_exact(address), (exp.Select,), 0))
+    out.append(Statement("browse", "browse", d.browse(address), (exp.Select,), 1))
+    out.append(Statement("count_expired", "count_expired", d.count_expired(address), (exp.Select,), 0))
     out.append(
         Statement(
             "purge_expired_batch",
@@ -366,6 +368,21 @@ def render(case_name: str, address: QueueAddress) -> list[Statement]:
         )
     )
 
+    if case_name == "plain":  # the listing of queue tables (sqlqueue stats) takes a schema, not an address
+        sql, params = d.queue_tables(address.schema)
+        columns = {"Id", "Headers", "Body", "RowVersion", "Expires"}
+        out.append(
+            Statement(
+                "queue_tables",
+                "queue_tables",
+                sql,
+                (exp.Select,),
+                1,
+                tuple(params),
+                embeds_table=False,
+                extra={"literals": columns},
+            )
+        )
     if case_name == "plain":  # session settings: the same for every address, so rendered once
         connection = _RecordingConnection()
         d.prepare_connection(connection)
@@ -844,6 +861,34 @@ def check_count(statement: Statement, trees: list[exp.Expression], address: Queu
     fail_unless("WITH (READPAST)" in statement.sql, f"count waits on locked rows:\n{statement.sql}")
 
 
+def check_browse(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The read-only browse (sqlqueue peek): oldest first, past locked rows, never a dirty read."""
+    sql = statement.sql
+    fail_unless(
+        "WITH (READPAST, READCOMMITTEDLOCK)" in sql
+        and "SELECT TOP (?)" in sql
+        and sql.endswith("ORDER BY [RowVersion]")
+        and "[Expires] IS NULL OR [Expires] > GETUTCDATE()" in sql,
+        f"the browse does not read the oldest unexpired rows past locked ones:\n{sql}",
+    )
+    fail_unless(not any(word in sql.upper() for word in ("DELETE", "UPDATE", "UPDLOCK")), sql)
+
+
+def check_count_expired(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    fail_unless(
+        "count_big(*)" in statement.sql
+        and "WITH (READPAST)" in statement.sql
+        and "[Expires] <= GETUTCDATE()" in statement.sql,
+        f"the expired count does not count expired rows past locked ones:\n{statement.sql}",
+    )
+
+
+def check_queue_tables(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """Tables of one schema (a parameter) that have all five columns a queue table is read by."""
+    sql = statement.sql
+    fail_unless("WHERE s.name = ?" in sql and ") = 5" in sql and statement.params == ("dbo",), sql)
+
+
 def check_peek_bounds(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
     fail_unless(
         "WITH (READPAST, READCOMMITTEDLOCK)" in statement.sql
@@ -1040,6 +1085,8 @@ USES_TIME = {
     "send",
     "receive_batch",
     "count_exact",
+    "browse",
+    "count_expired",
     "purge_expired_batch",
     "store_delayed",
     "move_due_delayed_batch",
@@ -1062,6 +1109,9 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "peek_estimate": check_peek,
     "peek_bounds": check_peek_bounds,
     "count_exact": check_count,
+    "browse": check_browse,
+    "count_expired": check_count_expired,
+    "queue_tables": check_queue_tables,
     "purge_expired_batch": check_purge,
     "fix_varchar_headers": check_fix_varchar_headers,
     "fix_clustered_rowversion": check_fix_clustered_rowversion,

@@ -222,6 +222,20 @@ class Dialect(ABC):
     def count_exact(self, address: QueueAddress) -> str:
         """Exact number of committed, unexpired rows."""
 
+    # Read-only browsing for tools (``sqlqueue peek`` and ``stats``): plain SELECTs that delete nothing.
+    def browse(self, address: QueueAddress) -> str:
+        """SELECT of the oldest N unexpired committed rows in RowVersion order (one parameter: N), as
+        Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires; takes no lasting locks."""
+        raise NotImplementedError(f"{self.display_name} cannot browse queues")
+
+    def count_expired(self, address: QueueAddress) -> str:
+        """Number of rows whose Expires has passed by the database clock (what a purge would delete)."""
+        raise NotImplementedError(f"{self.display_name} cannot count expired messages")
+
+    def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
+        """Query listing (schema, table) of the tables in ``schema`` shaped like queue tables."""
+        raise NotImplementedError(f"{self.display_name} cannot list queue tables")
+
     @abstractmethod
     def purge_expired_batch(self, address: QueueAddress) -> str:
         """DELETE of up to N expired rows that no receiver holds (one parameter: N)."""

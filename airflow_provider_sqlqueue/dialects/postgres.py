@@ -219,6 +219,29 @@ class PostgresDialect(Dialect):
             "WHERE Expires IS NULL OR Expires > statement_timestamp()"
         )
 
+    def browse(self, address: QueueAddress) -> str:
+        # A plain MVCC read: no row locks (so only SELECT is needed), never waits for receivers; rows a
+        # receiver has deleted but not yet committed still show until its transaction commits.
+        return (
+            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
+            f"FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > statement_timestamp() "
+            "ORDER BY RowVersion LIMIT %s"
+        )
+
+    def count_expired(self, address: QueueAddress) -> str:
+        return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires <= statement_timestamp()"
+
+    def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
+            "SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
+            "AND NOT a.attisdropped "
+            "AND lower(a.attname) IN ('id', 'headers', 'body', 'rowversion', 'expires')) = 5 "
+            "ORDER BY c.relname",
+            (schema or self.default_schema,),
+        )
+
     def purge_expired_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
         return (

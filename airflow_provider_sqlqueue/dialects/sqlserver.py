@@ -209,6 +209,32 @@ class SqlServerDialect(Dialect):
             "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()"
         )
 
+    def browse(self, address: QueueAddress) -> str:
+        # READPAST skips the rows receivers hold (their messages are in flight) and uncommitted sends
+        # instead of waiting for them; READCOMMITTEDLOCK keeps that true on READ_COMMITTED_SNAPSHOT
+        # databases. The shared locks last for the read of each row only. NOLOCK is not used: it would
+        # show uncommitted sends that may roll back and can skip or repeat rows while pages split.
+        return (
+            "SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], "
+            "[Expires] "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
+            "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]"
+        )
+
+    def count_expired(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST) "
+            "WHERE [Expires] <= GETUTCDATE()"
+        )
+
+    def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
+        return (
+            "SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
+            "WHERE s.name = ? AND (SELECT count(*) FROM sys.columns c WHERE c.object_id = t.object_id "
+            "AND c.name IN ('Id', 'Headers', 'Body', 'RowVersion', 'Expires')) = 5 ORDER BY t.name",
+            (schema or self.default_schema,),
+        )
+
     def purge_expired_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
         return (

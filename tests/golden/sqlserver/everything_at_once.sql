@@ -120,6 +120,12 @@ SELECT min([RowVersion]), max([RowVersion]) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';-
 -- count_exact
 SELECT count_big(*) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 
+-- browse
+SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- count_expired
+SELECT count_big(*) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
+
 -- purge_expired_batch
 DELETE FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 

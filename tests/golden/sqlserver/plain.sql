@@ -120,6 +120,12 @@ SELECT min([RowVersion]), max([RowVersion]) FROM [dbo].[orders] WITH (READPAST, 
 -- count_exact
 SELECT count_big(*) FROM [dbo].[orders] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 
+-- browse
+SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [dbo].[orders] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- count_expired
+SELECT count_big(*) FROM [dbo].[orders] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
+
 -- purge_expired_batch
 DELETE FROM [dbo].[orders] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [dbo].[orders] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 
@@ -167,6 +173,10 @@ ALTER TABLE [dbo].[orders] ALTER COLUMN [Headers] nvarchar(max) NOT NULL
 
 -- inspect fix clustered_rowversion_index
 DROP INDEX [Index_RowVersion] ON [dbo].[orders]; CREATE NONCLUSTERED INDEX [Index_RowVersion] ON [dbo].[orders] ([RowVersion] ASC); DROP INDEX [Index_Expires] ON [dbo].[orders]; CREATE NONCLUSTERED INDEX [Index_Expires] ON [dbo].[orders] ([Expires] ASC) INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL
+
+-- queue_tables
+-- params: ["dbo"]
+SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id WHERE s.name = ? AND (SELECT count(*) FROM sys.columns c WHERE c.object_id = t.object_id AND c.name IN ('Id', 'Headers', 'Body', 'RowVersion', 'Expires')) = 5 ORDER BY t.name
 
 -- prepare_connection
 SET NOCOUNT ON

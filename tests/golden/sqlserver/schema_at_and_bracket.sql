@@ -120,6 +120,12 @@ SELECT min([RowVersion]), max([RowVersion]) FROM [s@]]x].[orders] WITH (READPAST
 -- count_exact
 SELECT count_big(*) FROM [s@]]x].[orders] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 
+-- browse
+SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [s@]]x].[orders] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- count_expired
+SELECT count_big(*) FROM [s@]]x].[orders] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
+
 -- purge_expired_batch
 DELETE FROM [s@]]x].[orders] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [s@]]x].[orders] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 

@@ -120,6 +120,12 @@ SELECT min([RowVersion]), max([RowVersion]) FROM [dbo].[my[table] WITH (READPAST
 -- count_exact
 SELECT count_big(*) FROM [dbo].[my[table] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 
+-- browse
+SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [dbo].[my[table] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- count_expired
+SELECT count_big(*) FROM [dbo].[my[table] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
+
 -- purge_expired_batch
 DELETE FROM [dbo].[my[table] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [dbo].[my[table] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 

@@ -120,6 +120,12 @@ SELECT min([RowVersion]), max([RowVersion]) FROM [dbo].[o'rders;-- DROP TABLE x]
 -- count_exact
 SELECT count_big(*) FROM [dbo].[o'rders;-- DROP TABLE x] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 
+-- browse
+SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [dbo].[o'rders;-- DROP TABLE x] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- count_expired
+SELECT count_big(*) FROM [dbo].[o'rders;-- DROP TABLE x] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
+
 -- purge_expired_batch
 DELETE FROM [dbo].[o'rders;-- DROP TABLE x] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [dbo].[o'rders;-- DROP TABLE x] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 

@@ -120,6 +120,12 @@ SELECT min([RowVersion]), max([RowVersion]) FROM [dbo].[order queue. v2] WITH (R
 -- count_exact
 SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()
 
+-- browse
+SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- count_expired
+SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
+
 -- purge_expired_batch
 DELETE FROM [dbo].[order queue. v2] WHERE [RowVersion] IN (SELECT TOP (?) [RowVersion] FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] < GETUTCDATE()); SELECT @@ROWCOUNT
 
