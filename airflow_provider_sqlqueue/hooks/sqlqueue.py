@@ -77,8 +77,8 @@ def _options(text: str | None) -> dict[str, str]:
 class SqlQueueHook(DbApiHook):
     """Queues in the database of an Airflow connection.
 
-    :param sqlqueue_conn_id: the connection: type ``sqlqueue`` (engine chosen in its extra), or an existing
-        ``postgres``, ``sqlite``, ``mssql`` or ``odbc`` connection.
+    :param str sqlqueue_conn_id: the connection: type ``sqlqueue`` (engine chosen in its extra), or an
+        existing ``postgres``, ``sqlite``, ``mssql`` or ``odbc`` connection.
     :param default_schema: schema for queue names without one (overrides the connection's extra).
     :param error_queue: where unreadable rows go (overrides the connection's extra; default ``error``).
     """
