@@ -223,11 +223,22 @@ def _raw_runner(task: dict[str, Any]) -> Runner:
     return run, connection.close, info
 
 
+def _runner_for(task: dict[str, Any]) -> Callable[[dict[str, Any]], Runner]:
+    """The runner of a task: ``task["runner"]`` ("module:function", for cases defined in other modules,
+    e.g. benchmarks/run.py's pump and peers), else the project's or the raw driver's."""
+    if task.get("runner"):
+        import importlib
+
+        module, _, name = task["runner"].partition(":")
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return _project_runner if task["impl"] == "project" else _raw_runner
+
+
 def _worker(task: dict[str, Any], events: Any, start: Any) -> None:
     """Prepare, report ready, wait for the start signal, run, and report the end time and the Ids."""
     pid = os.getpid()
     try:
-        run, close, info = (_project_runner if task["impl"] == "project" else _raw_runner)(task)
+        run, close, info = _runner_for(task)(task)
         events.put(("ready", pid))
         if not start.wait(WORKER_TIMEOUT):
             raise TimeoutError("no start signal")
@@ -363,12 +374,17 @@ class EngineBench:
         with open_transport(self.url) as transport:
             transport.queue(name).drop()
 
-    def run_case(self, context: Any, case: Case, impl: str, n: int) -> dict[str, Any]:
+    def run_case(
+        self, context: Any, case: Case, impl: str, n: int, runner: str | None = None
+    ) -> dict[str, Any]:
+        """One timed run of ``case`` by ``impl`` ("project", "raw", or any name with a ``runner``
+        "module:function" that builds the worker's run, as in benchmarks/run.py), checked."""
         name = f"bench_{case.key}_{impl}"
         statements, expected = self.provision(name, n if case.op == "receive" else 0)
         table = statements["table"]
         self.settle(table if case.op == "receive" else None)
         task = {
+            "runner": runner,
             "engine": self.engine,
             "impl": impl,
             "op": case.op,
@@ -390,6 +406,11 @@ class EngineBench:
         }
         if "build_us_per_msg" in infos[0]:
             result["build_us_per_msg"] = infos[0]["build_us_per_msg"]
+        extras = [
+            {k: v for k, v in info.items() if k not in ("cpu_seconds", "build_us_per_msg")} for info in infos
+        ]
+        if any(extras):
+            result["worker_info"] = extras
         if case.op == "send":
             if left != n:
                 raise AssertionError(f"{self.engine} {case.key} {impl}: sent {n}, table holds {left}")

@@ -1,0 +1,288 @@
+"""Scale: receiving from deep queues, what the drain leaves behind, peek_estimate against count(), memory.
+
+Run through ``run.py --scale``. For each engine and each size (default 10,000, 100,000 and 1,000,000
+queued messages) a fresh queue is created through the project and filled with one bulk statement
+(PostgreSQL: ``generate_series``; SQLite: a recursive CTE), rows shaped as the project writes them:
+1,024-byte body, the standard headers with the row's own Id. One consumer process then drains it with
+``queue.receive(max_messages=100)`` until empty, noting the time at every tenth of the queue (does deleting
+from the head slow down as the queue empties?) and its resident memory (RSS from /proc) every 100
+receives. Before and after the drain the table's storage is recorded: on PostgreSQL its size and live/dead
+tuples (with autovacuum on, the server's default, and once with autovacuum off for the table), then after a
+plain ``VACUUM``; on SQLite the page count and the freelist, then after a refill of a tenth of the rows (do
+freed pages get reused?). ``peek_estimate()`` and ``count()`` are timed on queues of 1,000 and 1,000,000
+rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from core_bench import BATCH, BODY, EngineBench, raw_connect, run_processes
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+RSS_EVERY = 100  # receives between RSS samples
+DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
+DEFAULT_PEEK_SIZES = (1_000, 1_000_000)
+QUICK_SIZES = (1_000, 5_000)
+QUICK_PEEK_SIZES = (1_000, 5_000)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * PAGE_SIZE
+
+
+# ---- the draining worker (runs in a spawned process through core_bench.run_processes) -------------------
+def drain_runner(task: dict[str, Any]) -> Any:
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    transport = open_transport(task["url"])
+    queue = transport.queue(task["table"])
+    _ = queue._sql
+    with transport.connection():
+        pass
+    total = task["total"]
+    marks = [round(total * step / 10) for step in range(1, 11)]
+    info: dict[str, Any] = {"rss_start": rss_bytes()}
+
+    def run() -> list[Any]:
+        received = receives = 0
+        next_mark = 0
+        started = time.monotonic()
+        times: list[tuple[int, float]] = []
+        samples: list[tuple[int, int]] = [(0, info["rss_start"])]
+        while True:
+            with queue.receive(max_messages=BATCH) as batch:
+                got = len(batch)
+            receives += 1
+            if not got:
+                break
+            received += got
+            while next_mark < len(marks) and received >= marks[next_mark]:
+                times.append((received, time.monotonic() - started))
+                next_mark += 1
+            if receives % RSS_EVERY == 0:
+                samples.append((received, rss_bytes()))
+        samples.append((received, rss_bytes()))
+        info.update(received=received, receives=receives, marks=times, rss=samples)
+        return []
+
+    return run, transport.close, info
+
+
+# ---- filling with bulk SQL -----------------------------------------------------------------------------
+def template() -> tuple[str, str, str | None]:
+    """The project's standard headers for one message, and the text of its Id (replaced per row)."""
+    from airflow_provider_sqlqueue.transport.message import OutgoingMessage
+
+    message = OutgoingMessage.of(BODY)
+    return message.encoded_headers(), str(message.id), message.correlation_id
+
+
+def fill(bench: EngineBench, table: str, rows: int, first: int = 1) -> float:
+    """Insert ``rows`` messages in one statement and one transaction; return the seconds it took.
+
+    The Ids are deterministic (``%08x-0000-4000-8000-%012x`` of the row number) so both engines can build
+    them in SQL; the headers and the CorrelationId carry each row's own Id, as the project writes them."""
+    headers, template_id, correlation = template()
+    started = time.monotonic()
+    if bench.engine == "postgresql":
+        statement = (
+            f"INSERT INTO {table} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body) "
+            "SELECT u::uuid, replace(%s, %s, u), NULL, true, NULL, replace(%s, %s, u), %s FROM ("
+            "SELECT lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0') AS u "
+            "FROM generate_series(%s::bigint, %s::bigint) AS i) AS g"
+        )
+        with contextlib.closing(raw_connect("postgresql", bench.raw_target)) as connection:
+            connection.execute(
+                statement,
+                (
+                    correlation or template_id,
+                    template_id,
+                    headers,
+                    template_id,
+                    BODY,
+                    first,
+                    first + rows - 1,
+                ),
+            )
+            connection.commit()
+    else:
+        statement = (
+            "WITH RECURSIVE g(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM g WHERE i < ?) "
+            f"INSERT INTO {table} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body) "
+            "SELECT u, replace(?, ?, u), NULL, 1, NULL, replace(?, ?, u), ? FROM ("
+            "SELECT printf('%08x-0000-4000-8000-%012x', i, i) AS u FROM g)"
+        )
+        with contextlib.closing(raw_connect("sqlite", bench.raw_target)) as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute(
+                statement,
+                (
+                    first,
+                    first + rows - 1,
+                    correlation or template_id,
+                    template_id,
+                    headers,
+                    template_id,
+                    BODY,
+                ),
+            )
+            connection.execute("COMMIT")
+    return time.monotonic() - started
+
+
+# ---- storage figures -----------------------------------------------------------------------------------
+def storage(bench: EngineBench, table: str, name: str) -> dict[str, Any]:
+    if bench.engine == "postgresql":
+        time.sleep(1.1)  # backends publish their table counters at most once a second (PostgreSQL 15)
+        bench.admin.execute("SELECT pg_stat_clear_snapshot()")
+        live, dead, vacuums, autovacuums = bench.query(
+            "SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count FROM pg_stat_user_tables "
+            f"WHERE relname = '{name}'"
+        )[0]
+        size, heap = bench.query(f"SELECT pg_total_relation_size('{table}'), pg_relation_size('{table}')")[0]
+        return {
+            "total_bytes": int(size),
+            "heap_bytes": int(heap),
+            "live_tuples": int(live),
+            "dead_tuples": int(dead),
+            "vacuum_count": int(vacuums),
+            "autovacuum_count": int(autovacuums),
+        }
+    page_size = bench.query("PRAGMA page_size")[0][0]
+    pages = bench.query("PRAGMA page_count")[0][0]
+    free = bench.query("PRAGMA freelist_count")[0][0]
+    return {
+        "page_size": int(page_size),
+        "page_count": int(pages),
+        "freelist_count": int(free),
+        "file_bytes": Path(bench.raw_target).stat().st_size,
+    }
+
+
+def time_calls(function: Any, calls: int) -> dict[str, float]:
+    seconds = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        function()
+        seconds.append(time.perf_counter() - started)
+    return {
+        "median_us": statistics.median(seconds) * 1e6,
+        "min_us": min(seconds) * 1e6,
+        "max_us": max(seconds) * 1e6,
+        "calls": calls,
+    }
+
+
+def peek_and_count(bench: EngineBench, name: str, rows: int) -> dict[str, Any]:
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    with open_transport(bench.url) as transport:
+        queue = transport.queue(name)
+        estimate = queue.peek_estimate()
+        exact = queue.count()
+        if exact != rows:
+            raise AssertionError(f"{bench.engine} {name}: count() says {exact}, filled {rows}")
+        queue.peek_estimate()  # warm
+        return {
+            "rows": rows,
+            "estimate": estimate,
+            "peek_estimate": time_calls(queue.peek_estimate, 200),
+            "count": time_calls(queue.count, 5 if rows > 100_000 else 50),
+        }
+
+
+# ---- one engine -----------------------------------------------------------------------------------------
+def scale_engine(
+    context: Any,
+    bench: EngineBench,
+    sizes: list[int],
+    peek_sizes: list[int],
+    autovacuum_off_sizes: list[int],
+) -> dict[str, Any]:
+    """All scale measurements on one engine."""
+    result: dict[str, Any] = {"engine": bench.engine, "drains": [], "peek": []}
+    label = bench.engine
+    for rows in sorted(set(peek_sizes) - set(sizes)):  # peek-only sizes: fill, time, drop
+        name = f"scale_peek_{rows}"
+        statements, _ = bench.provision(name, 0)
+        fill(bench, statements["table"], rows)
+        bench.settle(statements["table"])
+        result["peek"].append(peek_and_count(bench, name, rows))
+        print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
+        bench.drop(name)
+    variants = [(rows, True) for rows in sorted(sizes)]
+    if bench.engine == "postgresql":
+        variants += [(rows, False) for rows in sorted(autovacuum_off_sizes)]
+    for rows, autovacuum in variants:
+        name = f"scale_{rows}" + ("" if autovacuum else "_noav")
+        statements, _ = bench.provision(name, 0)
+        table = statements["table"]
+        if not autovacuum:
+            bench.admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+        fill_seconds = fill(bench, table, rows)
+        bench.settle(table)
+        drain: dict[str, Any] = {
+            "rows": rows,
+            "autovacuum": autovacuum if bench.engine == "postgresql" else None,
+            "fill_seconds": fill_seconds,
+            "fill_rows_per_s": rows / fill_seconds,
+            "before": storage(bench, table, name),
+        }
+        if autovacuum and rows in peek_sizes:
+            result["peek"].append(peek_and_count(bench, name, rows))
+            print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
+        task = {"runner": "scale:drain_runner", "url": bench.url, "table": name, "total": rows}
+        seconds, _, infos = run_processes(context, [task])
+        info = infos[0]
+        left = bench.count(table)
+        if info["received"] != rows or left:
+            raise AssertionError(f"{label} drain of {rows:,}: received {info['received']:,}, {left:,} left")
+        marks = info["marks"]
+        segments = []
+        previous_count, previous_time = 0, 0.0
+        for count, at in marks:
+            segments.append((count - previous_count) / (at - previous_time) if at > previous_time else 0.0)
+            previous_count, previous_time = count, at
+        rss = [value for _, value in info["rss"]]
+        drain.update(
+            seconds=seconds,
+            msgs_per_s=rows / seconds,
+            decile_msgs_per_s=segments,
+            receives=info["receives"],
+            rss_samples=info["rss"],
+            rss_start=info["rss_start"],
+            rss_peak=max(rss),
+            rss_end=rss[-1],
+            cpu_seconds=info["cpu_seconds"],
+            after=storage(bench, table, name),
+        )
+        if bench.engine == "postgresql":
+            bench.admin.execute(f"VACUUM {table}")
+            drain["after_vacuum"] = storage(bench, table, name)
+        else:
+            refill = max(rows // 10, 1)
+            fill(bench, table, refill, first=rows + 1)
+            drain["refill_rows"] = refill
+            drain["after_refill"] = storage(bench, table, name)
+        result["drains"].append(drain)
+        print(
+            f"  {label} drain {rows:>9,} rows{'' if autovacuum in (True, None) else ' (autovacuum off)'}: "
+            f"fill {fill_seconds:.1f} s, drain {seconds:.1f} s = {rows / seconds:,.0f} msgs/s; deciles "
+            + " ".join(f"{value:,.0f}" for value in segments)
+            + f"; RSS start/peak/end {drain['rss_start'] / 2**20:.0f}/{drain['rss_peak'] / 2**20:.0f}/"
+            f"{drain['rss_end'] / 2**20:.0f} MiB; before {drain['before']}; after {drain['after']}",
+            flush=True,
+        )
+        bench.drop(name)
+        if bench.engine == "sqlite":
+            with contextlib.suppress(sqlite3.Error):
+                bench.admin.execute("VACUUM")  # give the file back before the next size
+    return result
