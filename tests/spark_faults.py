@@ -7,6 +7,7 @@ state between attempts.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from pyspark import TaskContext
@@ -17,6 +18,14 @@ from pyspark.sql.types import LongType
 from airflow_provider_sqlqueue.spark.transforms import order_rows
 
 FAIL_AFTER_ROWS = 150  # the failing task has handled this many rows, i.e. a few receive batches
+FAULT_LOG_ENV = "SQLQUEUE_SPARK_FAULT_LOG"  # a file the faults append a line to, so tests see they happened
+
+
+def note_fault(event: str) -> None:
+    path = os.environ.get(FAULT_LOG_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"{event} pid={os.getpid()}\n")
 
 
 def _order_id_failing_once(order_id):  # no type hints: PySpark would read them as a pandas UDF
@@ -58,3 +67,21 @@ def hangs_on_driver(messages: DataFrame) -> DataFrame:
         print(f"hangs_on_driver: pid {os.getpid()} hanging", flush=True)
         time.sleep(600)
     return order_rows(messages)
+
+
+def _order_id_killing_once(order_id):
+    """The first attempt of partition 0 kills its own Python worker (SIGKILL) after some rows."""
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0 and context.partitionId() == 0:
+        _order_id_killing_once.seen = getattr(_order_id_killing_once, "seen", 0) + 1  # type: ignore[attr-defined]
+        if _order_id_killing_once.seen > FAIL_AFTER_ROWS:  # type: ignore[attr-defined]
+            note_fault("killed_once")
+            os.kill(os.getpid(), signal.SIGKILL)
+    return order_id
+
+
+def killed_once(messages: DataFrame) -> DataFrame:
+    """order_rows, but the Python worker of partition 0's first attempt dies by SIGKILL mid-partition (no
+    exception, no cleanup): Spark sees a crashed worker and retries the task."""
+    checked = F.udf(_order_id_killing_once, LongType())
+    return order_rows(messages).withColumn("order_id", checked(F.col("order_id")))

@@ -15,8 +15,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +56,12 @@ from airflow_provider_sqlqueue.spark.tables import (
     create_bridge_tables,
     create_sink_table,
 )
-from airflow_provider_sqlqueue.transport import ConfigurationError, OutgoingMessage
+from airflow_provider_sqlqueue.transport import ConfigurationError, OutgoingMessage, PermissionDenied
 
 HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "spark_faults.py"
+FAULT_LOG_ENV = "SQLQUEUE_SPARK_FAULT_LOG"  # spark_faults.note_fault appends to it
+FAULT_LOG = Path(tempfile.gettempdir()) / f"sqlqueue-spark-faults-{os.getpid()}.log"
 ORDER_COLUMNS = [
     ("message_id", "string", False),
     ("order_id", "long", True),
@@ -66,15 +72,17 @@ ORDER_COLUMNS = [
     ("time_sent", "timestamp", True),
 ]
 SPARK_SUBMIT_TIMEOUT = 240
+pytest_plugins = ["reliability_figures"]  # the figures fixture
 
 
 # ---- fixtures and helpers ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def spark():
     """One local[2,4] session for the module: 2 threads, 4 attempts per task, so retries happen."""
-    saved = {key: os.environ.get(key) for key in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
+    saved = {key: os.environ.get(key) for key in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", FAULT_LOG_ENV)}
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # read when the session starts its Python workers
+    os.environ[FAULT_LOG_ENV] = str(FAULT_LOG)  # inherited by the Python workers
     from pyspark.sql import SparkSession
 
     session = (
@@ -92,6 +100,7 @@ def spark():
     session.sparkContext.addPyFile(str(FAULTS))
     yield session
     session.stop()
+    FAULT_LOG.unlink(missing_ok=True)
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -407,6 +416,186 @@ def test_orphaned_run_is_put_back_and_drained_by_the_next_run(spark, target, bri
     assert sorted(order_ids_in_table(bridge)) == list(range(1, 301)) and staged(bridge) == 0
 
 
+def descendants(root: int) -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process below ``root`` (read from /proc)."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        table[int(entry)] = (parent, command)
+    below: dict[int, tuple[int, str]] = {}
+    frontier = {root}
+    while frontier:
+        children = {pid for pid, (parent, _) in table.items() if parent in frontier and pid not in below}
+        below.update({pid: table[pid] for pid in children})
+        frontier = children
+    return below
+
+
+def python_workers() -> list[int]:
+    """This test process's PySpark Python workers: the processes pyspark.daemon forked (never the daemon)."""
+    processes = descendants(os.getpid())
+    daemons = {pid for pid, (_, command) in processes.items() if "pyspark.daemon" in command}
+    return [pid for pid, (parent, _) in processes.items() if parent in daemons]
+
+
+def assert_exactly_once_in_table(transport, sent: list[OutgoingMessage]) -> None:
+    ids = order_ids_in_table(transport)
+    assert sorted(ids) == sorted(json.loads(m.body)["order_id"] for m in sent), "lost or duplicated"
+    assert transport.queue("orders").count() == 0 and staged(transport) == 0
+
+
+@pytest.mark.slow
+def test_python_workers_killed_mid_receive_are_retried_and_lose_nothing(
+    spark, target, bridge, figures
+) -> None:
+    """Phase 1 with batches of 10: once some batches are staged, SIGKILL every Python worker (the receive
+    tasks, mid-batch: their open receives die with their connections). Spark retries the tasks; the
+    output is exact."""
+    sent = send_orders(bridge, 4000)
+    killed: list[int] = []
+    staged_at_kill: list[int] = []
+    done = threading.Event()
+
+    def killer() -> None:
+        with target.open() as watcher:
+            while not done.is_set():
+                if run_state(watcher, "run-1") == "receiving" and staged(watcher) >= 200:
+                    workers = python_workers()
+                    for pid in workers:
+                        os.kill(pid, signal.SIGKILL)
+                    killed.extend(workers)
+                    staged_at_kill.append(staged(watcher))
+                    return
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        summary = run_drain(spark, config(target, batch_size=10))
+    finally:
+        done.set()
+        thread.join(30)
+    assert killed, "the receive tasks finished before the kill"
+    assert staged_at_kill[0] < 4000, "the kill came after phase 1"
+    assert any(task["attempt"] >= 1 for task in summary["tasks"]), summary["tasks"]
+    assert summary["written"] == 4000
+    assert_exactly_once_in_table(bridge, sent)
+    figures(
+        engine=target.engine,
+        sink="table",
+        messages=4000,
+        faults_injected=len(killed),
+        staged_when_killed=staged_at_kill[0],
+        retried_tasks=sum(1 for task in summary["tasks"] if task["attempt"] >= 1),
+        lost=0,
+        duplicated=0,
+    )
+
+
+@pytest.mark.parametrize("sink", ["table", "queue", "parquet"])
+def test_python_worker_killed_mid_transform_is_retried_per_sink_guarantee(
+    spark, target, bridge, tmp_path, sink: str, figures
+) -> None:
+    """Phase 2: the worker of partition 0's first attempt SIGKILLs itself after 150 rows. Table and queue
+    sinks hold each message exactly once; files hold each at least once, by message id."""
+    sent = send_orders(bridge, 1000)
+    out = tmp_path / "out"
+    target_sink = {"table": "table:order_rows", "queue": "queue:results", "parquet": f"parquet:{out}"}[sink]
+    FAULT_LOG.unlink(missing_ok=True)
+    summary = run_drain(spark, config(target, sink=target_sink, transform="spark_faults.killed_once"))
+    kills = FAULT_LOG.read_text().count("killed_once") if FAULT_LOG.exists() else 0
+    assert kills >= 1, "no Python worker was killed"
+    assert summary["state"] == "committed" and summary["written"] == summary["processed"] == 1000
+    expected = sorted(json.loads(m.body)["order_id"] for m in sent)
+    if sink == "table":
+        assert_exactly_once_in_table(bridge, sent)
+        duplicated = 0
+    elif sink == "queue":
+        with bridge.queue("results").receive(max_messages=5000) as batch:
+            order_ids = sorted(json.loads(m.body)["order_id"] for m in batch)
+        assert order_ids == expected
+        duplicated = 0
+    else:
+        rows = spark.read.parquet(str(out)).select("message_id", "order_id").collect()
+        assert {row.message_id for row in rows} == {str(m.id) for m in sent}  # at least once, by id
+        duplicated = len(rows) - len({row.message_id for row in rows})
+    assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+    figures(
+        engine=target.engine,
+        sink=sink,
+        messages=1000,
+        faults_injected=kills,
+        lost=0,
+        duplicated=duplicated,
+    )
+
+
+@pytest.fixture
+def spark_runtime_role(target, bridge, postgres_server) -> Iterator[str]:
+    """A login role with only SELECT, INSERT, DELETE on the queue tables (orders, error, results), the
+    bridge's rights on its three control tables, and INSERT on the sink table; no DDL. Yields its URL."""
+    name, password = f"qspark_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    schema = target.schema
+    postgres_server.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
+    postgres_server.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO "{name}"')
+    queues = ", ".join(f'"{schema}"."{queue}"' for queue in ("orders", "error", "results"))
+    postgres_server.execute(f'GRANT SELECT, INSERT, DELETE ON {queues} TO "{name}"')
+    control = ", ".join(f'"{schema}"."sqlqueue_spark_{suffix}"' for suffix in ("runs", "staging", "fill"))
+    postgres_server.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON {control} TO "{name}"')
+    postgres_server.execute(f'GRANT SELECT, INSERT ON "{schema}"."order_rows" TO "{name}"')
+    try:
+        yield make_url(target.url).set(username=name, password=password).render_as_string(hide_password=False)
+    finally:
+        postgres_server.execute(f'DROP OWNED BY "{name}"')
+        postgres_server.execute(f'DROP ROLE "{name}"')
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_drain_runs_on_a_role_without_update_or_ddl_on_the_queues(
+    spark, target, bridge, spark_runtime_role: str, figures
+) -> None:
+    """The Spark drain's runtime path (receive into staging, abort and put back, commit into a table and
+    into a queue) with only SELECT/INSERT/DELETE on the queue tables; creating a missing sink table is
+    refused with what is missing, before anything is received."""
+    role_url = spark_runtime_role
+    for queue in ("orders", "results"):
+        assert not scalar(
+            bridge,
+            "SELECT has_any_column_privilege(%s, %s, 'UPDATE')",
+            (make_url(role_url).username, f"{target.schema}.{queue}"),
+        )
+    sent = send_orders(bridge, 600)
+    with pytest.raises(Exception, match="injected"):
+        run_drain(spark, config(target, url=role_url, run_id="lp-0", transform="spark_faults.always_fails"))
+    assert bridge.queue("orders").count() == 600 and staged(bridge) == 0  # put back by the role
+    summary = run_drain(spark, config(target, url=role_url, run_id="lp-1", max_messages=400))
+    assert summary["written"] == 400
+    summary = run_drain(spark, config(target, url=role_url, run_id="lp-2", sink="queue:results"))
+    assert summary["written"] == 200
+    with bridge.queue("results").receive(max_messages=1000) as batch:
+        in_queue = [json.loads(m.body)["order_id"] for m in batch]
+    combined = sorted(order_ids_in_table(bridge) + in_queue)
+    assert combined == sorted(json.loads(m.body)["order_id"] for m in sent), "lost or duplicated"
+    assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+    send_orders(bridge, 10, first_order_id=1001)
+    with pytest.raises((PermissionDenied, ConfigurationError)) as refused:
+        run_drain(
+            spark,
+            config(target, url=role_url, run_id="lp-3", sink="table:new_rows", create_tables=True),
+        )
+    assert "CREATE on the schema" in str(refused.value), str(refused.value)
+    assert bridge.queue("orders").count() == 10 and staged(bridge) == 0
+    figures(engine="postgresql", messages=600, lost=0, duplicated=0, sinks="table, queue")
+
+
 def test_fill_sends_each_batch_once_across_retries_and_reruns(spark, target, bridge) -> None:
     from pyspark.sql import functions as F
 
@@ -503,23 +692,133 @@ def test_spark_submit_fill_then_drain_with_retries(target, bridge, tmp_path) -> 
         assert password not in output
 
 
-@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # the protocol is the same SQL on each engine
-def test_spark_submit_driver_killed_mid_run_then_rerun_finishes(target, bridge) -> None:
-    send_orders(bridge, 500)
+@contextmanager
+def writers_frozen(transport, engine: str) -> Iterator[None]:
+    """Hold the bridge's receivers still: on PostgreSQL they wait for the staging table (inside their batch's
+    transaction, after the run-state check), on SQLite for the write lock. Released (rolled back) on
+    leaving."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        if engine == "postgresql":
+            cursor.execute(f"LOCK TABLE {table(transport, 'sqlqueue_spark_staging')} IN SHARE MODE", ())
+        else:
+            cursor.execute("BEGIN IMMEDIATE", ())
+        try:
+            yield
+        finally:
+            connection.rollback()
+
+
+def json_sink_message_ids(out: Path) -> list[str]:
+    ids: list[str] = []
+    for part in sorted(out.glob("run_id=*/*.json")):
+        ids += [json.loads(line)["message_id"] for line in part.read_text().splitlines() if line.strip()]
+    return ids
+
+
+def sink_order_ids(transport, sink: str, out: Path) -> list[int]:
+    if sink == "table":
+        return order_ids_in_table(transport)
+    if sink == "queue":
+        with transport.queue("results").receive(max_messages=10_000) as batch:
+            return [json.loads(m.body)["order_id"] for m in batch]
+    ids: list[int] = []
+    for part in sorted(out.glob("run_id=*/*.json")):
+        ids += [json.loads(line)["order_id"] for line in part.read_text().splitlines() if line.strip()]
+    return ids
+
+
+DRIVER_KILLS = [
+    ("sqlite", "table", "receiving"),
+    ("sqlite", "table", "processing"),
+    ("postgresql", "queue", "receiving"),
+    ("postgresql", "json", "receiving"),
+    ("postgresql", "table", "processing"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "sink", "phase"),
+    DRIVER_KILLS,
+    indirect=["target"],
+    ids=[f"{engine}-{sink}-{phase}" for engine, sink, phase in DRIVER_KILLS],
+)
+def test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly(
+    target, bridge, tmp_path, sink: str, phase: str, figures
+) -> None:
+    """SIGKILL the whole spark-submit (driver, JVM, Python workers) in phase 1 while its receivers are
+    mid-loop with batches staged, or in phase 2 while the driver builds the plan. Then every message is
+    staged under the run or still queued, none in the output. A re-run of the run id finishes it: table
+    and queue sinks hold each message exactly once, the JSON files at least once by message id."""
+    count = 3000 if phase == "receiving" else 500
+    sent = send_orders(bridge, count)
+    out = tmp_path / "out"
+    sink_arg = {"table": "table:order_rows", "queue": "queue:results", "json": f"json:{out}"}[sink]
     args = drain_args(target, "killed")
-    args[args.index("--transform") + 1] = "spark_faults.hangs_on_driver"
+    args[args.index("--sink") + 1] = sink_arg
+    if phase == "receiving":
+        args[args.index("--batch-size") + 1] = "10"
+    else:
+        args[args.index("--transform") + 1] = "spark_faults.hangs_on_driver"
     process = spark_submit(DRAIN_JOB, args, target.url, py_files=FAULTS)
     deadline = time.monotonic() + SPARK_SUBMIT_TIMEOUT
-    while run_state(bridge, "killed") != "processing":
+    started = time.monotonic()
+
+    def reached() -> bool:
+        state = run_state(bridge, "killed")
+        return state == phase and (phase == "processing" or staged(bridge) >= 100)
+
+    while not reached():
         assert process.poll() is None, process.communicate()[0][-5000:]
-        assert time.monotonic() < deadline, "the job never reached phase 2"
-        time.sleep(0.5)
-    time.sleep(1)
-    os.killpg(process.pid, signal.SIGKILL)  # the driver, its JVM and the Python workers
-    process.wait(30)
-    # killed: the messages are staged under the run, none lost, none in the output
-    assert staged(bridge) == 500 and bridge.queue("orders").count() == 0 and order_ids_in_table(bridge) == []
-    code, output, summary = finish(spark_submit(DRAIN_JOB, drain_args(target, "killed"), target.url))
+        assert time.monotonic() < deadline, f"the job never reached {phase}"
+        time.sleep(0.05)
+    if phase == "receiving":
+        with writers_frozen(bridge, target.engine):
+            time.sleep(1)  # every receiver now waits in the middle of its batch loop
+            os.killpg(process.pid, signal.SIGKILL)  # the driver, its JVM and the Python workers
+            process.wait(30)
+    else:
+        time.sleep(1)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+    assert process.returncode == -signal.SIGKILL
+    seconds_to_kill = time.monotonic() - started
+    # killed: each message staged under the run or still queued; none lost, none in the output
+    staged_after_kill, queued_after_kill = staged(bridge), bridge.queue("orders").count()
+    assert run_state(bridge, "killed") == phase
+    assert staged_after_kill + queued_after_kill == count and staged_after_kill >= 100
+    assert sink_order_ids(bridge, sink, out) == []
+    if phase == "processing":
+        assert queued_after_kill == 0
+    rerun_args = drain_args(target, "killed")
+    rerun_args[rerun_args.index("--sink") + 1] = sink_arg
+    rerun_started = time.monotonic()
+    code, output, summary = finish(spark_submit(DRAIN_JOB, rerun_args, target.url))
+    rerun_seconds = time.monotonic() - rerun_started
     assert code == 0, output[-5000:]
-    assert summary["job_attempt"] == 2 and summary["written"] == 500 and summary["received"] == 0
-    assert sorted(order_ids_in_table(bridge)) == list(range(1, 501)) and staged(bridge) == 0
+    assert summary["job_attempt"] == 2 and summary["written"] == count
+    assert summary["received"] == queued_after_kill  # processing: none; receiving: the rest
+    order_ids = sink_order_ids(bridge, sink, out)
+    expected = sorted(json.loads(m.body)["order_id"] for m in sent)
+    if sink == "json":  # at least once, by message id
+        message_ids = json_sink_message_ids(out)
+        assert set(message_ids) == {str(m.id) for m in sent} and set(order_ids) == set(expected)
+        duplicated = len(message_ids) - len(set(message_ids))
+    else:
+        assert sorted(order_ids) == expected, "lost or duplicated"
+        duplicated = 0
+    assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+    figures(
+        engine=target.engine,
+        sink=sink,
+        killed_in=phase,
+        messages=count,
+        faults_injected=1,
+        staged_when_killed=staged_after_kill,
+        queued_when_killed=queued_after_kill,
+        lost=0,
+        duplicated=duplicated,
+        seconds_to_kill=round(seconds_to_kill, 1),
+        rerun_seconds=round(rerun_seconds, 1),
+    )
