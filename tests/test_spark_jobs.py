@@ -592,6 +592,7 @@ def test_drain_runs_on_a_role_without_update_or_ddl_on_the_queues(
             config(target, url=role_url, run_id="lp-3", sink="table:new_rows", create_tables=True),
         )
     assert "CREATE on the schema" in str(refused.value), str(refused.value)
+    assert "sink table" in str(refused.value) and "new_rows" in str(refused.value), str(refused.value)
     assert bridge.queue("orders").count() == 10 and staged(bridge) == 0
     figures(engine="postgresql", messages=600, lost=0, duplicated=0, sinks="table, queue")
 

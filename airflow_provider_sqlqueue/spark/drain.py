@@ -42,6 +42,7 @@ from ..transport import (
     ConfigurationError,
     HeaderFormatError,
     OutgoingMessage,
+    PermissionDenied,
     SqlQueueError,
     Transport,
     open_transport,
@@ -569,16 +570,22 @@ class Drain:
         """Check tables and the transform's output before anything is received; create tables if allowed."""
         if not self.input.exists():
             raise ConfigurationError(f"input queue {self.input.name} does not exist; provision it first")
-        if self.config.create_tables:
-            create_bridge_tables(self.transport, self.config.input_queue, self.config.prefix)
-        else:
-            missing = [str(t) for t in (self.tables.runs, self.tables.staging) if not self._table_exists(t)]
-            if missing:
-                raise ConfigurationError(
-                    f"the Spark bridge's tables {', '.join(missing)} do not exist: create them in the "
-                    "provisioning step (ProvisionSparkBridgeOperator, create_bridge_tables) or let the job "
-                    "create them with --create-tables (needs DDL rights)"
-                )
+        missing = [str(t) for t in (self.tables.runs, self.tables.staging) if not self._table_exists(t)]
+        if missing and self.config.create_tables:
+            try:
+                create_bridge_tables(self.transport, self.config.input_queue, self.config.prefix)
+            except PermissionDenied as error:
+                raise PermissionDenied(
+                    f"creating the Spark bridge's tables {', '.join(missing)} was refused; nothing was "
+                    f"received. Create them in the provisioning step (ProvisionSparkBridgeOperator) or give "
+                    f"this role CREATE on the schema ({error})"
+                ) from error
+        elif missing:
+            raise ConfigurationError(
+                f"the Spark bridge's tables {', '.join(missing)} do not exist: create them in the "
+                "provisioning step (ProvisionSparkBridgeOperator, create_bridge_tables) or let the job "
+                "create them with --create-tables (needs DDL rights)"
+            )
         probe = self._result(transform, staged_messages(self.spark, self.config, 0, None, None))
         schema = probe.schema
         names = [f.name for f in schema.fields]
@@ -618,7 +625,13 @@ class Drain:
                     "--create-tables"
                 )
             columns = [(f.name, _logical_type(f.dataType), f.nullable) for f in schema.fields]
-            _execute(self.transport, sink_table_ddl(self.transport, address, columns))
+            try:
+                _execute(self.transport, sink_table_ddl(self.transport, address, columns))
+            except PermissionDenied as error:
+                raise PermissionDenied(
+                    f"creating the sink table {address} was refused; nothing was received. Create it in the "
+                    f"provisioning step, or give this role CREATE on the schema ({error})"
+                ) from error
             self.echo(f"created sink table {address}")
         existing = {name.lower() for name in self._table_columns(address)}
         missing = [f.name for f in schema.fields if f.name.lower() not in existing]
