@@ -41,6 +41,9 @@ _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::inte
 # One advisory lock per row for the transaction: table oid in the high 32 bits, RowVersion in the low ones.
 _ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
 
+_TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK: the statement returned rows
+_NO_RESULT = object()
+
 _TRANSIENT_SQLSTATES = {
     "40001": "serialization failure",
     "40P01": "deadlock",
@@ -366,6 +369,26 @@ class PostgresDialect(Dialect):
         return "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (self._mover_lock_key(address),)
 
     # ---- driver glue ---------------------------------------------------------------------------
+    def receive_rows(
+        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+    ) -> list[Any]:
+        if not type(cursor).__module__.startswith("psycopg"):  # psqlODBC, or a wrapper around a cursor
+            return super().receive_rows(cursor, address, statement, max_messages)
+        # Binary results: bodies come as their bytes instead of hex text twice their size, which the
+        # server would encode and the client decode (about 1.5 µs of client CPU per 1 KB message).
+        cursor.execute(statement, (max_messages,), binary=True)
+        return self.fetch_rows(cursor)
+
+    def fetch_rows(self, cursor: Any) -> list[Any]:
+        # psycopg builds cursor.description's column objects anew on each access (a tenth of a one-message
+        # receive's client time); the result's status says the same
+        result = getattr(cursor, "pgresult", _NO_RESULT)
+        if result is _NO_RESULT:
+            return super().fetch_rows(cursor)
+        if result is None or result.status != _TUPLES_OK:
+            return []
+        return cursor.fetchall()  # type: ignore[no-any-return]
+
     def prepare_connection(self, connection: Any) -> None:
         connection.autocommit = False
 

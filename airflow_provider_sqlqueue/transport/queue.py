@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
 from functools import cached_property
+from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, overload
 
 from ..dialects.base import Finding, Row, TableOptions
 from .address import QueueAddress
+from .connection import shared_cursor
 from .errors import (
     ConfigurationError,
     HeaderFormatError,
@@ -32,8 +35,8 @@ from .errors import (
     QueueNotFound,
     TransientDatabaseError,
 )
-from .headers import decode_headers
-from .message import OutgoingMessage, ReceivedMessage
+from .headers import decode_headers, default_headers_text, time_sent_now
+from .message import OutgoingMessage, ReceivedMessage, new_message_ids, received_message, uuid_from_int
 
 if TYPE_CHECKING:
     from .connection import Transport
@@ -90,6 +93,21 @@ def _display_id(value: Any) -> str:
         return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
     except ValueError:
         return repr(value)
+
+
+_ROW_VERSION = itemgetter(6)  # a driver row's RowVersion, in Row's column order
+
+
+def _parse_id(value: Any) -> uuid.UUID:
+    """An Id as a UUID, whether the driver returns one or its text (SQLite, ODBC); ValueError if neither."""
+    if type(value) is str and len(value) == 36:
+        digits = value.replace("-", "")
+        if len(digits) == 32:
+            try:
+                return uuid_from_int(int(digits, 16))  # what uuid.UUID(value) does, without its checks
+            except ValueError:
+                pass
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
 def _flag(value: Any) -> bool:
@@ -211,6 +229,9 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
 
     def __len__(self) -> int:
         return len(self.messages)
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        return iter(self.messages)
 
     @property
     def connection(self) -> Any:
@@ -400,6 +421,52 @@ class TableQueue:
             message.body,
         )
 
+    @cached_property
+    def _ids_bind_as_text(self) -> bool:
+        """Whether the dialect binds an Id as its text, so the text made for the headers serves it too."""
+        sample = uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF)
+        return self.dialect.row_id(sample) == str(sample)
+
+    def _plain_rows(self, messages: Iterable[OutgoingMessage | bytes | str]) -> tuple[list[Any], list[Any]]:
+        """Send parameters and Ids of messages; bare bodies take a short path.
+
+        A bare body (bytes or str) gets what :class:`OutgoingMessage` would give it (a random Id, the four
+        standard headers with one TimeSent for the call, the Id mirrored into CorrelationId) without
+        building the object: per message that was most of a batch send's client time.
+        """
+        items = messages if isinstance(messages, list | tuple) else list(messages)
+        ids: list[Any] = new_message_ids(len(items))
+        rows: list[Any] = []
+        dialect = self.dialect
+        send_params, row_id = dialect.send_params, dialect.row_id
+        id_as_text = self._ids_bind_as_text
+        limit = self.transport.max_body_bytes
+        time_sent = ""
+        for index, item in enumerate(items):
+            kind = type(item)
+            if kind is bytes or kind is str:
+                body = item if kind is bytes else item.encode("utf-8")  # type: ignore[union-attr]
+                message_id = ids[index]
+                if len(body) > limit:
+                    self._row_params(OutgoingMessage(body, id=message_id))  # raises MessageTooLarge
+                text_id = str(message_id)
+                time_sent = time_sent or time_sent_now()
+                rows.append(
+                    send_params(
+                        text_id if id_as_text else row_id(message_id),
+                        text_id,
+                        None,
+                        None,
+                        default_headers_text(text_id, time_sent),
+                        body,
+                    )
+                )
+            else:
+                outgoing = OutgoingMessage.of(item)  # type: ignore[arg-type]
+                ids[index] = outgoing.id
+                rows.append(self._row_params(outgoing))
+        return rows, ids
+
     def send(
         self,
         message: OutgoingMessage | bytes | str,
@@ -407,15 +474,19 @@ class TableQueue:
         time_to_be_received: timedelta | None = None,
     ) -> uuid.UUID:
         """Send one message (one INSERT, one commit); return its Id."""
-        outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
-        params = self._row_params(outgoing)
+        if headers or time_to_be_received:
+            outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
+            params, message_id = self._row_params(outgoing), outgoing.id
+        else:
+            rows, ids = self._plain_rows((message,))
+            params, message_id = rows[0], ids[0]
         with self.transport.connection(self.address) as connection:
-            cursor = connection.cursor()
+            cursor = shared_cursor(connection)
             with_recoverable = self._has_recoverable(cursor)
             with self._recoverable_guard():
                 cursor.execute(self._sql.send_for(with_recoverable), params)
             connection.commit()
-        return outgoing.id
+        return message_id
 
     def send_batch(self, messages: Iterable[OutgoingMessage | bytes | str]) -> list[uuid.UUID]:
         """Send many messages atomically with multi-row INSERTs in one transaction; return their Ids."""
@@ -425,11 +496,10 @@ class TableQueue:
     def _send_on(
         self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str], *, commit: bool
     ) -> list[uuid.UUID]:
-        outgoing = [OutgoingMessage.of(message) for message in messages]
-        rows = [self._row_params(message) for message in outgoing]
+        rows, ids = self._plain_rows(messages)
         if not rows:
             return []
-        cursor = connection.cursor()
+        cursor = shared_cursor(connection)
         if commit:
             begin = self.dialect.begin_write()
             if begin and len(rows) > self.dialect.send_batch_rows:
@@ -443,10 +513,10 @@ class TableQueue:
                     cursor.execute(self._sql.send_for(with_recoverable), part[0])
                 else:
                     statement = self._sql.send_batch(len(part), with_recoverable)
-                    cursor.execute(statement, [value for row in part for value in row])
+                    cursor.execute(statement, list(chain.from_iterable(part)))
         if commit:
             connection.commit()
-        return [message.id for message in outgoing]
+        return ids
 
     def _has_recoverable(self, cursor: Any) -> bool:
         """Whether the table has the legacy Recoverable column: asked once per queue, then remembered.
@@ -530,22 +600,26 @@ class TableQueue:
                 f"max_messages must be between 1 and {MAX_RECEIVE_BATCH:,}, not {max_messages}"
             )
         try:
-            mode = TransactionMode(transaction_mode or TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
+            if not transaction_mode:
+                mode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
+            elif type(transaction_mode) is TransactionMode:
+                mode = transaction_mode
+            else:
+                mode = TransactionMode(transaction_mode)
         except ValueError:
             modes = ", ".join(m.value for m in TransactionMode)
             raise ConfigurationError(
                 f"transaction_mode must be one of {modes}, not {transaction_mode!r}"
             ) from None
         with self.transport.connection(self.address) as connection:
-            cursor = connection.cursor()
+            cursor = shared_cursor(connection)
             try:
                 begin = self.dialect.begin_write()
                 if begin:
                     cursor.execute(begin, ())
                 statement = self._sql.locking(self._uses_row_locks(cursor)).receive_batch
                 raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
-                rows = sorted((Row(*row) for row in raw), key=lambda row: row.row_version)
-                messages, expired, poison = self._decode(rows)
+                messages, expired, poison = self._decode(raw)
                 if poison:
                     self._move_poison(cursor, poison)
                 batch = ReceivedBatch(self, connection, messages, expired, len(poison), mode)
@@ -585,33 +659,36 @@ class TableQueue:
             )
             connection.invalidate()
 
-    def _decode(self, rows: list[Row]) -> tuple[list[ReceivedMessage], int, list[_Poison]]:
+    def _decode(self, raw: Sequence[Any]) -> tuple[list[ReceivedMessage], int, list[_Poison]]:
+        """Messages from the rows a receive deleted (driver rows in :class:`Row`'s column order), in
+        RowVersion order; expired rows counted, unreadable ones set apart as poison."""
         messages: list[ReceivedMessage] = []
         poison: list[_Poison] = []
         expired = 0
+        rows = sorted(raw, key=_ROW_VERSION) if len(raw) > 1 else raw
         for row in rows:
-            if _flag(row.expired):
+            row_id, correlation_id, reply_to_address, expired_flag, text, body, row_version, expires = row
+            if expired_flag and _flag(expired_flag):
                 expired += 1
                 continue
             try:
-                headers = decode_headers(row.headers)
-                message_id = row.id if isinstance(row.id, uuid.UUID) else uuid.UUID(str(row.id))
+                headers = decode_headers(text)
+                message_id = _parse_id(row_id)
             except HeaderFormatError as error:
-                poison.append(_Poison(row, str(error)))
+                poison.append(_Poison(Row(*row), str(error)))
                 continue
             except ValueError:
-                poison.append(_Poison(row, f"the Id {row.id!r} is not a UUID"))
+                poison.append(_Poison(Row(*row), f"the Id {row_id!r} is not a UUID"))
                 continue
-            body = row.body
             messages.append(
-                ReceivedMessage(
-                    id=message_id,
-                    headers=headers,
-                    body=b"" if body is None else bytes(body),
-                    row_version=int(row.row_version),
-                    expires=as_utc(row.expires),
-                    correlation_id=headers.get("NServiceBus.CorrelationId") or row.correlation_id,
-                    reply_to_address=headers.get("NServiceBus.ReplyToAddress") or row.reply_to_address,
+                received_message(
+                    message_id,
+                    headers,
+                    body if type(body) is bytes else b"" if body is None else bytes(body),
+                    row_version if type(row_version) is int else int(row_version),
+                    None if expires is None else as_utc(expires),
+                    headers.get("NServiceBus.CorrelationId") or correlation_id,
+                    headers.get("NServiceBus.ReplyToAddress") or reply_to_address,
                 )
             )
         if expired:
@@ -667,7 +744,7 @@ class TableQueue:
     # ---- depth and maintenance -----------------------------------------------------------------
     def _scalar(self, statement: str | Callable[[_Locking], str]) -> int:
         with self.transport.connection(self.address) as connection:
-            cursor = connection.cursor()
+            cursor = shared_cursor(connection)
             if not isinstance(statement, str):
                 statement = statement(self._sql.locking(self._uses_row_locks(cursor)))
             cursor.execute(statement, ())
@@ -689,7 +766,7 @@ class TableQueue:
         since an earlier look (event triggers keep it as a watermark).
         """
         with self.transport.connection(self.address) as connection:
-            cursor = connection.cursor()
+            cursor = shared_cursor(connection)
             cursor.execute(self._sql.locking(self._uses_row_locks(cursor)).peek_bounds, ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()

@@ -1,0 +1,164 @@
+"""The short paths taken for speed (docs/performance.md) give exactly what the general paths give."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_provider_sqlqueue.transport import headers as h
+from airflow_provider_sqlqueue.transport import open_transport
+from airflow_provider_sqlqueue.transport.errors import HeaderFormatError, TransientDatabaseError
+from airflow_provider_sqlqueue.transport.message import OutgoingMessage, new_message_ids, uuid_from_int
+
+
+def test_default_header_text_is_what_the_encoder_writes() -> None:
+    for _ in range(50):
+        text_id, time_sent = str(uuid.uuid4()), h.time_sent_now()
+        standard = {h.MESSAGE_ID: text_id, h.CORRELATION_ID: text_id, h.MESSAGE_INTENT: "Send"}
+        expected = h.encode_headers({**standard, h.TIME_SENT: time_sent})
+        assert h.default_headers_text(text_id, time_sent) == expected
+
+
+def test_time_sent_is_the_nservicebus_format_of_now() -> None:
+    before = datetime.now(timezone.utc)
+    text = h.time_sent_now()
+    after = datetime.now(timezone.utc)
+    assert before - timedelta(microseconds=1) <= h.parse_timestamp(text) <= after
+    assert text == h.format_timestamp(h.parse_timestamp(text))
+
+
+def test_new_ids_are_random_version_4_uuids() -> None:
+    ids = new_message_ids(1000)
+    assert len(set(ids)) == 1000
+    for value in ids[:50]:
+        assert isinstance(value, uuid.UUID)
+        assert (value.version, value.variant) == (4, uuid.RFC_4122)
+        assert value == uuid.UUID(str(value)) and hash(value) == hash(uuid.UUID(str(value)))
+    sample = 0x0123456789ABCDEF0123456789ABCDEF
+    assert uuid_from_int(sample) == uuid.UUID(int=sample)  # type: ignore[operator]
+    assert new_message_ids(0) == []
+
+
+def test_default_message_headers_in_order() -> None:
+    message = OutgoingMessage(b"x")
+    assert list(message.headers) == [h.MESSAGE_ID, h.CORRELATION_ID, h.MESSAGE_INTENT, h.TIME_SENT]
+    assert message.headers[h.MESSAGE_ID] == message.headers[h.CORRELATION_ID] == str(message.id)
+    custom = OutgoingMessage("y", {h.TIME_SENT: "t", "a": "b"})
+    assert custom.body == b"y"
+    assert list(custom.headers) == [h.TIME_SENT, "a", h.MESSAGE_ID, h.CORRELATION_ID, h.MESSAGE_INTENT]
+    assert custom.headers[h.TIME_SENT] == "t"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", {}),
+        ("  \n", {}),
+        ('  {"a": "b"} ', {"a": "b"}),
+        ('{"a":null}', {"a": None}),
+        (b'{"a":"\xc3\xa9"}', {"a": "\u00e9"}),
+    ],
+)
+def test_header_decoding_accepts(text: str | bytes, expected: dict) -> None:
+    assert h.decode_headers(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "NULL"),
+        ('{"a":"b"} x', "not valid JSON"),
+        ("x", "not valid JSON"),
+        ("[1]", "JSON object"),
+        ('{"a":"b","n":1}', "'n' has a non-string"),
+        (b"\xff", "UTF-8"),
+    ],
+)
+def test_header_decoding_refuses(text: str | bytes | None, message: str) -> None:
+    with pytest.raises(HeaderFormatError, match=message):
+        h.decode_headers(text)
+
+
+def test_bare_bodies_are_sent_as_outgoing_messages_would_be(tmp_path) -> None:
+    with open_transport(f"sqlite:///{tmp_path}/q.db") as transport:
+        queue = transport.queue("q")
+        queue.create()
+        ids = queue.send_batch([b"a", "b", OutgoingMessage(b"c", {"k": "v"}), bytearray(b"d")])
+        ids.append(queue.send("e"))
+        with queue.receive(10) as batch:
+            messages = list(batch)
+        assert [m.id for m in messages] == ids
+        assert [m.body for m in messages] == [b"a", b"b", b"c", b"d", b"e"]
+        for message in messages:
+            assert message.headers[h.MESSAGE_ID] == str(message.id)
+            assert message.correlation_id == str(message.id)
+            assert message.headers[h.MESSAGE_INTENT] == "Send"
+            h.parse_timestamp(message.headers[h.TIME_SENT])
+        assert messages[2].headers["k"] == "v"
+        connection = sqlite3.connect(f"{tmp_path}/q.db")
+        queue.send_batch([b"f"])
+        (stored,) = connection.execute('SELECT Id, CorrelationId, Headers FROM "q"').fetchall()
+        connection.close()
+        assert stored[1] == stored[0]
+        assert stored[2] == h.encode_headers(h.decode_headers(stored[2]))
+
+
+def test_sqlite_peek_reads_the_ends_of_the_rowid_tree(tmp_path) -> None:
+    with open_transport(f"sqlite:///{tmp_path}/q.db") as transport:
+        queue = transport.queue("q")
+        queue.create()
+        assert queue.peek_estimate() == 0 and queue.peek_bounds() == (None, None)
+        queue.send_batch([b"1", b"2", b"3"])
+        assert queue.peek_estimate() == 3 and queue.peek_bounds() == (1, 3)
+        connection = sqlite3.connect(f"{tmp_path}/q.db")
+        for statement in (queue._sql.peek_estimate, queue._sql.peek_bounds):
+            plan = " ".join(row[-1] for row in connection.execute(f"EXPLAIN QUERY PLAN {statement}"))
+            assert "SCAN" not in plan.replace("SCAN CONSTANT ROW", ""), plan
+        connection.close()
+
+
+def test_pool_reuses_returns_and_discards(tmp_path) -> None:
+    with open_transport(f"sqlite:///{tmp_path}/q.db", pool_size=1, max_overflow=1) as transport:
+        transport._pool._timeout = 0.2
+        with transport.connection() as first:
+            raw = first.dbapi_connection
+            first.cursor().execute("CREATE TABLE t (x)")
+            first.cursor().execute("BEGIN")
+            first.cursor().execute("INSERT INTO t VALUES (1)")
+        # left in a transaction: rolled back on return, then lent again
+        with transport.connection() as again:
+            assert again.dbapi_connection is raw and not raw.in_transaction
+            assert again.cursor().execute("SELECT count(*) FROM t").fetchone() == (0,)
+            with transport.connection() as overflow:
+                assert overflow.dbapi_connection is not raw
+                with pytest.raises(TransientDatabaseError, match="pool timeout"), transport.connection():
+                    pass
+        # only pool_size connections stay idle; an invalidated one is closed and never lent again
+        with transport.connection() as lent:
+            lent.invalidate()
+            assert not lent.is_valid
+        with transport.connection() as fresh:
+            assert fresh.dbapi_connection is not raw
+            assert fresh.execute("SELECT 1").fetchone() == (1,)  # other methods reach the driver's
+
+
+def test_pool_waiters_get_a_returned_connection(tmp_path) -> None:
+    with open_transport(f"sqlite:///{tmp_path}/q.db", pool_size=1, max_overflow=0) as transport:
+        got: list[object] = []
+        with transport.connection() as held:
+            raw = held.dbapi_connection
+
+            def wait_for_it() -> None:
+                with transport.connection() as connection:
+                    got.append(connection.dbapi_connection)
+
+            waiter = threading.Thread(target=wait_for_it)
+            waiter.start()
+            waiter.join(0.2)
+            assert waiter.is_alive()  # waiting for the only connection
+        waiter.join(5)
+        assert got == [raw]
