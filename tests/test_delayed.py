@@ -239,10 +239,11 @@ def test_concurrent_moves_on_sqlite_never_overlap(tmp_path) -> None:
         assert all(b[0] >= a[1] for a, b in itertools.pairwise(rounds))
 
 
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
 def test_a_runtime_role_without_update_rights_can_store_and_move_on_postgresql(
     target, postgres_server
 ) -> None:
-    if target.engine != "postgresql" or postgres_server.cluster is None:
+    if postgres_server.cluster is None:
         pytest.skip("needs the throwaway PostgreSQL cluster (role creation)")
     with target.open() as admin:
         admin.queue("error").create()
