@@ -720,11 +720,12 @@ def render(doc: dict[str, Any], scale: dict[str, Any] | None, out: Path, image: 
         "",
         "Each peer target also shows its *ceiling*: the raw driver running this project's statements, with "
         "nothing of the project around them, divided by the peer. Where the ceiling is below the wanted "
-        "ratio, no client of these statements can meet the target on this server: a batch send or receive "
-        "is one statement and one commit, and the time goes to the server's work on the rows and to the "
-        "commit's WAL flush (`synchronous_commit` on, as in production), not to Python. The project "
-        "itself runs within the raw rows' spread of that ceiling (the *vs raw* column), so the way to "
-        "widen the gap to a peer would be to change what is durable when, which this project does not do.",
+        "ratio, no client issuing these statements can meet the target on this server: a batch send or "
+        "receive is one statement and one commit, and its time goes to the server's work on the rows and "
+        "to the commit's WAL flush (`synchronous_commit` on, as in production). Meeting such a target "
+        "would take another statement shape (for example one array parameter per column instead of a "
+        "multi-row VALUES list, or COPY) or another durability model; see "
+        "[Performance tuning](performance.md) for what is left.",
         "",
         "## Scale",
         "",
