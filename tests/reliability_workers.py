@@ -6,7 +6,10 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from typing import Any
+
+from workers import receive_until_empty
 
 from airflow_provider_sqlqueue.transport import (
     MessagePump,
@@ -14,10 +17,6 @@ from airflow_provider_sqlqueue.transport import (
     TransientDatabaseError,
     open_transport,
 )
-
-
-class _Rollback(Exception):
-    pass
 
 
 def compete(
@@ -42,39 +41,8 @@ def compete(
     received: list[str] = []
     pumped: list[str] = []
     lock = threading.Lock()
-    rollbacks = [0]
+    faults: Counter[str] = Counter()
     handler_failures = [0]
-    transient = [0]
-
-    def receive_loop(thread_seed: int) -> None:
-        rng = random.Random(thread_seed)
-        empty_rounds = 0
-        with open_transport(url, default_schema=schema, pool_size=1, max_overflow=0) as transport:
-            queue = transport.queue(queue_name)
-            queue.peek_estimate()  # connected before the start
-            time.sleep(max(0.0, start_at - time.time()))
-            while empty_rounds < 5:
-                try:
-                    with queue.receive(max_messages=rng.randint(1, max_batch)) as batch:
-                        ids = [str(message.id) for message in batch]
-                        if ids and rng.random() < 0.1:
-                            raise _Rollback
-                except _Rollback:
-                    with lock:
-                        rollbacks[0] += 1
-                    continue
-                except TransientDatabaseError:
-                    with lock:
-                        transient[0] += 1
-                    time.sleep(0.01)
-                    continue
-                if ids:
-                    empty_rounds = 0
-                    with lock:
-                        received.extend(ids)
-                else:
-                    empty_rounds += 1
-                    time.sleep(0.02)
 
     pump_rng = random.Random(seed * 7919)
 
@@ -85,7 +53,13 @@ def compete(
                 raise RuntimeError("injected handler failure: rolled back and retried")
             pumped.append(str(message.id))
 
-    threads = [threading.Thread(target=receive_loop, args=(seed * 100 + n,)) for n in range(receive_threads)]
+    args = (url, schema, queue_name, max_batch)
+    threads = [
+        threading.Thread(
+            target=receive_until_empty, args=(*args, seed * 100 + n, start_at, received, lock, faults)
+        )
+        for n in range(receive_threads)
+    ]
     with open_transport(url, default_schema=schema) as pump_transport:
         pump = None
         if pump_concurrency:
@@ -116,9 +90,9 @@ def compete(
     return {
         "received": received,
         "pumped": pumped,
-        "rollbacks": rollbacks[0],
+        "rollbacks": faults["rollbacks"],
         "handler_failures": handler_failures[0],
-        "transient": transient[0],
+        "transient": faults["transient"],
         "pump": stats,
     }
 

@@ -5,12 +5,58 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 
 from airflow_provider_sqlqueue.transport import TransientDatabaseError, open_transport
 
 
 class _Rollback(Exception):
     pass
+
+
+def receive_until_empty(
+    url: str,
+    schema: str | None,
+    queue_name: str,
+    max_batch: int,
+    thread_seed: int,
+    start_at: float,
+    committed: list[str],
+    lock: threading.Lock,
+    faults: Counter[str] | None = None,
+) -> None:
+    """One competing receiver: from ``start_at``, receive random batch sizes until five empty receives in a
+    row, rolling back ~10% of non-empty batches on purpose. Committed ids go to ``committed``; rollbacks and
+    transient errors are counted in ``faults`` when given."""
+    faults = Counter() if faults is None else faults
+    rng = random.Random(thread_seed)
+    empty_rounds = 0
+    with open_transport(url, default_schema=schema, pool_size=1, max_overflow=0) as transport:
+        queue = transport.queue(queue_name)
+        queue.peek_estimate()  # connect before the start
+        time.sleep(max(0.0, start_at - time.time()))
+        while empty_rounds < 5:
+            try:
+                with queue.receive(max_messages=rng.randint(1, max_batch)) as batch:
+                    ids = [str(message.id) for message in batch]
+                    if ids and rng.random() < 0.1:
+                        raise _Rollback
+            except _Rollback:
+                with lock:
+                    faults["rollbacks"] += 1
+                continue
+            except TransientDatabaseError:
+                with lock:
+                    faults["transient"] += 1
+                time.sleep(0.01)
+                continue
+            if ids:
+                empty_rounds = 0
+                with lock:
+                    committed.extend(ids)
+            else:
+                empty_rounds += 1
+                time.sleep(0.02)
 
 
 def consume(
@@ -22,34 +68,11 @@ def consume(
     """
     committed: list[str] = []
     lock = threading.Lock()
-
-    def run(thread_seed: int) -> None:
-        rng = random.Random(thread_seed)
-        empty_rounds = 0
-        with open_transport(url, default_schema=schema, pool_size=1, max_overflow=0) as transport:
-            queue = transport.queue(queue_name)
-            queue.peek_estimate()  # connect before the start
-            time.sleep(max(0.0, start_at - time.time()))
-            while empty_rounds < 5:
-                try:
-                    with queue.receive(max_messages=rng.randint(1, max_batch)) as batch:
-                        ids = [str(message.id) for message in batch]
-                        if ids and rng.random() < 0.1:
-                            raise _Rollback
-                except _Rollback:
-                    continue
-                except TransientDatabaseError:
-                    time.sleep(0.01)
-                    continue
-                if ids:
-                    empty_rounds = 0
-                    with lock:
-                        committed.extend(ids)
-                else:
-                    empty_rounds += 1
-                    time.sleep(0.02)
-
-    workers = [threading.Thread(target=run, args=(seed * 100 + n,)) for n in range(threads)]
+    args = (url, schema, queue_name, max_batch)
+    workers = [
+        threading.Thread(target=receive_until_empty, args=(*args, seed * 100 + n, start_at, committed, lock))
+        for n in range(threads)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
