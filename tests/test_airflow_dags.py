@@ -378,6 +378,27 @@ def test_receive_without_delete_is_refused_with_what_to_grant(runtime_role: Role
         hook.close()
 
 
+@postgres_only
+def test_the_lock_mode_extra_reaches_the_transport(
+    runtime_role: Role, target: EngineTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connection = target.airflow_connection(lock_mode="row")
+    row_locks = json.dumps({**connection, "login": runtime_role.name, "password": runtime_role.password})
+    monkeypatch.setenv("AIRFLOW_CONN_QROWLOCKS", row_locks)
+    hook = SqlQueueHook(sqlqueue_conn_id="qrowlocks")
+    try:
+        hook.send("orders", b"kept")
+        with pytest.raises(PermissionDenied, match="lock_mode='row'"), hook.receive("orders"):
+            pytest.fail("row locks were taken without an UPDATE privilege")
+    finally:
+        hook.close()
+    hook = SqlQueueHook(sqlqueue_conn_id=RUNTIME_CONN)  # auto: advisory locks for this role
+    try:
+        assert receive_all(hook, "orders") == [b"kept"]
+    finally:
+        hook.close()
+
+
 # ---- 5. the connection's password never shows --------------------------------------------------------
 SECRET_CONN = "qsecret"
 
