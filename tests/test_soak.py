@@ -157,20 +157,22 @@ def test_senders_pump_and_purge_together_hold_steady(target, transport, request,
     lost = sum(1 for kind, count in zip(kinds, handled, strict=True) if kind == LASTING and count == 0)
     short_handled = sum(1 for kind, count in zip(kinds, handled, strict=True) if kind == SHORT and count)
     never_sent_but_handled = sum(1 for kind, count in zip(kinds, handled, strict=True) if not kind and count)
-    assert duplicated == 0, "a message was handed out twice"
-    assert lost == 0, "a message that never expires was lost"
-    assert never_sent_but_handled == 0
-    assert short_handled + stats.expired + expired_left + purged == sent_short
-    assert left < stats.processed / 10, f"the pump fell far behind: {left} left"
-    assert sent_lasting > 1000 * SOAK_SECONDS / 60
-    assert stats.failed == 0 and stats.poisoned == 0
+    in_error_queue = transport.queue("error").count()
     summary = (
-        f"soak {target.engine} {SOAK_SECONDS:.0f} s: sent {sent_lasting + sent_short}, processed "
-        f"{stats.processed}, left {left}, expired on receive {stats.expired + expired_left}, "
-        f"purged {purged}; "
+        f"soak {target.engine} {SOAK_SECONDS:.0f} s: sent {sent_lasting} lasting + {sent_short} short, "
+        f"processed {stats.processed}, left {left}, expired on receive {stats.expired + expired_left}, "
+        f"purged {purged}, short handled {short_handled}, failed {stats.failed}, poisoned {stats.poisoned}, "
+        f"in the error queue {in_error_queue}, lost {lost}, duplicated {duplicated}; "
         f"RSS {start_rss:.1f} -> {end_rss:.1f} MB, connections {start_connections} -> {end_connections}"
     )
     print(summary)
+    assert duplicated == 0, f"a message was handed out twice: {summary}"
+    assert lost == 0, f"a message that never expires was lost: {summary}"
+    assert never_sent_but_handled == 0, summary
+    assert short_handled + stats.expired + expired_left + purged == sent_short, summary
+    assert left < stats.processed / 10, f"the pump fell far behind: {summary}"
+    assert sent_lasting > 1000 * SOAK_SECONDS / 60, summary
+    assert stats.failed == 0 and stats.poisoned == 0 and in_error_queue == 0, summary
     # The pool holds 5 connections and opens up to 10 more under load, closing them when they come back:
     # the count moves within that bound. Growth would show as a higher level in the last quarter.
     quarter = max(1, len(samples) // 4)

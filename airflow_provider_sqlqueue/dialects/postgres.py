@@ -41,6 +41,22 @@ _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::inte
 # One advisory lock per row for the transaction: table oid in the high 32 bits, RowVersion in the low ones.
 _ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
 
+
+def _delete_taken(table: str, taken: str, returning: str = "") -> str:
+    """``DELETE`` the rows a ``SELECT ... LIMIT`` picks, with the pick made exactly once.
+
+    Written as ``WHERE RowVersion IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` the pick may run again
+    for every row the planner tries (a nested-loop semi join rescans it); each run skips the rows the
+    statement already deleted and picks the next ones, so one receive of 1 can delete the whole queue. A
+    ``MATERIALIZED`` CTE is evaluated once and rescanned from its stored rows.
+    """
+    suffix = f" {returning}" if returning else ""
+    return (
+        f"WITH taken AS MATERIALIZED ({taken}) "
+        f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM taken){suffix}"
+    )
+
+
 _TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK: the statement returned rows
 _NO_RESULT = object()
 
@@ -194,10 +210,10 @@ class PostgresDialect(Dialect):
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN ("
-            f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED) "
-            f"{_RETURNING}"
+        return _delete_taken(
+            table,
+            f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
+            _RETURNING,
         )
 
     def peek_estimate(self, address: QueueAddress) -> str:
@@ -247,10 +263,10 @@ class PostgresDialect(Dialect):
 
     def purge_expired_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN ("
+        return _delete_taken(
+            table,
             f"SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() "
-            "LIMIT %s FOR UPDATE SKIP LOCKED)"
+            "LIMIT %s FOR UPDATE SKIP LOCKED",
         )
 
     # ---- for roles without the UPDATE privilege: advisory locks instead of row locks ------------------
@@ -265,10 +281,11 @@ class PostgresDialect(Dialect):
 
     def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM ("
-            f"SELECT RowVersion, tableoid FROM {table} ORDER BY RowVersion OFFSET 0) AS oldest "
-            f"WHERE {_ADVISORY_ROW_LOCK} LIMIT %s) {_RETURNING}"
+        return _delete_taken(
+            table,
+            f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} ORDER BY RowVersion OFFSET 0) "
+            f"AS oldest WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
+            _RETURNING,
         )
 
     def peek_estimate_without_row_locks(self, address: QueueAddress) -> str:
@@ -280,10 +297,10 @@ class PostgresDialect(Dialect):
 
     def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM ("
-            f"SELECT RowVersion, tableoid FROM {table} WHERE Expires < statement_timestamp() OFFSET 0) "
-            f"AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s)"
+        return _delete_taken(
+            table,
+            f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} "
+            f"WHERE Expires < statement_timestamp() OFFSET 0) AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
         )
 
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
@@ -344,10 +361,10 @@ class PostgresDialect(Dialect):
         # for UPDATE on the delayed table. A second mover's DELETE would wait, then skip the rows already
         # gone (READ COMMITTED re-checks them), so nothing moves twice either way.
         table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN ("
-            f"SELECT RowVersion FROM {table} WHERE Due <= statement_timestamp() ORDER BY Due LIMIT %s) "
-            "RETURNING Headers, Body, Due, RowVersion"
+        return _delete_taken(
+            table,
+            f"SELECT RowVersion FROM {table} WHERE Due <= statement_timestamp() ORDER BY Due LIMIT %s",
+            "RETURNING Headers, Body, Due, RowVersion",
         )
 
     def next_due_delayed(self, address: QueueAddress) -> str:

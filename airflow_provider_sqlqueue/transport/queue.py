@@ -33,6 +33,7 @@ from .errors import (
     HeaderFormatError,
     MessageTooLarge,
     QueueNotFound,
+    SqlQueueError,
     TransientDatabaseError,
 )
 from .headers import decode_headers, default_headers_text, time_sent_now
@@ -619,6 +620,12 @@ class TableQueue:
                     cursor.execute(begin, ())
                 statement = self._sql.locking(self._uses_row_locks(cursor)).receive_batch
                 raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
+                if len(raw) > max_messages:
+                    raise SqlQueueError(
+                        f"a receive of at most {max_messages} from {self.address} deleted {len(raw)} rows; "
+                        "it was rolled back, so every message is still queued. The receive statement does "
+                        "not limit its batch on this database: please report it"
+                    )
                 messages, expired, poison = self._decode(raw)
                 if poison:
                     self._move_poison(cursor, poison)

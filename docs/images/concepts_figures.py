@@ -313,8 +313,9 @@ def receive_flow():
     sql = [
         ("SQL Server", "WITH message AS (SELECT TOP(n) * FROM [orders] WITH (UPDLOCK, READPAST, ROWLOCK)"),
         ("", "    ORDER BY [RowVersion]) DELETE FROM message OUTPUT deleted.*"),
-        ("PostgreSQL", "DELETE FROM orders WHERE RowVersion IN (SELECT RowVersion FROM orders"),
-        ("", "    ORDER BY RowVersion LIMIT n FOR UPDATE SKIP LOCKED) RETURNING ..."),
+        ("PostgreSQL", "WITH taken AS MATERIALIZED (SELECT RowVersion FROM orders ORDER BY RowVersion"),
+        ("", "    LIMIT n FOR UPDATE SKIP LOCKED) DELETE FROM orders"),
+        ("", "    WHERE RowVersion IN (SELECT RowVersion FROM taken) RETURNING ..."),
     ]
     b.append(rect(x0, sy - 20, col_w + 70 + rw, 20 * len(sql) + 48, "#ffffff", LINE, 1, rx=6))
     for k, (engine, stmt) in enumerate(sql):
