@@ -252,9 +252,15 @@ class _Budget:
 
 
 class _Round:
-    """The monitor's latch: counts started receive tasks down as each executes its receive statement."""
+    """One monitor round: how many receives the peek allows, and a latch that counts started receives down
+    as each executes its receive statement.
 
-    def __init__(self) -> None:
+    A worker whose receive found a message takes the round's next receive itself (:meth:`take`) instead of
+    handing its slot back to the monitor: one thread hand-off per round rather than one per message.
+    """
+
+    def __init__(self, allowed: int = 0) -> None:
+        self.allowed = allowed
         self.pending = 0
         self.cancelled = False
         self._done = threading.Condition()
@@ -262,6 +268,15 @@ class _Round:
     def spawned(self) -> None:
         with self._done:
             self.pending += 1
+
+    def take(self, budget: _Budget) -> bool:
+        """Start one more receive of this round if the peek allowed it and the budget has room."""
+        with self._done:
+            if self.cancelled or self.allowed <= 0 or not budget.reserve():
+                return False
+            self.allowed -= 1
+            self.pending += 1
+            return True
 
     def received(self, got_row: bool) -> None:
         with self._done:
@@ -690,18 +705,15 @@ class MessagePump:
                     return
                 self._idle_wait()
                 continue
-            current = _Round()
-            for _ in range(pending):
-                if self._halt.is_set() or current.cancelled:
-                    break
+            current = _Round(pending)
+            while current.allowed > 0 and not current.cancelled and not self._halt.is_set():
                 if not self._take_slot():
                     break
-                if current.cancelled or not self._budget.reserve():
+                if not current.take(self._budget):
                     self._slots.release()
-                    if not current.cancelled and not self._budget.exhausted:
+                    if current.allowed > 0 and not current.cancelled and not self._budget.exhausted:
                         self._budget.wait(self.idle_delay)  # wait for reserved receives to settle
                     break
-                current.spawned()
                 self._work.put(current)
             current.wait()
 
@@ -717,8 +729,13 @@ class MessagePump:
             if current is None:
                 return
             try:
-                outcome = self._receive_one(current.received)
-                self._settle(outcome)
+                while True:
+                    outcome = self._receive_one(current.received)
+                    self._settle(outcome)
+                    if outcome not in (_MESSAGE, _CONSUMED) or self._halt.is_set():
+                        break
+                    if not current.take(self._budget):
+                        break
             finally:
                 self._slots.release()
 
