@@ -373,3 +373,16 @@ def _default_options():
     from airflow_provider_sqlqueue.transport import TableOptions
 
     return TableOptions()
+
+
+def test_a_correlation_id_with_nul_stays_in_the_headers(transport: Transport) -> None:
+    queue = transport.queue("orders")
+    queue.create()
+    odd = {"NServiceBus.CorrelationId": "nul\x00inside", "NServiceBus.ReplyToAddress": "a\x00b"}
+    ids = queue.send_batch([b"fine", OutgoingMessage(b"odd", odd)])
+    queue.send(OutgoingMessage(b"odd alone", odd))
+    with queue.receive(max_messages=10) as batch:
+        received = list(batch)
+    assert [m.id for m in received[:2]] == ids
+    assert [m.correlation_id for m in received[1:]] == ["nul\x00inside"] * 2
+    assert [m.reply_to_address for m in received[1:]] == ["a\x00b"] * 2

@@ -192,6 +192,17 @@ class Dialect(ABC):
         body: bytes,
     ) -> tuple[Any, ...]: ...
 
+    def bulk_send_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """A query whose first value says whether :meth:`bulk_send` can write this table (None: never)."""
+        return None
+
+    def bulk_send(
+        self, cursor: Any, address: QueueAddress, rows: Sequence[Sequence[Any]], with_recoverable: bool
+    ) -> bool:
+        """Write ``rows`` (:meth:`send_params` tuples) faster than multi-row INSERTs, in the cursor's
+        transaction; False, having written nothing, where this engine, driver or batch has no such way."""
+        return False
+
     @abstractmethod
     def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         """INSERT of a row exactly as it was read (poison rows to the error queue); see :meth:`raw_params`."""

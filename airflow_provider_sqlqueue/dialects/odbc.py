@@ -84,6 +84,9 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     def display_sql(self, sql: str) -> str:
         return sql
 
+    def bulk_send_check(self, address: QueueAddress) -> None:
+        return None  # binary COPY is psycopg's; over ODBC batches take the multi-row INSERT
+
     def send_params(
         self,
         message_id: Any,

@@ -36,6 +36,10 @@ _RETURNING = (
 )
 _VALUES_ROW = "(%s, %s, %s, true, statement_timestamp() + %s::interval, %s, %s)"
 _COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
+_COPY_COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Headers, Body"
+_COPY_COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Headers, Body"
+_COPY_TYPES = ["uuid", "varchar", "varchar", "bool", "text", "bytea"]
+_COPY_TYPES_WITHOUT_RECOVERABLE = ["uuid", "varchar", "varchar", "text", "bytea"]
 _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::interval, %s, %s)"
 
 # One advisory lock per row for the transaction: table oid in the high 32 bits, RowVersion in the low ones.
@@ -202,6 +206,41 @@ class PostgresDialect(Dialect):
         body: bytes,
     ) -> tuple[Any, ...]:
         return (message_id, correlation_id, reply_to_address, time_to_be_received, headers, body)
+
+    def bulk_send_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        # The binary COPY below sends each value in its column type's wire format, so the table must have
+        # the types this dialect creates (a table made elsewhere may not).
+        return (
+            "SELECT count(*) FILTER (WHERE (lower(a.attname), format_type(a.atttypid, NULL)) IN ("
+            "('id', 'uuid'), ('correlationid', 'character varying'), "
+            "('replytoaddress', 'character varying'), ('headers', 'text'), ('body', 'bytea'))) = 5 "
+            "AND count(*) FILTER (WHERE lower(a.attname) = "
+            "'recoverable' AND format_type(a.atttypid, NULL) <> 'boolean') = 0 "
+            "FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
+            (self.display_sql(self.qualified_name(address)),),
+        )
+
+    def bulk_send(
+        self, cursor: Any, address: QueueAddress, rows: Sequence[Sequence[Any]], with_recoverable: bool
+    ) -> bool:
+        # Binary COPY writes a batch of 1 KB messages about twice as fast as a multi-row INSERT: no 7
+        # parameters per row to bind and plan. COPY cannot compute Expires from the database clock, so a
+        # batch with any time to be received takes the INSERT; Expires is left to its default (NULL).
+        if not type(cursor).__module__.startswith("psycopg") or any(row[3] is not None for row in rows):
+            return False
+        columns = _COPY_COLUMNS if with_recoverable else _COPY_COLUMNS_WITHOUT_RECOVERABLE
+        with cursor.copy(
+            f"COPY {self.qualified_name(address)} ({columns}) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            if with_recoverable:
+                copy.set_types(_COPY_TYPES)
+                for message_id, correlation_id, reply_to_address, _, headers, body in rows:
+                    copy.write_row((message_id, correlation_id, reply_to_address, True, headers, body))
+            else:
+                copy.set_types(_COPY_TYPES_WITHOUT_RECOVERABLE)
+                for message_id, correlation_id, reply_to_address, _, headers, body in rows:
+                    copy.write_row((message_id, correlation_id, reply_to_address, headers, body))
+        return True
 
     def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE

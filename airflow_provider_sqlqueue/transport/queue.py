@@ -119,8 +119,9 @@ def _flag(value: Any) -> bool:
 
 
 def _mirror(value: str | None) -> str | None:
-    """The legacy CorrelationId/ReplyToAddress columns are varchar(255); longer values stay in headers."""
-    if value is None or len(value) > MIRRORED_COLUMN_LIMIT or not value.isascii():
+    """The legacy CorrelationId/ReplyToAddress columns are varchar(255); longer values, and values no text
+    column of every engine can hold (NUL), stay in the headers only."""
+    if value is None or len(value) > MIRRORED_COLUMN_LIMIT or not value.isascii() or "\x00" in value:
         return None
     return value
 
@@ -300,6 +301,7 @@ class TableQueue:
         self.error_queue = error_queue
         self._recoverable: bool | None = None
         self._row_locks: bool | None = None
+        self._bulk_send: bool | None = None
 
     def __repr__(self) -> str:
         return f"<TableQueue {self.address} on {self.transport.description}>"
@@ -340,7 +342,7 @@ class TableQueue:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _create_once(self, options: TableOptions) -> bool:
-        self._recoverable = None
+        self._recoverable = self._bulk_send = None
         dialect, address = self.dialect, self.address
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
@@ -508,6 +510,9 @@ class TableQueue:
         with_recoverable = self._has_recoverable(cursor)
         chunk = self.dialect.send_batch_rows
         with self._recoverable_guard():
+            bulk = len(rows) > 1 and self._bulk_send_fits(cursor)
+            if bulk and self.dialect.bulk_send(cursor, self.address, rows, with_recoverable):
+                rows = []  # all written
             for start in range(0, len(rows), chunk):
                 part = rows[start : start + chunk]
                 if len(part) == 1:
@@ -536,6 +541,22 @@ class TableQueue:
         else:
             return True  # no table: the send reports it; decide once the table exists
         return self._recoverable
+
+    def _bulk_send_fits(self, cursor: Any) -> bool:
+        """Whether the dialect's bulk path can write this table: asked once per queue, then remembered."""
+        known = self._bulk_send
+        if known is not None:
+            return known
+        check = self.dialect.bulk_send_check(self.address)
+        if check is None:
+            self._bulk_send = False
+            return False
+        cursor.execute(*check)
+        fits = self._first_value(cursor)
+        if not fits and not self._exists_on(cursor):
+            return False  # no table: the send reports it; decide once the table exists
+        self._bulk_send = bool(fits)
+        return self._bulk_send
 
     def receive_statement(self, cursor: Any) -> str:
         """The receive's ``DELETE ... RETURNING`` text (one parameter: how many) for this role.
@@ -570,10 +591,13 @@ class TableQueue:
 
     @contextmanager
     def _recoverable_guard(self) -> Iterator[None]:
-        """If the Recoverable column changed since it was checked, forget the answer and say so."""
+        """If the Recoverable column changed since it was checked, forget the answer and say so.
+
+        Any failed send also forgets whether the bulk path fits: the table may have been replaced."""
         try:
             yield
         except Exception as error:
+            self._bulk_send = None
             if not self.dialect.is_recoverable_column_error(error):
                 raise
             self._recoverable = None
