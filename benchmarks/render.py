@@ -735,9 +735,10 @@ def render(doc: dict[str, Any], scale: dict[str, Any] | None, out: Path, image: 
         "ratio, no client issuing these statements can meet the target on this server: a batch send or "
         "receive is one statement and one commit, and its time goes to the server's work on the rows and "
         "to the commit's WAL flush (`synchronous_commit` on, as in production). Meeting such a target "
-        "would take another statement shape (for example one array parameter per column instead of a "
-        "multi-row VALUES list, or COPY) or another durability model; see "
-        "[Performance tuning](performance.md) for what is left.",
+        "takes another statement shape or another durability model. Batch sends on PostgreSQL took "
+        "the first way: they go by binary `COPY`, past what the multi-row `INSERT` can reach. A receive "
+        "has no such shape: it must lock, delete and return the rows in one statement to keep its "
+        "guarantees (see [Performance tuning](performance.md)).",
         "",
         "## Scale",
         "",
