@@ -54,6 +54,11 @@ def test_empty_text_is_an_empty_map() -> None:
         ('{"a": {"b": "c"}}', "non-string"),
         ('{"a": "b"', "not valid JSON"),
         (b"\xff\xfe", "UTF-8"),
+        # the short path of decode_headers: text after one JSON value, a bare word, a later non-string value
+        ('{"a":"b"} x', "not valid JSON"),
+        ("x", "not valid JSON"),
+        ('{"a":"b","n":1}', "'n' has a non-string"),
+        (b"\xff", "UTF-8"),
     ],
 )
 def test_non_maps_are_refused_with_the_reason(text: str | bytes | None, reason: str) -> None:

@@ -19,6 +19,7 @@ from datetime import timedelta
 import pytest
 from conftest import EngineTarget, PostgresServer
 from sqlalchemy.engine import make_url
+from workers import drain_competing
 
 from airflow_provider_sqlqueue.transport import (
     ConfigurationError,
@@ -26,7 +27,6 @@ from airflow_provider_sqlqueue.transport import (
     OutgoingMessage,
     PermissionDenied,
     TableQueue,
-    TransientDatabaseError,
     Transport,
     open_transport,
 )
@@ -152,31 +152,12 @@ def _compete(queue_of: Callable[[int], TableQueue], threads: int, seed: int) -> 
     """Drain with competing threads, each rolling back ~10% of its receives; count committed ids."""
     received: Counter[uuid.UUID] = Counter()
     lock = threading.Lock()
-
-    def run(n: int) -> None:
-        rng = random.Random(seed + n)
-        queue = queue_of(n)
-        empty = 0
-        while empty < 5:
-            try:
-                with queue.receive(max_messages=rng.randint(1, 50)) as batch:
-                    ids = [m.id for m in batch]
-                    if ids and rng.random() < 0.1:
-                        raise LookupError("roll back on purpose")
-            except LookupError:
-                continue
-            except TransientDatabaseError:
-                time.sleep(0.01)
-                continue
-            if ids:
-                empty = 0
-                with lock:
-                    received.update(ids)
-            else:
-                empty += 1
-                time.sleep(0.02)
-
-    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    workers = [
+        threading.Thread(
+            target=drain_competing, args=(queue_of(n), random.Random(seed + n), 50, lock, received.update)
+        )
+        for n in range(threads)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:

@@ -5,13 +5,52 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
 
-from airflow_provider_sqlqueue.transport import TransientDatabaseError, open_transport
+from airflow_provider_sqlqueue.transport import TableQueue, TransientDatabaseError, open_transport
 
 
 class _Rollback(Exception):
     pass
+
+
+def drain_competing(
+    queue: TableQueue,
+    rng: random.Random,
+    max_batch: int,
+    lock: threading.Lock,
+    record: Callable[[list[uuid.UUID]], None],
+    faults: Counter[str] | None = None,
+) -> None:
+    """One competing receiver on ``queue``: receive random batch sizes until five empty receives in a row,
+    rolling back ~10% of non-empty batches on purpose. ``record`` gets each committed batch's ids (called
+    under ``lock``); rollbacks and transient errors are counted in ``faults`` when given."""
+    faults = Counter() if faults is None else faults
+    empty_rounds = 0
+    while empty_rounds < 5:
+        try:
+            with queue.receive(max_messages=rng.randint(1, max_batch)) as batch:
+                ids = [message.id for message in batch]
+                if ids and rng.random() < 0.1:
+                    raise _Rollback
+        except _Rollback:
+            with lock:
+                faults["rollbacks"] += 1
+            continue
+        except TransientDatabaseError:
+            with lock:
+                faults["transient"] += 1
+            time.sleep(0.01)
+            continue
+        if ids:
+            empty_rounds = 0
+            with lock:
+                record(ids)
+        else:
+            empty_rounds += 1
+            time.sleep(0.02)
 
 
 def receive_until_empty(
@@ -25,38 +64,20 @@ def receive_until_empty(
     lock: threading.Lock,
     faults: Counter[str] | None = None,
 ) -> None:
-    """One competing receiver: from ``start_at``, receive random batch sizes until five empty receives in a
-    row, rolling back ~10% of non-empty batches on purpose. Committed ids go to ``committed``; rollbacks and
-    transient errors are counted in ``faults`` when given."""
-    faults = Counter() if faults is None else faults
-    rng = random.Random(thread_seed)
-    empty_rounds = 0
+    """:func:`drain_competing` on a transport of its own, from ``start_at``; committed ids, as text, go to
+    ``committed``."""
     with open_transport(url, default_schema=schema, pool_size=1, max_overflow=0) as transport:
         queue = transport.queue(queue_name)
         queue.peek_estimate()  # connect before the start
         time.sleep(max(0.0, start_at - time.time()))
-        while empty_rounds < 5:
-            try:
-                with queue.receive(max_messages=rng.randint(1, max_batch)) as batch:
-                    ids = [str(message.id) for message in batch]
-                    if ids and rng.random() < 0.1:
-                        raise _Rollback
-            except _Rollback:
-                with lock:
-                    faults["rollbacks"] += 1
-                continue
-            except TransientDatabaseError:
-                with lock:
-                    faults["transient"] += 1
-                time.sleep(0.01)
-                continue
-            if ids:
-                empty_rounds = 0
-                with lock:
-                    committed.extend(ids)
-            else:
-                empty_rounds += 1
-                time.sleep(0.02)
+        drain_competing(
+            queue,
+            random.Random(thread_seed),
+            max_batch,
+            lock,
+            lambda ids: committed.extend(map(str, ids)),
+            faults,
+        )
 
 
 def consume(
