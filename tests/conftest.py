@@ -3,7 +3,9 @@
 - PostgreSQL: a private cluster started once per test session from Debian's server binaries (or the server
   in ``SQLQUEUE_TEST_POSTGRES_DSN``). Each test gets its own schema, dropped afterwards.
 - SQLite: a fresh file per test.
-- SQL Server: only when ``SQLQUEUE_TEST_MSSQL`` holds an ODBC connection string; each test gets a schema.
+- SQL Server: the server named by ``SQLQUEUE_TEST_MSSQL_HOST``, else the TDS engine (Babelfish for PostgreSQL)
+  from ``../shared/tds-engine`` started for the session (see ``sqlserver_bed.py``); each test runs once per
+  ODBC driver (FreeTDS, Microsoft's ODBC Driver 18) in a schema of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
+from sqlserver_bed import DRIVER_NAMES, SqlServerBed, start_bed
 
 from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
 from airflow_provider_sqlqueue.transport import Transport, open_transport
@@ -30,9 +33,8 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags_examples"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
-MSSQL_ENV = "SQLQUEUE_TEST_MSSQL"
 POSTGRES_ENV = "SQLQUEUE_TEST_POSTGRES_DSN"
-ENGINES = ["sqlite", "postgresql", "sqlserver"]
+ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
 
 
 @dataclass
@@ -47,6 +49,11 @@ class EngineTarget:
     url: str
     schema: str | None
     driver: str | None = None
+    variant: str | None = None  # "babelfish" when the SQL Server target is Babelfish for PostgreSQL
+
+    @property
+    def babelfish(self) -> bool:
+        return self.variant == "babelfish"
 
     def open(self, **options: object) -> Transport:
         return open_transport(self.url, default_schema=self.schema, **options)  # type: ignore[arg-type]
@@ -137,36 +144,80 @@ def _mssql_execute(odbc: str, sql: str) -> None:
         connection.execute(sql)
 
 
+@pytest.fixture(scope="session")
+def sqlserver_bed() -> Iterator[SqlServerBed]:
+    """The session's SQL Server (or Babelfish); the SQL Server targets skip, saying why, without one."""
+    bed, reason = start_bed()
+    if bed is None:
+        pytest.skip(reason)
+    try:
+        bed.version = _server_version(next(iter(bed.drivers.values()), bed.odbc("freetds")))
+        yield bed
+    finally:
+        bed.stop()
+
+
+def _server_version(odbc: str) -> str:
+    import pyodbc
+
+    with pyodbc.connect(odbc, autocommit=True) as connection:
+        babelfish = connection.execute("SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS nvarchar(64))")
+        version = babelfish.fetchone()[0]
+        if version:
+            return str(version)
+        product = connection.execute("SELECT CAST(SERVERPROPERTY('ProductVersion') AS nvarchar(64))")
+        return str(product.fetchone()[0])
+
+
+def sqlserver_target(request: pytest.FixtureRequest, driver: str) -> Iterator[EngineTarget]:
+    """A schema of its own on the session's SQL Server, reached through ``driver`` (freetds, msodbc)."""
+    bed: SqlServerBed = request.getfixturevalue("sqlserver_bed")
+    if driver not in bed.drivers:
+        pytest.skip(f"SQL Server live suite through {DRIVER_NAMES[driver]}: {bed.missing[driver]}")
+    odbc = bed.drivers[driver]
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    _mssql_execute(odbc, f"CREATE SCHEMA [{schema}]")
+    try:
+        yield EngineTarget("sqlserver", odbc, schema, driver, bed.kind if bed.kind == "babelfish" else None)
+    finally:
+        _drop_mssql_schema(odbc, schema)
+
+
+def _drop_mssql_schema(odbc: str, schema: str) -> None:
+    import pyodbc
+
+    with pyodbc.connect(odbc, autocommit=True) as connection:
+        tables = connection.execute(
+            "SELECT t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
+            "WHERE s.name = ?",
+            schema,
+        ).fetchall()
+        for (table,) in tables:
+            connection.execute(f"DROP TABLE [{schema}].[{table.replace(']', ']]')}]")
+        connection.execute(f"DROP SCHEMA [{schema}]")
+
+
 @pytest.fixture(params=ENGINES)
 def target(request: pytest.FixtureRequest, tmp_path) -> Iterator[EngineTarget]:
-    """Each behavioural test runs once per engine, in a namespace of its own."""
-    engine = request.param
+    """Each behavioural test runs once per engine (SQL Server once per driver), in a namespace of its own.
+
+    Tests may narrow it with ``@pytest.mark.parametrize("target", [...], indirect=True)``; a bare
+    ``"sqlserver"`` there means both drivers' runs are wanted as one, through FreeTDS.
+    """
+    engine, _, driver = str(request.param).partition("-")
     if engine == "sqlite":
         yield EngineTarget("sqlite", f"sqlite:///{tmp_path / 'queues.db'}", None)
         return
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    if engine == "postgresql":
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        server.execute(f'CREATE SCHEMA "{schema}"')
-        try:
-            yield EngineTarget("postgresql", server.base_url, schema)
-        finally:
-            server.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    if engine == "sqlserver":
+        yield from sqlserver_target(request, driver or "freetds")
         return
-    odbc = os.environ.get(MSSQL_ENV)
-    if not odbc:
-        pytest.skip(f"SQL Server live suite: set {MSSQL_ENV} to an ODBC connection string to run it")
-    _mssql_execute(odbc, f"CREATE SCHEMA [{schema}]")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    server.execute(f'CREATE SCHEMA "{schema}"')
     try:
-        yield EngineTarget("sqlserver", odbc, schema)
+        yield EngineTarget("postgresql", server.base_url, schema)
     finally:
-        _mssql_execute(
-            odbc,
-            "DECLARE @sql nvarchar(max) = N''; "
-            "SELECT @sql += N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name) + N'; ' "
-            f"FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id WHERE s.name = N'{schema}'; "
-            f"EXEC sp_executesql @sql; DROP SCHEMA [{schema}];",
-        )
+        server.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def odbc_target(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[EngineTarget]:
@@ -204,3 +255,22 @@ def queue(transport: Transport):
     orders = transport.queue("orders")
     orders.create()
     return orders
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many tests ran against SQL Server (or Babelfish), per driver, so a run shows the live suite ran."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            for driver in DRIVER_NAMES:
+                if f"sqlserver-{driver}" in nodeid and (report.when == "call" or outcome == "skipped"):
+                    by_outcome = counts.setdefault(driver, {})
+                    by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+    if not counts:
+        return
+    terminalreporter.section("SQL Server live suite")
+    for driver, by_outcome in counts.items():
+        executed = sum(n for outcome, n in by_outcome.items() if outcome != "skipped")
+        detail = ", ".join(f"{outcome} {n}" for outcome, n in sorted(by_outcome.items()))
+        terminalreporter.write_line(f"through {DRIVER_NAMES[driver]}: {executed} executed ({detail})")

@@ -249,7 +249,13 @@ def test_peek_estimate_skips_rows_held_by_a_receiver(queue: TableQueue, target) 
     holder.start()
     try:
         assert holding.wait(10)
-        assert queue.peek_estimate() == 1
+        if target.babelfish:
+            # Babelfish accepts READPAST but does not honour it: the peek still counts the held row, and a
+            # receive waits for the holder instead of skipping its row (then takes the rest).
+            assert queue.peek_estimate() == 2
+            threading.Timer(0.5, release.set).start()
+        else:
+            assert queue.peek_estimate() == 1
         with queue.receive(max_messages=5) as batch:
             assert [m.body for m in batch] == [b"free"]
             batch_ids = [m.id for m in batch]

@@ -155,8 +155,18 @@ class Dialect(ABC):
     def drop_table(self, address: QueueAddress) -> str: ...
 
     @abstractmethod
-    def lock_for_create(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
-        """A statement that serialises concurrent creators of the same queue inside the transaction."""
+    def lock_for_create(
+        self, address: QueueAddress, current_catalog: str | None = None
+    ) -> tuple[str, Sequence[Any]] | None:
+        """A statement that serialises concurrent creators of the same queue inside the transaction.
+
+        ``current_catalog`` is the connection's database (from :meth:`current_catalog`), which names the
+        lock where the address has no catalog of its own, so that every creator of the table agrees on it.
+        """
+
+    def current_catalog(self) -> str | None:
+        """A query for the connection's current database, where :meth:`lock_for_create` needs it."""
+        return None
 
     @abstractmethod
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
@@ -337,6 +347,15 @@ class Dialect(ABC):
     def prepare_connection(self, connection: Any) -> None:
         """Session settings run once per new connection."""
         return None
+
+    def rollback(self, connection: Any) -> None:
+        """Roll back the connection's transaction (also what the pool runs when a connection returns)."""
+        connection.rollback()
+
+    def variant_for(self, connection: Any) -> Dialect:
+        """The dialect to use for the server behind ``connection`` (asked once per transport, on its first
+        connection): this one, or a variant for a server that speaks this dialect with differences."""
+        return self
 
     @abstractmethod
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:

@@ -160,7 +160,10 @@ class PostgresDialect(Dialect):
     def drop_table(self, address: QueueAddress) -> str:
         return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
 
-    def lock_for_create(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+    def lock_for_create(
+        self, address: QueueAddress, current_catalog: str | None = None
+    ) -> tuple[str, Sequence[Any]]:
+        # Advisory locks belong to one database, so the catalog needs no place in the key.
         return "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (
             f"sqlqueue:{self.qualified_name(address)}",
         )

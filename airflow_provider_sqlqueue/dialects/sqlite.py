@@ -116,7 +116,7 @@ class SqliteDialect(Dialect):
     def drop_table(self, address: QueueAddress) -> str:
         return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
 
-    def lock_for_create(self, address: QueueAddress) -> None:
+    def lock_for_create(self, address: QueueAddress, current_catalog: str | None = None) -> None:
         return None  # BEGIN IMMEDIATE already holds the database's single write lock
 
     def begin_write(self) -> str:

@@ -129,17 +129,31 @@ class SqlServerDialect(Dialect):
     def drop_table(self, address: QueueAddress) -> str:
         return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
 
-    def lock_for_create(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        resource = f"{self.qualified_name(address)}_lock"
+    def lock_for_create(
+        self, address: QueueAddress, current_catalog: str | None = None
+    ) -> tuple[str, Sequence[Any]]:
+        # The reference names the lock '[catalog].[schema].[table]_lock', so that this package and .NET
+        # installers creating the same table wait for each other. A transaction-owned app-lock needs an
+        # open transaction: under ODBC's implicit transactions DECLARE and EXEC open none, and the call
+        # would answer -999. So the batch opens one itself when none is open; where the driver runs in
+        # implicit-transaction mode that BEGIN opens two nested levels, and the inner one is closed at
+        # once, leaving exactly one transaction for the caller's COMMIT or ROLLBACK.
+        named = address if address.catalog else QueueAddress(address.table, address.schema, current_catalog)
+        resource = f"{self.qualified_name(named)}_lock"
         if len(resource) > 255:
             resource = f"sqlqueue_{short_hash(resource)}_lock"
         return (
-            "DECLARE @result int; "
+            "DECLARE @result int, @opened bit = 0; "
+            "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
+            "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; "
             "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
             "@LockOwner = 'Transaction', @LockTimeout = 60000; "
             "SELECT @result",
             (resource,),
         )
+
+    def current_catalog(self) -> str:
+        return "SELECT DB_NAME()"
 
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return "SELECT OBJECT_ID(?, 'U')", (self.qualified_name(address),)
@@ -391,6 +405,23 @@ class SqlServerDialect(Dialect):
         cursor.close()
         connection.commit()
 
+    def variant_for(self, connection: Any) -> SqlServerDialect:
+        """:class:`BabelfishDialect` when the server is Babelfish for PostgreSQL, else this dialect.
+
+        ``SERVERPROPERTY('Babelfish')`` is 1 there and NULL on SQL Server (an unknown property), so one
+        statement that both run decides it. The cast spares drivers the sql_variant type.
+        """
+        cursor = connection.cursor()
+        try:
+            cursor.execute("SELECT CAST(SERVERPROPERTY('Babelfish') AS int)")
+            rows = self.fetch_rows(cursor)
+        finally:
+            cursor.close()
+        connection.rollback()
+        if rows and rows[0][0] == 1:
+            return BabelfishDialect()
+        return self
+
     def fetch_rows(self, cursor: Any) -> list[Any]:
         while cursor.description is None:
             if not cursor.nextset():
@@ -443,3 +474,91 @@ class SqlServerDialect(Dialect):
             return False
         sqlstate = str(error.args[0]) if getattr(error, "args", None) else ""
         return sqlstate in _CONNECTION_SQLSTATES or isinstance(error, pyodbc.OperationalError)
+
+
+_BABELFISH_MISSING_RELATION = re.compile(r'relation "[^"]*" does not exist')
+_BABELFISH_OUTPUT = (
+    "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
+    "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
+)
+
+
+class BabelfishDialect(SqlServerDialect):
+    """SQL Server's dialect for Babelfish for PostgreSQL, which speaks TDS and runs T-SQL with differences.
+
+    Chosen once per transport when the server reports itself (:meth:`SqlServerDialect.variant_for`). Only
+    the statements Babelfish refuses or misreads are replaced, each by a form that is also valid T-SQL:
+
+    - DML through a CTE is refused, so the receive and the delayed mover delete
+      ``WHERE [RowVersion] IN (SELECT TOP(?) ... WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY ...)``.
+    - ``OUTPUT`` takes no expression over ``deleted`` columns, so the receive returns the server's
+      ``GETUTCDATE()`` beside ``Expires`` and the expired flag is computed from those two values: still
+      the database's clock, as on SQL Server.
+    - Index names are stored rewritten (lower case, with the table name and a hash appended), so an index
+      is found by its name as a prefix.
+
+    Babelfish accepts the table hints but does not honour them: a receiver does not skip a row another
+    open transaction holds (``READPAST``); it waits for that transaction, then finds the row gone and
+    takes the next ones. No message reaches two receivers, but receivers wait for each other.
+    """
+
+    name = "sqlserver"
+    display_name = "SQL Server (Babelfish)"
+    variant = "babelfish"
+
+    def variant_for(self, connection: Any) -> SqlServerDialect:
+        return self
+
+    def receive_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} {_BABELFISH_OUTPUT} WHERE [RowVersion] IN ("
+            f"SELECT TOP(?) [RowVersion] FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+            "ORDER BY [RowVersion])"
+        )
+
+    def receive_rows(
+        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+    ) -> list[Any]:
+        cursor.execute(statement, (max_messages,))
+        return [
+            (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
+            for row in self.fetch_rows(cursor)
+        ]
+
+    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return (
+            f"DELETE FROM {table} OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], "
+            f"deleted.[RowVersion] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM {table} "
+            "WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due])"
+        )
+
+    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
+        """SQL Server's classification, plus Babelfish's own numbers where it has no SQL Server one."""
+        translated = super().classify(error, address)
+        if translated is not None:
+            return translated
+        text = " ".join(str(arg) for arg in getattr(error, "args", ()))
+        if 33557097 in native_errors(error) and _BABELFISH_MISSING_RELATION.search(text):
+            where = f" (queue {address})" if address is not None else ""
+            detail = str(error.args[1] if len(error.args) > 1 else error)
+            return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
+        return None
+
+    def rollback(self, connection: Any) -> None:
+        """Babelfish ends a transaction that a statement error aborted, and then refuses the driver's
+        ROLLBACK (3903): the work is already undone, so that refusal is not an error."""
+        try:
+            connection.rollback()
+        except Exception as error:
+            if 3903 not in native_errors(error):
+                raise
+
+    def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
+        pattern = index_name.replace("[", "[[]").replace("_", "[_]").replace("%", "[%]") + "%"
+        return (
+            f"SELECT index_id FROM {self._catalog_prefix(address)}sys.indexes "
+            "WHERE object_id = OBJECT_ID(?) AND name LIKE ?",
+            (self.qualified_name(address), pattern),
+        )

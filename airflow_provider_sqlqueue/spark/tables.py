@@ -26,6 +26,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from ..dialects import Dialect
 from ..transport import ConfigurationError, QueueAddress, Transport
 
 __all__ = [
@@ -126,7 +127,6 @@ class BridgeSql:
 
     def __init__(self, transport: Transport, tables: BridgeTables, queue: QueueAddress | None = None) -> None:
         self.transport = transport
-        self.dialect = transport.dialect
         self.engine = transport.dialect.name
         self.tables = tables
         self.queue = queue
@@ -134,6 +134,11 @@ class BridgeSql:
         self.runs = self.dialect.qualified_name(tables.runs)
         self.staging = self.dialect.qualified_name(tables.staging)
         self.fill = self.dialect.qualified_name(tables.fill)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
+        return self.transport.dialect
 
     # ---- clock ---------------------------------------------------------------------------------
     @property

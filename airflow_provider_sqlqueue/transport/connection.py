@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
+from sqlalchemy.pool.base import _ConnDialect
 
 from ..dialects import Dialect, get_dialect
 from .address import QueueAddress
@@ -109,6 +110,16 @@ def odbc_connection_string(url: URL) -> str:
     return ";".join(f"{key}={_odbc_value(str(value))}" for key, value in parts.items())
 
 
+class _PoolRollback(_ConnDialect):
+    """Lets the pool roll back a returned connection the way the transport's dialect says."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    def do_rollback(self, dbapi_connection: Any) -> None:
+        self._transport.dialect.rollback(dbapi_connection)
+
+
 class Transport:
     """A database holding queue tables: its dialect, a connection pool and the queues opened on it.
 
@@ -142,10 +153,15 @@ class Transport:
         self.max_body_bytes = min(max_body_bytes or dialect.max_body_bytes, dialect.max_body_bytes)
         self.pool_size = pool_size + max_overflow
 
+        self._variant_known = False
+
         def create() -> Any:
             connection = connect()
             try:
                 dialect.prepare_connection(connection)
+                if not self._variant_known:
+                    self.dialect = dialect.variant_for(connection)
+                    self._variant_known = True
             except BaseException:
                 connection.close()
                 raise
@@ -158,6 +174,7 @@ class Transport:
             max_overflow=max_overflow,
             timeout=pool_timeout,
             reset_on_return="rollback",
+            dialect=_PoolRollback(self),
         )
         self._queues: dict[tuple[str, str | None], Any] = {}
         self._lock = threading.Lock()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..dialects.base import Row
+from ..dialects.base import Dialect, Row
 from . import headers as h
 from .address import QueueAddress
 from .errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
@@ -106,10 +106,14 @@ class DelayedStore:
 
     def __init__(self, transport: Transport, address: str | QueueAddress) -> None:
         self.transport = transport
-        self.dialect = transport.dialect
         self.address = transport.resolve(address)
         self._listeners: list[Callable[[float], None]] = []
         self._sql_store = self.dialect.store_delayed(self.address)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
+        return self.transport.dialect
 
     def __repr__(self) -> str:
         return f"<DelayedStore {self.address} on {self.transport.description}>"
@@ -257,7 +261,6 @@ class DelayedMover:
             raise ConfigurationError(f"idle_delay must be in (0, 60] seconds, not {idle_delay!r}")
         self.store = store
         self.transport = store.transport
-        self.dialect = store.dialect
         self.address = store.address
         self.batch_size = batch_size
         self.idle_delay = float(idle_delay)
@@ -281,6 +284,11 @@ class DelayedMover:
         self.moved = 0
         self.rounds: deque[MoveRound] = deque(maxlen=10_000)
         self.leadership: list[list[float | None]] = []  # [became leader, stopped being leader or None]
+
+    @property
+    def dialect(self) -> Dialect:
+        """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
+        return self.transport.dialect
 
     def __repr__(self) -> str:
         return f"<DelayedMover {self.address} leader={self.is_leader}>"

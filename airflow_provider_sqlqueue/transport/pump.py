@@ -49,6 +49,7 @@ from .recoverability import (
 )
 
 if TYPE_CHECKING:
+    from ..dialects.base import Dialect
     from .delayed import DelayedStore
 
 __all__ = [
@@ -453,7 +454,6 @@ class MessagePump:
                 f"idle_delay must be between {MIN_IDLE_DELAY} and {MAX_IDLE_DELAY} seconds, not {idle_delay}"
             )
         self.transport = queue.transport
-        self.dialect = queue.dialect
         target_error = queue.error_queue if error_queue is ... else error_queue
         if target_error is None:
             raise ConfigurationError("a pump needs an error queue for messages that keep failing")
@@ -496,6 +496,11 @@ class MessagePump:
         self._started_at: float | None = None
         self._stopped_at: float | None = None
         self.stop_reason: str | None = None
+
+    @property
+    def dialect(self) -> Dialect:
+        """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
+        return self.transport.dialect
 
     def __repr__(self) -> str:
         return f"<MessagePump {self.queue.address} {self.strategy.value} x{self.max_concurrency}>"

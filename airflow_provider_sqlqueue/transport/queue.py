@@ -25,7 +25,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, overload
 
-from ..dialects.base import Finding, Row, TableOptions
+from ..dialects.base import Dialect, Finding, Row, TableOptions
 from .address import QueueAddress
 from .connection import shared_cursor
 from .errors import (
@@ -80,7 +80,13 @@ def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
     begin = dialect.begin_write()
     if begin:
         cursor.execute(begin, ())
-    lock = dialect.lock_for_create(address)
+    catalog = None
+    query = None if address.catalog else dialect.current_catalog()
+    if query:
+        cursor.execute(query, ())
+        rows = dialect.fetch_rows(cursor)
+        catalog = rows[0][0] if rows else None
+    lock = dialect.lock_for_create(address, catalog)
     if lock is not None:
         cursor.execute(*lock)
         result = dialect.fetch_rows(cursor)
@@ -147,6 +153,7 @@ class _Statements:
 
     def __init__(self, queue: TableQueue) -> None:
         dialect, address = queue.dialect, queue.address
+        self.dialect = dialect
         self.send = dialect.send(address)
         self.send_batch_full = dialect.send_batch(address, dialect.send_batch_rows)
         self.insert_raw = dialect.insert_raw(address)
@@ -296,9 +303,9 @@ class TableQueue:
 
     def __init__(self, transport: Transport, address: QueueAddress, error_queue: QueueAddress | None) -> None:
         self.transport = transport
-        self.dialect = transport.dialect
         self.address = address
         self.error_queue = error_queue
+        self._statements: _Statements | None = None
         self._recoverable: bool | None = None
         self._row_locks: bool | None = None
         self._bulk_send: bool | None = None
@@ -310,9 +317,17 @@ class TableQueue:
     def name(self) -> str:
         return str(self.address)
 
-    @cached_property
+    @property
+    def dialect(self) -> Dialect:
+        """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
+        return self.transport.dialect
+
+    @property
     def _sql(self) -> _Statements:
-        return _Statements(self)
+        statements = self._statements
+        if statements is None or statements.dialect is not self.transport.dialect:
+            statements = self._statements = _Statements(self)
+        return statements
 
     # ---- provisioning --------------------------------------------------------------------------
     @staticmethod
@@ -680,7 +695,7 @@ class TableQueue:
     def _rollback_quietly(self, connection: Any) -> None:
         """Roll back after a failure in the block; keep the block's own error as the one raised."""
         try:
-            connection.rollback()
+            self.dialect.rollback(connection)
         except Exception as error:
             log.warning(
                 "rollback of a receive on %s failed (%s); the server rolls back when the connection "
