@@ -298,15 +298,18 @@ def test_inspect_reports_findings_with_fixes(run, queues) -> None:
     ok = run("inspect", "orders", "error")
     assert ok.code == Exit.OK and ok.out.count(": ok") == 2
     orders = queues.queue("orders")
-    rawsql.drop_index(orders, queues.dialect.object_name(orders.address, "Expires"))
+    sqlserver = queues.dialect.name == "sqlserver"
+    expires_index = "Index_Expires" if sqlserver else queues.dialect.object_name(orders.address, "Expires")
+    rawsql.drop_index(orders, expires_index)
     found = run("inspect", "orders", "--json")
     assert found.code == Exit.FINDINGS
     [report] = found.json_lines()
     assert report["ok"] is False and report["findings"][0]["code"] == "missing_expires_index"
-    assert "CREATE INDEX" in report["findings"][0]["fix"]
+    create_index = "CREATE NONCLUSTERED INDEX" if sqlserver else "CREATE INDEX"
+    assert create_index in report["findings"][0]["fix"]
     human = run("inspect", "orders")
-    assert human.code == Exit.FINDINGS and "fix: CREATE INDEX" in human.out
-    assert human.err.count("CREATE INDEX") == 0, "findings are not logged a second time"
+    assert human.code == Exit.FINDINGS and f"fix: {create_index}" in human.out
+    assert human.err.count(create_index) == 0, "findings are not logged a second time"
 
 
 # ---- exit codes ----------------------------------------------------------------------------------------

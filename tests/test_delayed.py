@@ -68,11 +68,15 @@ def test_delayed_messages_are_never_early_and_at_most_an_idle_delay_late(
     finally:
         pump.stop()
         mover.stop()
+    # Babelfish parses each statement the first time a connection runs it (about 300 ms here, measured per
+    # statement and connection); the pump's and the mover's connections meet that while this test runs.
+    first_executions = 0.7 if target.babelfish else 0.0
     for message_id, (before, delay) in expected.items():
         waited = arrived[message_id] - before
         assert waited >= delay - 0.001, f"{message_id} arrived {delay - waited:.3f} s early"
         # the mover's idle delay + the pump's idle delay + scheduling slack
-        assert waited - delay <= 0.2 + 0.1 + 0.25, f"{message_id} arrived {waited - delay:.3f} s late"
+        bound = 0.2 + 0.1 + 0.25 + first_executions
+        assert waited - delay <= bound, f"{message_id} arrived {waited - delay:.3f} s late"
     assert delayed.count() == 0
     assert mover.moved == len(expected)
 
@@ -184,7 +188,10 @@ def test_messages_for_a_missing_queue_or_unreadable_go_to_the_error_queue(
     delayed.store("nowhere", b"lost", headers={"k": "v"}, deliver_at=past)
     table = delayed.dialect.qualified_name(delayed.address)
     p = rawsql.param(transport)
-    due = "'2000-01-01 00:00:00.000'" if target.engine == "sqlite" else "'2000-01-01T00:00:00Z'"
+    due = {"sqlite": "'2000-01-01 00:00:00.000'", "postgresql": "'2000-01-01T00:00:00Z'"}.get(
+        target.engine,
+        "'2000-01-01T00:00:00'",  # Babelfish refuses the 'Z' that SQL Server's datetime takes
+    )
     rawsql.execute(
         transport, f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})", ("{{", b"x")
     )

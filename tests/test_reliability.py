@@ -352,8 +352,18 @@ def allow_null_headers(queue, transport: Transport, target) -> None:
     table = rawsql.table_of(queue)
     if target.engine == "postgresql":
         rawsql.execute(transport, f"ALTER TABLE {table} ALTER COLUMN Headers DROP NOT NULL")
-    elif target.engine == "sqlserver":
+    elif target.engine == "sqlserver" and not target.babelfish:
         rawsql.execute(transport, f"ALTER TABLE {table} ALTER COLUMN [Headers] nvarchar(max) NULL")
+    elif target.engine == "sqlserver":
+        # Babelfish does not run ALTER COLUMN ... NULL: create the other system's table as it stands.
+        queue.drop()
+        rawsql.execute(
+            transport,
+            f"CREATE TABLE {table} ([Id] uniqueidentifier NOT NULL, [CorrelationId] varchar(255) NULL, "
+            "[ReplyToAddress] varchar(255) NULL, [Recoverable] bit NOT NULL, [Expires] datetime NULL, "
+            "[Headers] nvarchar(max) NULL, [Body] varbinary(max) NULL, "
+            "[RowVersion] bigint IDENTITY(1,1) NOT NULL)",
+        )
     else:
         queue.drop()
         rawsql.execute(

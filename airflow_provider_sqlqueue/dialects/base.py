@@ -81,6 +81,9 @@ class Dialect(ABC):
     name: ClassVar[str]
     display_name: ClassVar[str]
     default_schema: ClassVar[str | None]
+    # A session whose request for a lock was refused must be closed, not reused (see BabelfishDialect).
+    refused_lock_spoils_session = False
+    variant: ClassVar[str | None] = None  # a named variant of the engine, e.g. "babelfish" for SQL Server
     max_identifier_length: ClassVar[int]
     identifier_length_in_bytes: ClassVar[bool] = False
     max_body_bytes: ClassVar[int]

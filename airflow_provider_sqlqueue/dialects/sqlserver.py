@@ -476,7 +476,7 @@ class SqlServerDialect(Dialect):
         return sqlstate in _CONNECTION_SQLSTATES or isinstance(error, pyodbc.OperationalError)
 
 
-_BABELFISH_MISSING_RELATION = re.compile(r'relation "[^"]*" does not exist')
+_BABELFISH_MISSING_RELATION = re.compile(r'relation "[^"]*" does not exist \(33557097\)')
 _BABELFISH_OUTPUT = (
     "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
     "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
@@ -496,6 +496,10 @@ class BabelfishDialect(SqlServerDialect):
       the database's clock, as on SQL Server.
     - Index names are stored rewritten (lower case, with the table name and a hash appended), so an index
       is found by its name as a prefix.
+    - Multi-row sends are cut at 25 rows (see ``send_batch_rows``): longer statements with NULL
+      parameters lose work through Microsoft's ODBC driver.
+    - ``OBJECT_ID`` still finds a table another session dropped (until this session's next transaction),
+      so a table's existence is read from ``sys.tables``.
 
     Babelfish accepts the table hints but does not honour them: a receiver does not skip a row another
     open transaction holds (``READPAST``); it waits for that transaction, then finds the row gone and
@@ -505,6 +509,15 @@ class BabelfishDialect(SqlServerDialect):
     name = "sqlserver"
     display_name = "SQL Server (Babelfish)"
     variant = "babelfish"
+    # Each refused sp_getapplock leaves an error entry behind in Babelfish 4.3's server process; the fifth
+    # takes the whole server down (PANIC: ERRORDATA_STACK_SIZE exceeded). A session that was refused a
+    # lock is therefore closed, which ends that process, instead of asking again.
+    refused_lock_spoils_session = True
+    # Microsoft's ODBC driver describes NULL parameters with sp_describe_undeclared_parameters, which
+    # Babelfish 4.3 cuts at 4,000 characters: the syntax error that follows ends the open transaction and
+    # the driver carries on, so earlier statements of that transaction are silently undone. 25 rows keep
+    # a send batch under 4,000 characters with the driver's @Pn names and the longest table names.
+    send_batch_rows = 25
 
     def variant_for(self, connection: Any) -> SqlServerDialect:
         return self
@@ -540,7 +553,7 @@ class BabelfishDialect(SqlServerDialect):
         if translated is not None:
             return translated
         text = " ".join(str(arg) for arg in getattr(error, "args", ()))
-        if 33557097 in native_errors(error) and _BABELFISH_MISSING_RELATION.search(text):
+        if _BABELFISH_MISSING_RELATION.search(text):
             where = f" (queue {address})" if address is not None else ""
             detail = str(error.args[1] if len(error.args) > 1 else error)
             return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
@@ -554,6 +567,16 @@ class BabelfishDialect(SqlServerDialect):
         except Exception as error:
             if 3903 not in native_errors(error):
                 raise
+
+    def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        # OBJECT_ID answers from a cache that still holds a table another session dropped, until this
+        # session's next transaction; the catalog views are read afresh by every statement.
+        prefix = self._catalog_prefix(address)
+        return (
+            f"SELECT t.object_id FROM {prefix}sys.tables t JOIN {prefix}sys.schemas s "
+            "ON s.schema_id = t.schema_id WHERE s.name = ? AND t.name = ?",
+            (address.schema, address.table),
+        )
 
     def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
         pattern = index_name.replace("[", "[[]").replace("_", "[_]").replace("%", "[%]") + "%"

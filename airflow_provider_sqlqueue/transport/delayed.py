@@ -271,9 +271,6 @@ class DelayedMover:
             circuit_breaker,
             on_critical_error,
         )
-        self._lock_statement = self.dialect.try_lock_delayed_mover(self.address)
-        self._sql_move = self.dialect.move_due_delayed_batch(self.address)
-        self._sql_next_due = self.dialect.next_due_delayed(self.address)
         self._session: Any = None  # the dedicated connection holding (or trying for) the election lock
         self._leader = False
         self._wake = threading.Event()
@@ -289,6 +286,10 @@ class DelayedMover:
     def dialect(self) -> Dialect:
         """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
         return self.transport.dialect
+
+    @property
+    def _lock_statement(self) -> tuple[str, Any] | None:
+        return self.dialect.try_lock_delayed_mover(self.address)
 
     def __repr__(self) -> str:
         return f"<DelayedMover {self.address} leader={self.is_leader}>"
@@ -366,7 +367,7 @@ class DelayedMover:
     def _query_next_due(self) -> tuple[Any, Any]:
         def query(connection: Any) -> tuple[Any, Any]:
             cursor = connection.cursor()
-            cursor.execute(self._sql_next_due, ())
+            cursor.execute(self.dialect.next_due_delayed(self.address), ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
             return (rows[0][0], rows[0][1]) if rows else (None, None)
@@ -378,12 +379,13 @@ class DelayedMover:
 
     # ---- election ------------------------------------------------------------------------------
     def _elect(self) -> bool:
-        assert self._lock_statement is not None
+        lock = self._lock_statement
+        assert lock is not None
         if self._session is None:
             self._session = self.transport.new_connection()
         try:
             cursor = self._session.cursor()
-            cursor.execute(*self._lock_statement)
+            cursor.execute(*lock)
             rows = self.dialect.fetch_rows(cursor)
             self._session.commit()
         except Exception as error:
@@ -395,6 +397,8 @@ class DelayedMover:
             self._leader = True
             self.leadership.append([time.monotonic(), None])
             log.info("%s: elected the mover of %s", self.name, self.address)
+        elif self.dialect.refused_lock_spoils_session:
+            self._resign(release=False)
         return granted
 
     def _resign(self, *, release: bool) -> None:
@@ -445,7 +449,9 @@ class DelayedMover:
         if begin:
             cursor.execute(begin, ())
         started = time.monotonic()
-        rows = dialect.take_due_delayed_rows(cursor, self.address, self._sql_move, self.batch_size)
+        rows = dialect.take_due_delayed_rows(
+            cursor, self.address, dialect.move_due_delayed_batch(self.address), self.batch_size
+        )
         if rows:
             rows = sorted(rows, key=lambda row: (_as_utc(row[2]), int(row[3])))
             self._forward(connection, cursor, rows)
