@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
-from sqlserver_bed import DRIVER_NAMES, SqlServerBed, start_bed
+from sqlserver_bed import DRIVER_NAMES, SqlServerBed, register_msodbc, start_bed
 
 from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
 from airflow_provider_sqlqueue.transport import Transport, open_transport
@@ -32,6 +32,8 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-airflow-
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags_examples"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+# Before anything starts a process (Spark, Airflow): Microsoft's ODBC Driver 18 for the SQL Server targets.
+register_msodbc()
 
 POSTGRES_ENV = "SQLQUEUE_TEST_POSTGRES_DSN"
 ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]

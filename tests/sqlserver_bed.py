@@ -47,8 +47,13 @@ def msodbc_library() -> Path | None:
     return found[-1] if found else None
 
 
-def register_msodbc(library: Path, home: Path) -> None:
-    """Register ``library`` as ``ODBC Driver 18 for SQL Server`` for this process and its children."""
+def register_msodbc() -> None:
+    """Register Driver 18 as ``ODBC Driver 18 for SQL Server`` for this process and every process it starts
+    later (Spark's JVM and Python workers among them), when the library is installed."""
+    library = msodbc_library()
+    if library is None or os.environ.get("SQLQUEUE_TEST_ODBCSYSINI") == os.environ.get("ODBCSYSINI", "-"):
+        return
+    home = Path(tempfile.mkdtemp(prefix="sqlqueue-odbcinst-"))
     system = Path(os.environ.get("ODBCSYSINI", "/etc")) / "odbcinst.ini"
     existing = system.read_text() if system.is_file() else ""
     home.mkdir(parents=True, exist_ok=True)
@@ -57,7 +62,7 @@ def register_msodbc(library: Path, home: Path) -> None:
         f"(mssql-python-odbc, registered by the test bed)\nDriver={library}\nUsageCount=1\n"
     )
     (home / "odbc.ini").touch()
-    os.environ["ODBCSYSINI"] = str(home)
+    os.environ["ODBCSYSINI"] = os.environ["SQLQUEUE_TEST_ODBCSYSINI"] = str(home)
 
 
 def _braced(value: str) -> str:
@@ -142,8 +147,6 @@ def start_bed() -> tuple[SqlServerBed | None, str]:
         )
         bed.engine_dir, bed.workdir = engine, workdir / "instance"
     library = msodbc_library()
-    if library is not None:
-        register_msodbc(library, Path(tempfile.mkdtemp(prefix="sqlqueue-odbcinst-")))
     for driver in DRIVERS:
         if driver == "freetds" and not FREETDS_LIBRARY.is_file():
             bed.missing[driver] = f"FreeTDS is not installed ({FREETDS_LIBRARY}; Debian's tdsodbc)"

@@ -322,15 +322,22 @@ def test_queue_sink_message_limit_and_expired_messages(spark, target, bridge) ->
             run_id_column="run_id",
         ),
     )
-    assert summary["processed"] == summary["written"] == 100
+    processed = summary["processed"]
+    if target.babelfish:
+        # Babelfish does not skip rows other receivers hold: a partition that waited for another finds
+        # those rows gone and ends with fewer than its share, so max_messages is only an upper bound.
+        assert 0 < processed <= 100
+    else:
+        assert processed == 100
+    assert summary["written"] == processed
     results = bridge.queue("results")
     with results.receive(max_messages=1000) as batch:
         bodies = [json.loads(message.body) for message in batch]
         assert {m.headers["SqlQueue.Spark.RunId"] for m in batch} == {"run-1"}
         assert {m.headers["NServiceBus.EnclosedMessageTypes"] for m in batch} == {"Sales.OrderRow"}
-    assert len(bodies) == 100 and {body["run_id"] for body in bodies} == {"run-1"}
+    assert len(bodies) == processed and {body["run_id"] for body in bodies} == {"run-1"}
     expired, left = summary["expired"], bridge.queue("orders").count()
-    assert 100 + expired + left == 200 - rows_expired_left(bridge)
+    assert processed + expired + left == 200 - rows_expired_left(bridge)
     assert staged(bridge) == 0
 
 

@@ -510,17 +510,35 @@ class _Heartbeat(threading.Thread):
 
 
 def _execute(transport: Transport, statement: str, params: tuple = (), *, write: bool = True) -> Any:
-    """Run one statement in its own transaction; return its rows (if any) and rowcount."""
+    """Run one statement in its own transaction; return its rows (if any)."""
     with transport.connection() as connection:
         cursor = connection.cursor()
         begin = transport.dialect.begin_write() if write else None
         if begin:
             cursor.execute(begin, ())
         cursor.execute(statement, params)
-        rows = transport.dialect.fetch_rows(cursor) if cursor.description is not None else []
-        count = cursor.rowcount
+        rows = transport.dialect.fetch_rows(cursor)
         connection.commit()
-    return rows, count
+    return rows
+
+
+def rows_changed(transport: Transport, cursor: Any, counted_statement: str, params: tuple) -> int:
+    """Run a :meth:`BridgeSql.counted` statement and return how many rows it changed."""
+    cursor.execute(counted_statement, params)
+    if transport.dialect.name == "sqlserver":
+        rows = transport.dialect.fetch_rows(cursor)
+        return int(rows[0][0]) if rows else 0
+    return cursor.rowcount
+
+
+def _execute_counted(transport: Transport, counted_statement: str, params: tuple) -> int:
+    """Run a :meth:`BridgeSql.counted` statement in its own transaction; return the rows it changed."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        _begin(transport, cursor)
+        changed = rows_changed(transport, cursor, counted_statement, params)
+        connection.commit()
+    return changed
 
 
 def _begin(transport: Transport, cursor: Any) -> None:
@@ -557,11 +575,11 @@ class Drain:
         self.transport.close()
 
     def _run_row(self) -> tuple | None:
-        rows, _ = _execute(self.transport, self.sql.get_run(), (self.config.run_id,), write=False)
+        rows = _execute(self.transport, self.sql.get_run(), (self.config.run_id,), write=False)
         return tuple(rows[0]) if rows else None
 
     def _staged_stats(self) -> tuple[int, int | None, int | None]:
-        rows, _ = _execute(self.transport, self.sql.staged_stats(), (self.config.run_id,), write=False)
+        rows = _execute(self.transport, self.sql.staged_stats(), (self.config.run_id,), write=False)
         count, low, high = rows[0]
         return int(count or 0), None if low is None else int(low), None if high is None else int(high)
 
@@ -603,7 +621,7 @@ class Drain:
         return schema
 
     def _table_exists(self, address: Any) -> bool:
-        rows, _ = _execute(self.transport, *self.transport.dialect.table_exists(address), write=False)
+        rows = _execute(self.transport, *self.transport.dialect.table_exists(address), write=False)
         return bool(rows) and rows[0][0] is not None
 
     def _table_columns(self, address: Any) -> list[str]:
@@ -680,7 +698,7 @@ class Drain:
         """Put back the staged messages of other runs on this queue whose heartbeat stopped."""
         statement, bind = self.sql.orphans()
         params = (self.input.name, self.config.run_id, bind(self.config.orphan_timeout))
-        rows, _ = _execute(self.transport, statement, params, write=False)
+        rows = _execute(self.transport, statement, params, write=False)
         restored = []
         for (orphan,) in rows:
             moved = self.abort(
@@ -705,8 +723,8 @@ class Drain:
         with self.transport.connection() as connection:
             cursor = connection.cursor()
             _begin(self.transport, cursor)
-            cursor.execute(self.sql.set_state((RECEIVING, PROCESSING)) + condition, params)
-            if cursor.rowcount != 1:
+            statement = self.sql.counted(self.sql.set_state((RECEIVING, PROCESSING)) + condition)
+            if rows_changed(self.transport, cursor, statement, params) != 1:
                 connection.rollback()
                 return None
             cursor.execute(self.sql.staged_stats(), (run_id,))
@@ -755,8 +773,8 @@ class Drain:
         with self.transport.connection() as connection:
             cursor = connection.cursor()
             _begin(self.transport, cursor)
-            cursor.execute(self.sql.set_state((PROCESSING,)), (PROCESSING, run_id))
-            if cursor.rowcount != 1:
+            statement = self.sql.counted(self.sql.set_state((PROCESSING,)))
+            if rows_changed(self.transport, cursor, statement, (PROCESSING, run_id)) != 1:
                 raise DrainError(f"run {run_id} is no longer processing (another job took its messages back)")
             rows = result.toLocalIterator(prefetchPartitions=True)  # computed and persisted already
             if self.sink.kind == "table":
@@ -778,8 +796,11 @@ class Drain:
             raise DrainError(f"run {run_id}: {now_staged} staged messages, but {staged} were processed")
         cursor.execute(self.sql.delete_staging(), (run_id,))
         self.summary.update(written=written, state=COMMITTED)
-        cursor.execute(self.sql.finish_run(), (json.dumps(self.summary, default=str), run_id))
-        if cursor.rowcount != 1:
+        summary = json.dumps(self.summary, default=str)
+        if (
+            rows_changed(self.transport, cursor, self.sql.counted(self.sql.finish_run()), (summary, run_id))
+            != 1
+        ):
             raise DrainError(f"run {run_id} could not be marked committed")
 
     def _write_table(self, cursor: Any, columns: list[str], rows: Iterator[Any]) -> int:
@@ -853,8 +874,8 @@ class Drain:
         with self.transport.connection() as connection:
             cursor = connection.cursor()
             _begin(self.transport, cursor)
-            cursor.execute(self.sql.set_state((PROCESSING,)), (PROCESSING, self.config.run_id))
-            if cursor.rowcount != 1:
+            statement = self.sql.counted(self.sql.set_state((PROCESSING,)))
+            if rows_changed(self.transport, cursor, statement, (PROCESSING, self.config.run_id)) != 1:
                 raise DrainError(
                     f"run {self.config.run_id} is no longer processing; {path} may hold rows of messages "
                     "that went back to the queue (readers deduplicate by message id)"
@@ -884,8 +905,10 @@ class Drain:
             if state == RECEIVING:
                 self.echo(f"phase 1: {config.partitions} receiver(s) drain {self.input.name} into staging")
                 tasks = self.receive(job_attempt)
-                _, changed = _execute(
-                    self.transport, self.sql.set_state((RECEIVING,)), (PROCESSING, config.run_id)
+                changed = _execute_counted(
+                    self.transport,
+                    self.sql.counted(self.sql.set_state((RECEIVING,))),
+                    (PROCESSING, config.run_id),
                 )
                 if changed != 1 and (self._run_row() or (None,))[0] != PROCESSING:
                     # another driver of this run id moving it on is fine (one of the two commits)

@@ -226,6 +226,11 @@ class BridgeSql:
             f"FinishedAt = NULL, Summary = NULL WHERE RunId = {p} AND State <> '{COMMITTED}'"
         )
 
+    def counted(self, statement: str) -> str:
+        """An UPDATE that also returns how many rows it changed, as a row on SQL Server: connections run
+        with NOCOUNT ON there, so drivers report no row count (see :func:`rows_changed`)."""
+        return f"{statement}; SELECT @@ROWCOUNT" if self.engine == "sqlserver" else statement
+
     def set_state(self, from_states: Sequence[str]) -> str:
         p = self.p
         states = ", ".join(f"'{state}'" for state in from_states)
