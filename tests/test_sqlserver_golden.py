@@ -427,21 +427,23 @@ def golden_text(case_name: str, address: QueueAddress, statements: list[Statemen
     return "\n".join(lines) + "\n"
 
 
+def differing(case_name: str, statements: list[Statement]) -> list[Statement]:
+    """The statements a subclass renders differently from SqlServerDialect (text or bound values)."""
+    reference = {statement.name: (statement.sql, statement.params) for statement in RENDERED[case_name]}
+    return [s for s in statements if reference.get(s.name) != (s.sql, s.params)]
+
+
 def variant_golden_text(variant: str, case_name: str, statements: list[Statement]) -> str:
     """A subclass's golden file: the statements it renders differently from SqlServerDialect."""
-    reference = {statement.name: statement for statement in RENDERED[case_name]}
-    different = [
-        statement
-        for statement in statements
-        if statement.name not in reference
-        or (statement.sql, statement.params)
-        != (reference[statement.name].sql, reference[statement.name].params)
-    ]
     header = [
         f"-- {variant}: the statements that differ from golden/sqlserver/{case_name}.sql",
         "-- (every other statement is the SQL Server one). Review against the reference's statements.",
     ]
-    return "\n".join(header) + "\n" + golden_text(case_name, ADDRESSES[case_name], different)
+    return (
+        "\n".join(header)
+        + "\n"
+        + golden_text(case_name, ADDRESSES[case_name], differing(case_name, statements))
+    )
 
 
 ADDRESSES = {name: resolve(case) for name, case in CASES.items()}
