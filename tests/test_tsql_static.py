@@ -211,7 +211,7 @@ BRIDGE = {
 }
 
 
-def _changed(variant: str, case: str, statement: Any, reference: list[Any]) -> bool:
+def _changed(variant: str, statement: Any, reference: list[Any]) -> bool:
     """A subclass's statement that SQL Server's does not already cover."""
     return variant == "sqlserver" or all(
         (r.name, r.sql) != (statement.name, statement.sql) for r in reference
@@ -223,13 +223,13 @@ QUEUE_STATEMENTS = [
     for variant, rendered in golden.RENDERED_BY_VARIANT.items()
     for case, statements in rendered.items()
     for statement in statements
-    if _changed(variant, case, statement, golden.RENDERED[case])
+    if _changed(variant, statement, golden.RENDERED[case])
 ]
 BRIDGE_STATEMENTS = [
     pytest.param(variant, case, statement, id=f"{variant}:{case}:{statement.name}")
     for (variant, case), statements in BRIDGE.items()
     for statement in statements
-    if _changed(variant, case, statement, BRIDGE[("sqlserver", case)])
+    if _changed(variant, statement, BRIDGE[("sqlserver", case)])
 ]
 
 
