@@ -5,9 +5,21 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
 1. **Golden files.** ``tests/golden/sqlserver/<case>.sql`` holds every statement the dialect renders for one
    queue address: a ``-- <name>`` comment line, then (where the dialect binds the values itself) a
    ``-- params: <JSON>`` line, then the statement exactly as it is executed. The rendered text must equal the
-   file. After an intended change to the dialect, rewrite the files and review the diff before committing::
+   file. Every subclass of ``SqlServerDialect`` (a variant such as Babelfish's, found through
+   ``__subclasses__()`` by ``tests/tsql_checks.py``) has ``tests/golden/<variant>/<case>.sql`` with the
+   statements it renders differently; the Spark bridge's T-SQL is in ``tests/golden/spark_bridge/``
+   (``tests/test_tsql_static.py``).
 
-       SQLQUEUE_UPDATE_GOLDEN=1 /tmp/venv/bin/python -m pytest tests/test_sqlserver_golden.py
+   The files are snapshots of the code's output, so they catch changes, not mistakes. **How a golden
+   change is reviewed:** rewrite the files, then read the diff against the reference's statements in
+   ``../shared/design/reference-transport.md`` (section 1 for the DDL, 2 the receive, 3 the send, 4 the
+   peek, 5 the purge, 7 the quoting of names, 8 the delayed table and its mover), never against the code
+   that produced it: a changed hint list, clock, order, ``TOP``, ``OUTPUT`` or lock owner must be one the
+   reference has, or the commit says why it departs. A variant's file says where it departs from SQL
+   Server's statements and why that form is valid T-SQL too::
+
+       SQLQUEUE_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_sqlserver_golden.py tests/test_tsql_static.py
+       git diff tests/golden/
 
    With ``SQLQUEUE_UPDATE_GOLDEN=1`` the golden tests write the files instead of comparing (and delete the
    files of cases that no longer exist); every other check still runs.
@@ -21,9 +33,12 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
    columns, its store (``Due`` from ``GETUTCDATE()``), its move (the receive's hints, ``Due <= GETUTCDATE()``
    in Due order) and the mover election (a session-owned ``sp_getapplock`` that never waits); every
    identifier from the address bracket-quoted with ``]`` doubled and never bare; every value a ``?``
-   parameter (the only string literals are fixed ones such as ``'Exclusive'``).
+   parameter (the only string literals are fixed ones such as ``'Exclusive'``). These checkers describe the
+   reference's statements and run on SqlServerDialect's; a variant's statement of its own needs its own.
 
 A negative self-test feeds deliberately broken statements to the same helpers and expects them to fail.
+A second grammar (sqlfluff's T-SQL) and allow-lists of hints, types, dateparts and functions run on every
+statement of every variant in ``tests/test_tsql_static.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +58,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
+from tsql_checks import GOLDEN_ROOT, compare_golden, stale_golden_files, tsql_dialect_classes, variant_name
 
 from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
@@ -149,8 +165,8 @@ class _RecordingConnection:
         pass
 
 
-def render(case_name: str, address: QueueAddress) -> list[Statement]:
-    d = DIALECT
+def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DIALECT) -> list[Statement]:
+    d = dialect
     out: list[Statement] = []
     for unicode_headers in (True, False):
         for body_string in (False, True):
@@ -411,8 +427,35 @@ def golden_text(case_name: str, address: QueueAddress, statements: list[Statemen
     return "\n".join(lines) + "\n"
 
 
+def differing(case_name: str, statements: list[Statement]) -> list[Statement]:
+    """The statements a subclass renders differently from SqlServerDialect (text or bound values)."""
+    reference = {statement.name: (statement.sql, statement.params) for statement in RENDERED[case_name]}
+    return [s for s in statements if reference.get(s.name) != (s.sql, s.params)]
+
+
+def variant_golden_text(variant: str, case_name: str, statements: list[Statement]) -> str:
+    """A subclass's golden file: the statements it renders differently from SqlServerDialect."""
+    header = [
+        f"-- {variant}: the statements that differ from golden/sqlserver/{case_name}.sql",
+        "-- (every other statement is the SQL Server one). Review against the reference's statements.",
+    ]
+    return (
+        "\n".join(header)
+        + "\n"
+        + golden_text(case_name, ADDRESSES[case_name], differing(case_name, statements))
+    )
+
+
 ADDRESSES = {name: resolve(case) for name, case in CASES.items()}
 RENDERED = {name: render(name, address) for name, address in ADDRESSES.items()}
+# Every class that renders T-SQL: SqlServerDialect and its subclasses (found by tsql_checks).
+VARIANTS = {variant_name(cls): cls for cls in tsql_dialect_classes()}
+RENDERED_BY_VARIANT = {
+    variant: RENDERED
+    if cls is SqlServerDialect
+    else {name: render(name, address, cls()) for name, address in ADDRESSES.items()}
+    for variant, cls in VARIANTS.items()
+}
 ALL_STATEMENTS = [
     pytest.param(name, statement, id=f"{name}:{statement.name}")
     for name, statements in RENDERED.items()
@@ -1158,6 +1201,27 @@ def test_no_stale_golden_files() -> None:
             (GOLDEN_DIR / f"{name}.sql").unlink()
         return
     assert not stale, f"golden files without a case: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("variant", "case_name"),
+    [(variant, case) for variant in VARIANTS if variant != "sqlserver" for case in sorted(CASES)],
+)
+def test_variant_golden_file(variant: str, case_name: str) -> None:
+    """Each subclass of SqlServerDialect has its golden files: what it renders differently."""
+    text = variant_golden_text(variant, case_name, RENDERED_BY_VARIANT[variant][case_name])
+    compare_golden(GOLDEN_ROOT / variant / f"{case_name}.sql", text)
+
+
+def test_no_stale_golden_folders() -> None:
+    """Every golden folder belongs to a dialect class (or to the Spark bridge, tests/test_tsql_static.py)."""
+    folders = {path.name for path in GOLDEN_ROOT.iterdir() if path.is_dir()} - {"spark_bridge"}
+    stale = sorted(folders - set(VARIANTS))
+    assert not stale, f"golden folders without a dialect class: {stale}"
+    for variant in VARIANTS:
+        if variant != "sqlserver":
+            stale_files = stale_golden_files(GOLDEN_ROOT / variant, set(CASES))
+            assert not stale_files, f"golden files of {variant} without a case: {stale_files}"
 
 
 @pytest.mark.parametrize(("case_name", "statement"), ALL_STATEMENTS)

@@ -625,7 +625,7 @@ class Drain:
         return bool(rows) and rows[0][0] is not None
 
     def _table_columns(self, address: Any) -> list[str]:
-        statement = f"SELECT * FROM {self.transport.dialect.qualified_name(address)} WHERE 1 = 0"
+        statement = self.sql.table_columns(address)
         with self.transport.connection() as connection:
             cursor = connection.cursor()
             cursor.execute(statement, ())
@@ -714,17 +714,15 @@ class Drain:
 
         Returns how many moved, or None when the run was not active (or, with ``stale``, not stale).
         """
-        condition = ""
+        statement = self.sql.set_state((RECEIVING, PROCESSING))
         params: tuple = (ABORTED, run_id)
         if stale:
-            older, bind = self.sql.older_than("HeartbeatAt")
-            condition = f" AND {older}"
+            statement, bind = self.sql.set_state_if_stale((RECEIVING, PROCESSING))
             params += (bind(self.config.orphan_timeout),)
         with self.transport.connection() as connection:
             cursor = connection.cursor()
             _begin(self.transport, cursor)
-            statement = self.sql.counted(self.sql.set_state((RECEIVING, PROCESSING)) + condition)
-            if rows_changed(self.transport, cursor, statement, params) != 1:
+            if rows_changed(self.transport, cursor, self.sql.counted(statement), params) != 1:
                 connection.rollback()
                 return None
             cursor.execute(self.sql.staged_stats(), (run_id,))

@@ -239,6 +239,11 @@ class BridgeSql:
             f"WHERE RunId = {p} AND State IN ({states})"
         )
 
+    def set_state_if_stale(self, from_states: Sequence[str]) -> tuple[str, Any]:
+        """:meth:`set_state`, only while the run's heartbeat is older than N seconds; and how to bind N."""
+        condition, bind = self.older_than("HeartbeatAt")
+        return f"{self.set_state(from_states)} AND {condition}", bind
+
     def heartbeat(self) -> str:
         states = ", ".join(f"'{state}'" for state in ACTIVE_STATES)
         return (
@@ -387,6 +392,10 @@ class BridgeSql:
             f"SELECT Id, CorrelationId, ReplyToAddress, {true}, Expires, Headers, Body FROM {self.staging} "
             f"WHERE RunId = {self.p} ORDER BY RowVersion"
         )
+
+    def table_columns(self, table: QueueAddress) -> str:
+        """No rows, only the column names of ``table`` (from the cursor's description)."""
+        return f"SELECT * FROM {self.dialect.qualified_name(table)} WHERE 1 = 0"
 
     # ---- fill markers --------------------------------------------------------------------------
     def fill_batches_done(self) -> str:
