@@ -71,7 +71,8 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "odbc_driver": {
                         "label": "ODBC driver (SQL Server)",
-                        "description": "e.g. ODBC Driver 18 for SQL Server, or FreeTDS",
+                        "description": "e.g. FreeTDS; used only where [providers.odbc] allow_driver_in_extra "
+                        "is True, otherwise the hook's driver (default ODBC Driver 18 for SQL Server)",
                         "schema": {"type": ["string", "null"]},
                     },
                     "default_schema": {

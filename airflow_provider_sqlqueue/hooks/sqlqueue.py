@@ -30,7 +30,7 @@ from ..transport import (
     Transport,
     open_transport,
 )
-from ..transport.connection import DEFAULT_ODBC_DRIVER, parse_odbc_string
+from ..transport.connection import DEFAULT_ODBC_DRIVER, odbc_pairs, odbc_value, parse_odbc_string
 
 CountMode = Literal["estimate", "exact"]
 
@@ -58,6 +58,10 @@ LIBPQ_EXTRAS = {
     "gssencmode",
     "channel_binding",
 }
+# Keywords that make the ODBC driver manager load a shared library (DRIVER, or one named by a DSN) or write
+# a file (SAVEFILE). Whoever may edit a connection must not choose them; see _driver_keywords_refused.
+DRIVER_KEYWORDS = ("DRIVER", "DSN", "FILEDSN", "SAVEFILE")
+DRIVER_SETTING = "[providers.odbc] allow_driver_in_extra"
 ENGINE_ALIASES = {
     "postgresql": "postgresql",
     "postgres": "postgresql",
@@ -67,6 +71,17 @@ ENGINE_ALIASES = {
     "mssql": "sqlserver",
     "sql server": "sqlserver",
 }
+
+
+def driver_in_extra_allowed() -> bool:
+    """The odbc provider's rule, honoured here too: may a connection choose the ODBC driver?
+
+    A driver is a shared library that every worker and the triggerer load, so by default only the code
+    (the hook's ``driver``, or ``hook_params``) and the deployment (``default_odbc_driver``) choose it.
+    """
+    from airflow.sdk import conf
+
+    return conf.getboolean("providers.odbc", "allow_driver_in_extra", fallback=False)
 
 
 def _options(text: str | None) -> dict[str, str]:
@@ -81,6 +96,10 @@ class SqlQueueHook(DbApiHook):
         existing ``postgres``, ``sqlite``, ``mssql`` or ``odbc`` connection.
     :param default_schema: schema for queue names without one (overrides the connection's extra).
     :param error_queue: where unreadable rows go (overrides the connection's extra; default ``error``).
+    :param driver: SQL Server: the ODBC driver (a name from odbcinst.ini, or a library path). SQL operators
+        pass it as ``hook_params={"driver": ...}``. A connection's own ``odbc_driver``/``driver`` extra, or
+        ``DRIVER``/``DSN``/``FILEDSN`` in its ``connect_options`` or ``odbc_connect``, is refused unless
+        ``[providers.odbc] allow_driver_in_extra`` is true, as the odbc provider does.
     """
 
     conn_name_attr = "sqlqueue_conn_id"
@@ -88,17 +107,22 @@ class SqlQueueHook(DbApiHook):
     conn_type = "sqlqueue"
     hook_name = "SQL Queue"
     supports_autocommit = False
+    # The driver when neither the hook nor (where allowed) the connection names one; a deployment may set it
+    # in airflow_local_settings.py, as with OdbcHook.default_driver.
+    default_odbc_driver: str = DEFAULT_ODBC_DRIVER
 
     def __init__(
         self,
         *args: Any,
         default_schema: str | None = None,
         error_queue: str | None = None,
+        driver: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._default_schema = default_schema
         self._error_queue = error_queue
+        self._driver = driver
         self._transport: Transport | None = None
 
     # ---- connection ----------------------------------------------------------------------------
@@ -134,17 +158,63 @@ class SqlQueueHook(DbApiHook):
     def placeholder(self) -> str:  # type: ignore[override]
         return "%s" if self.engine == "postgresql" else "?"
 
+    def _driver_refused(self, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"connection {self.get_conn_id()!r}: {what}. An ODBC driver is a shared library that the workers "
+            f"and the triggerer load, so a connection may choose it only when {DRIVER_SETTING} is True in "
+            "the Airflow configuration (AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA=True). Otherwise "
+            "remove it from the connection and pass the driver to the hook: SqlQueueHook(driver=...) or "
+            "hook_params={'driver': ...}"
+        )
+
+    @cached_property
+    def odbc_driver(self) -> str:
+        """The ODBC driver for SQL Server: the hook's ``driver``; else the connection's ``odbc_driver`` or
+        ``driver`` extra where ``[providers.odbc] allow_driver_in_extra`` is true; else
+        ``default_odbc_driver``. An extra that names another driver without that setting is refused."""
+        if self._driver:
+            return self._driver.strip().removeprefix("{").removesuffix("}").strip()
+        default = self.default_odbc_driver
+        for key, value in self.connection_extra.items():
+            if key.lower() not in ("odbc_driver", "driver") or not value:
+                continue
+            named = str(value).strip().removeprefix("{").removesuffix("}").strip()
+            if named == default:
+                continue
+            if not driver_in_extra_allowed():
+                raise self._driver_refused(f"its extra {key!r} names the ODBC driver {named!r}")
+            return named
+        return default
+
+    def _check_driver_keywords(self, odbc: str, where: str) -> None:
+        """Refuse DRIVER, DSN, FILEDSN or SAVEFILE in ``odbc`` unless it is the driver the hook chose."""
+        if driver_in_extra_allowed():
+            return
+        chosen = self.odbc_driver
+        for key, value in odbc_pairs(odbc):
+            if key in DRIVER_KEYWORDS and not (key == "DRIVER" and value == chosen):
+                raise self._driver_refused(f"{where} sets {key}=")
+
     def _odbc_string(self) -> str:
         conn = self.connection
         extra = self.connection_extra
         if extra.get("odbc_connect"):
-            return str(extra["odbc_connect"])
+            raw = str(extra["odbc_connect"])
+            self._check_driver_keywords(raw, "its odbc_connect")
+            if any(key in DRIVER_KEYWORDS for key, _ in odbc_pairs(raw)):
+                return raw
+            return f"DRIVER={odbc_value(self.odbc_driver)};{raw}"
         if conn.conn_type == "odbc":
             from airflow.providers.odbc.hooks.odbc import OdbcHook
 
-            driver = extra.get("odbc_driver") or extra.get("driver") or DEFAULT_ODBC_DRIVER
-            return OdbcHook(odbc_conn_id=self.get_conn_id(), driver=driver).odbc_connection_string
-        parts = {"DRIVER": extra.get("odbc_driver") or extra.get("driver") or DEFAULT_ODBC_DRIVER}
+            built = OdbcHook(odbc_conn_id=self.get_conn_id(), driver=self.odbc_driver).odbc_connection_string
+            self._check_driver_keywords(built, "its extras (which OdbcHook writes into the ODBC string)")
+            return built
+        options = _options(extra.get("connect_options"))
+        self._check_driver_keywords(
+            ";".join(f"{key}={odbc_value(value)}" for key, value in options.items()), "its connect_options"
+        )
+        parts = {"DRIVER": self.odbc_driver}
         server = conn.host or "localhost"
         parts["SERVER"] = f"{server},{conn.port}" if conn.port else server
         if conn.schema:
@@ -153,15 +223,11 @@ class SqlQueueHook(DbApiHook):
             parts["UID"] = conn.login
         if conn.password:
             parts["PWD"] = conn.password
-        for key, value in _options(extra.get("connect_options")).items():
+        for key, value in options.items():
             parts[key.upper()] = value
-
-        def quote(value: str) -> str:
-            if any(char in value for char in ";{}=") or value != value.strip():
-                return "{" + value.replace("}", "}}") + "}"
-            return value
-
-        return ";".join(f"{key}={quote(str(value))}" for key, value in parts.items())
+        built = ";".join(f"{key}={odbc_value(str(value))}" for key, value in parts.items())
+        self._check_driver_keywords(built, "its Host, Schema or Login")
+        return built
 
     @property
     def sqlalchemy_url(self) -> URL:

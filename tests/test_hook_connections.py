@@ -1,0 +1,188 @@
+"""What SqlQueueHook makes of an Airflow connection, where whoever edits the connection is not trusted with
+the workers: no ODBC driver (a shared library) chosen by the connection unless the deployment allows it.
+
+The driver check uses a real shared library whose constructor writes a marker file when the ODBC driver
+manager loads it: each case first proves, with ``[providers.odbc] allow_driver_in_extra`` on, that the
+library does get loaded, then that without the setting the hook refuses before anything connects.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+pytest.importorskip("pyodbc", reason="the mssql extra is not installed")
+
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_provider_sqlqueue.transport import ConfigurationError
+
+ALLOW_ENV = "AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"
+MARKER_ENV = "SQLQUEUE_TEST_DRIVER_MARKER"
+LIBRARY_SOURCE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+    const char *marker = getenv("SQLQUEUE_TEST_DRIVER_MARKER");
+    if (marker) { FILE *file = fopen(marker, "w"); if (file) { fputs("loaded\n", file); fclose(file); } }
+}
+"""
+
+
+@pytest.fixture
+def rogue_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """A shared library that leaves a marker file when loaded (a fresh path per test: a library's
+    constructor runs once per process and path)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a C compiler to build the library that must not be loaded")
+    source = tmp_path / "rogue.c"
+    source.write_text(LIBRARY_SOURCE)
+    library = tmp_path / "librogue.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    marker = tmp_path / "loaded.marker"
+    monkeypatch.setenv(MARKER_ENV, str(marker))
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    return str(library), marker
+
+
+def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, connection: dict) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
+
+
+def try_to_connect(hook: SqlQueueHook) -> None:
+    """Open a DB-API connection; the server does not exist, the driver manager loads the driver first."""
+    try:
+        hook.get_conn().close()
+    except ConfigurationError:
+        raise
+    except Exception:  # the rogue library is no ODBC driver; what matters is whether it was loaded
+        pass
+    finally:
+        hook.close()
+
+
+SERVER = {"host": "127.0.0.1", "port": 1, "login": "sa", "password": "not-used-1", "schema": "erp"}
+
+
+def injection_cases(library: str) -> dict[str, dict]:
+    return {
+        "odbc_driver extra": {
+            "conn_type": "sqlqueue",
+            **SERVER,
+            "extra": {"engine": "sqlserver", "odbc_driver": library},
+        },
+        "driver extra on mssql": {"conn_type": "mssql", **SERVER, "extra": {"driver": library}},
+        "Driver= in connect_options": {
+            "conn_type": "sqlqueue",
+            **SERVER,
+            "extra": {"engine": "sqlserver", "connect_options": f"Encrypt=yes;Driver={{{library}}}"},
+        },
+        "DRIVER after a valueless fragment in connect_options": {
+            "conn_type": "mssql",
+            **SERVER,
+            "extra": {"connect_options": f"Encrypt=yes;x;DRIVER={library}"},
+        },
+        "DRIVER in odbc_connect": {
+            "conn_type": "sqlqueue",
+            "extra": {"engine": "sqlserver", "odbc_connect": f"DRIVER={{{library}}};SERVER=127.0.0.1,1"},
+        },
+        "Driver extra on odbc": {"conn_type": "odbc", **SERVER, "extra": {"Driver": library}},
+    }
+
+
+CASES = list(injection_cases("x"))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_library_is_loaded_when_the_deployment_allows_drivers_in_connections(
+    case: str, rogue_driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, marker = rogue_driver
+    set_connection(monkeypatch, "rogue", injection_cases(library)[case])
+    monkeypatch.setenv(ALLOW_ENV, "True")
+    try_to_connect(SqlQueueHook(sqlqueue_conn_id="rogue"))
+    assert marker.exists(), "the test library was not loaded: the refusal test below would prove nothing"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_driver_chosen_by_the_connection_is_refused_before_anything_is_loaded(
+    case: str, rogue_driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, marker = rogue_driver
+    set_connection(monkeypatch, "rogue", injection_cases(library)[case])
+    hook = SqlQueueHook(sqlqueue_conn_id="rogue")
+    with pytest.raises(ConfigurationError, match=r"\[providers\.odbc\] allow_driver_in_extra") as refused:
+        try_to_connect(hook)
+    assert "driver=" in str(refused.value) and "hook_params" in str(refused.value)
+    assert not marker.exists(), "the library named by the connection was loaded"
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        {"conn_type": "sqlqueue", **SERVER, "extra": {"engine": "sqlserver", "connect_options": "DSN=erp"}},
+        {"conn_type": "mssql", **SERVER, "extra": {"connect_options": "FileDSN=/tmp/erp.dsn"}},
+        {"conn_type": "mssql", **SERVER, "extra": {"connect_options": "SAVEFILE=/tmp/erp.dsn"}},
+        {"conn_type": "sqlqueue", "extra": {"engine": "sqlserver", "odbc_connect": "DSN=erp;UID=sa"}},
+        {"conn_type": "odbc", **SERVER, "extra": {"dsn": "erp"}},
+        {"conn_type": "odbc", **SERVER, "extra": {"Encrypt": "yes;FILEDSN=/tmp/erp.dsn"}},
+    ],
+    ids=["DSN", "FILEDSN", "SAVEFILE", "odbc_connect DSN", "odbc dsn extra", "odbc extra value"],
+)
+def test_data_sources_named_by_the_connection_are_refused(
+    connection: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    set_connection(monkeypatch, "dsn", connection)
+    with pytest.raises(ConfigurationError, match=r"allow_driver_in_extra"):
+        _ = SqlQueueHook(sqlqueue_conn_id="dsn").sqlalchemy_url
+    monkeypatch.setenv(ALLOW_ENV, "true")
+    assert SqlQueueHook(sqlqueue_conn_id="dsn").sqlalchemy_url.query["odbc_connect"]
+
+
+def test_the_driver_comes_from_the_hook_and_hook_params(
+    rogue_driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, marker = rogue_driver
+    set_connection(
+        monkeypatch, "plain", {"conn_type": "sqlqueue", **SERVER, "extra": {"engine": "sqlserver"}}
+    )
+    assert SqlQueueHook(sqlqueue_conn_id="plain").odbc_driver == "ODBC Driver 18 for SQL Server"
+    from airflow.sdk import BaseHook
+
+    by_params = BaseHook.get_connection("plain").get_hook(hook_params={"driver": "{FreeTDS}"})
+    assert isinstance(by_params, SqlQueueHook) and by_params.odbc_driver == "FreeTDS"
+    chosen = SqlQueueHook(sqlqueue_conn_id="plain", driver=library)
+    assert chosen.sqlalchemy_url.query["odbc_connect"].startswith(f"DRIVER={library};")
+    try_to_connect(chosen)
+    assert marker.exists(), "the driver the code chose was not used"
+
+
+def test_a_driver_extra_naming_the_driver_in_use_anyway_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    extra = {"engine": "sqlserver", "odbc_driver": "{ODBC Driver 18 for SQL Server}"}
+    set_connection(monkeypatch, "same", {"conn_type": "sqlqueue", **SERVER, "extra": extra})
+    odbc = SqlQueueHook(sqlqueue_conn_id="same").sqlalchemy_url.query["odbc_connect"]
+    assert odbc.startswith("DRIVER=ODBC Driver 18 for SQL Server;SERVER=127.0.0.1,1;")
+    set_connection(
+        monkeypatch, "other", {"conn_type": "mssql", **SERVER, "extra": {"odbc_driver": "FreeTDS"}}
+    )
+    assert SqlQueueHook(sqlqueue_conn_id="other", driver="FreeTDS").odbc_driver == "FreeTDS"
+    with pytest.raises(ConfigurationError, match="names the ODBC driver 'FreeTDS'"):
+        _ = SqlQueueHook(sqlqueue_conn_id="other").odbc_driver
+
+
+def test_an_odbc_connect_without_a_driver_gets_the_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    set_connection(
+        monkeypatch,
+        "raw",
+        {"conn_type": "sqlqueue", "extra": {"engine": "sqlserver", "odbc_connect": "SERVER=h,1433;UID=u"}},
+    )
+    odbc = SqlQueueHook(sqlqueue_conn_id="raw", driver="FreeTDS").sqlalchemy_url.query["odbc_connect"]
+    assert odbc == "DRIVER=FreeTDS;SERVER=h,1433;UID=u"
