@@ -52,9 +52,9 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "SQL Queue",
                 "ui-field-behaviour": {
                     "hidden-fields": [],
-                    "relabeling": {"host": "Host (SQLite: queue file path)", "schema": "Database"},
+                    "relabeling": {"host": "Host (SQLite: absolute queue file path)", "schema": "Database"},
                     "placeholders": {
-                        "host": "db.example.com or /var/lib/queues/queues.db",
+                        "host": "db.example.com, or for SQLite /var/lib/queues/queues.db",
                         "port": "1433 (SQL Server) or 5432 (PostgreSQL)",
                         "schema": "the database holding the queue tables",
                     },
@@ -62,11 +62,11 @@ def get_provider_info() -> dict[str, Any]:
                 "conn-fields": {
                     "engine": {
                         "label": "Engine",
-                        "description": "sqlserver, postgresql or sqlite",
+                        "description": "sqlserver, postgresql or sqlite (a local file: absolute path in "
+                        "Host, no Port, Login or Password); no default: a server is never taken for a file",
                         "schema": {
                             "type": ["string", "null"],
                             "enum": ["sqlserver", "postgresql", "sqlite", None],
-                            "default": "sqlite",
                         },
                     },
                     "odbc_driver": {

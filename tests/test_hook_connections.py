@@ -186,3 +186,74 @@ def test_an_odbc_connect_without_a_driver_gets_the_hooks(monkeypatch: pytest.Mon
     )
     odbc = SqlQueueHook(sqlqueue_conn_id="raw", driver="FreeTDS").sqlalchemy_url.query["odbc_connect"]
     assert odbc == "DRIVER=FreeTDS;SERVER=h,1433;UID=u"
+
+
+# ---- SQLite only where the connection is a local file (point 3) ------------------------------------------
+SERVER_ON_SQLITE = [
+    ({"conn_type": "sqlqueue", "host": "sql.example.com", "port": 1433, "login": "app"}, "Port, Login"),
+    ({"conn_type": "sqlqueue", "host": "sql.example.com", "password": "pw-12345"}, "Password"),
+    ({"conn_type": "sqlqueue", "host": "sql.example.com"}, "relative path 'sql.example.com'"),
+    ({"conn_type": "sqlqueue", "host": "queues.db"}, "relative path 'queues.db'"),
+    ({"conn_type": "sqlite", "host": "queues.db"}, "relative path"),
+    ({"conn_type": "sqlite", "host": "/tmp/queues.db", "login": "app"}, "Login"),
+]
+
+
+@pytest.mark.parametrize(("connection", "named"), SERVER_ON_SQLITE)
+def test_sqlite_is_refused_for_a_connection_that_names_a_server(
+    connection: dict, named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if connection["conn_type"] == "sqlqueue":
+        connection = {**connection, "extra": {"engine": "sqlite"}}
+    set_connection(monkeypatch, "vague", connection)
+    hook = SqlQueueHook(sqlqueue_conn_id="vague")
+    try:
+        with pytest.raises(ConfigurationError, match="choose the engine sqlserver or postgresql") as refused:
+            hook.send("orders", b"must not land in a local file")
+    finally:
+        hook.close()
+    assert named in str(refused.value)
+    assert list(tmp_path.iterdir()) == [], "a file was created in the working directory"
+
+
+def test_an_absolute_sqlite_file_still_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "queues.db"
+    set_connection(
+        monkeypatch, "file", {"conn_type": "sqlqueue", "host": str(path), "extra": {"engine": "sqlite"}}
+    )
+    hook = SqlQueueHook(sqlqueue_conn_id="file")
+    try:
+        hook.get_transport().queue("orders").create()
+        hook.send("orders", b"kept")
+        assert hook.depth("orders", "exact") == 1
+    finally:
+        hook.close()
+    assert path.exists()
+
+
+def test_the_connection_form_has_no_engine_default_that_turns_a_server_into_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a new user gets who fills in the server fields of the form and leaves the rest as it is."""
+    from airflow.providers_manager import ProvidersManager
+
+    monkeypatch.chdir(tmp_path)
+    widgets = ProvidersManager().connection_form_widgets
+    prefix = "extra__sqlqueue__"
+    fields = {
+        name.removeprefix(prefix): widget for name, widget in widgets.items() if name.startswith(prefix)
+    }
+    assert "engine" in fields
+    assert fields["engine"].field["value"] is None
+    behaviour = ProvidersManager().field_behaviours["sqlqueue"]
+    assert "absolute" in behaviour["relabeling"]["host"]
+    saved_extra = {name: widget.field["value"] for name, widget in fields.items() if widget.field["value"]}
+    connection = {"conn_type": "sqlqueue", "host": "sql.example.com", "port": 1433, "login": "app"}
+    set_connection(monkeypatch, "from_form", {**connection, "extra": saved_extra})
+    hook = SqlQueueHook(sqlqueue_conn_id="from_form")
+    with pytest.raises(
+        ConfigurationError, match="choose sqlserver, postgresql or sqlite in its Engine field"
+    ):
+        hook.send("orders", b"x")
+    assert list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ sensors and triggers stay thin and go through it. As a ``DbApiHook`` it also off
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -229,18 +230,46 @@ class SqlQueueHook(DbApiHook):
         self._check_driver_keywords(built, "its Host, Schema or Login")
         return built
 
+    def _sqlite_path(self) -> str:
+        """The queue file of a SQLite connection; refused where the connection looks like a server's.
+
+        A server name in Host with the engine left at SQLite would otherwise become a file of that name in
+        the working directory of whichever worker runs the task, and sends would "succeed" into it.
+        """
+        conn = self.connection
+        path = conn.host or conn.schema
+        conn_id = self.get_conn_id()
+        choose = (
+            "for a database server choose the engine sqlserver or postgresql (the Engine field, extra "
+            "'engine'); for SQLite put the queue file's absolute path in Host and leave Port, Login and "
+            "Password empty"
+        )
+        if not path:
+            raise ConfigurationError(f"connection {conn_id!r} has no SQLite queue file: {choose}")
+        server_fields = [
+            name
+            for name, value in (("Port", conn.port), ("Login", conn.login), ("Password", conn.password))
+            if value
+        ]
+        if server_fields:
+            raise ConfigurationError(
+                f"connection {conn_id!r} is SQLite but sets {', '.join(server_fields)}, which a SQLite "
+                f"file does not take: {choose}"
+            )
+        if not os.path.isabs(path):
+            raise ConfigurationError(
+                f"connection {conn_id!r} is SQLite with the relative path {path!r}, which would name a "
+                f"different file in each worker's working directory: {choose}"
+            )
+        return path
+
     @property
     def sqlalchemy_url(self) -> URL:
         """The transport URL of the connection (carries the password: never log it; its repr hides it)."""
         conn = self.connection
         engine = self.engine
         if engine == "sqlite":
-            path = conn.host or conn.schema
-            if not path:
-                raise ConfigurationError(
-                    f"connection {self.get_conn_id()!r}: put the SQLite queue file's path in Host"
-                )
-            return URL.create("sqlite", database=path)
+            return URL.create("sqlite", database=self._sqlite_path())
         if engine == "postgresql":
             query = {
                 key: str(value)
