@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import pytest
 
@@ -257,3 +258,93 @@ def test_the_connection_form_has_no_engine_default_that_turns_a_server_into_a_fi
     ):
         hook.send("orders", b"x")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- the password in every form stays out of reprs and logs (point 11) ----------------------------------
+PASSWORD = "Tok3n/{se;cr=et}@p#ss w+rd"
+
+
+def password_forms(password: str) -> set[str]:
+    """Raw, as an ODBC value (braced, ``}`` doubled), and each URL-encoded, as tests/test_secrets.py
+    checks: the forms an ODBC string inside a URL can carry."""
+    braced = "{" + password.replace("}", "}}") + "}"
+    forms: set[str] = set()
+    for text in (password, braced):
+        forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
+    return forms
+
+
+def shown_forms(text: str, password: str) -> list[str]:
+    return sorted(form for form in password_forms(password) if form in text)
+
+
+SQL_SERVER_CONNECTIONS = {
+    "mssql": {"conn_type": "mssql", "host": "db.example", "port": 1433, "login": "sa", "password": PASSWORD},
+    "sqlqueue": {
+        "conn_type": "sqlqueue",
+        "host": "db.example",
+        "login": "sa",
+        "password": PASSWORD,
+        "extra": {"engine": "sqlserver", "connect_options": "Encrypt=yes"},
+    },
+    "odbc_connect": {
+        "conn_type": "sqlqueue",
+        "extra": {
+            "engine": "sqlserver",
+            "odbc_connect": "SERVER=db.example;UID=sa;PWD=" + "{" + PASSWORD.replace("}", "}}") + "}",
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(SQL_SERVER_CONNECTIONS))
+def test_no_form_of_a_sql_server_password_in_the_urls_repr_or_a_log_of_it(
+    case: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from airflow.sdk._shared.secrets_masker import redact
+
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    set_connection(monkeypatch, "secret_ms", SQL_SERVER_CONNECTIONS[case])
+    hook = SqlQueueHook(sqlqueue_conn_id="secret_ms")
+    url = hook.sqlalchemy_url
+    uri = hook.get_uri()
+    assert shown_forms(uri, PASSWORD), "the URL does not carry the password: nothing would be tested"
+    assert "PWD%3D%7B" in uri  # the encoded form issue 15 found in the repr
+    for text in (repr(url), str(url), f"{url!r}", repr(hook.get_transport())):
+        assert shown_forms(text, PASSWORD) == [], text
+    assert "db.example" in repr(url) and "PWD" in repr(url)
+    # a log line of the full URI goes through Airflow's secrets masker
+    assert shown_forms(redact(uri), PASSWORD) == []
+    hook.close()
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_no_form_of_a_postgres_password_in_reprs_or_logs_while_the_hook_works(
+    target, postgres_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from airflow.sdk._shared.secrets_masker import redact
+
+    role = f"qmask_{uuid.uuid4().hex[:8]}"
+    escaped = PASSWORD.replace("'", "''")
+    postgres_server.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{escaped}'")
+    postgres_server.execute(f'GRANT USAGE, CREATE ON SCHEMA "{target.schema}" TO "{role}"')
+    connection = {**target.airflow_connection(), "login": role, "password": PASSWORD}
+    connection["extra"] = {**connection["extra"], "connect_options": "application_name=masked"}
+    set_connection(monkeypatch, "secret_pg", connection)
+    hook = SqlQueueHook(sqlqueue_conn_id="secret_pg")
+    try:
+        hook.get_transport().queue("orders").create()
+        hook.send("orders", b"through the masked URL")
+        assert hook.depth("orders", "exact") == 1
+        uri = hook.get_uri()
+        assert shown_forms(uri, PASSWORD), "the URI does not carry the password: nothing would be tested"
+        for text in (repr(hook.sqlalchemy_url), str(hook.sqlalchemy_url), repr(hook.get_transport())):
+            assert shown_forms(text, PASSWORD) == [], text
+        assert shown_forms(redact(uri), PASSWORD) == []
+        assert shown_forms(redact(f"connecting with password={PASSWORD}"), PASSWORD) == []
+    finally:
+        hook.close()
+        postgres_server.execute(f'DROP OWNED BY "{role}"')
+        postgres_server.execute(f'DROP ROLE "{role}"')

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
 from typing import Any, Literal
+from urllib.parse import quote, quote_plus
 
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 from sqlalchemy.engine import URL
@@ -72,6 +73,50 @@ ENGINE_ALIASES = {
     "mssql": "sqlserver",
     "sql server": "sqlserver",
 }
+
+
+SECRET_ODBC_KEYWORDS = ("PWD", "PASSWORD")
+SECRET_QUERY_KEYS = ("password", "pwd")
+
+
+def secret_forms(secret: str) -> set[str]:
+    """Every form in which ``secret`` can appear in a URL, an ODBC string or a log line: raw, as an ODBC
+    value (braced, ``}`` doubled), and each of those URL-encoded the ways SQLAlchemy and urllib encode."""
+    forms: set[str] = set()
+    for text in (secret, odbc_value(secret)):
+        forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
+    return forms
+
+
+def _hide_odbc_secrets(odbc: str) -> str:
+    return ";".join(
+        f"{key}={'***' if key in SECRET_ODBC_KEYWORDS else odbc_value(value)}"
+        for key, value in odbc_pairs(odbc)
+    )
+
+
+class SecretHidingURL(URL):
+    """A SQLAlchemy URL whose ``str`` and ``repr`` hide the password wherever it sits: in the password
+    field (as SQLAlchemy does), in a ``password``/``pwd`` query parameter, and as ``PWD`` inside the
+    ``odbc_connect`` string, where SQLAlchemy would show it URL-encoded."""
+
+    __slots__ = ()
+
+    def render_as_string(self, hide_password: bool = True) -> str:
+        if not hide_password:
+            return super().render_as_string(hide_password=False)
+        query: dict[str, str | tuple[str, ...]] = {}
+        for key, value in self.query.items():
+            values = (value,) if isinstance(value, str) else tuple(value)
+            if key.lower() in SECRET_QUERY_KEYS:
+                values = tuple("***" for _ in values)
+            elif key.lower() == "odbc_connect":
+                values = tuple(_hide_odbc_secrets(text) for text in values)
+            query[key] = values[0] if len(values) == 1 else values
+        shown = URL.create(
+            self.drivername, self.username, self.password, self.host, self.port, self.database, query
+        )
+        return shown.render_as_string(hide_password=True)
 
 
 def driver_in_extra_allowed() -> bool:
@@ -264,12 +309,33 @@ class SqlQueueHook(DbApiHook):
         return path
 
     @property
-    def sqlalchemy_url(self) -> URL:
-        """The transport URL of the connection (carries the password: never log it; its repr hides it)."""
+    def sqlalchemy_url(self) -> SecretHidingURL:
+        """The transport URL of the connection. It carries the password: its ``str`` and ``repr`` hide it in
+        every place it can sit, and each form of it (raw, ODBC-quoted, URL-encoded) is registered with
+        Airflow's secrets masker, so a log line of ``get_uri()`` shows ``***`` too."""
+        url = self._build_url()
+        self._mask_secrets(url)
+        return url
+
+    def _mask_secrets(self, url: URL) -> None:
+        from airflow.sdk.log import mask_secret
+
+        secrets = [self.connection.password or ""]
+        for key, value in url.query.items():
+            values = (value,) if isinstance(value, str) else tuple(value)
+            if key.lower() in SECRET_QUERY_KEYS:
+                secrets += values
+            elif key.lower() == "odbc_connect":
+                secrets += [v for text in values for k, v in odbc_pairs(text) if k in SECRET_ODBC_KEYWORDS]
+        for secret in filter(None, secrets):
+            for form in secret_forms(secret):
+                mask_secret(form)
+
+    def _build_url(self) -> SecretHidingURL:
         conn = self.connection
         engine = self.engine
         if engine == "sqlite":
-            return URL.create("sqlite", database=self._sqlite_path())
+            return SecretHidingURL.create("sqlite", database=self._sqlite_path())
         if engine == "postgresql":
             query = {
                 key: str(value)
@@ -277,7 +343,7 @@ class SqlQueueHook(DbApiHook):
                 if key in LIBPQ_EXTRAS and isinstance(value, str | int | float)
             }
             query |= _options(self.connection_extra.get("connect_options"))
-            return URL.create(
+            return SecretHidingURL.create(
                 "postgresql+psycopg",
                 username=conn.login or None,
                 password=conn.password or None,
@@ -286,7 +352,7 @@ class SqlQueueHook(DbApiHook):
                 database=conn.schema or None,
                 query=query,
             )
-        return URL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
+        return SecretHidingURL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
 
     def get_uri(self) -> str:
         return self.sqlalchemy_url.render_as_string(hide_password=False)
