@@ -17,7 +17,13 @@ from functools import cached_property
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus
 
-from airflow.providers.common.sql.hooks.sql import DbApiHook
+try:
+    from airflow.providers.common.sql.hooks.sql import DbApiHook
+except ImportError as missing:  # the entry point is there without the airflow extra: say so, loudly
+    raise ImportError(
+        "airflow-provider-sqlqueue is installed without its 'airflow' extra, so its hook, sensor, triggers "
+        f"and operators cannot load ({missing}): pip install 'airflow-provider-sqlqueue[airflow]'"
+    ) from missing
 from sqlalchemy.engine import URL
 
 from ..transport import (
