@@ -492,6 +492,11 @@ class SqlQueueHook(DbApiHook):
 
         return await sync_to_async(self.get_transport)()
 
+    async def aclose(self) -> None:
+        """``close`` off the event loop: closing pooled connections waits on the network (a PostgreSQL or
+        SQL Server goodbye, a dead server's timeout), which must not stall the triggerer's other triggers."""
+        await asyncio.to_thread(self.close)
+
     async def adepth(self, queue: str, count_mode: CountMode = "estimate") -> int:
         """``depth`` off the event loop: one query, run in a worker thread."""
         await self.aget_transport()
