@@ -348,3 +348,28 @@ def test_no_form_of_a_postgres_password_in_reprs_or_logs_while_the_hook_works(
         hook.close()
         postgres_server.execute(f'DROP OWNED BY "{role}"')
         postgres_server.execute(f'DROP ROLE "{role}"')
+
+
+# ---- an mssql connection reused through pyodbc, as docs/connections.md says (point 8) --------------------
+def test_a_reused_mssql_connection_becomes_the_odbc_string_the_docs_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "connections.md").read_text()
+    documented = re.search(r"<!-- mssql-reuse-odbc -->`([^`]+)`", page)
+    assert documented, "docs/connections.md does not show what a reused mssql connection becomes"
+    assert "TrustServerCertificate=yes" in page and "ODBC Driver 18 encrypts by default" in page
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    connection = {
+        "conn_type": "mssql",
+        "host": "sql.example.com",
+        "port": 1433,
+        "login": "sqlqueue_app",
+        "password": "change-me",
+        "schema": "erp",
+    }
+    set_connection(monkeypatch, "reused", connection)
+    assert SqlQueueHook(sqlqueue_conn_id="reused").sqlalchemy_url.query["odbc_connect"] == documented.group(1)
+    set_connection(monkeypatch, "reused", {**connection, "extra": {"sqlalchemy_scheme": "mssql+pymssql"}})
+    assert SqlQueueHook(sqlqueue_conn_id="reused").sqlalchemy_url.query["odbc_connect"] == documented.group(1)
