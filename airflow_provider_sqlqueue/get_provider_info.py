@@ -2,14 +2,47 @@
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import warnings
 from typing import Any
 
 from . import __version__
 
 INTEGRATION = "SQL Queue"
+# What the Airflow pieces import beyond Airflow itself; all come with the 'airflow' extra.
+AIRFLOW_EXTRA_MODULES = {
+    "airflow.providers.common.sql": "apache-airflow-providers-common-sql",
+    "airflow.providers.odbc": "apache-airflow-providers-odbc",
+}
+MISSING_EXTRA = (
+    "airflow-provider-sqlqueue is installed without its 'airflow' extra ({missing} not installed): its "
+    "connection type, hook, sensor, triggers and operators cannot load. "
+    "pip install 'airflow-provider-sqlqueue[airflow]'"
+)
+
+
+def missing_airflow_extra() -> list[str]:
+    """The distributions of the 'airflow' extra that are not installed."""
+    missing = []
+    for module, distribution in AIRFLOW_EXTRA_MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(distribution)
+    return missing
 
 
 def get_provider_info() -> dict[str, Any]:
+    """The provider's metadata; warns (log and ``warnings``) when the 'airflow' extra is missing, since
+    Airflow would otherwise drop the connection type with nothing but a debug line."""
+    missing = missing_airflow_extra()
+    if missing:
+        message = MISSING_EXTRA.format(missing=", ".join(missing))
+        logging.getLogger(__name__).error(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
     return {
         "package-name": "airflow-provider-sqlqueue",
         "name": "SQL Queue",
@@ -52,9 +85,9 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-name": "SQL Queue",
                 "ui-field-behaviour": {
                     "hidden-fields": [],
-                    "relabeling": {"host": "Host (SQLite: queue file path)", "schema": "Database"},
+                    "relabeling": {"host": "Host (SQLite: absolute queue file path)", "schema": "Database"},
                     "placeholders": {
-                        "host": "db.example.com or /var/lib/queues/queues.db",
+                        "host": "db.example.com, or for SQLite /var/lib/queues/queues.db",
                         "port": "1433 (SQL Server) or 5432 (PostgreSQL)",
                         "schema": "the database holding the queue tables",
                     },
@@ -62,16 +95,17 @@ def get_provider_info() -> dict[str, Any]:
                 "conn-fields": {
                     "engine": {
                         "label": "Engine",
-                        "description": "sqlserver, postgresql or sqlite",
+                        "description": "sqlserver, postgresql or sqlite (a local file: absolute path in "
+                        "Host, no Port, Login or Password); no default: a server is never taken for a file",
                         "schema": {
                             "type": ["string", "null"],
                             "enum": ["sqlserver", "postgresql", "sqlite", None],
-                            "default": "sqlite",
                         },
                     },
                     "odbc_driver": {
                         "label": "ODBC driver (SQL Server)",
-                        "description": "e.g. ODBC Driver 18 for SQL Server, or FreeTDS",
+                        "description": "e.g. FreeTDS; used only where [providers.odbc] allow_driver_in_extra "
+                        "is True, otherwise the hook's driver (default ODBC Driver 18 for SQL Server)",
                         "schema": {"type": ["string", "null"]},
                     },
                     "default_schema": {

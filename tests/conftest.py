@@ -90,7 +90,10 @@ class EngineTarget:
         }
 
     def airflow_env(self, conn_id: str = "sqlqueue_default", **extra: object) -> dict[str, str]:
-        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(self.airflow_connection(**extra))}
+        env = {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(self.airflow_connection(**extra))}
+        if self.engine == "sqlserver":  # the test server's odbc_connect names its ODBC driver
+            env["AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"] = "True"
+        return env
 
 
 class PostgresServer:

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from datetime import timedelta
+from urllib.parse import quote, quote_plus
 
 import pytest
 import rawsql
@@ -126,14 +127,23 @@ def test_mssql_connection_becomes_an_odbc_string_with_quoted_values(monkeypatch)
                 "schema": "erp",
                 "login": "sa",
                 "password": "p;w}d",
-                "extra": {"odbc_driver": "FreeTDS", "connect_options": "TDS_Version=7.4"},
+                "extra": {"connect_options": "TDS_Version=7.4"},
             }
         ),
     )
-    hook = SqlQueueHook(sqlqueue_conn_id="ms")
+    hook = SqlQueueHook(sqlqueue_conn_id="ms", driver="FreeTDS")
     odbc = hook.sqlalchemy_url.query["odbc_connect"]
     assert odbc == "DRIVER=FreeTDS;SERVER=db.example,1433;DATABASE=erp;UID=sa;PWD={p;w}}d};TDS_VERSION=7.4"
-    assert "p;w" not in repr(hook.sqlalchemy_url) or "***" in repr(hook.sqlalchemy_url)
+    shown = repr(hook.sqlalchemy_url) + str(hook.sqlalchemy_url)
+    for form in (
+        "p;w}d",
+        "{p;w}}d}",
+        quote("p;w}d", safe=""),
+        quote("{p;w}}d}", safe=""),
+        quote_plus("{p;w}}d}"),
+    ):
+        assert form not in shown, f"the password shows as {form!r} in {shown!r}"
+    assert "PWD%3D%2A%2A%2A" in shown
     assert hook.placeholder == "?"
 
 

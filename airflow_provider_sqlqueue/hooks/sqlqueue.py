@@ -9,13 +9,21 @@ sensors and triggers stay thin and go through it. As a ``DbApiHook`` it also off
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
 from typing import Any, Literal
+from urllib.parse import quote, quote_plus
 
-from airflow.providers.common.sql.hooks.sql import DbApiHook
+try:
+    from airflow.providers.common.sql.hooks.sql import DbApiHook
+except ImportError as missing:  # the entry point is there without the airflow extra: say so, loudly
+    raise ImportError(
+        "airflow-provider-sqlqueue is installed without its 'airflow' extra, so its hook, sensor, triggers "
+        f"and operators cannot load ({missing}): pip install 'airflow-provider-sqlqueue[airflow]'"
+    ) from missing
 from sqlalchemy.engine import URL
 
 from ..transport import (
@@ -30,7 +38,7 @@ from ..transport import (
     Transport,
     open_transport,
 )
-from ..transport.connection import DEFAULT_ODBC_DRIVER, parse_odbc_string
+from ..transport.connection import DEFAULT_ODBC_DRIVER, odbc_pairs, odbc_value, parse_odbc_string
 
 CountMode = Literal["estimate", "exact"]
 
@@ -58,6 +66,10 @@ LIBPQ_EXTRAS = {
     "gssencmode",
     "channel_binding",
 }
+# Keywords that make the ODBC driver manager load a shared library (DRIVER, or one named by a DSN) or write
+# a file (SAVEFILE). Whoever may edit a connection must not choose them; see _driver_keywords_refused.
+DRIVER_KEYWORDS = ("DRIVER", "DSN", "FILEDSN", "SAVEFILE")
+DRIVER_SETTING = "[providers.odbc] allow_driver_in_extra"
 ENGINE_ALIASES = {
     "postgresql": "postgresql",
     "postgres": "postgresql",
@@ -67,6 +79,61 @@ ENGINE_ALIASES = {
     "mssql": "sqlserver",
     "sql server": "sqlserver",
 }
+
+
+SECRET_ODBC_KEYWORDS = ("PWD", "PASSWORD")
+SECRET_QUERY_KEYS = ("password", "pwd")
+
+
+def secret_forms(secret: str) -> set[str]:
+    """Every form in which ``secret`` can appear in a URL, an ODBC string or a log line: raw, as an ODBC
+    value (braced, ``}`` doubled), and each of those URL-encoded the ways SQLAlchemy and urllib encode."""
+    forms: set[str] = set()
+    for text in (secret, odbc_value(secret)):
+        forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
+    return forms
+
+
+def _hide_odbc_secrets(odbc: str) -> str:
+    return ";".join(
+        f"{key}={'***' if key in SECRET_ODBC_KEYWORDS else odbc_value(value)}"
+        for key, value in odbc_pairs(odbc)
+    )
+
+
+class SecretHidingURL(URL):
+    """A SQLAlchemy URL whose ``str`` and ``repr`` hide the password wherever it sits: in the password
+    field (as SQLAlchemy does), in a ``password``/``pwd`` query parameter, and as ``PWD`` inside the
+    ``odbc_connect`` string, where SQLAlchemy would show it URL-encoded."""
+
+    __slots__ = ()
+
+    def render_as_string(self, hide_password: bool = True) -> str:
+        if not hide_password:
+            return super().render_as_string(hide_password=False)
+        query: dict[str, str | tuple[str, ...]] = {}
+        for key, value in self.query.items():
+            values = (value,) if isinstance(value, str) else tuple(value)
+            if key.lower() in SECRET_QUERY_KEYS:
+                values = tuple("***" for _ in values)
+            elif key.lower() == "odbc_connect":
+                values = tuple(_hide_odbc_secrets(text) for text in values)
+            query[key] = values[0] if len(values) == 1 else values
+        shown = URL.create(
+            self.drivername, self.username, self.password, self.host, self.port, self.database, query
+        )
+        return shown.render_as_string(hide_password=True)
+
+
+def driver_in_extra_allowed() -> bool:
+    """The odbc provider's rule, honoured here too: may a connection choose the ODBC driver?
+
+    A driver is a shared library that every worker and the triggerer load, so by default only the code
+    (the hook's ``driver``, or ``hook_params``) and the deployment (``default_odbc_driver``) choose it.
+    """
+    from airflow.sdk import conf
+
+    return conf.getboolean("providers.odbc", "allow_driver_in_extra", fallback=False)
 
 
 def _options(text: str | None) -> dict[str, str]:
@@ -81,6 +148,10 @@ class SqlQueueHook(DbApiHook):
         existing ``postgres``, ``sqlite``, ``mssql`` or ``odbc`` connection.
     :param default_schema: schema for queue names without one (overrides the connection's extra).
     :param error_queue: where unreadable rows go (overrides the connection's extra; default ``error``).
+    :param driver: SQL Server: the ODBC driver (a name from odbcinst.ini, or a library path). SQL operators
+        pass it as ``hook_params={"driver": ...}``. A connection's own ``odbc_driver``/``driver`` extra, or
+        ``DRIVER``/``DSN``/``FILEDSN`` in its ``connect_options`` or ``odbc_connect``, is refused unless
+        ``[providers.odbc] allow_driver_in_extra`` is true, as the odbc provider does.
     """
 
     conn_name_attr = "sqlqueue_conn_id"
@@ -88,17 +159,22 @@ class SqlQueueHook(DbApiHook):
     conn_type = "sqlqueue"
     hook_name = "SQL Queue"
     supports_autocommit = False
+    # The driver when neither the hook nor (where allowed) the connection names one; a deployment may set it
+    # in airflow_local_settings.py, as with OdbcHook.default_driver.
+    default_odbc_driver: str = DEFAULT_ODBC_DRIVER
 
     def __init__(
         self,
         *args: Any,
         default_schema: str | None = None,
         error_queue: str | None = None,
+        driver: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._default_schema = default_schema
         self._error_queue = error_queue
+        self._driver = driver
         self._transport: Transport | None = None
 
     # ---- connection ----------------------------------------------------------------------------
@@ -134,17 +210,63 @@ class SqlQueueHook(DbApiHook):
     def placeholder(self) -> str:  # type: ignore[override]
         return "%s" if self.engine == "postgresql" else "?"
 
+    def _driver_refused(self, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"connection {self.get_conn_id()!r}: {what}. An ODBC driver is a shared library that the workers "
+            f"and the triggerer load, so a connection may choose it only when {DRIVER_SETTING} is True in "
+            "the Airflow configuration (AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA=True). Otherwise "
+            "remove it from the connection and pass the driver to the hook: SqlQueueHook(driver=...) or "
+            "hook_params={'driver': ...}"
+        )
+
+    @cached_property
+    def odbc_driver(self) -> str:
+        """The ODBC driver for SQL Server: the hook's ``driver``; else the connection's ``odbc_driver`` or
+        ``driver`` extra where ``[providers.odbc] allow_driver_in_extra`` is true; else
+        ``default_odbc_driver``. An extra that names another driver without that setting is refused."""
+        if self._driver:
+            return self._driver.strip().removeprefix("{").removesuffix("}").strip()
+        default = self.default_odbc_driver
+        for key, value in self.connection_extra.items():
+            if key.lower() not in ("odbc_driver", "driver") or not value:
+                continue
+            named = str(value).strip().removeprefix("{").removesuffix("}").strip()
+            if named == default:
+                continue
+            if not driver_in_extra_allowed():
+                raise self._driver_refused(f"its extra {key!r} names the ODBC driver {named!r}")
+            return named
+        return default
+
+    def _check_driver_keywords(self, odbc: str, where: str) -> None:
+        """Refuse DRIVER, DSN, FILEDSN or SAVEFILE in ``odbc`` unless it is the driver the hook chose."""
+        if driver_in_extra_allowed():
+            return
+        chosen = self.odbc_driver
+        for key, value in odbc_pairs(odbc):
+            if key in DRIVER_KEYWORDS and not (key == "DRIVER" and value == chosen):
+                raise self._driver_refused(f"{where} sets {key}=")
+
     def _odbc_string(self) -> str:
         conn = self.connection
         extra = self.connection_extra
         if extra.get("odbc_connect"):
-            return str(extra["odbc_connect"])
+            raw = str(extra["odbc_connect"])
+            self._check_driver_keywords(raw, "its odbc_connect")
+            if any(key in DRIVER_KEYWORDS for key, _ in odbc_pairs(raw)):
+                return raw
+            return f"DRIVER={odbc_value(self.odbc_driver)};{raw}"
         if conn.conn_type == "odbc":
             from airflow.providers.odbc.hooks.odbc import OdbcHook
 
-            driver = extra.get("odbc_driver") or extra.get("driver") or DEFAULT_ODBC_DRIVER
-            return OdbcHook(odbc_conn_id=self.get_conn_id(), driver=driver).odbc_connection_string
-        parts = {"DRIVER": extra.get("odbc_driver") or extra.get("driver") or DEFAULT_ODBC_DRIVER}
+            built = OdbcHook(odbc_conn_id=self.get_conn_id(), driver=self.odbc_driver).odbc_connection_string
+            self._check_driver_keywords(built, "its extras (which OdbcHook writes into the ODBC string)")
+            return built
+        options = _options(extra.get("connect_options"))
+        self._check_driver_keywords(
+            ";".join(f"{key}={odbc_value(value)}" for key, value in options.items()), "its connect_options"
+        )
+        parts = {"DRIVER": self.odbc_driver}
         server = conn.host or "localhost"
         parts["SERVER"] = f"{server},{conn.port}" if conn.port else server
         if conn.schema:
@@ -153,28 +275,73 @@ class SqlQueueHook(DbApiHook):
             parts["UID"] = conn.login
         if conn.password:
             parts["PWD"] = conn.password
-        for key, value in _options(extra.get("connect_options")).items():
+        for key, value in options.items():
             parts[key.upper()] = value
+        built = ";".join(f"{key}={odbc_value(str(value))}" for key, value in parts.items())
+        self._check_driver_keywords(built, "its Host, Schema or Login")
+        return built
 
-        def quote(value: str) -> str:
-            if any(char in value for char in ";{}=") or value != value.strip():
-                return "{" + value.replace("}", "}}") + "}"
-            return value
+    def _sqlite_path(self) -> str:
+        """The queue file of a SQLite connection; refused where the connection looks like a server's.
 
-        return ";".join(f"{key}={quote(str(value))}" for key, value in parts.items())
+        A server name in Host with the engine left at SQLite would otherwise become a file of that name in
+        the working directory of whichever worker runs the task, and sends would "succeed" into it.
+        """
+        conn = self.connection
+        path = conn.host or conn.schema
+        conn_id = self.get_conn_id()
+        choose = (
+            "for a database server choose the engine sqlserver or postgresql (the Engine field, extra "
+            "'engine'); for SQLite put the queue file's absolute path in Host and leave Port, Login and "
+            "Password empty"
+        )
+        if not path:
+            raise ConfigurationError(f"connection {conn_id!r} has no SQLite queue file: {choose}")
+        server_fields = [
+            name
+            for name, value in (("Port", conn.port), ("Login", conn.login), ("Password", conn.password))
+            if value
+        ]
+        if server_fields:
+            raise ConfigurationError(
+                f"connection {conn_id!r} is SQLite but sets {', '.join(server_fields)}, which a SQLite "
+                f"file does not take: {choose}"
+            )
+        if not os.path.isabs(path):
+            raise ConfigurationError(
+                f"connection {conn_id!r} is SQLite with the relative path {path!r}, which would name a "
+                f"different file in each worker's working directory: {choose}"
+            )
+        return path
 
     @property
-    def sqlalchemy_url(self) -> URL:
-        """The transport URL of the connection (carries the password: never log it; its repr hides it)."""
+    def sqlalchemy_url(self) -> SecretHidingURL:
+        """The transport URL of the connection. It carries the password: its ``str`` and ``repr`` hide it in
+        every place it can sit, and each form of it (raw, ODBC-quoted, URL-encoded) is registered with
+        Airflow's secrets masker, so a log line of ``get_uri()`` shows ``***`` too."""
+        url = self._build_url()
+        self._mask_secrets(url)
+        return url
+
+    def _mask_secrets(self, url: URL) -> None:
+        from airflow.sdk.log import mask_secret
+
+        secrets = [self.connection.password or ""]
+        for key, value in url.query.items():
+            values = (value,) if isinstance(value, str) else tuple(value)
+            if key.lower() in SECRET_QUERY_KEYS:
+                secrets += values
+            elif key.lower() == "odbc_connect":
+                secrets += [v for text in values for k, v in odbc_pairs(text) if k in SECRET_ODBC_KEYWORDS]
+        for secret in filter(None, secrets):
+            for form in secret_forms(secret):
+                mask_secret(form)
+
+    def _build_url(self) -> SecretHidingURL:
         conn = self.connection
         engine = self.engine
         if engine == "sqlite":
-            path = conn.host or conn.schema
-            if not path:
-                raise ConfigurationError(
-                    f"connection {self.get_conn_id()!r}: put the SQLite queue file's path in Host"
-                )
-            return URL.create("sqlite", database=path)
+            return SecretHidingURL.create("sqlite", database=self._sqlite_path())
         if engine == "postgresql":
             query = {
                 key: str(value)
@@ -182,7 +349,7 @@ class SqlQueueHook(DbApiHook):
                 if key in LIBPQ_EXTRAS and isinstance(value, str | int | float)
             }
             query |= _options(self.connection_extra.get("connect_options"))
-            return URL.create(
+            return SecretHidingURL.create(
                 "postgresql+psycopg",
                 username=conn.login or None,
                 password=conn.password or None,
@@ -191,7 +358,7 @@ class SqlQueueHook(DbApiHook):
                 database=conn.schema or None,
                 query=query,
             )
-        return URL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
+        return SecretHidingURL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
 
     def get_uri(self) -> str:
         return self.sqlalchemy_url.render_as_string(hide_password=False)
@@ -324,6 +491,11 @@ class SqlQueueHook(DbApiHook):
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(self.get_transport)()
+
+    async def aclose(self) -> None:
+        """``close`` off the event loop: closing pooled connections waits on the network (a PostgreSQL or
+        SQL Server goodbye, a dead server's timeout), which must not stall the triggerer's other triggers."""
+        await asyncio.to_thread(self.close)
 
     async def adepth(self, queue: str, count_mode: CountMode = "estimate") -> int:
         """``depth`` off the event loop: one query, run in a worker thread."""

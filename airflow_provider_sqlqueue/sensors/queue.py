@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.configuration import conf
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook

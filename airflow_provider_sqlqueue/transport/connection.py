@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 LockMode = Literal["auto", "row", "advisory"]
 
-__all__ = ["Transport", "odbc_connection_string", "open_transport"]
+__all__ = ["Transport", "odbc_connection_string", "odbc_pairs", "open_transport", "parse_odbc_string"]
 
 DEFAULT_ODBC_DRIVER = "ODBC Driver 18 for SQL Server"
 
@@ -45,22 +45,33 @@ def _odbc_value(value: str) -> str:
     return value
 
 
-def parse_odbc_string(text: str) -> dict[str, str]:
-    """Split ``KEY=value;KEY={va;lue}`` into a dict with upper-case keys (braced values may hold ';')."""
-    result: dict[str, str] = {}
+def odbc_pairs(text: str) -> list[tuple[str, str]]:
+    """Every ``KEY=value`` of an ODBC connection string in order, keys upper-cased, duplicates kept.
+
+    Split the way the driver manager splits it: a pair ends at the first ``;`` outside braces, a key at its
+    ``=``; a braced value may hold ``;`` and ``}}`` stands for ``}``. A fragment without ``=`` is no pair, so
+    ``A;DRIVER=x`` yields ``DRIVER``, as the driver manager would read it. Security checks look at every
+    pair, since drivers differ on whether the first or the last of a repeated key wins.
+    """
+    pairs: list[tuple[str, str]] = []
     index = 0
-    while index < len(text):
+    length = len(text)
+    while index < length:
+        semicolon = text.find(";", index)
         equals = text.find("=", index)
         if equals == -1:
             break
+        if semicolon != -1 and semicolon < equals:  # a fragment without a value
+            index = semicolon + 1
+            continue
         key = text[index:equals].strip().upper()
         index = equals + 1
-        if index < len(text) and text[index] == "{":
+        if index < length and text[index] == "{":
             value_chars = []
             index += 1
-            while index < len(text):
+            while index < length:
                 if text[index] == "}":
-                    if index + 1 < len(text) and text[index + 1] == "}":
+                    if index + 1 < length and text[index + 1] == "}":
                         value_chars.append("}")
                         index += 2
                         continue
@@ -70,15 +81,25 @@ def parse_odbc_string(text: str) -> dict[str, str]:
                 index += 1
             value = "".join(value_chars)
             semicolon = text.find(";", index)
-            index = len(text) if semicolon == -1 else semicolon + 1
+            index = length if semicolon == -1 else semicolon + 1
         else:
             semicolon = text.find(";", index)
-            end = len(text) if semicolon == -1 else semicolon
+            end = length if semicolon == -1 else semicolon
             value = text[index:end].strip()
             index = end + 1
         if key:
-            result[key] = value
-    return result
+            pairs.append((key, value))
+    return pairs
+
+
+def parse_odbc_string(text: str) -> dict[str, str]:
+    """Split ``KEY=value;KEY={va;lue}`` into a dict with upper-case keys (braced values may hold ';')."""
+    return dict(odbc_pairs(text))
+
+
+def odbc_value(value: str) -> str:
+    """``value`` as an ODBC connection string writes it: in braces (``}`` doubled) when it needs them."""
+    return _odbc_value(value)
 
 
 def odbc_connection_string(url: URL) -> str:

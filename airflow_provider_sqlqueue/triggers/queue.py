@@ -95,7 +95,7 @@ class PendingMessagesTrigger(BaseTrigger):
         except Exception as error:  # a missing connection, an unclassified driver error: say so, end
             yield self._event("error", message=f"{type(error).__name__}: {error}")
         finally:
-            hook.close()
+            await hook.aclose()
 
 
 class QueueMessagesEventTrigger(BaseEventTrigger):
@@ -156,4 +156,4 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
                         )
                 await asyncio.sleep(delay)
         finally:
-            hook.close()
+            await hook.aclose()

@@ -1,0 +1,156 @@
+"""Smaller points of the Airflow surface (issue 15, point 10): the triggers close their hook off the
+event loop, task-side modules read configuration through the Task SDK, and the built distribution carries
+py.typed and the documentation link Airflow shows."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger, QueueMessagesEventTrigger
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "airflow_provider_sqlqueue"
+
+
+@pytest.fixture
+def conn(target, monkeypatch: pytest.MonkeyPatch):
+    for key, value in target.airflow_env().items():
+        monkeypatch.setenv(key, value)
+    with target.open() as transport:
+        transport.queue("orders").create()
+        yield transport
+
+
+@pytest.fixture
+def close_threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each SqlQueueHook.close: whether it ran on a thread with a running event loop."""
+    on_loop: list[bool] = []
+    close = SqlQueueHook.close
+
+    def recording_close(self: SqlQueueHook) -> None:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        close(self)
+
+    monkeypatch.setattr(SqlQueueHook, "close", recording_close)
+    return on_loop
+
+
+def test_the_task_trigger_closes_its_hook_off_the_event_loop(conn, close_threads: list[bool]) -> None:
+    conn.queue("orders").send_batch([b"a", b"b"])
+
+    async def first() -> dict:
+        run = PendingMessagesTrigger("orders", min_messages=2, poll_interval=0.1).run()
+        payload = (await asyncio.wait_for(run.__anext__(), 20)).payload
+        await run.aclose()  # what the triggerer does once the event is taken
+        return payload
+
+    assert asyncio.run(asyncio.wait_for(first(), 20))["depth"] == 2
+    assert close_threads == [False]
+
+
+def test_the_event_trigger_closes_its_hook_off_the_event_loop_when_cancelled(
+    conn, close_threads: list[bool]
+) -> None:
+    conn.queue("orders").send(b"a")
+
+    async def watch_then_cancel() -> dict:
+        run = QueueMessagesEventTrigger("orders", poll_interval=0.1).run()
+        payload = (await asyncio.wait_for(run.__anext__(), 20)).payload
+        waiting = asyncio.ensure_future(run.__anext__())
+        await asyncio.sleep(0.3)
+        waiting.cancel()  # what the triggerer does to a trigger it no longer runs
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return payload
+
+    assert asyncio.run(watch_then_cancel())["depth"] == 1
+    assert close_threads == [False]
+
+
+def test_task_side_modules_read_configuration_through_the_task_sdk() -> None:
+    """``airflow.configuration`` is Airflow core's; workers of Airflow 3 may have only the Task SDK."""
+    task_side = ["hooks", "sensors", "triggers", "operators", "queues"]
+    offenders = []
+    for folder in task_side:
+        for path in (PACKAGE / folder).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                offenders += [
+                    f"{path.relative_to(REPO)}: {name}" for name in names if name == "airflow.configuration"
+                ]
+    assert offenders == []
+    from airflow.sdk import conf
+
+    from airflow_provider_sqlqueue.sensors import queue as sensor_module
+
+    assert sensor_module.conf is conf
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    source = tmp_path_factory.mktemp("source") / "tree"
+    ignored = shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", ".venv", ".site", "benchmarks"
+    )
+    shutil.copytree(REPO, source, ignore=ignored)  # setuptools would reuse a build/ folder left in the tree
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("airflow_provider_sqlqueue-*.whl")
+    return built
+
+
+def test_the_wheel_carries_py_typed(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        assert "airflow_provider_sqlqueue/py.typed" in archive.namelist()
+
+
+def test_airflow_finds_a_documentation_link_in_the_distributions_metadata(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(name).decode())
+    # what airflow's providers discovery does with Project-URL entries (issue-59576 in its source)
+    documentation = None
+    for entry in metadata.get_all("Project-URL") or []:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "documentation":
+            documentation = url.strip()
+    assert documentation and documentation.startswith("https://")

@@ -1,0 +1,375 @@
+"""What SqlQueueHook makes of an Airflow connection, where whoever edits the connection is not trusted with
+the workers: no ODBC driver (a shared library) chosen by the connection unless the deployment allows it.
+
+The driver check uses a real shared library whose constructor writes a marker file when the ODBC driver
+manager loads it: each case first proves, with ``[providers.odbc] allow_driver_in_extra`` on, that the
+library does get loaded, then that without the setting the hook refuses before anything connects.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import pytest
+
+pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+pytest.importorskip("pyodbc", reason="the mssql extra is not installed")
+
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_provider_sqlqueue.transport import ConfigurationError
+
+ALLOW_ENV = "AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"
+MARKER_ENV = "SQLQUEUE_TEST_DRIVER_MARKER"
+LIBRARY_SOURCE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+    const char *marker = getenv("SQLQUEUE_TEST_DRIVER_MARKER");
+    if (marker) { FILE *file = fopen(marker, "w"); if (file) { fputs("loaded\n", file); fclose(file); } }
+}
+"""
+
+
+@pytest.fixture
+def rogue_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """A shared library that leaves a marker file when loaded (a fresh path per test: a library's
+    constructor runs once per process and path)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a C compiler to build the library that must not be loaded")
+    source = tmp_path / "rogue.c"
+    source.write_text(LIBRARY_SOURCE)
+    library = tmp_path / "librogue.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    marker = tmp_path / "loaded.marker"
+    monkeypatch.setenv(MARKER_ENV, str(marker))
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    return str(library), marker
+
+
+def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, connection: dict) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
+
+
+def try_to_connect(hook: SqlQueueHook) -> None:
+    """Open a DB-API connection; the server does not exist, the driver manager loads the driver first."""
+    try:
+        hook.get_conn().close()
+    except ConfigurationError:
+        raise
+    except Exception:  # the rogue library is no ODBC driver; what matters is whether it was loaded
+        pass
+    finally:
+        hook.close()
+
+
+SERVER = {"host": "127.0.0.1", "port": 1, "login": "sa", "password": "not-used-1", "schema": "erp"}
+
+
+def injection_cases(library: str) -> dict[str, dict]:
+    return {
+        "odbc_driver extra": {
+            "conn_type": "sqlqueue",
+            **SERVER,
+            "extra": {"engine": "sqlserver", "odbc_driver": library},
+        },
+        "driver extra on mssql": {"conn_type": "mssql", **SERVER, "extra": {"driver": library}},
+        "Driver= in connect_options": {
+            "conn_type": "sqlqueue",
+            **SERVER,
+            "extra": {"engine": "sqlserver", "connect_options": f"Encrypt=yes;Driver={{{library}}}"},
+        },
+        "DRIVER after a valueless fragment in connect_options": {
+            "conn_type": "mssql",
+            **SERVER,
+            "extra": {"connect_options": f"Encrypt=yes;x;DRIVER={library}"},
+        },
+        "DRIVER in odbc_connect": {
+            "conn_type": "sqlqueue",
+            "extra": {"engine": "sqlserver", "odbc_connect": f"DRIVER={{{library}}};SERVER=127.0.0.1,1"},
+        },
+        "Driver extra on odbc": {"conn_type": "odbc", **SERVER, "extra": {"Driver": library}},
+    }
+
+
+CASES = list(injection_cases("x"))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_library_is_loaded_when_the_deployment_allows_drivers_in_connections(
+    case: str, rogue_driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, marker = rogue_driver
+    set_connection(monkeypatch, "rogue", injection_cases(library)[case])
+    monkeypatch.setenv(ALLOW_ENV, "True")
+    try_to_connect(SqlQueueHook(sqlqueue_conn_id="rogue"))
+    assert marker.exists(), "the test library was not loaded: the refusal test below would prove nothing"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_driver_chosen_by_the_connection_is_refused_before_anything_is_loaded(
+    case: str, rogue_driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, marker = rogue_driver
+    set_connection(monkeypatch, "rogue", injection_cases(library)[case])
+    hook = SqlQueueHook(sqlqueue_conn_id="rogue")
+    with pytest.raises(ConfigurationError, match=r"\[providers\.odbc\] allow_driver_in_extra") as refused:
+        try_to_connect(hook)
+    assert "driver=" in str(refused.value) and "hook_params" in str(refused.value)
+    assert not marker.exists(), "the library named by the connection was loaded"
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        {"conn_type": "sqlqueue", **SERVER, "extra": {"engine": "sqlserver", "connect_options": "DSN=erp"}},
+        {"conn_type": "mssql", **SERVER, "extra": {"connect_options": "FileDSN=/tmp/erp.dsn"}},
+        {"conn_type": "mssql", **SERVER, "extra": {"connect_options": "SAVEFILE=/tmp/erp.dsn"}},
+        {"conn_type": "sqlqueue", "extra": {"engine": "sqlserver", "odbc_connect": "DSN=erp;UID=sa"}},
+        {"conn_type": "odbc", **SERVER, "extra": {"dsn": "erp"}},
+        {"conn_type": "odbc", **SERVER, "extra": {"Encrypt": "yes;FILEDSN=/tmp/erp.dsn"}},
+    ],
+    ids=["DSN", "FILEDSN", "SAVEFILE", "odbc_connect DSN", "odbc dsn extra", "odbc extra value"],
+)
+def test_data_sources_named_by_the_connection_are_refused(
+    connection: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    set_connection(monkeypatch, "dsn", connection)
+    with pytest.raises(ConfigurationError, match=r"allow_driver_in_extra"):
+        _ = SqlQueueHook(sqlqueue_conn_id="dsn").sqlalchemy_url
+    monkeypatch.setenv(ALLOW_ENV, "true")
+    assert SqlQueueHook(sqlqueue_conn_id="dsn").sqlalchemy_url.query["odbc_connect"]
+
+
+def test_the_driver_comes_from_the_hook_and_hook_params(
+    rogue_driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library, marker = rogue_driver
+    set_connection(
+        monkeypatch, "plain", {"conn_type": "sqlqueue", **SERVER, "extra": {"engine": "sqlserver"}}
+    )
+    assert SqlQueueHook(sqlqueue_conn_id="plain").odbc_driver == "ODBC Driver 18 for SQL Server"
+    from airflow.sdk import BaseHook
+
+    by_params = BaseHook.get_connection("plain").get_hook(hook_params={"driver": "{FreeTDS}"})
+    assert isinstance(by_params, SqlQueueHook) and by_params.odbc_driver == "FreeTDS"
+    chosen = SqlQueueHook(sqlqueue_conn_id="plain", driver=library)
+    assert chosen.sqlalchemy_url.query["odbc_connect"].startswith(f"DRIVER={library};")
+    try_to_connect(chosen)
+    assert marker.exists(), "the driver the code chose was not used"
+
+
+def test_a_driver_extra_naming_the_driver_in_use_anyway_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    extra = {"engine": "sqlserver", "odbc_driver": "{ODBC Driver 18 for SQL Server}"}
+    set_connection(monkeypatch, "same", {"conn_type": "sqlqueue", **SERVER, "extra": extra})
+    odbc = SqlQueueHook(sqlqueue_conn_id="same").sqlalchemy_url.query["odbc_connect"]
+    assert odbc.startswith("DRIVER=ODBC Driver 18 for SQL Server;SERVER=127.0.0.1,1;")
+    set_connection(
+        monkeypatch, "other", {"conn_type": "mssql", **SERVER, "extra": {"odbc_driver": "FreeTDS"}}
+    )
+    assert SqlQueueHook(sqlqueue_conn_id="other", driver="FreeTDS").odbc_driver == "FreeTDS"
+    with pytest.raises(ConfigurationError, match="names the ODBC driver 'FreeTDS'"):
+        _ = SqlQueueHook(sqlqueue_conn_id="other").odbc_driver
+
+
+def test_an_odbc_connect_without_a_driver_gets_the_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    set_connection(
+        monkeypatch,
+        "raw",
+        {"conn_type": "sqlqueue", "extra": {"engine": "sqlserver", "odbc_connect": "SERVER=h,1433;UID=u"}},
+    )
+    odbc = SqlQueueHook(sqlqueue_conn_id="raw", driver="FreeTDS").sqlalchemy_url.query["odbc_connect"]
+    assert odbc == "DRIVER=FreeTDS;SERVER=h,1433;UID=u"
+
+
+# ---- SQLite only where the connection is a local file (point 3) ------------------------------------------
+SERVER_ON_SQLITE = [
+    ({"conn_type": "sqlqueue", "host": "sql.example.com", "port": 1433, "login": "app"}, "Port, Login"),
+    ({"conn_type": "sqlqueue", "host": "sql.example.com", "password": "pw-12345"}, "Password"),
+    ({"conn_type": "sqlqueue", "host": "sql.example.com"}, "relative path 'sql.example.com'"),
+    ({"conn_type": "sqlqueue", "host": "queues.db"}, "relative path 'queues.db'"),
+    ({"conn_type": "sqlite", "host": "queues.db"}, "relative path"),
+    ({"conn_type": "sqlite", "host": "/tmp/queues.db", "login": "app"}, "Login"),
+]
+
+
+@pytest.mark.parametrize(("connection", "named"), SERVER_ON_SQLITE)
+def test_sqlite_is_refused_for_a_connection_that_names_a_server(
+    connection: dict, named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if connection["conn_type"] == "sqlqueue":
+        connection = {**connection, "extra": {"engine": "sqlite"}}
+    set_connection(monkeypatch, "vague", connection)
+    hook = SqlQueueHook(sqlqueue_conn_id="vague")
+    try:
+        with pytest.raises(ConfigurationError, match="choose the engine sqlserver or postgresql") as refused:
+            hook.send("orders", b"must not land in a local file")
+    finally:
+        hook.close()
+    assert named in str(refused.value)
+    assert list(tmp_path.iterdir()) == [], "a file was created in the working directory"
+
+
+def test_an_absolute_sqlite_file_still_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "queues.db"
+    set_connection(
+        monkeypatch, "file", {"conn_type": "sqlqueue", "host": str(path), "extra": {"engine": "sqlite"}}
+    )
+    hook = SqlQueueHook(sqlqueue_conn_id="file")
+    try:
+        hook.get_transport().queue("orders").create()
+        hook.send("orders", b"kept")
+        assert hook.depth("orders", "exact") == 1
+    finally:
+        hook.close()
+    assert path.exists()
+
+
+def test_the_connection_form_has_no_engine_default_that_turns_a_server_into_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a new user gets who fills in the server fields of the form and leaves the rest as it is."""
+    from airflow.providers_manager import ProvidersManager
+
+    monkeypatch.chdir(tmp_path)
+    widgets = ProvidersManager().connection_form_widgets
+    prefix = "extra__sqlqueue__"
+    fields = {
+        name.removeprefix(prefix): widget for name, widget in widgets.items() if name.startswith(prefix)
+    }
+    assert "engine" in fields
+    assert fields["engine"].field["value"] is None
+    behaviour = ProvidersManager().field_behaviours["sqlqueue"]
+    assert "absolute" in behaviour["relabeling"]["host"]
+    saved_extra = {name: widget.field["value"] for name, widget in fields.items() if widget.field["value"]}
+    connection = {"conn_type": "sqlqueue", "host": "sql.example.com", "port": 1433, "login": "app"}
+    set_connection(monkeypatch, "from_form", {**connection, "extra": saved_extra})
+    hook = SqlQueueHook(sqlqueue_conn_id="from_form")
+    with pytest.raises(
+        ConfigurationError, match="choose sqlserver, postgresql or sqlite in its Engine field"
+    ):
+        hook.send("orders", b"x")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- the password in every form stays out of reprs and logs (point 11) ----------------------------------
+PASSWORD = "Tok3n/{se;cr=et}@p#ss w+rd"
+
+
+def password_forms(password: str) -> set[str]:
+    """Raw, as an ODBC value (braced, ``}`` doubled), and each URL-encoded, as tests/test_secrets.py
+    checks: the forms an ODBC string inside a URL can carry."""
+    braced = "{" + password.replace("}", "}}") + "}"
+    forms: set[str] = set()
+    for text in (password, braced):
+        forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
+    return forms
+
+
+def shown_forms(text: str, password: str) -> list[str]:
+    return sorted(form for form in password_forms(password) if form in text)
+
+
+SQL_SERVER_CONNECTIONS = {
+    "mssql": {"conn_type": "mssql", "host": "db.example", "port": 1433, "login": "sa", "password": PASSWORD},
+    "sqlqueue": {
+        "conn_type": "sqlqueue",
+        "host": "db.example",
+        "login": "sa",
+        "password": PASSWORD,
+        "extra": {"engine": "sqlserver", "connect_options": "Encrypt=yes"},
+    },
+    "odbc_connect": {
+        "conn_type": "sqlqueue",
+        "extra": {
+            "engine": "sqlserver",
+            "odbc_connect": "SERVER=db.example;UID=sa;PWD=" + "{" + PASSWORD.replace("}", "}}") + "}",
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(SQL_SERVER_CONNECTIONS))
+def test_no_form_of_a_sql_server_password_in_the_urls_repr_or_a_log_of_it(
+    case: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from airflow.sdk._shared.secrets_masker import redact
+
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    set_connection(monkeypatch, "secret_ms", SQL_SERVER_CONNECTIONS[case])
+    hook = SqlQueueHook(sqlqueue_conn_id="secret_ms")
+    url = hook.sqlalchemy_url
+    uri = hook.get_uri()
+    assert shown_forms(uri, PASSWORD), "the URL does not carry the password: nothing would be tested"
+    assert "PWD%3D%7B" in uri  # the encoded form issue 15 found in the repr
+    for text in (repr(url), str(url), f"{url!r}", repr(hook.get_transport())):
+        assert shown_forms(text, PASSWORD) == [], text
+    assert "db.example" in repr(url) and "PWD" in repr(url)
+    # a log line of the full URI goes through Airflow's secrets masker
+    assert shown_forms(redact(uri), PASSWORD) == []
+    hook.close()
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_no_form_of_a_postgres_password_in_reprs_or_logs_while_the_hook_works(
+    target, postgres_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from airflow.sdk._shared.secrets_masker import redact
+
+    role = f"qmask_{uuid.uuid4().hex[:8]}"
+    escaped = PASSWORD.replace("'", "''")
+    postgres_server.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{escaped}'")
+    postgres_server.execute(f'GRANT USAGE, CREATE ON SCHEMA "{target.schema}" TO "{role}"')
+    connection = {**target.airflow_connection(), "login": role, "password": PASSWORD}
+    connection["extra"] = {**connection["extra"], "connect_options": "application_name=masked"}
+    set_connection(monkeypatch, "secret_pg", connection)
+    hook = SqlQueueHook(sqlqueue_conn_id="secret_pg")
+    try:
+        hook.get_transport().queue("orders").create()
+        hook.send("orders", b"through the masked URL")
+        assert hook.depth("orders", "exact") == 1
+        uri = hook.get_uri()
+        assert shown_forms(uri, PASSWORD), "the URI does not carry the password: nothing would be tested"
+        for text in (repr(hook.sqlalchemy_url), str(hook.sqlalchemy_url), repr(hook.get_transport())):
+            assert shown_forms(text, PASSWORD) == [], text
+        assert shown_forms(redact(uri), PASSWORD) == []
+        assert shown_forms(redact(f"connecting with password={PASSWORD}"), PASSWORD) == []
+    finally:
+        hook.close()
+        postgres_server.execute(f'DROP OWNED BY "{role}"')
+        postgres_server.execute(f'DROP ROLE "{role}"')
+
+
+# ---- an mssql connection reused through pyodbc, as docs/connections.md says (point 8) --------------------
+def test_a_reused_mssql_connection_becomes_the_odbc_string_the_docs_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "connections.md").read_text()
+    documented = re.search(r"<!-- mssql-reuse-odbc -->`([^`]+)`", page)
+    assert documented, "docs/connections.md does not show what a reused mssql connection becomes"
+    assert "TrustServerCertificate=yes" in page and "ODBC Driver 18 encrypts by default" in page
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    connection = {
+        "conn_type": "mssql",
+        "host": "sql.example.com",
+        "port": 1433,
+        "login": "sqlqueue_app",
+        "password": "change-me",
+        "schema": "erp",
+    }
+    set_connection(monkeypatch, "reused", connection)
+    assert SqlQueueHook(sqlqueue_conn_id="reused").sqlalchemy_url.query["odbc_connect"] == documented.group(1)
+    set_connection(monkeypatch, "reused", {**connection, "extra": {"sqlalchemy_scheme": "mssql+pymssql"}})
+    assert SqlQueueHook(sqlqueue_conn_id="reused").sqlalchemy_url.query["odbc_connect"] == documented.group(1)

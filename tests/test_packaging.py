@@ -1,0 +1,148 @@
+"""How the distribution installs and registers: the provider entry point without the 'airflow' extra,
+the engine-neutral core without Airflow, and the extras' pins against the providers they sit beside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import distribution
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if any(name == blocked or name.startswith(blocked + ".") for blocked in {blocked!r}):
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_python(code: str, blocked: list[str]) -> subprocess.CompletedProcess[str]:
+    script = BLOCKER.format(blocked=blocked) + textwrap.dedent(code)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO, timeout=300
+    )
+
+
+def site_without(tmp_path: Path, package_path: tuple[str, ...], dist_prefix: str) -> Path:
+    """A copy of this environment's site-packages (symlinks) in which one distribution is not installed:
+    neither its files (``package_path`` inside a namespace package) nor its ``*.dist-info``."""
+    import sysconfig
+
+    source = Path(sysconfig.get_paths()["purelib"])
+    site = tmp_path / "site-packages"
+
+    def mirror(origin: Path, copy: Path, skip: tuple[str, ...]) -> None:
+        copy.mkdir()
+        for entry in origin.iterdir():
+            if entry.name.startswith(dist_prefix) and entry.name.endswith(".dist-info"):
+                continue
+            if skip and entry.name == skip[0]:
+                if len(skip) > 1:
+                    mirror(entry, copy / entry.name, skip[1:])
+                continue
+            (copy / entry.name).symlink_to(entry)
+
+    mirror(source, site, package_path)
+    return site
+
+
+def test_a_missing_airflow_extra_is_loud_not_a_silently_missing_connection_type(tmp_path: Path) -> None:
+    pytest.importorskip("airflow.providers_manager", reason="the Airflow extra is not installed")
+    site = site_without(
+        tmp_path, ("airflow", "providers", "common", "sql"), "apache_airflow_providers_common_sql-"
+    )
+    code = textwrap.dedent(
+        f"""
+        import site, sys
+        site.addsitedir({str(site)!r})
+        import logging, warnings
+        logging.basicConfig(level=logging.INFO)
+        warnings.simplefilter("always")
+        from airflow.providers_manager import ProvidersManager
+        manager = ProvidersManager()
+        assert "apache-airflow-providers-common-sql" not in manager.providers
+        assert "airflow-provider-sqlqueue" in manager.providers
+        print("HOOK", manager.hooks.get("sqlqueue"))
+        try:
+            import airflow_provider_sqlqueue.operators.send
+        except ImportError as error:
+            print("OPERATOR", error)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=300
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "HOOK None" in output, output  # the connection type cannot load ...
+    fix = "pip install 'airflow-provider-sqlqueue[airflow]'"
+    assert output.count(fix) >= 2, output  # ... and both the entry point and the import say why
+    assert "apache-airflow-providers-common-sql not installed" in output
+    assert "OPERATOR airflow-provider-sqlqueue is installed without its 'airflow' extra" in output
+
+
+def test_the_engine_neutral_core_and_the_spark_bridge_import_without_airflow(tmp_path: Path) -> None:
+    result = run_python(
+        f"""
+        import airflow_provider_sqlqueue.transport as transport
+        import airflow_provider_sqlqueue.dialects, airflow_provider_sqlqueue.spark.drain
+        import airflow_provider_sqlqueue.spark.fill, airflow_provider_sqlqueue.cli
+        with transport.open_transport("sqlite:///{tmp_path}/q.db") as opened:
+            queue = opened.queue("orders")
+            queue.create()
+            queue.send(b"without airflow")
+            print("COUNT", queue.count())
+        print("AIRFLOW LOADED", any(name.split(".")[0] == "airflow" for name in sys.modules))
+        """,
+        blocked=["airflow"],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "COUNT 1" in result.stdout and "AIRFLOW LOADED False" in result.stdout
+
+
+def _requirement(distribution_name: str, package: str, extra: str | None) -> str:
+    from packaging.requirements import Requirement
+
+    for text in distribution(distribution_name).requires or []:
+        requirement = Requirement(text)
+        in_extra = requirement.marker is not None and requirement.marker.evaluate({"extra": extra or ""})
+        if requirement.name == package and (in_extra if extra else requirement.marker is None):
+            return str(requirement.specifier)
+    raise AssertionError(f"{distribution_name} does not require {package} (extra {extra})")
+
+
+def test_the_spark_extra_accepts_every_pyspark_the_apache_spark_provider_accepts() -> None:
+    pytest.importorskip("airflow.providers.apache.spark", reason="the spark extra is not installed")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    ours = {
+        Requirement(text).name: Requirement(text).specifier
+        for text in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+            "spark"
+        ]
+    }
+    theirs = {
+        "pyspark-client": _requirement("apache-airflow-providers-apache-spark", "pyspark-client", None),
+        "pyspark": _requirement("apache-airflow-providers-apache-spark", "pyspark", "pyspark"),
+    }
+    for package, specifier in theirs.items():
+        lowest = Version(next(s.version for s in Requirement(f"x{specifier}").specifier if ">" in s.operator))
+        for version in (lowest, Version("4.1.1"), Version("4.2.0")):
+            if package in ours:
+                assert version in ours[package], f"{package} {version}: the provider takes it, we do not"
