@@ -57,7 +57,7 @@ def provision(context: dict | None = None) -> None:
     ).execute(context or {})
     ProvisionSparkBridgeOperator(
         task_id="bridge",
-        queue="orders",
+        queue_name="orders",
         sink_table="order_rows",
         sink_columns=[
             ("message_id", "string", False),

@@ -36,9 +36,9 @@ def to_message(
 
 
 class SendMessageOperator(BaseOperator):
-    """Send a message (``body``) or a batch (``messages``) to ``queue``; return the message Ids.
+    """Send a message (``body``) or a batch (``messages``) to ``queue_name``; return the message Ids.
 
-    :param queue: queue address (templated). Not Airflow's executor queue (``executor_queue``).
+    :param queue_name: queue address (templated). ``queue`` stays Airflow's executor queue.
     :param body: bytes, text, or a JSON-able value sent as JSON (templated).
     :param headers: message headers (templated).
     :param time_to_be_received: a timedelta or seconds; the message expires that long after sending.
@@ -54,21 +54,18 @@ class SendMessageOperator(BaseOperator):
     def __init__(
         self,
         *,
-        queue: str,
+        queue_name: str,
         body: Any = None,
         headers: Mapping[str, str | None] | None = None,
         time_to_be_received: timedelta | float | None = None,
         messages: Sequence[Any] | None = None,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
-        executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if executor_queue is not None:
-            kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         if (body is None) == (messages is None):
             raise ValueError("give either body (one message) or messages (a batch)")
-        self.queue_name = queue
+        self.queue_name = queue_name
         self.body = body
         self.headers = dict(headers or {})
         self.time_to_be_received = time_to_be_received
