@@ -6,6 +6,8 @@ Each run is a ``dag_runner.py`` subprocess (see ``test_airflow_dags``) whose dag
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,3 +46,32 @@ def test_mapped_and_plain_tasks_run_on_the_default_executor_queue(
     assert {ti["state"] for ti in instances} == {"success"}, instances
     with target.open() as transport:
         assert transport.queue("orders").count() == 0
+
+
+@pytest.mark.slow
+def test_every_templated_field_takes_an_xcomarg_and_a_jinja_string(
+    airflow_db: Path,  # noqa: F811
+    target: EngineTarget,
+    tmp_path: Path,
+) -> None:
+    run = run_dag(target, "sqlqueue_test_templated", {"script_dir": str(tmp_path)}, env=TEST_DAGS)
+
+    assert_succeeded(run, target)
+    assert {ti["state"] for ti in run.task_instances} == {"success"}, run.task_instances
+    output = run.output
+    for kind, queue in (("FromXCom", "orders"), ("FromJinja", "invoices")):
+        line = rf"message \S+ type Sales\.{kind} body (.*?)(?: +\[airflow_provider_sqlqueue\S*\].*)?$"
+        typed = re.findall(line, output, flags=re.MULTILINE)
+        bodies = [json.loads(body) if body.startswith("{") else body for body in typed]
+        first = {"order": 1} if kind == "FromXCom" else "hello from jinja"
+        assert sorted(map(json.dumps, bodies)) == sorted(map(json.dumps, [first, {"order": 2}, {"order": 3}]))
+        assert f"{queue}: processed 3, failed 0" in output, output
+    for prefix, queue in (("x", "orders"), ("j", "invoices")):
+        text = (tmp_path / f"{prefix}_script.sql").read_text(encoding="utf-8")
+        assert re.search(rf'CREATE TABLE (\S+\.)?"{queue}"', text) and f'"{prefix}_extra" (' in text, text
+    for name in ("x_extra", "j_extra"):
+        assert f"purged 0 expired message(s) from {name}" in output, output
+    with target.open() as transport:
+        tables = ("orders", "orders.x1", "x_extra", "invoices", "invoices.j1", "j_extra", "rows_x", "rows_j")
+        assert [name for name in tables if not transport.queue(name).exists()] == []
+        assert transport.queue("orders").count() == 0 and transport.queue("invoices").count() == 0

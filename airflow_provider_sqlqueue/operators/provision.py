@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import QueueAddress, TableOptions
+from ._rendered import as_names
 
 
 def endpoint_queues(
@@ -82,7 +83,7 @@ class ProvisionQueuesOperator(BaseOperator):
         self.instance_suffix = instance_suffix
         self.error_queue = error_queue
         self.audit_queue = audit_queue
-        self.extra_queues = list(extra_queues)
+        self.extra_queues = extra_queues
         self.dry_run = dry_run
         self.script_path = script_path
 
@@ -93,7 +94,7 @@ class ProvisionQueuesOperator(BaseOperator):
             instance_suffix=self.instance_suffix,
             error_queue=self.error_queue,
             audit_queue=self.audit_queue,
-            extra_queues=self.extra_queues,
+            extra_queues=as_names("extra_queues", self.extra_queues),
         )
 
     def execute(self, context: Any) -> Any:

@@ -12,6 +12,7 @@ from airflow.sdk import BaseOperator
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import OutgoingMessage
 from ..transport.headers import CONTENT_TYPE
+from ._rendered import as_list, as_mapping
 
 WRAPPER_KEYS = {"body", "headers", "time_to_be_received"}
 
@@ -67,27 +68,23 @@ class SendMessageOperator(BaseOperator):
             raise ValueError("give either body (one message) or messages (a batch)")
         self.queue_name = queue_name
         self.body = body
-        self.headers = dict(headers or {})
+        self.headers = headers
         self.time_to_be_received = time_to_be_received
         self.messages = messages
         self.sqlqueue_conn_id = sqlqueue_conn_id
 
     def _outgoing(self) -> list[OutgoingMessage]:
+        common = as_mapping("headers", self.headers)
         if self.messages is None:
-            return [to_message(self.body, self.headers, self.time_to_be_received)]
-        if isinstance(self.messages, str | bytes) or not isinstance(self.messages, Sequence):
-            raise ValueError(
-                f"messages must be a list, not {type(self.messages).__name__}: a template renders to text "
-                "unless the DAG sets render_template_as_native_obj=True; an XComArg works as it is"
-            )
+            return [to_message(self.body, common, self.time_to_be_received)]
         batch = []
-        for item in self.messages:
+        for item in as_list("messages", self.messages):
             if isinstance(item, Mapping) and "body" in item and set(item) <= WRAPPER_KEYS:
-                headers = {**self.headers, **(item.get("headers") or {})}
+                headers = {**common, **as_mapping("a message's headers", item.get("headers"))}
                 ttbr = item.get("time_to_be_received", self.time_to_be_received)
                 batch.append(to_message(item["body"], headers, ttbr))
             else:
-                batch.append(to_message(item, self.headers, self.time_to_be_received))
+                batch.append(to_message(item, common, self.time_to_be_received))
         return batch
 
     def execute(self, context: Any) -> list[str]:

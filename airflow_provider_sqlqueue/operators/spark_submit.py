@@ -106,7 +106,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
-        if not isinstance(sink, str) or "{{" not in sink:
+        if isinstance(sink, str) and "{{" not in sink:  # a template or an XComArg is checked in execute
             Sink.parse(sink)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
@@ -173,6 +173,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         return default_schema, error_queue
 
     def execute(self, context: Any) -> dict[str, Any]:
+        Sink.parse(self.sink if isinstance(self.sink, str) else repr(self.sink))
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         run_id = self.job_run_id(context)
         default_schema, error_queue = self._settings(hook)

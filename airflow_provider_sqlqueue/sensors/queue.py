@@ -54,7 +54,7 @@ class QueueSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not isinstance(min_messages, str):
+        if isinstance(min_messages, int):  # a template or an XComArg is checked when the sensor runs
             _threshold(min_messages)
         if count_mode not in COUNT_MODES:
             raise ValueError(f"count_mode must be 'estimate' or 'exact', not {count_mode!r}")
