@@ -307,7 +307,7 @@ def test_runtime_role_sends_receives_pokes_and_purges(runtime_role: Role) -> Non
     sent = SendMessageOperator(
         task_id="send", queue_name="orders", messages=[{"n": 1}, {"n": 2}], sqlqueue_conn_id=RUNTIME_CONN
     ).execute(context={})
-    assert len(sent) == 2
+    assert sent["count"] == 2
     sensor = QueueSensor(task_id="wait", queue_name="orders", min_messages=2, sqlqueue_conn_id=RUNTIME_CONN)
     assert sensor.poke({}).is_done
     exact = QueueSensor(

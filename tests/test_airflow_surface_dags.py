@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import rawsql
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
@@ -75,3 +76,33 @@ def test_every_templated_field_takes_an_xcomarg_and_a_jinja_string(
         tables = ("orders", "orders.x1", "x_extra", "invoices", "invoices.j1", "j_extra", "rows_x", "rows_j")
         assert [name for name in tables if not transport.queue(name).exists()] == []
         assert transport.queue("orders").count() == 0 and transport.queue("invoices").count() == 0
+
+
+@pytest.mark.slow
+def test_a_retried_send_repeats_its_message_ids_and_returns_a_summary(
+    airflow_db: Path,  # noqa: F811
+    target: EngineTarget,
+) -> None:
+    run = run_dag(target, "sqlqueue_test_retry", env=TEST_DAGS)
+
+    assert_succeeded(run, target)
+    tries = {(ti["task_id"], ti["map_index"]): ti["try_number"] for ti in run.task_instances}
+    assert tries[("send", -1)] == 2, run.task_instances  # the first try failed after its commit
+    [returned] = re.findall(r"^send returned (\{.*\})", run.output, flags=re.MULTILINE)
+    [mapped] = re.findall(r"^mapped returned (\[.*\])", run.output, flags=re.MULTILINE)
+    summary, mapped_summaries = json.loads(returned), json.loads(mapped)
+    with target.open() as transport:
+        rows = rawsql.all_rows(transport.queue("orders"))
+    sent = [
+        (message_id, json.loads(headers)["NServiceBus.MessageId"], body) for message_id, headers, body in rows
+    ]
+    assert all(message_id == header for message_id, header, _ in sent)
+    batch = [(message_id, body) for message_id, _, body in sent if body.startswith(b"{")]
+    assert [body for _, body in batch] == [b'{"n": 0}', b'{"n": 1}', b'{"n": 2}'] * 2
+    assert [message_id for message_id, _ in batch[:3]] == [message_id for message_id, _ in batch[3:]]
+    assert len({message_id for message_id, _ in batch}) == 3
+    assert summary == {"queue": "orders", "count": 3, "first_id": batch[0][0], "last_id": batch[2][0]}
+    singles = {body: message_id for message_id, _, body in sent if not body.startswith(b"{")}
+    assert sorted(singles) == [b"a", b"b"] and singles[b"a"] != singles[b"b"]
+    assert sorted(item["first_id"] for item in mapped_summaries) == sorted(singles.values())
+    assert all(item["count"] == 1 for item in mapped_summaries)

@@ -311,14 +311,14 @@ def test_purge_operator_counts_per_queue(conn) -> None:
 
 
 def test_send_operator_sends_json_text_and_batches(conn) -> None:
-    ids = SendMessageOperator(task_id="s", queue_name="orders", body={"order": 1}).execute({})
-    ids += SendMessageOperator(
+    one = SendMessageOperator(task_id="s", queue_name="orders", body={"order": 1}).execute({})
+    two = SendMessageOperator(
         task_id="b",
         queue_name="orders",
         messages=["text", {"body": b"raw", "headers": {"k": "v"}, "time_to_be_received": 3600}],
         headers={"source": "airflow"},
     ).execute({})
-    assert len(ids) == 3
+    assert one["count"] == 1 and one["first_id"] == one["last_id"] and two["count"] == 2
     with conn.queue("orders").receive(max_messages=3) as batch:
         assert json.loads(batch[0].body) == {"order": 1}
         assert batch[0].content_type == "application/json"
