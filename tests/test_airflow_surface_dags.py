@@ -106,3 +106,26 @@ def test_a_retried_send_repeats_its_message_ids_and_returns_a_summary(
     assert sorted(singles) == [b"a", b"b"] and singles[b"a"] != singles[b"b"]
     assert sorted(item["first_id"] for item in mapped_summaries) == sorted(singles.values())
     assert all(item["count"] == 1 for item in mapped_summaries)
+
+
+@pytest.mark.slow
+def test_provisioning_with_defaults_creates_the_same_tables_on_any_worker(
+    airflow_db: Path,  # noqa: F811
+    target: EngineTarget,
+) -> None:
+    run = run_dag(target, "sqlqueue_test_provision_default", env=TEST_DAGS)
+
+    assert_succeeded(run, target)
+    with target.open() as transport:
+        assert rawsql.user_tables(transport, target.schema) == {"Sales", "error", "audit"}
+
+
+def test_an_instance_queue_needs_an_explicit_suffix() -> None:
+    from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator, endpoint_queues
+
+    with pytest.raises(ValueError, match="needs instance_suffix"):
+        ProvisionQueuesOperator(task_id="p", endpoint="Sales", instance_specific_queue=True)
+    with pytest.raises(ValueError, match="needs instance_suffix"):
+        endpoint_queues("Sales", instance_specific_queue=True)
+    assert endpoint_queues("Sales") == ["Sales", "error", "audit"]
+    assert endpoint_queues("Sales", instance_suffix="node1") == ["Sales", "Sales.node1", "error", "audit"]
