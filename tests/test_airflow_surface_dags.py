@@ -6,10 +6,14 @@ Each run is a ``dag_runner.py`` subprocess (see ``test_airflow_dags``) whose dag
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import rawsql
@@ -18,6 +22,9 @@ pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
 from airflow.sdk.definitions._internal.abstractoperator import DEFAULT_QUEUE
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
+
+from airflow_provider_sqlqueue.transport import OutgoingMessage
+from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger
 
 if TYPE_CHECKING:
     from conftest import EngineTarget
@@ -129,3 +136,51 @@ def test_an_instance_queue_needs_an_explicit_suffix() -> None:
         endpoint_queues("Sales", instance_specific_queue=True)
     assert endpoint_queues("Sales") == ["Sales", "error", "audit"]
     assert endpoint_queues("Sales", instance_suffix="node1") == ["Sales", "Sales.node1", "error", "audit"]
+
+
+@pytest.mark.slow
+def test_the_sensors_default_count_does_not_fire_on_an_overcounting_estimate(
+    airflow_db: Path,  # noqa: F811
+    target: EngineTarget,
+) -> None:
+    with target.open() as transport:
+        transport.queue("error").create()
+        orders = transport.queue("orders")
+        orders.create()
+        orders.send_batch([OutgoingMessage(b"stale", time_to_be_received=timedelta(milliseconds=1))] * 2)
+        orders.send(b"fresh")
+        time.sleep(0.05)
+        assert orders.peek_estimate() == 3 and orders.count() == 1  # the estimate overcounts
+
+    run = run_dag(target, "sqlqueue_test_sensor_count", env=TEST_DAGS)
+
+    states = {ti["task_id"]: ti["state"] for ti in run.task_instances}
+    assert states == {"poke": "skipped"}, run.output
+
+    async def first_event_within(seconds: float) -> object:
+        trigger = PendingMessagesTrigger(queue_name="orders", min_messages=3, poll_interval=0.2)
+        try:
+            async for event in _with_timeout(trigger.run(), seconds):
+                return event.payload
+        except TimeoutError:
+            return None
+        return None
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in target.airflow_env().items():
+            patch.setenv(key, value)
+        assert asyncio.run(first_event_within(2.0)) is None  # the deferred sensor's trigger waits too
+        with target.open() as transport:
+            transport.queue("orders").send_batch([b"two", b"three"])
+        assert asyncio.run(first_event_within(10.0)) == {
+            "status": "success",
+            "queue": "orders",
+            "depth": 3,
+            "count_mode": "estimate",
+        }
+
+
+async def _with_timeout(events: AsyncIterator[Any], seconds: float) -> AsyncIterator[Any]:
+    async with asyncio.timeout(seconds):
+        async for event in events:
+            yield event

@@ -36,7 +36,8 @@ class QueueSensor(BaseSensorOperator):
     :param sqlqueue_conn_id: Airflow connection of the queue database.
     :param min_messages: threshold, at least 1 (templated: ``"{{ params.min_messages }}"`` works).
     :param count_mode: ``estimate`` (max - min + 1 of RowVersion; cheap at any length, may overcount gaps
-        and expired rows) or ``exact`` (counts unexpired rows; scans the table).
+        and expired rows, so a poke that reaches the threshold confirms it with an exact count before
+        succeeding) or ``exact`` (counts unexpired rows on every poke; scans the table).
     :param deferrable: defer to the triggerer; defaults to ``[operators] default_deferrable``.
     """
 
@@ -65,12 +66,15 @@ class QueueSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def poke(self, context: Any) -> PokeReturnValue:
+        threshold = _threshold(self.min_messages)
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
             depth = hook.depth(self.queue_name, self.count_mode)  # type: ignore[arg-type]
+            if self.count_mode == "estimate" and depth >= threshold:
+                # The estimate counts gaps and expired rows: confirm before succeeding.
+                depth = hook.depth(self.queue_name, "exact")
         finally:
             hook.close()
-        threshold = _threshold(self.min_messages)
         self.log.info(
             "queue %s holds %d message(s) (%s); waiting for %d",
             self.queue_name,
