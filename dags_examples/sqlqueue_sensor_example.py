@@ -32,13 +32,13 @@ with DAG(
     )
     produce = SendMessageOperator(
         task_id="produce",
-        queue=QUEUE,
+        queue_name=QUEUE,
         messages=[{"order_id": n, "amount": 10.0 * n} for n in range(1, 11)],
         headers={"NServiceBus.EnclosedMessageTypes": "Sales.OrderPlaced"},
     )
     wait = QueueSensor(
         task_id="wait_for_orders",
-        queue=QUEUE,
+        queue_name=QUEUE,
         min_messages="{{ params.min_messages }}",
         deferrable=True,
         poke_interval=2,

@@ -63,7 +63,7 @@ with DAG(
         task_id="provision_queues", endpoint=QUEUE, instance_specific_queue=False, audit_queue=None
     )
     provision_bridge = ProvisionSparkBridgeOperator(
-        task_id="provision_bridge", queue=QUEUE, sink_table=RESULTS, sink_columns=RESULT_COLUMNS
+        task_id="provision_bridge", queue_name=QUEUE, sink_table=RESULTS, sink_columns=RESULT_COLUMNS
     )
 
     @task
@@ -94,7 +94,7 @@ with DAG(
 
     wait = QueueSensor(
         task_id="wait_for_orders",
-        queue=QUEUE,
+        queue_name=QUEUE,
         min_messages="{{ params.orders }}",
         deferrable=True,
         poke_interval=2,

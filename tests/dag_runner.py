@@ -3,13 +3,36 @@
 Usage: ``python dag_runner.py <dag_id> [run_conf as JSON]``. The environment must name a migrated
 ``AIRFLOW_HOME``, the dags folder (``AIRFLOW__CORE__DAGS_FOLDER``) and the DAG's connections
 (``AIRFLOW_CONN_<ID>``). The last line printed is ``DAGRUN_STATE=<state>``; the exit status is 0 only for
-``success``. ``dag.test()`` needs a DAG loaded from the dags folder (a DAG built in a test is not serialized).
+``success``; before it, one ``TASK_INSTANCE=<json>`` line per task instance (state, executor queue, try).
+``dag.test()`` needs a DAG loaded from the dags folder (a DAG built in a test is not serialized).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+
+def _task_instances(dag_run: object) -> list[dict[str, object]]:
+    """The run's task instances as the metadata database holds them (state, executor queue, try)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskInstance).filter(
+            TaskInstance.dag_id == dag_run.dag_id,  # type: ignore[attr-defined]
+            TaskInstance.run_id == dag_run.run_id,  # type: ignore[attr-defined]
+        )
+        return [
+            {
+                "task_id": ti.task_id,
+                "map_index": ti.map_index,
+                "state": getattr(ti.state, "value", ti.state),
+                "queue": ti.queue,
+                "try_number": ti.try_number,
+            }
+            for ti in rows
+        ]
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +56,8 @@ def main(argv: list[str]) -> int:
     dag_run = dag.test(run_conf=run_conf)
     state = getattr(dag_run, "state", None)
     state = getattr(state, "value", state)
+    for ti in _task_instances(dag_run):
+        print(f"TASK_INSTANCE={json.dumps(ti)}", flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
     print(f"DAGRUN_STATE={state}", flush=True)

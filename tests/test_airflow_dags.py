@@ -79,11 +79,12 @@ class DagRun:
         dag_id: str,
         run_conf: dict[str, Any] | None = None,
         markers: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         command = [sys.executable, str(RUNNER), dag_id]
         if run_conf is not None:
             command.append(json.dumps(run_conf))
-        env = {**os.environ, **target.airflow_env(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **target.airflow_env(), "PYTHONUNBUFFERED": "1", **(env or {})}
         self.lines: list[str] = []
         self.seen = {marker: threading.Event() for marker in markers}
         self.process = subprocess.Popen(
@@ -125,13 +126,24 @@ class DagRun:
         return "".join(self.lines)
 
     @property
+    def task_instances(self) -> list[dict[str, Any]]:
+        """The ``TASK_INSTANCE`` lines ``dag_runner.py`` prints: task_id, map_index, state, queue, try."""
+        found = re.findall(r"^TASK_INSTANCE=(\{.*\})$", self.output, flags=re.MULTILINE)
+        return [json.loads(line) for line in found]
+
+    @property
     def state(self) -> str | None:
         found = re.findall(r"^DAGRUN_STATE=(\S+)$", self.output, flags=re.MULTILINE)
         return found[-1] if found else None
 
 
-def run_dag(target: EngineTarget, dag_id: str, run_conf: dict[str, Any] | None = None) -> DagRun:
-    run = DagRun(target, dag_id, run_conf)
+def run_dag(
+    target: EngineTarget,
+    dag_id: str,
+    run_conf: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> DagRun:
+    run = DagRun(target, dag_id, run_conf, env=env)
     run.finish()
     return run
 
@@ -293,13 +305,17 @@ def receive_all(hook: SqlQueueHook, queue: str) -> list[bytes]:
 @postgres_only
 def test_runtime_role_sends_receives_pokes_and_purges(runtime_role: Role) -> None:
     sent = SendMessageOperator(
-        task_id="send", queue="orders", messages=[{"n": 1}, {"n": 2}], sqlqueue_conn_id=RUNTIME_CONN
+        task_id="send", queue_name="orders", messages=[{"n": 1}, {"n": 2}], sqlqueue_conn_id=RUNTIME_CONN
     ).execute(context={})
-    assert len(sent) == 2
-    sensor = QueueSensor(task_id="wait", queue="orders", min_messages=2, sqlqueue_conn_id=RUNTIME_CONN)
+    assert sent["count"] == 2
+    sensor = QueueSensor(task_id="wait", queue_name="orders", min_messages=2, sqlqueue_conn_id=RUNTIME_CONN)
     assert sensor.poke({}).is_done
     exact = QueueSensor(
-        task_id="exact", queue="orders", min_messages=3, count_mode="exact", sqlqueue_conn_id=RUNTIME_CONN
+        task_id="exact",
+        queue_name="orders",
+        min_messages=3,
+        count_mode="exact",
+        sqlqueue_conn_id=RUNTIME_CONN,
     )
     assert not exact.poke({}).is_done
 
@@ -328,7 +344,7 @@ def test_runtime_role_cannot_change_a_message(runtime_role: Role) -> None:
     import psycopg
 
     SendMessageOperator(
-        task_id="send", queue="orders", body="original", sqlqueue_conn_id=RUNTIME_CONN
+        task_id="send", queue_name="orders", body="original", sqlqueue_conn_id=RUNTIME_CONN
     ).execute(context={})
     with psycopg.connect(runtime_role.dsn()) as connection:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -372,7 +388,9 @@ def test_receive_without_delete_is_refused_with_what_to_grant(runtime_role: Role
         with pytest.raises(PermissionDenied) as refused, hook.receive("orders") as batch:
             pytest.fail(f"received {batch!r} without DELETE")
         assert "SELECT, INSERT and DELETE" in str(refused.value)
-        assert QueueSensor(task_id="wait", queue="orders", sqlqueue_conn_id=RUNTIME_CONN).poke({}).is_done
+        assert (
+            QueueSensor(task_id="wait", queue_name="orders", sqlqueue_conn_id=RUNTIME_CONN).poke({}).is_done
+        )
         assert hook.depth("orders", "exact") == 1  # the refused receive took nothing
     finally:
         hook.close()
@@ -474,7 +492,7 @@ def test_password_never_appears_in_logs_output_or_rendered_fields(
         ),
         SendMessageOperator(
             task_id="send",
-            queue="{{ params.queue }}",
+            queue_name="{{ params.queue }}",
             body={"day": "{{ ds }}"},
             headers={"Source": "{{ params.queue }}-producer"},
             time_to_be_received=EXPIRED_AT_ONCE,
@@ -482,13 +500,13 @@ def test_password_never_appears_in_logs_output_or_rendered_fields(
         ),
         QueueSensor(
             task_id="poke",
-            queue="{{ params.queue }}",
+            queue_name="{{ params.queue }}",
             min_messages=1,
             sqlqueue_conn_id=SECRET_CONN,
         ),
         QueueSensor(
             task_id="deferred",
-            queue="{{ params.queue }}",
+            queue_name="{{ params.queue }}",
             min_messages="{{ params.min_messages }}",
             deferrable=True,
             poke_interval=0.1,
@@ -529,7 +547,7 @@ def test_password_never_appears_in_logs_output_or_rendered_fields(
     unreachable = json.loads(secret_role.airflow_connection()) | {"port": 1}
     monkeypatch.setenv("AIRFLOW_CONN_QSECRET_UNREACHABLE", json.dumps(unreachable))
     with pytest.raises(TransientDatabaseError) as failed:
-        QueueSensor(task_id="down", queue="orders", sqlqueue_conn_id="qsecret_unreachable").poke({})
+        QueueSensor(task_id="down", queue_name="orders", sqlqueue_conn_id="qsecret_unreachable").poke({})
     assert SECRET_PASSWORD not in str(failed.value) + repr(failed.value.__cause__)
 
     captured = capfd.readouterr()

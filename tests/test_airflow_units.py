@@ -150,14 +150,19 @@ def test_mssql_connection_becomes_an_odbc_string_with_quoted_values(monkeypatch)
 # ---- sensor ---------------------------------------------------------------------------------------
 def test_sensor_returns_at_once_when_the_threshold_is_met(conn) -> None:
     conn.queue("orders").send_batch([b"a", b"b"])
-    sensor = QueueSensor(task_id="wait", queue="orders", min_messages=2, deferrable=True)
+    sensor = QueueSensor(task_id="wait", queue_name="orders", min_messages=2, deferrable=True)
     assert sensor.execute({}) == 2
 
 
 def test_sensor_defers_below_the_threshold_with_a_round_tripping_trigger(conn) -> None:
     conn.queue("orders").send(b"a")
     sensor = QueueSensor(
-        task_id="wait", queue="orders", min_messages=3, count_mode="exact", deferrable=True, poke_interval=7
+        task_id="wait",
+        queue_name="orders",
+        min_messages=3,
+        count_mode="exact",
+        deferrable=True,
+        poke_interval=7,
     )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
@@ -177,7 +182,7 @@ def test_sensor_defers_below_the_threshold_with_a_round_tripping_trigger(conn) -
 
 
 def test_sensor_pokes_without_deferring(conn) -> None:
-    sensor = QueueSensor(task_id="wait", queue="orders", min_messages="2", deferrable=False)
+    sensor = QueueSensor(task_id="wait", queue_name="orders", min_messages="2", deferrable=False)
     assert sensor.poke({}).is_done is False
     conn.queue("orders").send_batch([b"a", b"b"])
     result = sensor.poke({})
@@ -185,7 +190,7 @@ def test_sensor_pokes_without_deferring(conn) -> None:
 
 
 def test_execute_complete_checks_the_event() -> None:
-    sensor = QueueSensor(task_id="wait", queue="orders", min_messages=2)
+    sensor = QueueSensor(task_id="wait", queue_name="orders", min_messages=2)
     assert sensor.execute_complete({}, {"status": "success", "queue": "orders", "depth": 5}) == 5
     bad_events = [
         None,
@@ -203,10 +208,10 @@ def test_execute_complete_checks_the_event() -> None:
 
 def test_sensor_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="min_messages"):
-        QueueSensor(task_id="a", queue="q", min_messages=0)
+        QueueSensor(task_id="a", queue_name="q", min_messages=0)
     with pytest.raises(ValueError, match="count_mode"):
-        QueueSensor(task_id="b", queue="q", count_mode="roughly")
-    sensor = QueueSensor(task_id="c", queue="orders", executor_queue="celery-high")
+        QueueSensor(task_id="b", queue_name="q", count_mode="roughly")
+    sensor = QueueSensor(task_id="c", queue_name="orders", queue="celery-high")
     assert sensor.queue == "celery-high" and sensor.queue_name == "orders"
 
 
@@ -316,14 +321,14 @@ def test_purge_operator_counts_per_queue(conn) -> None:
 
 
 def test_send_operator_sends_json_text_and_batches(conn) -> None:
-    ids = SendMessageOperator(task_id="s", queue="orders", body={"order": 1}).execute({})
-    ids += SendMessageOperator(
+    one = SendMessageOperator(task_id="s", queue_name="orders", body={"order": 1}).execute({})
+    two = SendMessageOperator(
         task_id="b",
-        queue="orders",
+        queue_name="orders",
         messages=["text", {"body": b"raw", "headers": {"k": "v"}, "time_to_be_received": 3600}],
         headers={"source": "airflow"},
     ).execute({})
-    assert len(ids) == 3
+    assert one["count"] == 1 and one["first_id"] == one["last_id"] and two["count"] == 2
     with conn.queue("orders").receive(max_messages=3) as batch:
         assert json.loads(batch[0].body) == {"order": 1}
         assert batch[0].content_type == "application/json"
@@ -331,7 +336,7 @@ def test_send_operator_sends_json_text_and_batches(conn) -> None:
         assert batch[2].headers["k"] == "v" and batch[2].expires is not None
     assert [row[0] for row in rawsql.all_rows(conn.queue("orders"))] == []
     with pytest.raises(ValueError, match="either body"):
-        SendMessageOperator(task_id="x", queue="orders")
+        SendMessageOperator(task_id="x", queue_name="orders")
 
 
 def test_a_sqlqueue_connection_without_an_engine_must_say_which(monkeypatch) -> None:

@@ -37,13 +37,17 @@ def test_consume_operator_stops_at_the_limit_then_at_an_empty_queue(conn) -> Non
     orders.send_batch([f"m{n}".encode() for n in range(25)] + [b"bad one"])
     consume_handlers.seen.clear()
     first = ConsumeMessagesOperator(
-        task_id="first", queue="orders", handler="consume_handlers:record", max_messages=10, max_concurrency=3
+        task_id="first",
+        queue_name="orders",
+        handler="consume_handlers:record",
+        max_messages=10,
+        max_concurrency=3,
     ).execute({})
     assert first["processed"] == 10 and len(consume_handlers.seen) == 10
     assert orders.count() == 16
     second = ConsumeMessagesOperator(
         task_id="second",
-        queue="orders",
+        queue_name="orders",
         handler=consume_handlers.reject_bad,
         strategy="fixed",
         max_concurrency=2,
@@ -52,7 +56,7 @@ def test_consume_operator_stops_at_the_limit_then_at_an_empty_queue(conn) -> Non
     assert second["processed"] == 15 and second["failed"] == 1 and second["retried"] == 2
     assert second["rate"] > 0 and orders.count() == 0 and conn.queue("error").count() == 1
     with pytest.raises(ConfigurationError, match="cannot load handler"):
-        ConsumeMessagesOperator(task_id="bad", queue="orders", handler="consume_handlers:nothing")
+        ConsumeMessagesOperator(task_id="bad", queue_name="orders", handler="consume_handlers:nothing")
 
 
 def test_cli_runs_until_the_limit(tmp_path, capsys) -> None:

@@ -137,7 +137,7 @@ def test_no_command_line_log_line_or_rendered_field_holds_the_password(
         ),
         ProvisionSparkBridgeOperator(
             task_id="bridge",
-            queue="{{ params.queue }}",
+            queue_name="{{ params.queue }}",
             sink_table="{{ params.rows }}",
             sink_columns=[
                 ("message_id", "string", False),
@@ -151,10 +151,10 @@ def test_no_command_line_log_line_or_rendered_field_holds_the_password(
         ),
         SendMessageOperator(
             task_id="send",
-            queue="{{ params.queue }}",
+            queue_name="{{ params.queue }}",
             messages=[json.loads(m.body) for m in make_orders(400, short_lived_every=None)],
         ),
-        QueueSensor(task_id="poke", queue="{{ params.queue }}", min_messages=400),
+        QueueSensor(task_id="poke", queue_name="{{ params.queue }}", min_messages=400),
         SqlQueueSparkSubmitOperator(
             task_id="drain",
             input_queue="{{ params.queue }}",
@@ -166,7 +166,7 @@ def test_no_command_line_log_line_or_rendered_field_holds_the_password(
             conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
         ),
         ConsumeMessagesOperator(
-            task_id="consume", queue="{{ params.queue }}", handler="consume_handlers:record", timeout=60
+            task_id="consume", queue_name="{{ params.queue }}", handler="consume_handlers:record", timeout=60
         ),
         PurgeExpiredMessagesOperator(task_id="purge", queues=["{{ params.queue }}", "error"]),
     ]

@@ -57,7 +57,7 @@ def provision(context: dict | None = None) -> None:
     ).execute(context or {})
     ProvisionSparkBridgeOperator(
         task_id="bridge",
-        queue="orders",
+        queue_name="orders",
         sink_table="order_rows",
         sink_columns=[
             ("message_id", "string", False),
@@ -198,6 +198,43 @@ def test_operator_defaults_and_argument_checks() -> None:
         SqlQueueSparkSubmitOperator(task_id="x", input_queue="q", sink="nowhere")
     with pytest.raises(ValueError):
         SqlQueueSparkSubmitOperator(task_id="x", input_queue="q", sink="table:t", partitions=0)
+
+
+def test_templated_fields_take_xcomargs_and_jinja_when_the_dag_is_parsed() -> None:
+    """Checked in ``execute``, after rendering: nothing templated is converted when the DAG is parsed."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    @task(multiple_outputs=True)
+    def settings() -> dict[str, object]:
+        return {}
+
+    with DAG("spark_templated", schedule=None, start_date=datetime(2026, 1, 1)):
+        out = settings()
+        by_xcom = SqlQueueSparkSubmitOperator(
+            task_id="by_xcom",
+            input_queue=out["queue"],
+            sink=out["sink"],
+            transform=out["transform"],
+            max_messages=out["max"],
+            run_id=out["run_id"],
+        )
+        by_jinja = SqlQueueSparkSubmitOperator(
+            task_id="by_jinja",
+            input_queue="{{ params.queue }}",
+            sink="{{ params.sink }}",
+            transform="{{ params.transform }}",
+            max_messages="{{ params.max }}",
+            run_id="{{ params.run_id }}",
+        )
+        ProvisionSparkBridgeOperator(
+            task_id="bridge", queue_name=out["queue"], sink_table=out["sink"], sink_columns=[]
+        )
+    assert repr(by_xcom.sink) == repr(out["sink"]) and by_jinja.sink == "{{ params.sink }}"
+    by_jinja.sink = "nowhere"  # what a template may render to: refused when the task runs
+    with pytest.raises(ValueError, match="sink 'nowhere' is not one of"):
+        by_jinja.execute({})
 
 
 # ---- the README's main job: the example DAG through dag.test() ----------------------------------

@@ -386,36 +386,36 @@ class SqlQueueHook(DbApiHook):
             self._transport.close()
             self._transport = None
 
-    def get_queue(self, queue: str) -> TableQueue:
-        """The queue at ``queue`` (``table@[schema]@[catalog]``)."""
-        return self.get_transport().queue(queue)
+    def get_queue(self, queue_name: str) -> TableQueue:
+        """The queue at ``queue_name`` (``table@[schema]@[catalog]``)."""
+        return self.get_transport().queue(queue_name)
 
     # ---- queue operations ----------------------------------------------------------------------
     def send(
         self,
-        queue: str,
+        queue_name: str,
         body: bytes | str,
         headers: Mapping[str, str | None] | None = None,
         time_to_be_received: timedelta | None = None,
     ) -> str:
         """Send one message; return its Id."""
-        return str(self.get_queue(queue).send(body, headers, time_to_be_received))
+        return str(self.get_queue(queue_name).send(body, headers, time_to_be_received))
 
-    def send_batch(self, queue: str, messages: Iterable[OutgoingMessage | bytes | str]) -> list[str]:
+    def send_batch(self, queue_name: str, messages: Iterable[OutgoingMessage | bytes | str]) -> list[str]:
         """Send many messages in one transaction; return their Ids."""
-        return [str(message_id) for message_id in self.get_queue(queue).send_batch(messages)]
+        return [str(message_id) for message_id in self.get_queue(queue_name).send_batch(messages)]
 
     @contextmanager
     def receive(
-        self, queue: str, max_messages: int = 1, transaction_mode: str | None = None
+        self, queue_name: str, max_messages: int = 1, transaction_mode: str | None = None
     ) -> Iterator[ReceivedBatch]:
         """Receive up to ``max_messages``: commit when the block ends, roll back if it raises."""
-        with self.get_queue(queue).receive(max_messages, transaction_mode=transaction_mode) as batch:
+        with self.get_queue(queue_name).receive(max_messages, transaction_mode=transaction_mode) as batch:
             yield batch
 
-    def depth(self, queue: str, count_mode: CountMode = "estimate") -> int:
+    def depth(self, queue_name: str, count_mode: CountMode = "estimate") -> int:
         """Messages waiting: ``estimate`` (max - min + 1, cheap at any length) or ``exact`` (a count)."""
-        target = self.get_queue(queue)
+        target = self.get_queue(queue_name)
         if count_mode == "estimate":
             return target.peek_estimate()
         if count_mode == "exact":
@@ -424,13 +424,13 @@ class SqlQueueHook(DbApiHook):
 
     def purge_expired(
         self,
-        queue: str,
+        queue_name: str,
         batch_size: int = 10_000,
         max_batches: int | None = None,
         max_seconds: float | None = None,
     ) -> int:
         """Delete expired messages in batches; return how many."""
-        return self.get_queue(queue).purge_expired(
+        return self.get_queue(queue_name).purge_expired(
             batch_size, max_batches=max_batches, max_seconds=max_seconds
         )
 
@@ -463,7 +463,7 @@ class SqlQueueHook(DbApiHook):
 
     def consume(
         self,
-        queue: str,
+        queue_name: str,
         handler: Callable[..., Any] | str,
         *,
         max_messages: int | None = None,
@@ -473,10 +473,10 @@ class SqlQueueHook(DbApiHook):
         timeout: float | None = None,
         **pump_options: Any,
     ) -> PumpStats:
-        """Run ``handler`` over ``queue`` with a :class:`MessagePump` until ``max_messages`` are handled,
+        """Run ``handler`` over ``queue_name`` with a :class:`MessagePump` until ``max_messages`` are handled,
         the queue is empty, or ``timeout`` seconds pass; return the pump's counts."""
         pump = MessagePump(
-            self.get_queue(queue),
+            self.get_queue(queue_name),
             handler,
             max_concurrency=max_concurrency,
             strategy=strategy,
@@ -497,7 +497,7 @@ class SqlQueueHook(DbApiHook):
         SQL Server goodbye, a dead server's timeout), which must not stall the triggerer's other triggers."""
         await asyncio.to_thread(self.close)
 
-    async def adepth(self, queue: str, count_mode: CountMode = "estimate") -> int:
+    async def adepth(self, queue_name: str, count_mode: CountMode = "estimate") -> int:
         """``depth`` off the event loop: one query, run in a worker thread."""
         await self.aget_transport()
-        return await asyncio.to_thread(self.depth, queue, count_mode)
+        return await asyncio.to_thread(self.depth, queue_name, count_mode)

@@ -12,12 +12,12 @@ from ..transport import load_handler
 
 
 class ConsumeMessagesOperator(BaseOperator):
-    """Handle messages of ``queue`` until ``max_messages`` are handled or the queue is empty.
+    """Handle messages of ``queue_name`` until ``max_messages`` are handled or the queue is empty.
 
     Each message is received in its own transaction; a handler exception rolls it back for another
     attempt, and after ``immediate_retries`` it goes to the error queue with failure headers.
 
-    :param queue: queue address (templated). Not Airflow's executor queue (``executor_queue``).
+    :param queue_name: queue address (templated). ``queue`` stays Airflow's executor queue.
     :param handler: ``handler(message)`` or ``handler(message, context)``, as a callable or a dotted path
         ``"package.module:function"``.
     :param max_messages: stop after this many messages (None: until the queue is empty).
@@ -36,7 +36,7 @@ class ConsumeMessagesOperator(BaseOperator):
     def __init__(
         self,
         *,
-        queue: str,
+        queue_name: str,
         handler: Callable[..., Any] | str,
         max_messages: int | None = None,
         max_concurrency: int = 1,
@@ -45,15 +45,12 @@ class ConsumeMessagesOperator(BaseOperator):
         timeout: float | None = None,
         pump_options: dict[str, Any] | None = None,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
-        executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if executor_queue is not None:
-            kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         if isinstance(handler, str):
             load_handler(handler)  # a wrong path fails when the DAG is parsed, not when it runs
-        self.queue_name = queue
+        self.queue_name = queue_name
         self.handler = handler
         self.max_messages = max_messages
         self.max_concurrency = max_concurrency

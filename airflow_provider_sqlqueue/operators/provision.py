@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,23 +10,41 @@ from airflow.sdk import BaseOperator
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import QueueAddress, TableOptions
+from ._rendered import as_names
+
+
+def _instance_queue_wanted(instance_specific_queue: bool | None, instance_suffix: str | None) -> bool:
+    """Whether to create ``<endpoint>.<suffix>``: only with a suffix given, never from a host name.
+
+    A host name is the worker's (or the DAG processor's) that happens to run the code, a new one for each
+    Celery worker or Kubernetes pod, so it would make every run create a table of its own.
+    """
+    if instance_specific_queue is None:
+        return bool(instance_suffix)
+    if instance_specific_queue and not instance_suffix:
+        raise ValueError(
+            "instance_specific_queue=True needs instance_suffix: name the endpoint instance the queue is "
+            "for (e.g. instance_suffix='node1'); the host name of whichever worker runs the task is not used"
+        )
+    if not instance_specific_queue and instance_suffix:
+        raise ValueError("instance_suffix is given but instance_specific_queue=False: drop one of them")
+    return instance_specific_queue
 
 
 def endpoint_queues(
     endpoint: str,
     *,
-    instance_specific_queue: bool = True,
+    instance_specific_queue: bool | None = None,
     instance_suffix: str | None = None,
     error_queue: str | None = "error",
     audit_queue: str | None = "audit",
     extra_queues: Sequence[str] = (),
 ) -> list[str]:
-    """The queues of an endpoint: primary, ``<endpoint>.<machine or suffix>``, error, audit and extras."""
+    """The queues of an endpoint: primary, ``<endpoint>.<suffix>`` (with a suffix), error, audit, extras."""
     primary = QueueAddress.parse(endpoint)
     names = [str(primary)]
-    if instance_specific_queue:
-        suffix = instance_suffix or socket.gethostname()
-        names.append(str(primary.with_table(f"{primary.table}.{suffix}")))
+    if _instance_queue_wanted(instance_specific_queue, instance_suffix):
+        names.append(str(primary.with_table(f"{primary.table}.{instance_suffix}")))
     names += [name for name in (error_queue, audit_queue) if name]
     names += list(extra_queues)
     return list(dict.fromkeys(names))
@@ -41,8 +58,10 @@ class ProvisionQueuesOperator(BaseOperator):
     fixes each; nothing fails because of them.
 
     :param endpoint: the endpoint's primary queue address, e.g. ``Sales`` or ``Sales@[sales]`` (templated).
-    :param instance_specific_queue: also create ``<endpoint>.<suffix>`` for replies to this instance.
-    :param instance_suffix: the suffix; defaults to this machine's host name (templated).
+    :param instance_specific_queue: also create ``<endpoint>.<suffix>`` for replies to one instance;
+        default: exactly when ``instance_suffix`` is given. True without a suffix raises ``ValueError``.
+    :param instance_suffix: the suffix (templated). Never the worker's host name: that differs per
+        Celery worker or Kubernetes pod, and each run would create another table.
     :param error_queue: shared error queue name, or None.
     :param audit_queue: shared audit queue name, or None.
     :param extra_queues: further queue names (templated).
@@ -62,7 +81,7 @@ class ProvisionQueuesOperator(BaseOperator):
         *,
         endpoint: str,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
-        instance_specific_queue: bool = True,
+        instance_specific_queue: bool | None = None,
         instance_suffix: str | None = None,
         error_queue: str | None = "error",
         audit_queue: str | None = "audit",
@@ -80,9 +99,11 @@ class ProvisionQueuesOperator(BaseOperator):
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.instance_specific_queue = instance_specific_queue
         self.instance_suffix = instance_suffix
+        if instance_specific_queue and instance_suffix is None:
+            _instance_queue_wanted(instance_specific_queue, instance_suffix)  # raises: say so when parsed
         self.error_queue = error_queue
         self.audit_queue = audit_queue
-        self.extra_queues = list(extra_queues)
+        self.extra_queues = extra_queues
         self.dry_run = dry_run
         self.script_path = script_path
 
@@ -93,7 +114,7 @@ class ProvisionQueuesOperator(BaseOperator):
             instance_suffix=self.instance_suffix,
             error_queue=self.error_queue,
             audit_queue=self.audit_queue,
-            extra_queues=self.extra_queues,
+            extra_queues=as_names("extra_queues", self.extra_queues),
         )
 
     def execute(self, context: Any) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..hooks.sqlqueue import SqlQueueHook
+from ._rendered import as_names
 
 
 class PurgeExpiredMessagesOperator(BaseOperator):
@@ -54,7 +55,7 @@ class PurgeExpiredMessagesOperator(BaseOperator):
         self.max_seconds = max_seconds
 
     def execute(self, context: Any) -> dict[str, int]:
-        names = [self.queues] if isinstance(self.queues, str) else list(self.queues)
+        names = as_names("queues", self.queues)
         started = time.monotonic()
         purged: dict[str, int] = {}
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)

@@ -106,7 +106,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, name=name, **kwargs)
-        if not isinstance(sink, str) or "{{" not in sink:
+        if isinstance(sink, str) and "{{" not in sink:  # a template or an XComArg is checked in execute
             Sink.parse(sink)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
@@ -173,6 +173,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         return default_schema, error_queue
 
     def execute(self, context: Any) -> dict[str, Any]:
+        Sink.parse(self.sink if isinstance(self.sink, str) else repr(self.sink))
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         run_id = self.job_run_id(context)
         default_schema, error_queue = self._settings(hook)
@@ -224,8 +225,8 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
 class ProvisionSparkBridgeOperator(BaseOperator):
     """Create the Spark bridge's tables beside a queue, and optionally a sink table. Needs DDL rights.
 
-    :param queue: a queue of the schema that holds the bridge's tables (the drain's input queue)
-        (templated). Not Airflow's executor queue, which this operator takes as ``executor_queue``.
+    :param queue_name: a queue of the schema that holds the bridge's tables (the drain's input queue)
+        (templated). ``queue`` stays Airflow's executor queue.
     :param sink_table: also create this table if missing ...
     :param sink_columns: ... with these ``(name, logical type, nullable)`` columns; logical types are
         string, long, int, double, boolean, timestamp, date, binary, json, decimal(p,s).
@@ -238,20 +239,17 @@ class ProvisionSparkBridgeOperator(BaseOperator):
     def __init__(
         self,
         *,
-        queue: str,
+        queue_name: str,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
         sink_table: str | None = None,
         sink_columns: Sequence[tuple[str, str, bool]] | None = None,
         prefix: str = DEFAULT_PREFIX,
-        executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if executor_queue is not None:
-            kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
         if (sink_table is None) != (sink_columns is None):
             raise ValueError("give sink_table and sink_columns together")
-        self.queue_name = queue
+        self.queue_name = queue_name
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.sink_table = sink_table
         self.sink_columns = [tuple(column) for column in sink_columns or ()]

@@ -24,18 +24,19 @@ def _threshold(value: object) -> int:
 
 
 class QueueSensor(BaseSensorOperator):
-    """Succeed when ``queue`` holds at least ``min_messages`` messages; the depth becomes the XCom value.
+    """Succeed when ``queue_name`` holds at least ``min_messages`` messages; the depth becomes the XCom value.
 
     With ``deferrable=True`` it pokes once and, if the queue is not deep enough yet, hands the waiting to
     :class:`~airflow_provider_sqlqueue.triggers.queue.PendingMessagesTrigger` (one query per
     ``poke_interval``) and frees its worker slot.
 
-    :param queue: queue address, ``table@[schema]@[catalog]`` (templated). Not Airflow's executor queue,
-        which this operator takes as ``executor_queue``.
+    :param queue_name: queue address, ``table@[schema]@[catalog]`` (templated). ``queue`` stays Airflow's
+        executor queue.
     :param sqlqueue_conn_id: Airflow connection of the queue database.
     :param min_messages: threshold, at least 1 (templated: ``"{{ params.min_messages }}"`` works).
     :param count_mode: ``estimate`` (max - min + 1 of RowVersion; cheap at any length, may overcount gaps
-        and expired rows) or ``exact`` (counts unexpired rows; scans the table).
+        and expired rows, so a poke that reaches the threshold confirms it with an exact count before
+        succeeding) or ``exact`` (counts unexpired rows on every poke; scans the table).
     :param deferrable: defer to the triggerer; defaults to ``[operators] default_deferrable``.
     """
 
@@ -45,34 +46,34 @@ class QueueSensor(BaseSensorOperator):
     def __init__(
         self,
         *,
-        queue: str,
+        queue_name: str,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
         min_messages: int | str = 1,
         count_mode: str = "estimate",
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        executor_queue: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if executor_queue is not None:
-            kwargs["queue"] = executor_queue
         super().__init__(**kwargs)
-        if not isinstance(min_messages, str):
+        if isinstance(min_messages, int):  # a template or an XComArg is checked when the sensor runs
             _threshold(min_messages)
         if count_mode not in COUNT_MODES:
             raise ValueError(f"count_mode must be 'estimate' or 'exact', not {count_mode!r}")
-        self.queue_name = queue
+        self.queue_name = queue_name
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.min_messages = min_messages
         self.count_mode = count_mode
         self.deferrable = deferrable
 
     def poke(self, context: Any) -> PokeReturnValue:
+        threshold = _threshold(self.min_messages)
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
             depth = hook.depth(self.queue_name, self.count_mode)  # type: ignore[arg-type]
+            if self.count_mode == "estimate" and depth >= threshold:
+                # The estimate counts gaps and expired rows: confirm before succeeding.
+                depth = hook.depth(self.queue_name, "exact")
         finally:
             hook.close()
-        threshold = _threshold(self.min_messages)
         self.log.info(
             "queue %s holds %d message(s) (%s); waiting for %d",
             self.queue_name,

@@ -38,7 +38,8 @@ def _check(queue_name: str, min_messages: int, count_mode: str, poll_interval: f
 
 
 class PendingMessagesTrigger(BaseTrigger):
-    """Fire when ``queue_name`` holds at least ``min_messages`` messages.
+    """Fire when ``queue_name`` holds at least ``min_messages`` messages (an estimate that reaches the
+    threshold is confirmed by an exact count first).
 
     :param queue_name: queue address, ``table@[schema]@[catalog]``.
     :param sqlqueue_conn_id: Airflow connection of the queue database.
@@ -84,6 +85,8 @@ class PendingMessagesTrigger(BaseTrigger):
             while True:
                 try:
                     depth = await hook.adepth(self.queue_name, self.count_mode)  # type: ignore[arg-type]
+                    if self.count_mode == "estimate" and depth >= self.min_messages:
+                        depth = await hook.adepth(self.queue_name, "exact")  # the estimate may overcount
                 except TransientDatabaseError as error:
                     self.log.warning("polling %s failed, will retry: %s", self.queue_name, error)
                 else:
