@@ -477,6 +477,7 @@ class SqlServerDialect(Dialect):
 
 
 _BABELFISH_MISSING_RELATION = re.compile(r'relation "[^"]*" does not exist \(33557097\)')
+_BABELFISH_PERMISSION_DENIED = re.compile(r"permission denied for \w+ [^(]*\(33557097\)")
 _BABELFISH_OUTPUT = (
     "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
     "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
@@ -553,10 +554,15 @@ class BabelfishDialect(SqlServerDialect):
         if translated is not None:
             return translated
         text = " ".join(str(arg) for arg in getattr(error, "args", ()))
+        where = f" (queue {address})" if address is not None else ""
+        detail = str(error.args[1] if len(error.args) > 1 else error)
         if _BABELFISH_MISSING_RELATION.search(text):
-            where = f" (queue {address})" if address is not None else ""
-            detail = str(error.args[1] if len(error.args) > 1 else error)
             return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
+        if _BABELFISH_PERMISSION_DENIED.search(text):
+            return PermissionDenied(
+                f"{detail}{where}. Runtime logins need SELECT, INSERT and DELETE on the queue tables; "
+                "creating queues needs CREATE TABLE and ALTER on the schema"
+            )
         return None
 
     def rollback(self, connection: Any) -> None:
