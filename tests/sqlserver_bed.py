@@ -109,6 +109,18 @@ class SqlServerBed:
             subprocess.run(["bash", str(self.engine_dir / "stop.sh"), str(self.workdir)], check=False)
 
 
+def _quiet_protocol_log(socket_dir: str, port: int) -> None:
+    """Babelfish logs every TDS message by default; the tests send hundreds of thousands. Errors, crashes
+    and everything else still reach the instance's server.log."""
+    import psycopg
+
+    with psycopg.connect(
+        host=socket_dir, port=port, user="postgres", dbname="postgres", autocommit=True
+    ) as c:
+        c.execute("ALTER SYSTEM SET babelfishpg_tds.tds_debug_log_level = 0")
+        c.execute("SELECT pg_reload_conf()")
+
+
 def start_bed() -> tuple[SqlServerBed | None, str]:
     """The session's SQL Server, or None and the reason why the live suite cannot run here."""
     if os.environ.get("SQLQUEUE_TEST_MSSQL_HOST"):
@@ -146,6 +158,7 @@ def start_bed() -> tuple[SqlServerBed | None, str]:
             kind="babelfish",
         )
         bed.engine_dir, bed.workdir = engine, workdir / "instance"
+        _quiet_protocol_log(values["PG_SOCKET_DIR"], int(values["PG_PORT"]))
     library = msodbc_library()
     for driver in DRIVERS:
         if driver == "freetds" and not FREETDS_LIBRARY.is_file():
