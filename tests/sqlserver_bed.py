@@ -10,8 +10,8 @@ Where the server comes from, first match wins:
 
 Every test that takes the SQL Server target runs once per ODBC driver: FreeTDS (Debian's ``tdsodbc``) and
 Microsoft's ODBC Driver 18 (the library the PyPI package ``mssql-python-odbc`` ships), which the bed
-registers with unixODBC under its usual name, ``ODBC Driver 18 for SQL Server``, in a private
-``odbcinst.ini`` (``ODBCSYSINI``) that keeps the machine's own driver entries.
+registers with unixODBC in a private ``odbcinst.ini`` (``ODBCSYSINI``) that keeps the machine's own driver
+entries.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FREETDS_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/odbc/libtdsodbc.so")
-MSODBC_NAME = "ODBC Driver 18 for SQL Server"
+# Not the driver's usual name, "ODBC Driver 18 for SQL Server": tests that expect that name to be missing
+# (connections to servers that do not exist) would otherwise wait out its 10-second login timeout.
+MSODBC_NAME = "ODBC Driver 18 for SQL Server (sqlqueue test bed)"
 DRIVERS = ("freetds", "msodbc")
 DRIVER_NAMES = {"freetds": "FreeTDS", "msodbc": "Microsoft ODBC Driver 18"}
 
