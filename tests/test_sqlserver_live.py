@@ -201,7 +201,7 @@ def test_a_second_receiver_never_gets_a_held_message(target: EngineTarget) -> No
             holder.join()
         assert taken == [second]
         if target.babelfish:
-            assert waited >= 0.9, "Babelfish skipped a held row: its READPAST is honoured now, update the docs"
+            assert waited >= 0.9, "Babelfish skipped a held row: READPAST is honoured now, update the docs"
         else:
             assert waited < 0.9, "the second receiver waited for the first instead of skipping its row"
 
