@@ -29,12 +29,18 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
    ones. sqlglot only reads here; it never generates SQL.
 3. **Semantics**, on the text and on the parse tree: the receive's hints, ``TOP(?)``, order and ``OUTPUT``;
    the peek's ``max - min + 1`` under ``READPAST, READCOMMITTEDLOCK``; database time (``GETUTCDATE()``) only;
-   the purge's ``READPAST``; the ``sp_getapplock`` transaction-owned creation lock; the delayed table's
+   the purge's ``READPAST``; the creation lock's batch (a transaction opened only when
+   ``@@TRANCOUNT = 0``, its extra implicit-mode level closed only when the batch opened it, a
+   transaction-owned ``sp_getapplock`` on ``[catalog].[schema].[table]_lock``, the catalog the connection's
+   where the address has none, hashed beyond 255 characters); the delayed table's
    columns, its store (``Due`` from ``GETUTCDATE()``), its move (the receive's hints, ``Due <= GETUTCDATE()``
    in Due order) and the mover election (a session-owned ``sp_getapplock`` that never waits); every
    identifier from the address bracket-quoted with ``]`` doubled and never bare; every value a ``?``
    parameter (the only string literals are fixed ones such as ``'Exclusive'``). These checkers describe the
-   reference's statements and run on SqlServerDialect's; a variant's statement of its own needs its own.
+   reference's statements and run on SqlServerDialect's; a variant's statement of its own needs its own
+   (``VARIANT_SEMANTICS``: Babelfish's receive and mover by ``RowVersion IN (SELECT TOP(?) ...)``, its
+   ``sys.tables`` lookup and its index-name prefix), or test_variant_statement_means_what_the_reference_does
+   fails.
 
 A negative self-test feeds deliberately broken statements to the same helpers and expects them to fail.
 A second grammar (sqlfluff's T-SQL) and allow-lists of hints, types, dateparts and functions run on every
@@ -44,6 +50,7 @@ statement of every variant in ``tests/test_tsql_static.py``.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -58,10 +65,21 @@ import pytest
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, SqlglotError
-from tsql_checks import GOLDEN_ROOT, compare_golden, stale_golden_files, tsql_dialect_classes, variant_name
+from tsql_checks import (
+    GOLDEN_ROOT,
+    compare_golden,
+    parse_sqlfluff,
+    split_batch,
+    split_if,
+    sqlglot_batch,
+    sqlglot_system_variables,
+    stale_golden_files,
+    tsql_dialect_classes,
+    variant_name,
+)
 
 from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
-from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
+from airflow_provider_sqlqueue.dialects.sqlserver import BabelfishDialect, SqlServerDialect
 from airflow_provider_sqlqueue.transport.address import QueueAddress
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
@@ -90,6 +108,28 @@ FIXED_NUMBERS = {"0", "1", "5", "255", "60000"}  # 5: the columns queue_tables l
 FORBIDDEN_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSUTCDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
 FORBIDDEN_HINTS = {"NOLOCK", "READUNCOMMITTED"}
 APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
+# Where a statement reads a system variable: the creation lock the transaction level, the purge its count.
+SYSTEM_VARIABLES_BY_KIND = {
+    "lock_for_create": ["@@TRANCOUNT", "@@TRANCOUNT"],
+    "purge_expired_batch": ["@@ROWCOUNT"],
+}
+# table_exists binds the quoted name (OBJECT_ID) on SQL Server; Babelfish's reads sys.tables by schema, name.
+TABLE_EXISTS_PARAMETERS: dict[type[SqlServerDialect], int] = {BabelfishDialect: 2}
+# The database a connection is in, where an address names no catalog (what SELECT DB_NAME() would answer).
+CURRENT_CATALOG = "sqlqueue"
+# The creation lock's batch as sqlglot reads it (each IF as its condition, then the statements it runs):
+# DECLARE; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1 END;
+# IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC sp_getapplock; SELECT @result.
+LOCK_TYPES = (
+    exp.Declare,
+    exp.Select,
+    exp.Transaction,
+    exp.Set,
+    exp.Select,
+    exp.Commit,
+    exp.Execute,
+    exp.Select,
+)
 
 # A bracket-quoted identifier: '[', then characters other than ']' or a doubled ']]', then ']'.
 BRACKETED = re.compile(r"\[(?:[^\]]|\]\])*\]")
@@ -148,6 +188,11 @@ class _RecordingCursor:
     def fetchone(self) -> Any:
         return ("varchar",)
 
+    description = None  # no result set: fetch_rows reads none
+
+    def nextset(self) -> bool:
+        return False
+
     def close(self) -> None:
         pass
 
@@ -162,6 +207,9 @@ class _RecordingConnection:
         return self.cursors[-1]
 
     def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
         pass
 
 
@@ -197,20 +245,22 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     out.append(Statement("add_body_string", "add_body_string", d.add_body_string(address), (exp.Alter,), 0))
     out.append(Statement("drop_table", "drop_table", d.drop_table(address), (exp.Drop,), 0))
 
-    sql, params = d.lock_for_create(address)
+    # The lock is named with the catalog: the address's, else the connection's database (current_catalog).
+    sql, params = d.lock_for_create(address, CURRENT_CATALOG)
     out.append(
         Statement(
             "lock_for_create",
             "lock_for_create",
             sql,
-            (exp.Declare, exp.Execute, exp.Select),
+            LOCK_TYPES,
             1,
             tuple(params),
             embeds_table=False,
         )
     )
     sql, params = d.table_exists(address)
-    out.append(Statement("table_exists", "table_exists", sql, (exp.Select,), 1, tuple(params), False))
+    lookups = TABLE_EXISTS_PARAMETERS.get(type(d), 1)
+    out.append(Statement("table_exists", "table_exists", sql, (exp.Select,), lookups, tuple(params), False))
     for index_name in ("Index_RowVersion", "Index_Expires"):
         sql, params = d.index_exists(address, index_name)
         out.append(
@@ -404,6 +454,28 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         d.prepare_connection(connection)
         for sql, _params in connection.cursors[0].executed:
             out.append(Statement("prepare_connection", "prepare_connection", sql, (exp.Set,), 0, None, False))
+        # The catalog that names the creation lock where the address has none.
+        out.append(
+            Statement(
+                "current_catalog", "current_catalog", d.current_catalog(), (exp.Select,), 0, None, False
+            )
+        )
+        # The one statement that tells Babelfish from SQL Server (SqlServerDialect.variant_for).
+        connection = _RecordingConnection()
+        d.variant_for(connection)
+        for sql, params in [executed for cursor in connection.cursors for executed in cursor.executed]:
+            out.append(
+                Statement(
+                    "variant_for",
+                    "variant_for",
+                    sql,
+                    (exp.Select,),
+                    0,
+                    params,
+                    False,
+                    extra={"literals": {"Babelfish"}},
+                )
+            )
 
     names = [statement.name for statement in out]
     assert len(names) == len(set(names)), "statement names must be unique within a golden file"
@@ -465,9 +537,13 @@ ALL_STATEMENTS = [
 
 # ---- checking helpers ----------------------------------------------------------------------------------
 def parse_tsql(sql: str) -> list[exp.Expression]:
-    """Parse with sqlglot's T-SQL reader; a parse error, an empty statement or any Command node fails."""
+    """Parse with sqlglot's T-SQL reader; a parse error, an empty statement or any Command node fails.
+
+    sqlglot reads the text of ``tsql_checks.sqlglot_batch``: an IF of a batch as its condition
+    (``SELECT 1 WHERE ...``) followed by its statements, and ``DELETE FROM t OUTPUT ... WHERE`` as the
+    equivalent ``DELETE t OUTPUT ... FROM t WHERE``; every other statement as written."""
     try:
-        trees = sqlglot.parse(sql, read="tsql", error_level=ErrorLevel.RAISE)
+        trees = sqlglot.parse(sqlglot_batch(sql)[0], read="tsql", error_level=ErrorLevel.RAISE)
     except SqlglotError as error:
         raise SqlCheckFailure(f"sqlglot could not parse the statement: {error}\n{sql}") from error
     fail_unless(trees and all(tree is not None for tree in trees), f"empty statement in:\n{sql}")
@@ -576,8 +652,13 @@ def check_identifiers(
             fail_unless(part not in outside, f"{part!r} appears outside brackets in:\n{sql}")
 
 
-def check_statement(statement: Statement, address: QueueAddress) -> list[exp.Expression]:
-    """Every check that applies to any statement, then the statement's own semantic checker."""
+def check_statement(
+    statement: Statement,
+    address: QueueAddress,
+    checker: Callable[[Statement, list[exp.Expression], QueueAddress], None] | None = None,
+) -> list[exp.Expression]:
+    """Every check that applies to any statement, then the statement's own semantic checker (``checker``,
+    else SQL Server's for its kind)."""
     trees = parse_tsql(statement.sql)
     check_types(trees, statement.types)
     check_values_are_parameters(
@@ -585,13 +666,16 @@ def check_statement(statement: Statement, address: QueueAddress) -> list[exp.Exp
     )
     check_database_clock(trees, statement.sql, statement.kind in USES_TIME)
     check_hints(trees, statement.sql)
+    variables = sqlglot_system_variables(trees)
+    wanted = SYSTEM_VARIABLES_BY_KIND.get(statement.kind, [])
+    fail_unless(variables == wanted, f"system variables {variables}, expected {wanted} in:\n{statement.sql}")
     check_identifiers(trees, statement.sql, address, statement.embeds_table)
     if statement.params is not None:
         fail_unless(
             len(statement.params) == statement.placeholders,
             f"{len(statement.params)} bound values for {statement.placeholders} parameters",
         )
-    SEMANTICS.get(statement.kind, lambda *_: None)(statement, trees, address)
+    (checker or SEMANTICS.get(statement.kind, lambda *_: None))(statement, trees, address)
     return trees
 
 
@@ -695,13 +779,123 @@ def check_purge(statement: Statement, trees: list[exp.Expression], address: Queu
     fail_unless("@@ROWCOUNT" in sql and isinstance(count, exp.Select), f"purge returns no count:\n{sql}")
 
 
+def _is_variable(node: exp.Expression | None, name: str) -> bool:
+    """``@name`` (a local variable) or, for a name starting with '@', ``@@name`` (a system variable)."""
+    if name.startswith("@"):
+        return (
+            isinstance(node, exp.Parameter)
+            and isinstance(node.this, exp.Parameter)
+            and node.this.name.upper() == name[1:].upper()
+        )
+    return isinstance(node, exp.Parameter) and isinstance(node.this, exp.Var) and node.this.name == name
+
+
+def _is_number(node: exp.Expression | None, value: str) -> bool:
+    return isinstance(node, exp.Literal) and not node.is_string and str(node.this) == value
+
+
+def _condition(select: exp.Expression) -> exp.Expression | None:
+    """The condition of an IF, which sqlglot reads as ``SELECT 1 WHERE <condition>``."""
+    where = select.args.get("where") if isinstance(select, exp.Select) else None
+    return where.this if where is not None else None
+
+
+def expected_lock_resource(address: QueueAddress, current_catalog: str) -> str:
+    """The reference's '[catalog].[schema].[table]_lock' (catalog: the address's, else the connection's),
+    or, beyond sp_getapplock's 255 characters, 'sqlqueue_<first 8 hex of its SHA-1>_lock'."""
+    named = QueueAddress(address.table, address.schema, address.catalog or current_catalog)
+    full = expected_qualified_name(named) + "_lock"
+    if len(full) <= APPLOCK_RESOURCE_MAX:
+        return full
+    return f"sqlqueue_{hashlib.sha1(full.encode('utf-8')).hexdigest()[:8]}_lock"
+
+
 def check_lock(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The creation lock: a transaction-owned exclusive app-lock on the reference's catalog-qualified name,
+    inside a transaction the batch opens itself only when none is open.
+
+    Under ODBC's implicit transactions DECLARE and EXEC open no transaction, and sp_getapplock would answer
+    -999. So: ``IF @@TRANCOUNT = 0`` the batch begins one and notes it; in implicit-transaction mode that
+    BEGIN opens two levels, and only then (``@opened = 1 AND @@TRANCOUNT > 1``) is the extra level
+    committed, which closes nothing but the nesting. A transaction the caller already had is never touched.
+    """
     sql = statement.sql
+    parts = split_batch(sql)
+    fail_unless(len(parts) == 5, f"the lock batch is not DECLARE; IF; IF; EXEC; SELECT:\n{sql}")
     fail_unless(
-        "@LockOwner = 'Transaction'" in sql, f"the creation lock is not owned by the transaction:\n{sql}"
+        [split_if(part) is not None for part in parts] == [False, True, True, False, False],
+        f"the IFs are not the second and third statements (before sp_getapplock):\n{sql}",
     )
-    execute = trees[1]
+    fail_unless(sqlglot_batch(sql)[1] == [1, 3, 2, 1, 1], f"the IFs do not run 2 and 1 statements:\n{sql}")
+    declare, opens_if, begin, flag, closes_if, commit, execute, result = trees
+    # DECLARE @result int, @opened bit = 0
+    items = [(item.this[0].name if item.this else None, item) for item in declare.expressions]
+    fail_unless(
+        [name for name, _ in items] == ["result", "opened"]
+        and items[1][1].args["kind"].this == exp.DataType.Type.BIT
+        and _is_number(items[1][1].args.get("default"), "0"),
+        f"not DECLARE @result int, @opened bit = 0:\n{sql}",
+    )
+    # IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END
+    opens = _condition(opens_if)
+    fail_unless(
+        isinstance(opens, exp.EQ)
+        and _is_variable(opens.this, "@TRANCOUNT")
+        and _is_number(opens.expression, "0"),
+        f"the batch opens a transaction on another condition than @@TRANCOUNT = 0:\n{sql}",
+    )
+    fail_unless(
+        _is_number(opens_if.expressions[0], "1") and len(opens_if.expressions) == 1, f"IF condition:\n{sql}"
+    )
+    fail_unless(
+        isinstance(begin, exp.Transaction) and not any(begin.args.values()), f"not BEGIN TRANSACTION:\n{sql}"
+    )
+    [item] = flag.expressions
+    fail_unless(
+        isinstance(item.this, exp.EQ)
+        and _is_variable(item.this.this, "opened")
+        and _is_number(item.this.expression, "1"),
+        f"the opened transaction is not noted (SET @opened = 1):\n{sql}",
+    )
+    # IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION
+    closes = _condition(closes_if)
+    terms = [closes.this, closes.expression] if isinstance(closes, exp.And) else []
+    fail_unless(
+        len(terms) == 2
+        and isinstance(terms[0], exp.EQ)
+        and _is_variable(terms[0].this, "opened")
+        and _is_number(terms[0].expression, "1")
+        and isinstance(terms[1], exp.GT)
+        and _is_variable(terms[1].this, "@TRANCOUNT")
+        and _is_number(terms[1].expression, "1"),
+        f"the extra level is closed on another condition than @opened = 1 AND @@TRANCOUNT > 1:\n{sql}",
+    )
+    fail_unless(
+        isinstance(commit, exp.Commit) and not any(commit.args.values()), f"not COMMIT TRANSACTION:\n{sql}"
+    )
+    # sqlfluff, on the exact text: the bodies belong to their IFs.
+    fluff = parse_sqlfluff(sql)
+    bodies = []
+    for if_statement in fluff.find("if_then_statement"):
+        bodies.append(
+            [
+                inner.get_type()
+                for inner in if_statement.recursive_crawl(
+                    "transaction_statement", "set_local_variable_segment", "begin_end_block"
+                )
+            ]
+        )
+    fail_unless(
+        bodies
+        == [
+            ["begin_end_block", "transaction_statement", "set_local_variable_segment"],
+            ["transaction_statement"],
+        ],
+        f"sqlfluff reads no BEGIN TRANSACTION; SET in the first IF, or no COMMIT in the second:\n{sql}",
+    )
+    # EXEC @result = sp_getapplock ...; SELECT @result
     fail_unless(execute.this.name.lower() == "sp_getapplock", f"not sp_getapplock:\n{sql}")
+    fail_unless(_is_variable(execute.args.get("return_status"), "result"), f"the result is not kept:\n{sql}")
     arguments = {eq.this.name: eq.expression for eq in execute.expressions}
     fail_unless(
         isinstance(arguments.get("Resource"), exp.Placeholder), f"@Resource is not a parameter:\n{sql}"
@@ -712,13 +906,17 @@ def check_lock(statement: Statement, trees: list[exp.Expression], address: Queue
             isinstance(literal, exp.Literal) and literal.is_string and literal.this == value,
             f"@{name} is not '{value}':\n{sql}",
         )
-    fail_unless(execute.args.get("return_status") is not None, f"sp_getapplock's result is not kept:\n{sql}")
+    fail_unless(_is_number(arguments.get("LockTimeout"), "60000"), f"@LockTimeout is not 60000:\n{sql}")
+    fail_unless(
+        len(result.expressions) == 1 and _is_variable(result.expressions[0], "result"),
+        f"the batch does not end with SELECT @result:\n{sql}",
+    )
+    fail_unless(
+        sqlglot_system_variables(trees) == ["@@TRANCOUNT", "@@TRANCOUNT"], f"system variables:\n{sql}"
+    )
     resource = statement.params[0]
-    wanted = expected_qualified_name(address) + "_lock"
-    if len(wanted) <= APPLOCK_RESOURCE_MAX:
-        fail_unless(resource == wanted, f"lock resource {resource!r} != {wanted!r}")
-    else:
-        fail_unless(re.fullmatch(r"sqlqueue_[0-9a-f]{8}_lock", resource), f"long lock resource {resource!r}")
+    wanted = expected_lock_resource(address, CURRENT_CATALOG)
+    fail_unless(resource == wanted, f"lock resource {resource!r} != {wanted!r}")
 
 
 def check_bound_name(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
@@ -1124,6 +1322,18 @@ def check_mover_lock(statement: Statement, trees: list[exp.Expression], address:
         fail_unless(re.fullmatch(r"sqlqueue_[0-9a-f]{8}_mover", resource), f"long resource {resource!r}")
 
 
+def check_current_catalog(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    fail_unless(statement.sql == "SELECT DB_NAME()", f"not the connection's database:\n{statement.sql}")
+
+
+def check_variant_for(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """SERVERPROPERTY('Babelfish') is 1 on Babelfish and NULL on SQL Server; cast for the drivers."""
+    fail_unless(
+        statement.sql == "SELECT CAST(SERVERPROPERTY('Babelfish') AS int)" and statement.params == (),
+        f"not the Babelfish probe:\n{statement.sql}",
+    )
+
+
 USES_TIME = {
     "send",
     "receive_batch",
@@ -1159,6 +1369,8 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "fix_varchar_headers": check_fix_varchar_headers,
     "fix_clustered_rowversion": check_fix_clustered_rowversion,
     "prepare_connection": check_prepare_connection,
+    "current_catalog": check_current_catalog,
+    "variant_for": check_variant_for,
     "create_delayed_table": check_create_delayed_table,
     "delayed_index": check_delayed_index,
     "store_delayed": check_store_delayed,
@@ -1167,6 +1379,166 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "count_delayed": check_count_delayed,
     "try_lock_delayed_mover": check_mover_lock,
     "unlock_delayed_mover": check_mover_lock,
+}
+
+
+# ---- semantic checkers of a variant's own statements ---------------------------------------------------
+# Babelfish (dialects/sqlserver.py, BabelfishDialect) refuses DML through a CTE and expressions over deleted
+# columns in OUTPUT; it replaces those statements with forms that are valid T-SQL too. Reviewed against the
+# reference's receive (section 2) and mover (section 8): the same hints, TOP(?), order and database clock.
+BABELFISH_RECEIVE_OUTPUT = [
+    ("deleted", "Id"),
+    ("deleted", "CorrelationId"),
+    ("deleted", "ReplyToAddress"),
+    ("GETUTCDATE()", "Now"),  # position 4: the expired flag is Expires <= Now, both the server's values
+    ("deleted", "Headers"),
+    ("deleted", "Body"),
+    ("deleted", "RowVersion"),
+    ("deleted", "Expires"),
+]
+
+
+def _output(delete: exp.Delete) -> list[tuple[str, str]]:
+    returning = delete.args.get("returning")
+    found = []
+    for node in returning.expressions if returning is not None else []:
+        if isinstance(node, exp.Column):
+            found.append((node.table, node.name))
+        elif (
+            isinstance(node, exp.Alias) and isinstance(node.this, exp.Anonymous) and not node.this.expressions
+        ):
+            found.append((f"{node.this.name.upper()}()", node.alias))
+        else:
+            found.append((type(node).__name__, node.sql(dialect="tsql")))
+    return found
+
+
+def _rows_picked_by_row_version(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> exp.Select:
+    """``DELETE FROM <queue> ... WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM <queue>
+    WITH (UPDLOCK, READPAST, ROWLOCK) ...)``: the subquery that picks the rows, checked up to its order."""
+    sql = statement.sql
+    [delete] = trees
+    qualified = expected_qualified_name(address)
+    fail_unless(
+        sql.startswith(f"DELETE FROM {qualified} OUTPUT deleted."), f"not DELETE FROM <queue> OUTPUT:\n{sql}"
+    )
+    fail_unless(isinstance(delete, exp.Delete) and not delete.args.get("with_"), f"a CTE:\n{sql}")
+    where = delete.args.get("where")
+    picked = where.this if where is not None else None
+    fail_unless(
+        isinstance(picked, exp.In)
+        and isinstance(picked.this, exp.Column)
+        and picked.this.name == "RowVersion"
+        and not picked.this.table
+        and isinstance(picked.args.get("query"), exp.Subquery),
+        f"the rows are not picked by [RowVersion] IN (SELECT ...):\n{sql}",
+    )
+    select = picked.args["query"].this
+    fail_unless(isinstance(select, exp.Select), f"the pick is not a SELECT:\n{sql}")
+    fail_unless(
+        [c.name for c in select.expressions] == ["RowVersion"],
+        f"the pick selects more than RowVersion:\n{sql}",
+    )
+    limit = select.args.get("limit")
+    fail_unless(limit is not None and isinstance(limit.expression, exp.Placeholder), f"TOP is not ?:\n{sql}")
+    fail_unless("TOP(?)" in sql, f"the pick lacks TOP(?):\n{sql}")
+    source = select.args["from_"].this
+    fail_unless(
+        _qualified(source) == qualified and not select.args.get("joins"),
+        f"the pick reads another table:\n{sql}",
+    )
+    fail_unless(table_hints(source) == ["UPDLOCK", "READPAST", "ROWLOCK"], f"hints:\n{sql}")
+    fail_unless(table_hints(delete.this) == [], f"hints on the DELETE target:\n{sql}")
+    return select
+
+
+def _qualified(table: exp.Table) -> str:
+    return ".".join(
+        bracket(part.name) for part in (table.args.get(k) for k in ("catalog", "db", "this")) if part
+    )
+
+
+def _order(select: exp.Select) -> list[tuple[str, bool]]:
+    order = select.args.get("order")
+    return [(o.this.name, bool(o.args.get("desc"))) for o in order.expressions] if order else []
+
+
+def check_babelfish_receive(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    select = _rows_picked_by_row_version(statement, trees, address)
+    fail_unless(_order(select) == [("RowVersion", False)], f"receive is not ordered by RowVersion:\n{sql}")
+    fail_unless(
+        select.args.get("where") is None, f"receive filters rows (the reference has no WHERE):\n{sql}"
+    )
+    fail_unless(
+        _output(trees[0]) == BABELFISH_RECEIVE_OUTPUT,
+        f"OUTPUT {_output(trees[0])} != {BABELFISH_RECEIVE_OUTPUT}:\n{sql}",
+    )
+
+
+def check_babelfish_move(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    sql = statement.sql
+    select = _rows_picked_by_row_version(statement, trees, address)
+    where = select.args.get("where")
+    condition = where.this if where is not None else None
+    fail_unless(
+        isinstance(condition, exp.LTE)
+        and condition.this.name == "Due"
+        and isinstance(condition.expression, exp.Anonymous)
+        and condition.expression.name.upper() == "GETUTCDATE",
+        f"the move takes rows other than Due <= GETUTCDATE():\n{sql}",
+    )
+    fail_unless(_order(select) == [("Due", False)], f"the move is not ordered by Due ascending:\n{sql}")
+    wanted = [("deleted", "Headers"), ("deleted", "Body"), ("deleted", "Due"), ("deleted", "RowVersion")]
+    fail_unless(
+        _output(trees[0]) == wanted,
+        f"the move does not OUTPUT deleted Headers, Body, Due, RowVersion:\n{sql}",
+    )
+
+
+def check_babelfish_table_exists(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """A user table of that schema and name, read from the catalog views of the address's catalog."""
+    sql = statement.sql
+    prefix = f"{bracket(address.catalog)}." if address.catalog else ""
+    fail_unless(
+        sql == f"SELECT t.object_id FROM {prefix}sys.tables t JOIN {prefix}sys.schemas s "
+        "ON s.schema_id = t.schema_id WHERE s.name = ? AND t.name = ?",
+        f"not a lookup of sys.tables by schema and name:\n{sql}",
+    )
+    fail_unless(statement.params == (address.schema, address.table), f"bound names {statement.params}")
+
+
+def like_prefix(name: str) -> str:
+    """A LIKE pattern for names starting with ``name``: '[', '_' and '%' matched literally."""
+    return "".join(f"[{char}]" if char in "[_%" else char for char in name) + "%"
+
+
+def check_babelfish_index_exists(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """Babelfish stores index names rewritten (lower case, table name and hash appended): found by prefix."""
+    sql = statement.sql
+    prefix = f"{bracket(address.catalog)}." if address.catalog else ""
+    fail_unless(
+        sql == f"SELECT index_id FROM {prefix}sys.indexes WHERE object_id = OBJECT_ID(?) AND name LIKE ?",
+        f"not a prefix lookup of the index name:\n{sql}",
+    )
+    pattern = like_prefix(statement.extra["index"])
+    fail_unless(
+        statement.params == (expected_qualified_name(address), pattern),
+        f"bound values {statement.params} != {(expected_qualified_name(address), pattern)}",
+    )
+
+
+VARIANT_SEMANTICS: dict[tuple[str, str], Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
+    ("babelfish", "receive_batch"): check_babelfish_receive,
+    ("babelfish", "move_due_delayed_batch"): check_babelfish_move,
+    ("babelfish", "table_exists"): check_babelfish_table_exists,
+    ("babelfish", "index_exists"): check_babelfish_index_exists,
 }
 
 
@@ -1229,6 +1601,30 @@ def test_statement_parses_and_means_what_the_reference_does(case_name: str, stat
     check_statement(statement, ADDRESSES[case_name])
 
 
+VARIANT_STATEMENTS = [
+    pytest.param(variant, case, statement, id=f"{variant}:{case}:{statement.name}")
+    for variant, rendered in RENDERED_BY_VARIANT.items()
+    if variant != "sqlserver"
+    for case, statements in rendered.items()
+    for statement in differing(case, statements)
+]
+
+
+@pytest.mark.parametrize(("variant", "case_name", "statement"), VARIANT_STATEMENTS)
+def test_variant_statement_means_what_the_reference_does(
+    variant: str, case_name: str, statement: Statement
+) -> None:
+    """A variant's own statement passes the checks every statement passes, and a checker of its own."""
+    checker = VARIANT_SEMANTICS.get((variant, statement.kind))
+    assert checker is not None, f"{variant}'s own {statement.kind} has no semantic checker: add one"
+    check_statement(statement, ADDRESSES[case_name], checker)
+
+
+def test_every_variant_checker_is_used() -> None:
+    used = {(variant, statement.kind) for variant, _, statement in (p.values for p in VARIANT_STATEMENTS)}
+    assert used == set(VARIANT_SEMANTICS), f"checkers without a statement: {set(VARIANT_SEMANTICS) - used}"
+
+
 def test_every_statement_kind_is_covered() -> None:
     kinds = {statement.kind for statements in RENDERED.values() for statement in statements}
     assert kinds == set(SEMANTICS), f"kinds without a checker or never rendered: {kinds ^ set(SEMANTICS)}"
@@ -1263,6 +1659,24 @@ def test_special_addresses_resolve_as_intended() -> None:
     assert ADDRESSES["everything_at_once"] == QueueAddress("x [y]] 'z';--", "s@]x", "c]@[")
     lock = next(s for s in RENDERED["longest_names"] if s.kind == "lock_for_create")
     assert len(lock.params[0]) <= APPLOCK_RESOURCE_MAX
+
+
+def test_the_creation_lock_names_the_catalog() -> None:
+    """The reference's '[catalog].[schema].[table]_lock': the address's catalog, else the connection's
+    database; the hashed form of the longest names hashes the catalog too (SHA-1, recomputed here)."""
+    plain = next(s for s in RENDERED["plain"] if s.kind == "lock_for_create")
+    assert plain.params == (f"[{CURRENT_CATALOG}].[dbo].[orders]_lock",)
+    special = next(s for s in RENDERED["ci_special_characters"] if s.kind == "lock_for_create")
+    assert special.params == ("[n service.bus&#].[db@].[my]]table]_lock",)
+    longest = ADDRESSES["longest_names"]
+    full = f"[{'c' * 128}].[{'s' * 128}].[{'q' * 128}]_lock"
+    hashed = f"sqlqueue_{hashlib.sha1(full.encode('utf-8')).hexdigest()[:8]}_lock"
+    assert next(s for s in RENDERED["longest_names"] if s.kind == "lock_for_create").params == (hashed,)
+    other_catalog = QueueAddress(longest.table, longest.schema, "d" * 128)
+    assert DIALECT.lock_for_create(other_catalog)[1] != (hashed,)
+    no_catalog = QueueAddress(longest.table, longest.schema)
+    assert DIALECT.lock_for_create(no_catalog, "c" * 128)[1] == (hashed,)
+    assert DIALECT.lock_for_create(no_catalog, "d" * 128)[1] != (hashed,)
 
 
 # ---- negative self-test: the checks can fail -------------------------------------------------------------
@@ -1380,6 +1794,80 @@ BROKEN = [
         _ORDERS,
         "lock resource",
         id="lock-wrong-resource",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK, 1, params=("[dbo].[orders]_lock",)),
+        _ORDERS,
+        "lock resource",
+        id="lock-without-catalog",
+    ),
+    pytest.param(
+        _like(
+            "lock_for_create",
+            _GOOD_LOCK.replace(
+                "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END;", "BEGIN TRANSACTION;"
+            ),
+            1,
+        ),
+        _ORDERS,
+        "statement types",
+        id="lock-opens-unconditionally",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("@@TRANCOUNT = 0", "@@TRANCOUNT >= 0"), 1),
+        _ORDERS,
+        "than @@TRANCOUNT = 0",
+        id="lock-opens-inside-an-open-transaction",
+    ),
+    pytest.param(
+        _like(
+            "lock_for_create",
+            _GOOD_LOCK.replace("IF @opened = 1 AND @@TRANCOUNT > 1", "IF @@TRANCOUNT > 0"),
+            1,
+        ),
+        _ORDERS,
+        "than @opened = 1 AND @@TRANCOUNT > 1",
+        id="lock-commits-the-callers-transaction",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("@@TRANCOUNT > 1", "@@TRANCOUNT > 0"), 1),
+        _ORDERS,
+        "than @opened = 1 AND @@TRANCOUNT > 1",
+        id="lock-commits-its-only-level",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("SET @opened = 1", "SET @opened = 0"), 1),
+        _ORDERS,
+        "not noted",
+        id="lock-forgets-it-opened",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("COMMIT TRANSACTION", "ROLLBACK TRANSACTION"), 1),
+        _ORDERS,
+        "statement types",
+        id="lock-rolls-back",
+    ),
+    pytest.param(
+        _like(
+            "lock_for_create",
+            _GOOD_LOCK.replace("BEGIN BEGIN TRANSACTION; SET @opened = 1; END", "BEGIN TRANSACTION").replace(
+                "TRANSACTION; IF @opened", "TRANSACTION; SET @opened = 1; IF @opened"
+            ),
+            1,
+            types=(
+                exp.Declare,
+                exp.Select,
+                exp.Transaction,
+                exp.Set,
+                exp.Select,
+                exp.Commit,
+                exp.Execute,
+                exp.Select,
+            ),
+        ),
+        _ORDERS,
+        "is not DECLARE; IF; IF; EXEC; SELECT",
+        id="lock-flag-outside-the-IF",
     ),
     pytest.param(
         _like("send", _GOOD_SEND.replace("VALUES (?, ", "VALUES ('orders-1', ", 1), 6),
@@ -1504,3 +1992,100 @@ def test_checks_accept_the_unbroken_originals() -> None:
     special = next(s for s in RENDERED["ci_special_characters"] if s.kind == "peek_estimate")
     assert special.sql == _GOOD_SPECIAL_PEEK
     check_statement(special, _SPECIAL)
+
+
+_BABELFISH = BabelfishDialect()
+_BF_RECEIVE = _BABELFISH.receive_batch(_ORDERS)
+_BF_MOVE = _BABELFISH.move_due_delayed_batch(_ORDERS)
+
+
+def _babelfish_like(kind: str, sql: str, placeholders: int, **changes: Any) -> Statement:
+    model = next(s for s in RENDERED_BY_VARIANT["babelfish"]["plain"] if s.kind == kind)
+    return Statement(
+        model.kind,
+        model.name,
+        sql,
+        model.types,
+        placeholders,
+        changes.get("params", model.params),
+        model.embeds_table,
+        model.extra,
+    )
+
+
+BROKEN_BABELFISH = [
+    pytest.param(
+        _babelfish_like(
+            "receive_batch",
+            _BF_RECEIVE.replace("GETUTCDATE() AS [Now], ", "").replace(
+                "deleted.[Expires]", "deleted.[Expires], GETUTCDATE() AS [Now]"
+            ),
+            1,
+        ),
+        "OUTPUT",
+        id="receive-Now-moved",
+    ),
+    pytest.param(
+        _babelfish_like(
+            "receive_batch", _BF_RECEIVE.replace("UPDLOCK, READPAST, ROWLOCK", "UPDLOCK, ROWLOCK"), 1
+        ),
+        "hints",
+        id="receive-no-READPAST",
+    ),
+    pytest.param(
+        _babelfish_like("receive_batch", _BF_RECEIVE.replace("GETUTCDATE()", "SYSUTCDATETIME()"), 1),
+        "clock functions",
+        id="receive-other-clock",
+    ),
+    pytest.param(
+        _babelfish_like("receive_batch", _BF_RECEIVE.replace("TOP(?)", "TOP(1)"), 0),
+        "TOP",
+        id="receive-TOP-literal",
+    ),
+    pytest.param(
+        _babelfish_like("receive_batch", _BF_RECEIVE.replace(" ORDER BY [RowVersion]", ""), 1),
+        "ordered by RowVersion",
+        id="receive-unordered",
+    ),
+    pytest.param(
+        _babelfish_like(
+            "receive_batch",
+            _BF_RECEIVE.replace("IN (SELECT TOP(?) [RowVersion]", "IN (SELECT TOP(?) [Id]"),
+            1,
+        ),
+        "more than RowVersion",
+        id="receive-picks-by-Id",
+    ),
+    pytest.param(
+        _babelfish_like("move_due_delayed_batch", _BF_MOVE.replace(" ORDER BY [Due]", ""), 1),
+        "ordered by Due",
+        id="move-unordered",
+    ),
+    pytest.param(
+        _babelfish_like("move_due_delayed_batch", _BF_MOVE.replace("[Due] <= GETUTCDATE()", "[Due] < ?"), 2),
+        "GETUTCDATE",
+        id="move-client-clock",
+    ),
+    pytest.param(
+        _babelfish_like("table_exists", _BABELFISH.table_exists(_ORDERS)[0], 2, params=("orders", "dbo")),
+        "bound names",
+        id="table-exists-swapped",
+    ),
+    pytest.param(
+        _babelfish_like(
+            "index_exists",
+            _BABELFISH.index_exists(_ORDERS, "Index_RowVersion")[0],
+            2,
+            params=("[dbo].[orders]", "Index_RowVersion%"),
+        ),
+        "bound values",
+        id="index-pattern-unescaped",
+    ),
+]
+
+
+@pytest.mark.parametrize(("statement", "reason"), BROKEN_BABELFISH)
+def test_babelfish_checks_reject_broken_statements(statement: Statement, reason: str) -> None:
+    checker = VARIANT_SEMANTICS[("babelfish", statement.kind)]
+    with pytest.raises(SqlCheckFailure, match=reason):
+        check_statement(statement, _ORDERS, checker)

@@ -41,6 +41,7 @@ from tsql_checks import (
     FUNCTIONS,
     GOLDEN_ROOT,
     PROCEDURES,
+    SYSTEM_VARIABLES,
     TABLE_HINTS,
     FluffTree,
     StaticCheckFailure,
@@ -55,6 +56,7 @@ from tsql_checks import (
     parse_sqlglot,
     require,
     sqlfluff_names,
+    sqlglot_system_variables,
     stale_golden_files,
     tsql_dialect_classes,
     variant_name,
@@ -111,6 +113,13 @@ class BridgeStatement:
     kind: str  # the BridgeSql method (or module function) that rendered it
     name: str  # the '-- name' line of the golden file
     sql: str
+    counted: bool = False  # run through BridgeSql.counted: '; SELECT @@ROWCOUNT' appended
+
+
+# The run-state updates whose changed-row count the drain reads: it runs them only through BridgeSql.counted
+# (NOCOUNT ON leaves drivers no row count on SQL Server), so they are rendered, checked and golden that way.
+COUNTED_KINDS = {"set_state", "set_state_if_stale", "finish_run"}
+ROWCOUNT = "SELECT @@ROWCOUNT"
 
 
 # The kinds stamped by the bridge's own clock (SYSUTCDATETIME()); every other bridge statement has no clock.
@@ -135,6 +144,7 @@ BRIDGE_NOT_STATEMENTS = {
     "expires_value",
     "rows_per_insert",
     "sink_value",
+    "dialect",
 }
 BRIDGE_POSTGRES_ONLY = {"move_to_staging", "move_poison", "copy_rows"}
 
@@ -155,16 +165,22 @@ def render_bridge(case_name: str, address: QueueAddress, dialect: SqlServerDiale
     def add(kind: str, text: str, name: str | None = None) -> None:
         out.append(BridgeStatement(kind, name or kind, text))
 
+    def add_counted(kind: str, text: str, name: str | None = None) -> None:
+        out.append(BridgeStatement(kind, f"{name or kind} (counted)", sql.counted(text), counted=True))
+
     for table, text in zip(("runs", "staging", "fill"), sql.create_statements(), strict=True):
         add("create_statements", text, f"create_statements {table}")
     add("get_run", sql.get_run())
     add("insert_run", sql.insert_run())
     add("restart_run", sql.restart_run())
-    add("set_state", sql.set_state(ACTIVE_STATES), "set_state from receiving, processing")
-    add("set_state", sql.set_state((PROCESSING,)), "set_state from processing")
-    add("set_state_if_stale", sql.set_state_if_stale(ACTIVE_STATES)[0])
+    # As drain.py runs them: abort (from receiving or processing; if stale), the end of the receive phase
+    # (from receiving) and the commit (from processing), then finish_run.
+    add_counted("set_state", sql.set_state(ACTIVE_STATES), "set_state from receiving, processing")
+    add_counted("set_state", sql.set_state((RECEIVING,)), "set_state from receiving")
+    add_counted("set_state", sql.set_state((PROCESSING,)), "set_state from processing")
+    add_counted("set_state_if_stale", sql.set_state_if_stale(ACTIVE_STATES)[0])
     add("heartbeat", sql.heartbeat())
-    add("finish_run", sql.finish_run())
+    add_counted("finish_run", sql.finish_run())
     add("set_summary", sql.set_summary())
     add("run_state_shared", sql.run_state_shared())
     add("orphans", sql.orphans()[0])
@@ -248,6 +264,35 @@ def check_bridge_clock(statement: BridgeStatement, fluff: FluffTree) -> None:
     require(clocks == wanted, f"clocks {sorted(clocks)}, expected {sorted(wanted)} in:\n{statement.sql}")
 
 
+def check_bridge_counted(statement: BridgeStatement, trees: list[exp.Expression], fluff: FluffTree) -> None:
+    """``@@ROWCOUNT`` (and a second statement) only in the counted run-state updates: the UPDATE, then
+    ``SELECT @@ROWCOUNT`` and nothing else."""
+    sql = statement.sql
+    require(
+        statement.counted == (statement.kind in COUNTED_KINDS),
+        f"{statement.kind} must {'' if statement.kind in COUNTED_KINDS else 'not '}be counted:\n{sql}",
+    )
+    kinds = [_statement_kind(segment) for segment in fluff.statements()]
+    variables = sqlglot_system_variables(trees)
+    if statement.counted:
+        require(sql.endswith(f"; {ROWCOUNT}"), f"the count is not the last statement:\n{sql}")
+        require(
+            kinds == ["update_statement", "select_statement"]
+            and [type(tree) for tree in trees] == [exp.Update, exp.Select]
+            and trees[1].sql(dialect="tsql") == ROWCOUNT
+            and variables == ["@@ROWCOUNT"],
+            f"not one UPDATE followed by {ROWCOUNT} (sqlfluff: {kinds}):\n{sql}",
+        )
+    else:
+        require(len(trees) == len(kinds) == 1, f"more than one statement (sqlfluff: {kinds}):\n{sql}")
+        require(not variables, f"system variables {variables} outside the counted updates:\n{sql}")
+
+
+def _statement_kind(segment: Any) -> str:
+    [kind] = [child.get_type() for child in segment.segments if child.is_code and not child.is_meta]
+    return kind
+
+
 def check_bridge_names(
     statement: BridgeStatement, trees: list[exp.Expression], address: QueueAddress, tables: BridgeTables
 ) -> None:
@@ -321,6 +366,7 @@ def check_bridge_statement(variant: str, case_name: str, statement: BridgeStatem
     address = golden.ADDRESSES[case_name]
     trees, fluff = check_static(statement.sql)
     check_bridge_clock(statement, fluff)
+    check_bridge_counted(statement, trees, fluff)
     transport: Any = RenderingTransport(VARIANTS[variant]())
     check_bridge_names(
         statement, trees, address, bridge_tables(transport, address, bridge_prefix(case_name, address))
@@ -337,10 +383,40 @@ def test_bridge_statement_passes_static_checks(
 def _broken(case_name: str, name: str, old: str, new: str) -> tuple[str, BridgeStatement]:
     model = next(s for s in BRIDGE[("sqlserver", case_name)] if s.name == name)
     assert old in model.sql, f"{name} no longer holds {old!r}: update BROKEN_BRIDGE"
-    return case_name, BridgeStatement(model.kind, model.name, model.sql.replace(old, new))
+    return case_name, BridgeStatement(model.kind, model.name, model.sql.replace(old, new), model.counted)
 
 
 BROKEN_BRIDGE = [
+    pytest.param(
+        *_broken(
+            "plain",
+            "heartbeat",
+            "('receiving', 'processing')",
+            "('receiving', 'processing'); SELECT @@ROWCOUNT",
+        ),
+        r"more than one statement",
+        id="rowcount-outside-the-counted-updates",
+    ),
+    pytest.param(
+        *_broken("plain", "finish_run (counted)", "SELECT @@ROWCOUNT", "SELECT @@IDENTITY"),
+        r"system variable '@@IDENTITY' is not allowed",
+        id="other-system-variable",
+    ),
+    pytest.param(
+        *_broken("plain", "set_state from processing (counted)", "; SELECT @@ROWCOUNT", ""),
+        r"the count is not the last statement",
+        id="counted-without-the-count",
+    ),
+    pytest.param(
+        *_broken(
+            "plain",
+            "set_state from processing (counted)",
+            "; SELECT @@ROWCOUNT",
+            "; SELECT 1; SELECT @@ROWCOUNT",
+        ),
+        r"not one UPDATE followed by SELECT @@ROWCOUNT",
+        id="count-and-more",
+    ),
     pytest.param(
         *_broken("plain", "heartbeat", "SYSUTCDATETIME()", "GETUTCDATE()"),
         r"clocks \['GETUTCDATE'\]",
@@ -391,7 +467,9 @@ def test_bridge_checks_reject_broken_statements(
 def test_every_bridge_statement_is_rendered() -> None:
     """A new BridgeSql statement fails here until render_bridge (and so the checks) covers it."""
     members = {name for name, _ in inspect.getmembers(BridgeSql) if not name.startswith("_")}
-    rendered = {statement.kind for statement in BRIDGE[("sqlserver", "plain")]} - {"sink_table_ddl"}
+    statements = BRIDGE[("sqlserver", "plain")]
+    rendered = {statement.kind for statement in statements} - {"sink_table_ddl"}
+    rendered |= {"counted"} if any(statement.counted for statement in statements) else set()
     assert members - BRIDGE_NOT_STATEMENTS - BRIDGE_POSTGRES_ONLY == rendered
     for cls in VARIANTS.values():
         transport: Any = RenderingTransport(cls())
@@ -412,10 +490,15 @@ def test_abort_of_a_stale_run_is_the_state_change_plus_the_heartbeat_condition()
 
 def test_allow_lists_hold_only_what_is_used() -> None:
     """Each allow-list is what the statements use (plus names reserved below), so it cannot grow stale."""
-    # Named by issue 14 for the catalog-qualified creation lock and the Babelfish detection; drop them
-    # here once a statement uses them.
-    reserved = {"QUOTENAME", "DB_NAME", "SERVERPROPERTY"}
-    used: dict[str, set[str]] = {"hints": set(), "types": set(), "functions": set(), "dateparts": set()}
+    # Named by issue 14 for quoting names on the server; drop it here once a statement uses it.
+    reserved = {"QUOTENAME"}
+    used: dict[str, set[str]] = {
+        "hints": set(),
+        "types": set(),
+        "functions": set(),
+        "dateparts": set(),
+        "variables": set(),
+    }
     texts = [
         s.sql for rendered in golden.RENDERED_BY_VARIANT.values() for ss in rendered.values() for s in ss
     ]
@@ -425,6 +508,7 @@ def test_allow_lists_hold_only_what_is_used() -> None:
         used["hints"] |= sqlfluff_names(fluff, "query_hint_segment")
         used["types"] |= {name.lower() for name in sqlfluff_names(fluff, "data_type")}
         used["functions"] |= sqlfluff_names(fluff, "function")
+        used["variables"] |= {segment.raw.upper() for segment in fluff.find("system_variable")}
         for function in fluff.find("function"):
             if sqlfluff_names(FluffTree(fluff.sql, function), "function") & DATEPART_FUNCTIONS:
                 used["dateparts"] |= set(re.findall(r"\(\s*(\w+)\s*,", function.raw.lower())[:1])
@@ -432,6 +516,7 @@ def test_allow_lists_hold_only_what_is_used() -> None:
     assert used["types"] == DATA_TYPES
     assert used["functions"] | reserved == FUNCTIONS
     assert used["dateparts"] == DATEPARTS
+    assert used["variables"] == SYSTEM_VARIABLES
     assert {"sp_getapplock", "sp_releaseapplock"} == PROCEDURES
 
 
@@ -486,6 +571,32 @@ def test_sqlglot_still_needs_the_delete_output_rewrite() -> None:
     [delete] = parse_sqlglot(receive)
     assert isinstance(delete, exp.Delete) and delete.args["where"] is not None
     assert for_sqlglot(golden.RENDERED["plain"][0].sql) == golden.RENDERED["plain"][0].sql
+
+
+def test_sqlglot_still_needs_the_if_split() -> None:
+    """sqlglot reads the creation lock's IF ... BEGIN ... END as one IfBlock that swallows the rest of the
+    batch; when it reads each statement itself, drop tsql_checks.sqlglot_batch's split."""
+    lock = next(s.sql for s in golden.RENDERED["plain"] if s.kind == "lock_for_create")
+    trees = sqlglot.parse(lock, read="tsql", error_level=sqlglot.ErrorLevel.RAISE)
+    assert [type(tree) for tree in trees] == [exp.Declare, exp.IfBlock]
+    assert [type(tree) for tree in parse_sqlglot(lock)] == list(golden.LOCK_TYPES)
+    # A lone IF (the bridge's IF OBJECT_ID(...) IS NULL CREATE TABLE) is read as written.
+    create = next(s.sql for s in BRIDGE[("sqlserver", "plain")] if s.name == "create_statements runs")
+    assert [type(tree) for tree in parse_sqlglot(create)] == [exp.IfBlock]
+
+
+@pytest.mark.parametrize(
+    ("sql", "pattern"),
+    [
+        ("IF @@TRANCOUNT = 0 BEGIN DELETE FROM [dbo].[t]; END; SELECT 1", "inside IF or BEGIN ... END"),
+        ("IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SELECT 1", "BEGIN or CASE without END"),
+        ("DECLARE @x int; IF @@SPID = 0 SET @x = 1; SELECT @x", "system variable '@@SPID'"),
+        ("IF @@TRANCOUNT = 0 BEGIN IF 1 = 1 SET @x = 1; END; SELECT 1", "nested IF"),
+    ],
+)
+def test_batches_with_if_are_held_to_the_same_lists(sql: str, pattern: str) -> None:
+    with pytest.raises(StaticCheckFailure, match=pattern):
+        check_static(sql)
 
 
 # ---- negative self-test: issue 14's invalid examples -------------------------------------------------

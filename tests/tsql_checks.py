@@ -91,6 +91,8 @@ FUNCTIONS = frozenset(
 )
 # Stored procedures a statement may EXEC.
 PROCEDURES = frozenset({"sp_getapplock", "sp_releaseapplock"})
+# System variables (@@...): the creation lock reads @@TRANCOUNT; counted updates and the purge @@ROWCOUNT.
+SYSTEM_VARIABLES = frozenset({"@@TRANCOUNT", "@@ROWCOUNT"})
 # sqlfluff's names of the statements the package writes (a batch-level IF wraps one of them).
 STATEMENT_KINDS = frozenset(
     {
@@ -109,6 +111,11 @@ STATEMENT_KINDS = frozenset(
         "set_segment",
         "if_then_statement",
     }
+)
+# sqlfluff's names of the statements an IF (or its BEGIN ... END block) may hold: the creation lock opens and
+# closes a transaction level and sets a flag; the bridge creates a table if it is missing.
+INNER_STATEMENT_KINDS = frozenset(
+    {"begin_end_block", "transaction_statement", "set_local_variable_segment", "create_table_statement"}
 )
 
 
@@ -264,6 +271,20 @@ def check_sqlfluff_allow_lists(tree: FluffTree, sql: str) -> None:
             len(kinds) == 1 and kinds[0] in STATEMENT_KINDS,
             f"statement kind {kinds} is not one the package writes (sqlfluff) in:\n{sql}",
         )
+    for block in tree.find("if_then_statement", "begin_end_block"):
+        for inner in block.recursive_crawl("statement", recurse_into=False):
+            if inner is block:
+                continue
+            kinds = [child.get_type() for child in _code(inner)]
+            require(
+                len(kinds) == 1 and kinds[0] in INNER_STATEMENT_KINDS,
+                f"statement kind {kinds} inside IF or BEGIN ... END is not one the package writes in:\n{sql}",
+            )
+    for variable in tree.find("system_variable"):
+        require(
+            variable.raw.upper() in SYSTEM_VARIABLES,
+            f"system variable {variable.raw!r} is not allowed (sqlfluff) in:\n{sql}",
+        )
     for execute in tree.find("execute_script_statement"):
         procedures = [_name(ref.raw) for ref in execute.recursive_crawl("object_reference")][:1]
         require(
@@ -292,6 +313,88 @@ _NAME = r"\[(?:[^\]]|\]\])*\]"
 _DELETE_OUTPUT_WHERE = re.compile(
     rf"DELETE FROM (?P<table>(?:{_NAME}\.)*{_NAME}) (?P<output>OUTPUT .+?) (?P<where>WHERE .*)", re.DOTALL
 )
+# Words that open (BEGIN of a block, CASE) or close (END) a nesting level; BEGIN TRAN[SACTION] opens none.
+_NESTING = re.compile(r"\bBEGIN\b(?!\s+TRAN)|\bCASE\b|\bEND\b|;", re.IGNORECASE)
+# The first word of the statement an IF runs (its condition holds none of them outside parentheses).
+_STATEMENT_START = re.compile(
+    r"\b(?:BEGIN|COMMIT|ROLLBACK|SET|CREATE|ALTER|DROP|INSERT|UPDATE|DELETE|SELECT|EXEC|DECLARE)\b",
+    re.IGNORECASE,
+)
+
+
+def _masked(sql: str) -> str:
+    """The text with bracketed names and string literals blanked (same length), so words in them do not
+    count as keywords."""
+    return _TOKENS.sub(lambda match: match.group() if match.group() == "?" else " " * len(match.group()), sql)
+
+
+def split_batch(sql: str) -> list[str]:
+    """The top-level statements of a batch, split at ``;`` outside names, literals, ``BEGIN ... END`` blocks
+    and ``CASE ... END``."""
+    masked = _masked(sql)
+    parts: list[str] = []
+    depth = start = 0
+    for match in _NESTING.finditer(masked):
+        word = match.group().upper()
+        if word == ";":
+            if depth == 0:
+                parts.append(sql[start : match.start()].strip())
+                start = match.end()
+        elif word == "END":
+            depth -= 1
+            require(depth >= 0, f"END without BEGIN or CASE in:\n{sql}")
+        else:
+            depth += 1
+    require(depth == 0, f"BEGIN or CASE without END in:\n{sql}")
+    tail = sql[start:].strip()
+    return [part for part in [*parts, tail] if part]
+
+
+def split_if(statement: str) -> tuple[str, list[str]] | None:
+    """``IF <condition> <statement>`` or ``IF <condition> BEGIN <statements> END`` as (condition, the
+    statements it runs); None for a statement that is not an IF."""
+    if not re.match(r"IF\s", statement, re.IGNORECASE):
+        return None
+    masked = _masked(statement)
+    depth = 0
+    for index, char in enumerate(masked):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        match = _STATEMENT_START.match(masked, index) if depth == 0 and index > 2 else None
+        if match is not None and masked[index - 1].isspace():
+            condition = statement[3:index].strip()
+            body = statement[index:].strip()
+            block = re.fullmatch(r"BEGIN\s(?!\s*TRAN)(?P<inner>.*)\bEND", body, re.IGNORECASE | re.DOTALL)
+            inner = split_batch(block["inner"]) if block else [body]
+            require(condition and inner, f"IF without a condition or a statement:\n{statement}")
+            return condition, inner
+    raise StaticCheckFailure(f"IF without a statement to run:\n{statement}")
+
+
+def sqlglot_batch(sql: str) -> tuple[str, list[int] | None]:
+    """The text sqlglot reads, and how many of sqlglot's statements each top-level statement became (None
+    where the text is unchanged).
+
+    sqlglot 30 reads ``IF ... BEGIN ... END`` (and an IF followed by more statements) as one IfBlock that
+    swallows the rest of the batch, so in a batch of several statements each IF becomes its condition, as
+    ``SELECT 1 WHERE <condition>``, followed by the statements it runs, each on its own. A lone IF (the
+    bridge's ``IF OBJECT_ID(...) IS NULL CREATE TABLE``) stays as written. sqlfluff reads the exact text.
+    """
+    parts = split_batch(sql)
+    ifs = [split_if(part) for part in parts]
+    if len(parts) < 2 or not any(ifs):
+        return for_sqlglot(sql), None
+    texts: list[str] = []
+    shape: list[int] = []
+    for part, split in zip(parts, ifs, strict=True):
+        if split is None:
+            texts.append(part)
+            shape.append(1)
+            continue
+        condition, inner = split
+        require(not any(split_if(statement) for statement in inner), f"nested IF in:\n{sql}")
+        texts += [f"SELECT 1 WHERE {condition}", *inner]
+        shape.append(1 + len(inner))
+    return "; ".join(texts), shape
 
 
 def for_sqlglot(sql: str) -> str:
@@ -299,7 +402,8 @@ def for_sqlglot(sql: str) -> str:
 
     sqlglot rejects the valid ``DELETE FROM t OUTPUT ... WHERE ...`` (the form Babelfish runs for the
     receive) and reads the equivalent ``DELETE t OUTPUT ... FROM t WHERE ...``: only that shape is
-    rewritten, for sqlglot alone (sqlfluff reads the statement as executed).
+    rewritten, for sqlglot alone (sqlfluff reads the statement as executed). Batches with IF are split by
+    :func:`sqlglot_batch`.
     """
     match = _DELETE_OUTPUT_WHERE.fullmatch(sql)
     if match is None:
@@ -310,7 +414,7 @@ def for_sqlglot(sql: str) -> str:
 def parse_sqlglot(sql: str) -> list[exp.Expression]:
     """Parse with sqlglot's T-SQL reader; a parse error, an empty statement or an opaque Command fails."""
     try:
-        trees = sqlglot.parse(for_sqlglot(sql), read="tsql", error_level=ErrorLevel.RAISE)
+        trees = sqlglot.parse(sqlglot_batch(sql)[0], read="tsql", error_level=ErrorLevel.RAISE)
     except SqlglotError as error:
         raise StaticCheckFailure(f"sqlglot could not parse the statement: {error}\n{sql}") from error
     require(trees and all(tree is not None for tree in trees), f"empty statement in:\n{sql}")
@@ -359,17 +463,37 @@ def check_sqlglot_allow_lists(trees: list[exp.Expression], sql: str) -> None:
     for function in _nodes(trees, exp.Anonymous):
         name = function.name.upper()
         require(name in FUNCTIONS, f"function {name!r} is not allowed (sqlglot) in:\n{sql}")
+    for variable in sqlglot_system_variables(trees):
+        require(
+            variable in SYSTEM_VARIABLES, f"system variable {variable!r} is not allowed (sqlglot) in:\n{sql}"
+        )
     for delete in _nodes(trees, exp.Delete):
         require(delete.args.get("order") is None, f"DELETE ... ORDER BY is not T-SQL (sqlglot) in:\n{sql}")
         require(delete.args.get("limit") is None, f"DELETE ... LIMIT is not T-SQL (sqlglot) in:\n{sql}")
 
 
+def sqlglot_system_variables(trees: list[exp.Expression]) -> list[str]:
+    """``@@NAME`` as sqlglot reads it: a parameter of a parameter."""
+    return [
+        f"@@{node.this.name.upper()}"
+        for node in _nodes(trees, exp.Parameter)
+        if isinstance(node.this, exp.Parameter)
+    ]
+
+
 def check_same_statements(trees: list[exp.Expression], fluff: FluffTree, sql: str) -> None:
-    """Both grammars split the text into the same number of statements, with the same parameters."""
+    """Both grammars split the text into the same number of statements, with the same parameters (an IF
+    that sqlglot reads split, see :func:`sqlglot_batch`, counts as its condition plus its statements)."""
     statements = fluff.statements()
+    _, shape = sqlglot_batch(sql)
+    expected = len(trees) if shape is None else len(shape)
     require(
-        len(statements) == len(trees),
-        f"sqlfluff reads {len(statements)} statement(s), sqlglot {len(trees)}: {[s.raw for s in statements]}",
+        len(statements) == expected,
+        f"sqlfluff reads {len(statements)} statement(s), sqlglot {expected}: {[s.raw for s in statements]}",
+    )
+    require(
+        shape is None or sum(shape) == len(trees),
+        f"sqlglot reads {len(trees)} statement(s) where the split gives {sum(shape or [])}:\n{sql}",
     )
     in_text = parameter_count(sql)
     in_tree = len(_nodes(trees, exp.Placeholder))

@@ -72,7 +72,7 @@ DROP TABLE IF EXISTS [c]]@[].[s@]]x].[x [y]]]] 'z';--]
 
 -- lock_for_create
 -- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]_lock"]
-DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]"]

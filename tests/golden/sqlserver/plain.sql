@@ -71,8 +71,8 @@ ALTER TABLE [dbo].[orders] ADD [BodyString] AS CAST([Body] AS nvarchar(max))
 DROP TABLE IF EXISTS [dbo].[orders]
 
 -- lock_for_create
--- params: ["[dbo].[orders]_lock"]
-DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+-- params: ["[sqlqueue].[dbo].[orders]_lock"]
+DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[dbo].[orders]"]
@@ -180,3 +180,10 @@ SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.sc
 
 -- prepare_connection
 SET NOCOUNT ON
+
+-- current_catalog
+SELECT DB_NAME()
+
+-- variant_for
+-- params: []
+SELECT CAST(SERVERPROPERTY('Babelfish') AS int)

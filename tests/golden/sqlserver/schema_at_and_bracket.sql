@@ -71,8 +71,8 @@ ALTER TABLE [s@]]x].[orders] ADD [BodyString] AS CAST([Body] AS nvarchar(max))
 DROP TABLE IF EXISTS [s@]]x].[orders]
 
 -- lock_for_create
--- params: ["[s@]]x].[orders]_lock"]
-DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+-- params: ["[sqlqueue].[s@]]x].[orders]_lock"]
+DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[s@]]x].[orders]"]

@@ -71,8 +71,8 @@ ALTER TABLE [dbo].[my[table] ADD [BodyString] AS CAST([Body] AS nvarchar(max))
 DROP TABLE IF EXISTS [dbo].[my[table]
 
 -- lock_for_create
--- params: ["[dbo].[my[table]_lock"]
-DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+-- params: ["[sqlqueue].[dbo].[my[table]_lock"]
+DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[dbo].[my[table]"]

@@ -71,8 +71,8 @@ ALTER TABLE [dbo].[o'rders;-- DROP TABLE x] ADD [BodyString] AS CAST([Body] AS n
 DROP TABLE IF EXISTS [dbo].[o'rders;-- DROP TABLE x]
 
 -- lock_for_create
--- params: ["[dbo].[o'rders;-- DROP TABLE x]_lock"]
-DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+-- params: ["[sqlqueue].[dbo].[o'rders;-- DROP TABLE x]_lock"]
+DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[dbo].[o'rders;-- DROP TABLE x]"]

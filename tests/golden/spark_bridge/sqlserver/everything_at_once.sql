@@ -20,20 +20,23 @@ INSERT INTO [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] (RunId, InputQueue, Sink, Sta
 -- restart_run
 UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET JobAttempt = JobAttempt + 1, HeartbeatAt = SYSUTCDATETIME(), Sink = ?, State = CASE WHEN State = 'aborted' THEN 'receiving' ELSE State END, FinishedAt = NULL, Summary = NULL WHERE RunId = ? AND State <> 'committed'
 
--- set_state from receiving, processing
-UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing')
+-- set_state from receiving, processing (counted)
+UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing'); SELECT @@ROWCOUNT
 
--- set_state from processing
-UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('processing')
+-- set_state from receiving (counted)
+UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving'); SELECT @@ROWCOUNT
 
--- set_state_if_stale
-UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
+-- set_state from processing (counted)
+UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('processing'); SELECT @@ROWCOUNT
+
+-- set_state_if_stale (counted)
+UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME()); SELECT @@ROWCOUNT
 
 -- heartbeat
 UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing')
 
--- finish_run
-UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = 'committed', FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ? AND State = 'processing'
+-- finish_run (counted)
+UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = 'committed', FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ? AND State = 'processing'; SELECT @@ROWCOUNT
 
 -- set_summary
 UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?

@@ -20,20 +20,23 @@ INSERT INTO [dbo].[o'rders;-- DROP TABLE x_runs] (RunId, InputQueue, Sink, State
 -- restart_run
 UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET JobAttempt = JobAttempt + 1, HeartbeatAt = SYSUTCDATETIME(), Sink = ?, State = CASE WHEN State = 'aborted' THEN 'receiving' ELSE State END, FinishedAt = NULL, Summary = NULL WHERE RunId = ? AND State <> 'committed'
 
--- set_state from receiving, processing
-UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing')
+-- set_state from receiving, processing (counted)
+UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing'); SELECT @@ROWCOUNT
 
--- set_state from processing
-UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('processing')
+-- set_state from receiving (counted)
+UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving'); SELECT @@ROWCOUNT
 
--- set_state_if_stale
-UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
+-- set_state from processing (counted)
+UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('processing'); SELECT @@ROWCOUNT
+
+-- set_state_if_stale (counted)
+UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME()); SELECT @@ROWCOUNT
 
 -- heartbeat
 UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('receiving', 'processing')
 
--- finish_run
-UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = 'committed', FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ? AND State = 'processing'
+-- finish_run (counted)
+UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET State = 'committed', FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ? AND State = 'processing'; SELECT @@ROWCOUNT
 
 -- set_summary
 UPDATE [dbo].[o'rders;-- DROP TABLE x_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?

@@ -1,0 +1,4 @@
+-- The Spark bridge's statements on babelfish, beside the queue orders@[dbo]
+-- (control tables prefixed 'sqlqueue_spark'; the queue is also the sink).
+-- Golden file: tests/test_tsql_static.py; SQLQUEUE_UPDATE_GOLDEN=1 rewrites it.
+-- Only the statements that differ from spark_bridge/sqlserver/plain.sql.

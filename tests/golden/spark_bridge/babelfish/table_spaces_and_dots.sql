@@ -1,0 +1,4 @@
+-- The Spark bridge's statements on babelfish, beside the queue order queue. v2@[dbo]
+-- (control tables prefixed 'order queue. v2'; the queue is also the sink).
+-- Golden file: tests/test_tsql_static.py; SQLQUEUE_UPDATE_GOLDEN=1 rewrites it.
+-- Only the statements that differ from spark_bridge/sqlserver/table_spaces_and_dots.sql.
