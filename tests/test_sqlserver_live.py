@@ -86,7 +86,7 @@ def test_the_creation_lock_opens_its_own_transaction_whatever_the_driver_left_op
     target: EngineTarget, implicit_transactions: bool
 ) -> None:
     """With no transaction open (autocommit, or implicit-transaction mode before its first statement), a
-    transaction-owned app-lock would be refused (-999). The batch opens one, and exactly one."""
+    transaction-owned app-lock would be refused (-999). The batch before it opens one, and exactly one."""
     dialect = SqlServerDialect()
     statement, params = dialect.lock_for_create(QueueAddress("lock_probe", target.schema), "sqlqueue")
     connection = pyodbc.connect(target.url, autocommit=True)
@@ -95,6 +95,7 @@ def test_the_creation_lock_opens_its_own_transaction_whatever_the_driver_left_op
         if implicit_transactions:
             connection.execute("SET IMPLICIT_TRANSACTIONS ON")
         assert connection.execute("SELECT @@TRANCOUNT").fetchone()[0] == 0
+        connection.execute(dialect.open_transaction())
         cursor = connection.execute(statement, params)
         [[result]] = dialect.fetch_rows(cursor)
         assert result >= 0, f"sp_getapplock answered {result}"

@@ -167,6 +167,11 @@ class Dialect(ABC):
         lock where the address has no catalog of its own, so that every creator of the table agrees on it.
         """
 
+    def open_transaction(self) -> str | None:
+        """A batch without parameters that makes sure a transaction is open, for locks owned by it, where
+        the driver may not have opened one yet."""
+        return None
+
     def current_catalog(self) -> str | None:
         """A query for the connection's current database, where :meth:`lock_for_create` needs it."""
         return None

@@ -133,23 +133,31 @@ class SqlServerDialect(Dialect):
         self, address: QueueAddress, current_catalog: str | None = None
     ) -> tuple[str, Sequence[Any]]:
         # The reference names the lock '[catalog].[schema].[table]_lock', so that this package and .NET
-        # installers creating the same table wait for each other. A transaction-owned app-lock needs an
-        # open transaction: under ODBC's implicit transactions DECLARE and EXEC open none, and the call
-        # would answer -999. So the batch opens one itself when none is open; where the driver runs in
-        # implicit-transaction mode that BEGIN opens two nested levels, and the inner one is closed at
-        # once, leaving exactly one transaction for the caller's COMMIT or ROLLBACK.
+        # installers creating the same table wait for each other. It is owned by the transaction that
+        # open_transaction() made sure of.
         named = address if address.catalog else QueueAddress(address.table, address.schema, current_catalog)
         resource = f"{self.qualified_name(named)}_lock"
         if len(resource) > 255:
             resource = f"sqlqueue_{short_hash(resource)}_lock"
         return (
-            "DECLARE @result int, @opened bit = 0; "
-            "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
-            "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; "
+            "DECLARE @result int; "
             "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
             "@LockOwner = 'Transaction', @LockTimeout = 60000; "
             "SELECT @result",
             (resource,),
+        )
+
+    def open_transaction(self) -> str:
+        # A transaction-owned app-lock needs an open transaction, and drivers differ: FreeTDS opens one at
+        # once; Microsoft's driver in manual-commit mode switches on implicit transactions, where DECLARE
+        # and EXEC open none (sp_getapplock would answer -999). In implicit-transaction mode BEGIN opens two
+        # nested levels, so the batch closes the inner one at once, leaving exactly one for the caller's
+        # COMMIT or ROLLBACK. It takes no parameters, so drivers send it as a plain batch: inside a
+        # parameterised call (an RPC), ending with another @@TRANCOUNT than it started with is error 266.
+        return (
+            "DECLARE @opened bit = 0; "
+            "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
+            "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION"
         )
 
     def current_catalog(self) -> str:

@@ -80,6 +80,9 @@ def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
     begin = dialect.begin_write()
     if begin:
         cursor.execute(begin, ())
+    opening = dialect.open_transaction()
+    if opening:
+        cursor.execute(opening)  # no parameters: a plain batch, never a procedure call
     catalog = None
     query = None if address.catalog else dialect.current_catalog()
     if query:
