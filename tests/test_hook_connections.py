@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -55,16 +56,39 @@ def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, connection: di
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
 
 
+_CONNECT_IN_A_CHILD = """
+import json, sys
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+hook = SqlQueueHook(**json.load(sys.stdin))
+try:
+    hook.get_conn().close()
+except Exception:
+    pass  # the test library is no ODBC driver; what matters is whether it was loaded
+finally:
+    hook.close()
+"""
+
+
 def try_to_connect(hook: SqlQueueHook) -> None:
-    """Open a DB-API connection; the server does not exist, the driver manager loads the driver first."""
+    """Open a DB-API connection; the server does not exist, the driver manager loads the driver first.
+
+    Refusals come from building the connection's URL, here. The connect itself, which loads the driver,
+    runs in a child process with this one's environment: a library that is no ODBC driver may crash the
+    process that loads it (it did, after other drivers had been loaded in the same process).
+    """
     try:
-        hook.get_conn().close()
-    except ConfigurationError:
-        raise
-    except Exception:  # the rogue library is no ODBC driver; what matters is whether it was loaded
-        pass
+        _ = hook.sqlalchemy_url
     finally:
         hook.close()
+    arguments = {"sqlqueue_conn_id": hook.sqlqueue_conn_id, "driver": hook._driver}
+    subprocess.run(
+        [sys.executable, "-c", _CONNECT_IN_A_CHILD],
+        input=json.dumps(arguments),
+        text=True,
+        check=False,
+        timeout=120,
+        capture_output=True,
+    )
 
 
 SERVER = {"host": "127.0.0.1", "port": 1, "login": "sa", "password": "not-used-1", "schema": "erp"}
