@@ -78,8 +78,9 @@ from tsql_checks import (
     variant_name,
 )
 
+from airflow_provider_sqlqueue.dialects.babelfish import BabelfishDialect
 from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
-from airflow_provider_sqlqueue.dialects.sqlserver import BabelfishDialect, SqlServerDialect
+from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
 from airflow_provider_sqlqueue.transport.address import QueueAddress
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"

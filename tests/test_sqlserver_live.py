@@ -20,7 +20,8 @@ import pytest
 from conftest import EngineTarget, _mssql_execute
 from sqlserver_bed import SqlServerBed
 
-from airflow_provider_sqlqueue.dialects.sqlserver import BabelfishDialect, SqlServerDialect
+from airflow_provider_sqlqueue.dialects.babelfish import BabelfishDialect
+from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
 from airflow_provider_sqlqueue.transport import (
     DelayedMover,
     DelayedStore,

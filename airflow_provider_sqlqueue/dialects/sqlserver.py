@@ -427,6 +427,8 @@ class SqlServerDialect(Dialect):
             cursor.close()
         connection.rollback()
         if rows and rows[0][0] == 1:
+            from .babelfish import BabelfishDialect
+
             return BabelfishDialect()
         return self
 
@@ -482,120 +484,3 @@ class SqlServerDialect(Dialect):
             return False
         sqlstate = str(error.args[0]) if getattr(error, "args", None) else ""
         return sqlstate in _CONNECTION_SQLSTATES or isinstance(error, pyodbc.OperationalError)
-
-
-_BABELFISH_MISSING_RELATION = re.compile(r'relation "[^"]*" does not exist \(33557097\)')
-_BABELFISH_PERMISSION_DENIED = re.compile(r"permission denied for \w+ [^(]*\(33557097\)")
-_BABELFISH_OUTPUT = (
-    "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
-    "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
-)
-
-
-class BabelfishDialect(SqlServerDialect):
-    """SQL Server's dialect for Babelfish for PostgreSQL, which speaks TDS and runs T-SQL with differences.
-
-    Chosen once per transport when the server reports itself (:meth:`SqlServerDialect.variant_for`). Only
-    the statements Babelfish refuses or misreads are replaced, each by a form that is also valid T-SQL:
-
-    - DML through a CTE is refused, so the receive and the delayed mover delete
-      ``WHERE [RowVersion] IN (SELECT TOP(?) ... WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY ...)``.
-    - ``OUTPUT`` takes no expression over ``deleted`` columns, so the receive returns the server's
-      ``GETUTCDATE()`` beside ``Expires`` and the expired flag is computed from those two values: still
-      the database's clock, as on SQL Server.
-    - Index names are stored rewritten (lower case, with the table name and a hash appended), so an index
-      is found by its name as a prefix.
-    - Multi-row sends are cut at 25 rows (see ``send_batch_rows``): longer statements with NULL
-      parameters lose work through Microsoft's ODBC driver.
-    - ``OBJECT_ID`` still finds a table another session dropped (until this session's next transaction),
-      so a table's existence is read from ``sys.tables``.
-
-    Babelfish accepts the table hints but does not honour them: a receiver does not skip a row another
-    open transaction holds (``READPAST``); it waits for that transaction, then finds the row gone and
-    takes the next ones. No message reaches two receivers, but receivers wait for each other.
-    """
-
-    name = "sqlserver"
-    display_name = "SQL Server (Babelfish)"
-    variant = "babelfish"
-    # Each refused sp_getapplock leaves an error entry behind in Babelfish 4.3's server process; the fifth
-    # takes the whole server down (PANIC: ERRORDATA_STACK_SIZE exceeded). A session that was refused a
-    # lock is therefore closed, which ends that process, instead of asking again.
-    refused_lock_spoils_session = True
-    # Microsoft's ODBC driver describes NULL parameters with sp_describe_undeclared_parameters, which
-    # Babelfish 4.3 cuts at 4,000 characters: the syntax error that follows ends the open transaction and
-    # the driver carries on, so earlier statements of that transaction are silently undone. 25 rows keep
-    # a send batch under 4,000 characters with the driver's @Pn names and the longest table names.
-    send_batch_rows = 25
-
-    def variant_for(self, connection: Any) -> SqlServerDialect:
-        return self
-
-    def receive_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} {_BABELFISH_OUTPUT} WHERE [RowVersion] IN ("
-            f"SELECT TOP(?) [RowVersion] FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
-            "ORDER BY [RowVersion])"
-        )
-
-    def receive_rows(
-        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
-    ) -> list[Any]:
-        cursor.execute(statement, (max_messages,))
-        return [
-            (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
-            for row in self.fetch_rows(cursor)
-        ]
-
-    def move_due_delayed_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], "
-            f"deleted.[RowVersion] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM {table} "
-            "WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due])"
-        )
-
-    def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
-        """SQL Server's classification, plus Babelfish's own numbers where it has no SQL Server one."""
-        translated = super().classify(error, address)
-        if translated is not None:
-            return translated
-        text = " ".join(str(arg) for arg in getattr(error, "args", ()))
-        where = f" (queue {address})" if address is not None else ""
-        detail = str(error.args[1] if len(error.args) > 1 else error)
-        if _BABELFISH_MISSING_RELATION.search(text):
-            return QueueNotFound(f"{detail}{where}: create the queue first (provisioning needs DDL rights)")
-        if _BABELFISH_PERMISSION_DENIED.search(text):
-            return PermissionDenied(
-                f"{detail}{where}. Runtime logins need SELECT, INSERT and DELETE on the queue tables; "
-                "creating queues needs CREATE TABLE and ALTER on the schema"
-            )
-        return None
-
-    def rollback(self, connection: Any) -> None:
-        """Babelfish ends a transaction that a statement error aborted, and then refuses the driver's
-        ROLLBACK (3903): the work is already undone, so that refusal is not an error."""
-        try:
-            connection.rollback()
-        except Exception as error:
-            if 3903 not in native_errors(error):
-                raise
-
-    def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        # OBJECT_ID answers from a cache that still holds a table another session dropped, until this
-        # session's next transaction; the catalog views are read afresh by every statement.
-        prefix = self._catalog_prefix(address)
-        return (
-            f"SELECT t.object_id FROM {prefix}sys.tables t JOIN {prefix}sys.schemas s "
-            "ON s.schema_id = t.schema_id WHERE s.name = ? AND t.name = ?",
-            (address.schema, address.table),
-        )
-
-    def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
-        pattern = index_name.replace("[", "[[]").replace("_", "[_]").replace("%", "[%]") + "%"
-        return (
-            f"SELECT index_id FROM {self._catalog_prefix(address)}sys.indexes "
-            "WHERE object_id = OBJECT_ID(?) AND name LIKE ?",
-            (self.qualified_name(address), pattern),
-        )
