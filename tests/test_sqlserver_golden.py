@@ -29,10 +29,13 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
    ones. sqlglot only reads here; it never generates SQL.
 3. **Semantics**, on the text and on the parse tree: the receive's hints, ``TOP(?)``, order and ``OUTPUT``;
    the peek's ``max - min + 1`` under ``READPAST, READCOMMITTEDLOCK``; database time (``GETUTCDATE()``) only;
-   the purge's ``READPAST``; the creation lock's batch (a transaction opened only when
-   ``@@TRANCOUNT = 0``, its extra implicit-mode level closed only when the batch opened it, a
-   transaction-owned ``sp_getapplock`` on ``[catalog].[schema].[table]_lock``, the catalog the connection's
-   where the address has none, hashed beyond 255 characters); the delayed table's
+   the purge's ``READPAST``; the creation's two batches, as ``begin_creation`` executes them: first
+   ``open_transaction`` (a transaction opened only when ``@@TRANCOUNT = 0``, its extra implicit-mode level
+   closed only when the batch opened it; no parameters at all, executed as ``cursor.execute(sql)``, so
+   drivers send a plain batch: a parameterised call that changes ``@@TRANCOUNT`` is error 266), then
+   ``lock_for_create`` (a transaction-owned exclusive ``sp_getapplock`` waiting up to 60 s on
+   ``[catalog].[schema].[table]_lock``, the catalog the connection's where the address has none, hashed
+   beyond 255 characters, its result selected); the delayed table's
    columns, its store (``Due`` from ``GETUTCDATE()``), its move (the receive's hints, ``Due <= GETUTCDATE()``
    in Due order) and the mover election (a session-owned ``sp_getapplock`` that never waits); every
    identifier from the address bracket-quoted with ``]`` doubled and never bare; every value a ``?``
@@ -82,6 +85,7 @@ from airflow_provider_sqlqueue.dialects.babelfish import BabelfishDialect
 from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
 from airflow_provider_sqlqueue.transport.address import QueueAddress
+from airflow_provider_sqlqueue.transport.queue import begin_creation
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
 UPDATE_GOLDEN = os.environ.get("SQLQUEUE_UPDATE_GOLDEN") == "1"
@@ -109,28 +113,29 @@ FIXED_NUMBERS = {"0", "1", "5", "255", "60000"}  # 5: the columns queue_tables l
 FORBIDDEN_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSUTCDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
 FORBIDDEN_HINTS = {"NOLOCK", "READUNCOMMITTED"}
 APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
-# Where a statement reads a system variable: the creation lock the transaction level, the purge its count.
+# Where a statement reads a system variable: the creation's open_transaction the transaction level (the lock
+# reads none), the purge its count.
 SYSTEM_VARIABLES_BY_KIND = {
-    "lock_for_create": ["@@TRANCOUNT", "@@TRANCOUNT"],
+    "open_transaction": ["@@TRANCOUNT", "@@TRANCOUNT"],
     "purge_expired_batch": ["@@ROWCOUNT"],
 }
 # table_exists binds the quoted name (OBJECT_ID) on SQL Server; Babelfish's reads sys.tables by schema, name.
 TABLE_EXISTS_PARAMETERS: dict[type[SqlServerDialect], int] = {BabelfishDialect: 2}
 # The database a connection is in, where an address names no catalog (what SELECT DB_NAME() would answer).
 CURRENT_CATALOG = "sqlqueue"
-# The creation lock's batch as sqlglot reads it (each IF as its condition, then the statements it runs):
-# DECLARE; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1 END;
-# IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC sp_getapplock; SELECT @result.
-LOCK_TYPES = (
+# The creation's first batch as sqlglot reads it (each IF as its condition, then the statements it runs):
+# DECLARE @opened; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1 END;
+# IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION.
+OPEN_TRANSACTION_TYPES = (
     exp.Declare,
     exp.Select,
     exp.Transaction,
     exp.Set,
     exp.Select,
     exp.Commit,
-    exp.Execute,
-    exp.Select,
 )
+# Its second: DECLARE @result int; EXEC @result = sp_getapplock ...; SELECT @result.
+LOCK_TYPES = (exp.Declare, exp.Execute, exp.Select)
 
 # A bracket-quoted identifier: '[', then characters other than ']' or a doubled ']]', then ']'.
 BRACKETED = re.compile(r"\[(?:[^\]]|\]\])*\]")
@@ -198,6 +203,42 @@ class _RecordingCursor:
         pass
 
 
+class _CreationCursor:
+    """Stands in for a pyodbc cursor in ``begin_creation``: records each ``execute`` call's arguments as
+    given (``()`` for ``cursor.execute(sql)``), answers the current-database query with CURRENT_CATALOG
+    and the lock with 0 (granted)."""
+
+    def __init__(self, dialect: SqlServerDialect) -> None:
+        self.dialect = dialect
+        self.executed: list[tuple[str, tuple[Any, ...]]] = []
+        self.description: Any = None
+        self.rows: list[Any] = []
+
+    def execute(self, sql: str, *args: Any) -> None:
+        self.executed.append((sql, args))
+        if sql == self.dialect.current_catalog():
+            self.rows = [(CURRENT_CATALOG,)]
+        elif "sp_getapplock" in sql:
+            self.rows = [(0,)]
+        else:
+            self.rows = []
+        self.description = [("",)] if self.rows else None
+
+    def fetchall(self) -> list[Any]:
+        return self.rows
+
+    def nextset(self) -> bool:
+        return False
+
+
+def record_creation(dialect: SqlServerDialect, address: QueueAddress) -> list[tuple[str, tuple[Any, ...]]]:
+    """What ``begin_creation`` (transport/queue.py) executes for ``address``: (statement, the arguments
+    after it)."""
+    cursor = _CreationCursor(dialect)
+    begin_creation(cursor, dialect, address)
+    return cursor.executed
+
+
 class _RecordingConnection:
     def __init__(self) -> None:
         self.autocommit = True
@@ -246,8 +287,22 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     out.append(Statement("add_body_string", "add_body_string", d.add_body_string(address), (exp.Alter,), 0))
     out.append(Statement("drop_table", "drop_table", d.drop_table(address), (exp.Drop,), 0))
 
-    # The lock is named with the catalog: the address's, else the connection's database (current_catalog).
+    # The creation's batches as begin_creation executes them: the transaction (a plain batch), then the lock,
+    # named with the catalog: the address's, else the connection's database (current_catalog).
+    executed = record_creation(d, address)
+    opening = d.open_transaction()
     sql, params = d.lock_for_create(address, CURRENT_CATALOG)
+    out.append(
+        Statement(
+            "open_transaction",
+            "open_transaction",
+            opening,
+            OPEN_TRANSACTION_TYPES,
+            0,
+            embeds_table=False,
+            extra={"execute_args": next((a for s, a in executed if s == opening), None)},
+        )
+    )
     out.append(
         Statement(
             "lock_for_create",
@@ -257,6 +312,7 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
             1,
             tuple(params),
             embeds_table=False,
+            extra={"execute_args": next((a for s, a in executed if s == sql), None)},
         )
     )
     sql, params = d.table_exists(address)
@@ -496,6 +552,8 @@ def golden_text(case_name: str, address: QueueAddress, statements: list[Statemen
         lines += ["", f"-- {statement.name}"]
         if statement.params is not None:
             lines.append(f"-- params: {json.dumps(list(statement.params), ensure_ascii=False)}")
+        elif statement.extra.get("execute_args") == ():
+            lines.append("-- params: none, executed as cursor.execute(sql): a plain batch")
         lines.append(statement.sql)
     return "\n".join(lines) + "\n"
 
@@ -811,31 +869,47 @@ def expected_lock_resource(address: QueueAddress, current_catalog: str) -> str:
     return f"sqlqueue_{hashlib.sha1(full.encode('utf-8')).hexdigest()[:8]}_lock"
 
 
-def check_lock(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
-    """The creation lock: a transaction-owned exclusive app-lock on the reference's catalog-qualified name,
-    inside a transaction the batch opens itself only when none is open.
+def check_open_transaction(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The creation's first batch: a transaction the batch opens itself only when none is open, sent
+    without parameters.
 
-    Under ODBC's implicit transactions DECLARE and EXEC open no transaction, and sp_getapplock would answer
-    -999. So: ``IF @@TRANCOUNT = 0`` the batch begins one and notes it; in implicit-transaction mode that
-    BEGIN opens two levels, and only then (``@opened = 1 AND @@TRANCOUNT > 1``) is the extra level
-    committed, which closes nothing but the nesting. A transaction the caller already had is never touched.
+    A transaction-owned app-lock needs an open transaction; under ODBC's implicit transactions DECLARE and
+    EXEC open none, and sp_getapplock would answer -999. So: ``IF @@TRANCOUNT = 0`` the batch begins one
+    and notes it; in implicit-transaction mode that BEGIN opens two levels, and only then
+    (``@opened = 1 AND @@TRANCOUNT > 1``) is the extra level committed, which closes nothing but the
+    nesting. A transaction the caller already had is never touched. The batch changes ``@@TRANCOUNT``, so
+    it takes no parameters and ``begin_creation`` executes it as ``cursor.execute(sql)``: drivers send a
+    parameterised statement as a procedure call (RPC), and one that ends with another ``@@TRANCOUNT`` than
+    it started with is error 266.
     """
     sql = statement.sql
-    parts = split_batch(sql)
-    fail_unless(len(parts) == 5, f"the lock batch is not DECLARE; IF; IF; EXEC; SELECT:\n{sql}")
+    in_text = BRACKETED.sub(" ", sql).count("?")
+    in_tree = len(all_nodes(trees, exp.Placeholder))
     fail_unless(
-        [split_if(part) is not None for part in parts] == [False, True, True, False, False],
-        f"the IFs are not the second and third statements (before sp_getapplock):\n{sql}",
+        statement.placeholders == in_text == in_tree == 0 and not statement.params,
+        f"open_transaction takes parameters ({in_text} '?', bound {statement.params}): a parameterised "
+        f"call that changes @@TRANCOUNT is error 266:\n{sql}",
     )
-    fail_unless(sqlglot_batch(sql)[1] == [1, 3, 2, 1, 1], f"the IFs do not run 2 and 1 statements:\n{sql}")
-    declare, opens_if, begin, flag, closes_if, commit, execute, result = trees
-    # DECLARE @result int, @opened bit = 0
+    fail_unless(
+        statement.extra.get("execute_args") == (),
+        f"begin_creation executes open_transaction with {statement.extra.get('execute_args')!r} after the "
+        f"statement, not as cursor.execute(sql): a parameterised call that changes @@TRANCOUNT is error 266",
+    )
+    parts = split_batch(sql)
+    fail_unless(len(parts) == 3, f"the batch is not DECLARE; IF; IF:\n{sql}")
+    fail_unless(
+        [split_if(part) is not None for part in parts] == [False, True, True],
+        f"the IFs are not the second and third statements:\n{sql}",
+    )
+    fail_unless(sqlglot_batch(sql)[1] == [1, 3, 2], f"the IFs do not run 2 and 1 statements:\n{sql}")
+    declare, opens_if, begin, flag, closes_if, commit = trees
+    # DECLARE @opened bit = 0
     items = [(item.this[0].name if item.this else None, item) for item in declare.expressions]
     fail_unless(
-        [name for name, _ in items] == ["result", "opened"]
-        and items[1][1].args["kind"].this == exp.DataType.Type.BIT
-        and _is_number(items[1][1].args.get("default"), "0"),
-        f"not DECLARE @result int, @opened bit = 0:\n{sql}",
+        [name for name, _ in items] == ["opened"]
+        and items[0][1].args["kind"].this == exp.DataType.Type.BIT
+        and _is_number(items[0][1].args.get("default"), "0"),
+        f"not DECLARE @opened bit = 0:\n{sql}",
     )
     # IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END
     opens = _condition(opens_if)
@@ -894,6 +968,34 @@ def check_lock(statement: Statement, trees: list[exp.Expression], address: Queue
         ],
         f"sqlfluff reads no BEGIN TRANSACTION; SET in the first IF, or no COMMIT in the second:\n{sql}",
     )
+    fail_unless(
+        sqlglot_system_variables(trees) == ["@@TRANCOUNT", "@@TRANCOUNT"], f"system variables:\n{sql}"
+    )
+
+
+def check_lock(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The creation lock: a transaction-owned exclusive app-lock on the reference's catalog-qualified name,
+    taken in the transaction ``open_transaction`` made sure of (this batch opens and closes none)."""
+    sql = statement.sql
+    parts = split_batch(sql)
+    fail_unless(len(parts) == 3, f"the lock batch is not DECLARE; EXEC; SELECT:\n{sql}")
+    fail_unless(
+        all(split_if(part) is None for part in parts) and sqlglot_batch(sql)[1] is None,
+        f"the lock batch has an IF:\n{sql}",
+    )
+    fail_unless(
+        not all_nodes(trees, exp.Transaction) and not all_nodes(trees, exp.Commit),
+        f"the lock batch opens or closes a transaction (open_transaction's work):\n{sql}",
+    )
+    declare, execute, result = trees
+    # DECLARE @result int
+    items = [(item.this[0].name if item.this else None, item) for item in declare.expressions]
+    fail_unless(
+        [name for name, _ in items] == ["result"]
+        and items[0][1].args["kind"].this == exp.DataType.Type.INT
+        and not items[0][1].args.get("default"),
+        f"not DECLARE @result int:\n{sql}",
+    )
     # EXEC @result = sp_getapplock ...; SELECT @result
     fail_unless(execute.this.name.lower() == "sp_getapplock", f"not sp_getapplock:\n{sql}")
     fail_unless(_is_variable(execute.args.get("return_status"), "result"), f"the result is not kept:\n{sql}")
@@ -912,12 +1014,15 @@ def check_lock(statement: Statement, trees: list[exp.Expression], address: Queue
         len(result.expressions) == 1 and _is_variable(result.expressions[0], "result"),
         f"the batch does not end with SELECT @result:\n{sql}",
     )
-    fail_unless(
-        sqlglot_system_variables(trees) == ["@@TRANCOUNT", "@@TRANCOUNT"], f"system variables:\n{sql}"
-    )
+    fail_unless(not sqlglot_system_variables(trees), f"system variables in the lock batch:\n{sql}")
     resource = statement.params[0]
     wanted = expected_lock_resource(address, CURRENT_CATALOG)
     fail_unless(resource == wanted, f"lock resource {resource!r} != {wanted!r}")
+    executed = statement.extra.get("execute_args")
+    fail_unless(
+        executed == (statement.params,),
+        f"begin_creation executes the lock with {executed!r}, not its resource {statement.params!r}",
+    )
 
 
 def check_bound_name(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
@@ -1351,6 +1456,7 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "index": check_index,
     "add_body_string": check_add_body_string,
     "drop_table": check_drop,
+    "open_transaction": check_open_transaction,
     "lock_for_create": check_lock,
     "table_exists": check_bound_name,
     "index_exists": check_bound_name,
@@ -1680,12 +1786,39 @@ def test_the_creation_lock_names_the_catalog() -> None:
     assert DIALECT.lock_for_create(no_catalog, "d" * 128)[1] != (hashed,)
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_the_creation_opens_its_transaction_in_a_plain_batch_before_the_lock(
+    variant: str, case_name: str
+) -> None:
+    """What begin_creation executes, in order: open_transaction as ``cursor.execute(sql)`` (no parameters,
+    so a plain batch: a parameterised call that changes @@TRANCOUNT is error 266), the connection's
+    database where the address names no catalog, then the lock with its resource, in that transaction."""
+    dialect = VARIANTS[variant]()
+    address = ADDRESSES[case_name]
+    lock, params = dialect.lock_for_create(address, CURRENT_CATALOG)
+    expected: list[tuple[str, tuple[Any, ...]]] = [(dialect.open_transaction(), ())]
+    if address.catalog is None:
+        expected.append((dialect.current_catalog(), ((),)))
+    expected.append((lock, (params,)))
+    assert record_creation(dialect, address) == expected
+
+
 # ---- negative self-test: the checks can fail -------------------------------------------------------------
 _ORDERS = QueueAddress("orders", "dbo")
 _GOOD_RECEIVE = DIALECT.receive_batch(_ORDERS)
 _GOOD_PEEK = DIALECT.peek_estimate(_ORDERS)
 _GOOD_PURGE = DIALECT.purge_expired_batch(_ORDERS)
 _GOOD_LOCK, _GOOD_LOCK_PARAMS = DIALECT.lock_for_create(_ORDERS)
+_GOOD_OPEN = DIALECT.open_transaction()
+# The creation's single batch before the transaction got a batch of its own (open_transaction): a
+# parameterised call that changes @@TRANCOUNT, error 266.
+_OLD_ONE_BATCH_LOCK = _GOOD_LOCK.replace(
+    "DECLARE @result int; ",
+    "DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
+    "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; ",
+)
+_OLD_ONE_BATCH_TYPES = OPEN_TRANSACTION_TYPES + LOCK_TYPES[1:]
 _GOOD_SEND = DIALECT.send(_ORDERS)
 _GOOD_HEAP_INDEX = DIALECT.indexes(_ORDERS, TableOptions("heap"))[0].create
 _GOOD_MOVE = DIALECT.move_due_delayed_batch(_ORDERS)
@@ -1803,72 +1936,153 @@ BROKEN = [
         id="lock-without-catalog",
     ),
     pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("'Exclusive'", "'Shared'"), 1),
+        _ORDERS,
+        "string literals",
+        id="lock-shared",
+    ),
+    pytest.param(
         _like(
             "lock_for_create",
-            _GOOD_LOCK.replace(
+            _GOOD_LOCK.replace("'Exclusive'", "'Transaction'").replace(
+                "@LockOwner = 'Transaction'", "@LockOwner = 'Exclusive'"
+            ),
+            1,
+        ),
+        _ORDERS,
+        "@LockMode is not 'Exclusive'",
+        id="lock-mode-and-owner-swapped",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("@LockTimeout = 60000", "@LockTimeout = 0"), 1),
+        _ORDERS,
+        "@LockTimeout is not 60000",
+        id="lock-does-not-wait",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("SELECT @result", "SELECT 1"), 1),
+        _ORDERS,
+        "SELECT @result",
+        id="lock-result-not-selected",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK.replace("EXEC @result = ", "EXEC "), 1),
+        _ORDERS,
+        "the result is not kept",
+        id="lock-result-not-kept",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK, 1, params=(f"sqlqueue_{'0' * 8}_lock",)),
+        _ORDERS,
+        "lock resource",
+        id="lock-hashed-below-255",
+    ),
+    pytest.param(
+        _like("lock_for_create", _GOOD_LOCK, 1, extra={"execute_args": ()}),
+        _ORDERS,
+        "executes the lock with",
+        id="lock-executed-without-its-resource",
+    ),
+    pytest.param(
+        _like("lock_for_create", _OLD_ONE_BATCH_LOCK, 1),
+        _ORDERS,
+        "statement types",
+        id="lock-opens-its-own-transaction",
+    ),
+    pytest.param(
+        _like("lock_for_create", _OLD_ONE_BATCH_LOCK, 1, types=_OLD_ONE_BATCH_TYPES),
+        _ORDERS,
+        "system variables",
+        id="lock-opens-its-own-transaction-as-typed",
+    ),
+    pytest.param(
+        _like(
+            "open_transaction",
+            _GOOD_OPEN.replace(
                 "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END;", "BEGIN TRANSACTION;"
             ),
-            1,
+            0,
         ),
         _ORDERS,
         "statement types",
-        id="lock-opens-unconditionally",
+        id="open-unconditionally",
     ),
     pytest.param(
-        _like("lock_for_create", _GOOD_LOCK.replace("@@TRANCOUNT = 0", "@@TRANCOUNT >= 0"), 1),
+        _like("open_transaction", _GOOD_OPEN.replace("@@TRANCOUNT = 0", "@@TRANCOUNT >= 0"), 0),
         _ORDERS,
         "than @@TRANCOUNT = 0",
-        id="lock-opens-inside-an-open-transaction",
+        id="open-inside-an-open-transaction",
     ),
     pytest.param(
         _like(
-            "lock_for_create",
-            _GOOD_LOCK.replace("IF @opened = 1 AND @@TRANCOUNT > 1", "IF @@TRANCOUNT > 0"),
-            1,
+            "open_transaction",
+            _GOOD_OPEN.replace("IF @opened = 1 AND @@TRANCOUNT > 1", "IF @@TRANCOUNT > 0"),
+            0,
         ),
         _ORDERS,
         "than @opened = 1 AND @@TRANCOUNT > 1",
-        id="lock-commits-the-callers-transaction",
+        id="open-commits-the-callers-transaction",
     ),
     pytest.param(
-        _like("lock_for_create", _GOOD_LOCK.replace("@@TRANCOUNT > 1", "@@TRANCOUNT > 0"), 1),
+        _like("open_transaction", _GOOD_OPEN.replace("@@TRANCOUNT > 1", "@@TRANCOUNT > 0"), 0),
         _ORDERS,
         "than @opened = 1 AND @@TRANCOUNT > 1",
-        id="lock-commits-its-only-level",
+        id="open-commits-its-only-level",
     ),
     pytest.param(
-        _like("lock_for_create", _GOOD_LOCK.replace("SET @opened = 1", "SET @opened = 0"), 1),
+        _like("open_transaction", _GOOD_OPEN.replace("SET @opened = 1", "SET @opened = 0"), 0),
         _ORDERS,
         "not noted",
-        id="lock-forgets-it-opened",
-    ),
-    pytest.param(
-        _like("lock_for_create", _GOOD_LOCK.replace("COMMIT TRANSACTION", "ROLLBACK TRANSACTION"), 1),
-        _ORDERS,
-        "statement types",
-        id="lock-rolls-back",
+        id="open-forgets-it-opened",
     ),
     pytest.param(
         _like(
-            "lock_for_create",
-            _GOOD_LOCK.replace("BEGIN BEGIN TRANSACTION; SET @opened = 1; END", "BEGIN TRANSACTION").replace(
-                "TRANSACTION; IF @opened", "TRANSACTION; SET @opened = 1; IF @opened"
-            ),
-            1,
-            types=(
-                exp.Declare,
-                exp.Select,
-                exp.Transaction,
-                exp.Set,
-                exp.Select,
-                exp.Commit,
-                exp.Execute,
-                exp.Select,
-            ),
+            "open_transaction", _GOOD_OPEN.replace("DECLARE @opened bit = 0", "DECLARE @opened bit = 1"), 0
         ),
         _ORDERS,
-        "is not DECLARE; IF; IF; EXEC; SELECT",
-        id="lock-flag-outside-the-IF",
+        "not DECLARE @opened bit = 0",
+        id="open-believes-it-opened",
+    ),
+    pytest.param(
+        _like("open_transaction", _GOOD_OPEN.replace("COMMIT TRANSACTION", "ROLLBACK TRANSACTION"), 0),
+        _ORDERS,
+        "statement types",
+        id="open-rolls-back",
+    ),
+    pytest.param(
+        _like(
+            "open_transaction",
+            _GOOD_OPEN.replace("BEGIN BEGIN TRANSACTION; SET @opened = 1; END", "BEGIN TRANSACTION").replace(
+                "TRANSACTION; IF @opened", "TRANSACTION; SET @opened = 1; IF @opened"
+            ),
+            0,
+        ),
+        _ORDERS,
+        "is not DECLARE; IF; IF",
+        id="open-flag-outside-the-IF",
+    ),
+    pytest.param(
+        _like(
+            "open_transaction",
+            _GOOD_OPEN.replace("DECLARE @opened bit = 0", "DECLARE @opened bit = ?"),
+            1,
+            params=(0,),
+        ),
+        _ORDERS,
+        "open_transaction takes parameters .*error 266",
+        id="open-with-a-parameter",
+    ),
+    pytest.param(
+        _like("open_transaction", _GOOD_OPEN, 0, extra={"execute_args": ((),)}),
+        _ORDERS,
+        r"executes open_transaction with \(\(\),\).*error 266",
+        id="open-executed-with-an-empty-parameter-list",
+    ),
+    pytest.param(
+        _like("open_transaction", _GOOD_OPEN, 0, extra={"execute_args": None}),
+        _ORDERS,
+        "executes open_transaction with None",
+        id="open-never-executed",
     ),
     pytest.param(
         _like("send", _GOOD_SEND.replace("VALUES (?, ", "VALUES ('orders-1', ", 1), 6),
@@ -1981,6 +2195,7 @@ def test_checks_accept_the_unbroken_originals() -> None:
         _GOOD_RECEIVE,
         _GOOD_PEEK,
         _GOOD_PURGE,
+        _GOOD_OPEN,
         _GOOD_LOCK,
         _GOOD_SEND,
         _GOOD_HEAP_INDEX,

@@ -574,11 +574,15 @@ def test_sqlglot_still_needs_the_delete_output_rewrite() -> None:
 
 
 def test_sqlglot_still_needs_the_if_split() -> None:
-    """sqlglot reads the creation lock's IF ... BEGIN ... END as one IfBlock that swallows the rest of the
-    batch; when it reads each statement itself, drop tsql_checks.sqlglot_batch's split."""
-    lock = next(s.sql for s in golden.RENDERED["plain"] if s.kind == "lock_for_create")
-    trees = sqlglot.parse(lock, read="tsql", error_level=sqlglot.ErrorLevel.RAISE)
+    """sqlglot reads the creation's IF ... BEGIN ... END (open_transaction) as one IfBlock that swallows the
+    rest of the batch; when it reads each statement itself, drop tsql_checks.sqlglot_batch's split."""
+    opening = next(s.sql for s in golden.RENDERED["plain"] if s.kind == "open_transaction")
+    trees = sqlglot.parse(opening, read="tsql", error_level=sqlglot.ErrorLevel.RAISE)
     assert [type(tree) for tree in trees] == [exp.Declare, exp.IfBlock]
+    assert [type(tree) for tree in parse_sqlglot(opening)] == list(golden.OPEN_TRANSACTION_TYPES)
+    # The lock's batch has no IF and is read as written.
+    lock = next(s.sql for s in golden.RENDERED["plain"] if s.kind == "lock_for_create")
+    assert for_sqlglot(lock) == lock
     assert [type(tree) for tree in parse_sqlglot(lock)] == list(golden.LOCK_TYPES)
     # A lone IF (the bridge's IF OBJECT_ID(...) IS NULL CREATE TABLE) is read as written.
     create = next(s.sql for s in BRIDGE[("sqlserver", "plain")] if s.name == "create_statements runs")

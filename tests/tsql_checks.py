@@ -91,7 +91,8 @@ FUNCTIONS = frozenset(
 )
 # Stored procedures a statement may EXEC.
 PROCEDURES = frozenset({"sp_getapplock", "sp_releaseapplock"})
-# System variables (@@...): the creation lock reads @@TRANCOUNT; counted updates and the purge @@ROWCOUNT.
+# System variables (@@...): the creation's open_transaction reads @@TRANCOUNT; counted updates and the purge
+# @@ROWCOUNT.
 SYSTEM_VARIABLES = frozenset({"@@TRANCOUNT", "@@ROWCOUNT"})
 # sqlfluff's names of the statements the package writes (a batch-level IF wraps one of them).
 STATEMENT_KINDS = frozenset(
@@ -112,8 +113,9 @@ STATEMENT_KINDS = frozenset(
         "if_then_statement",
     }
 )
-# sqlfluff's names of the statements an IF (or its BEGIN ... END block) may hold: the creation lock opens and
-# closes a transaction level and sets a flag; the bridge creates a table if it is missing.
+# sqlfluff's names of the statements an IF (or its BEGIN ... END block) may hold: the creation's
+# open_transaction opens and closes a transaction level and sets a flag; the bridge creates a table if it is
+# missing.
 INNER_STATEMENT_KINDS = frozenset(
     {"begin_end_block", "transaction_statement", "set_local_variable_segment", "create_table_statement"}
 )

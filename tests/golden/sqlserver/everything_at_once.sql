@@ -70,9 +70,13 @@ ALTER TABLE [c]]@[].[s@]]x].[x [y]]]] 'z';--] ADD [BodyString] AS CAST([Body] AS
 -- drop_table
 DROP TABLE IF EXISTS [c]]@[].[s@]]x].[x [y]]]] 'z';--]
 
+-- open_transaction
+-- params: none, executed as cursor.execute(sql): a plain batch
+DECLARE @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION
+
 -- lock_for_create
 -- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]_lock"]
-DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]"]

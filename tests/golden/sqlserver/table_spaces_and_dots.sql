@@ -70,9 +70,13 @@ ALTER TABLE [dbo].[order queue. v2] ADD [BodyString] AS CAST([Body] AS nvarchar(
 -- drop_table
 DROP TABLE IF EXISTS [dbo].[order queue. v2]
 
+-- open_transaction
+-- params: none, executed as cursor.execute(sql): a plain batch
+DECLARE @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION
+
 -- lock_for_create
 -- params: ["[sqlqueue].[dbo].[order queue. v2]_lock"]
-DECLARE @result int, @opened bit = 0; IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
+DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000; SELECT @result
 
 -- table_exists
 -- params: ["[dbo].[order queue. v2]"]
