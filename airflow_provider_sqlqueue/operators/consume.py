@@ -109,3 +109,20 @@ class ConsumeMessagesOperator(BaseOperator):
         pump = self._pump
         if pump is not None:
             pump.stop(self.on_kill_timeout)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue consumed as input; the error queue (and the audit queue, if any) that
+        the pump writes to as outputs. Where a handler sends messages is the handler's business."""
+        from ._lineage import operator_lineage
+
+        error_queue = self.pump_options.get("error_queue")
+        if error_queue is None:
+            hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+            try:
+                error_queue = hook.get_queue(str(self.queue_name)).error_queue
+            finally:
+                hook.close()
+        outputs = [str(error_queue)]
+        if self.pump_options.get("audit_queue"):
+            outputs.append(str(self.pump_options["audit_queue"]))
+        return operator_lineage(self.sqlqueue_conn_id, inputs=[str(self.queue_name)], outputs=outputs)
