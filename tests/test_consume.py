@@ -114,3 +114,79 @@ def test_cli_shows_a_status_line_and_stops_cleanly_on_ctrl_c(tmp_path) -> None:
         assert "processed 20" in err and "depth" in err
         assert "orders: processed 20, failed 0, retried 0" in err and "(stopped)" in err
         assert orders.count() == 0
+
+
+@pytest.mark.parametrize("kill_from", ["another_thread", "sigterm_handler"])
+def test_on_kill_stops_the_pump_and_loses_nothing(conn, kill_from: str) -> None:
+    """``on_kill`` stops the operator's pump: execute ends at once, the message in flight is committed or
+    back in the queue, and the pump's threads are gone.
+
+    ``sigterm_handler`` is how the Task SDK calls it (its SIGTERM handler runs ``on_kill`` on the thread
+    that runs ``execute``); ``another_thread`` is how an execution timeout's or a test's caller may.
+    """
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    import threading
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_sqlqueue.operators.consume import ConsumeMessagesOperator
+
+    orders = conn.queue("orders")
+    bodies = {f"order {n}".encode() for n in range(40)}
+    orders.send_batch(sorted(bodies))
+    started = threading.Event()
+    lock = threading.Lock()
+    handled: list[bytes] = []
+
+    def slow_handler(message) -> None:
+        started.set()
+        time.sleep(0.5)
+        with lock:
+            handled.append(message.body)
+
+    operator = ConsumeMessagesOperator(
+        task_id="consume", queue_name="orders", handler=slow_handler, max_concurrency=2
+    )
+    outcome: dict[str, object] = {}
+
+    def run_execute() -> None:
+        try:
+            outcome["result"] = operator.execute({})
+        except BaseException as error:  # what execute raised is part of what the test checks
+            outcome["error"] = error
+
+    if kill_from == "another_thread":
+        runner = threading.Thread(target=run_execute)
+        runner.start()
+        assert started.wait(30), "the handler never ran"
+        killed_at = time.monotonic()
+        operator.on_kill()
+        runner.join(10)
+        assert not runner.is_alive(), "execute kept running after on_kill"
+    else:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: operator.on_kill())
+
+        def terminate_once_handling() -> None:
+            if started.wait(30):
+                outcome["killed_at"] = time.monotonic()
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        killer = threading.Thread(target=terminate_once_handling)
+        killer.start()
+        try:
+            run_execute()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            killer.join()
+        killed_at = outcome["killed_at"]  # type: ignore[assignment]
+    assert time.monotonic() - killed_at < 5, "on_kill did not stop the pump promptly"
+    error = outcome.get("error")
+    assert isinstance(error, AirflowException) and "on_kill" in str(error), outcome
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("pump ")]
+
+    remaining: list[bytes] = []
+    with orders.receive(100) as batch:
+        remaining = [message.body for message in batch]
+    assert 1 <= len(handled) < len(bodies), "the kill came before the first or after the last message"
+    assert len(handled) == len(set(handled)) and not set(handled) & set(remaining)
+    assert set(handled) | set(remaining) == bodies, "a message was lost"

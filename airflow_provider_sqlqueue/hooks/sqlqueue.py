@@ -176,6 +176,7 @@ class SqlQueueHook(DbApiHook):
         self._error_queue = error_queue
         self._driver = driver
         self._transport: Transport | None = None
+        self._openlineage_database: str | None = None
 
     # ---- connection ----------------------------------------------------------------------------
     @cached_property
@@ -389,6 +390,68 @@ class SqlQueueHook(DbApiHook):
     def get_queue(self, queue_name: str) -> TableQueue:
         """The queue at ``queue_name`` (``table@[schema]@[catalog]``)."""
         return self.get_transport().queue(queue_name)
+
+    # ---- OpenLineage ---------------------------------------------------------------------------
+    def openlineage_namespace(self) -> str:
+        """The OpenLineage dataset namespace of this connection's database, as the naming spec has it:
+        ``postgres://{host}:{port}`` and ``mssql://{host}:{port}`` (default ports filled in). The spec has no
+        entry for SQLite; a SQLite database is a local file, so its namespace is ``sqlite://`` followed by
+        the file's absolute path."""
+        engine = self.engine
+        if engine == "sqlite":
+            return f"sqlite://{os.path.abspath(self._sqlite_path())}"
+        if engine == "postgresql":
+            conn = self.connection
+            return f"postgres://{conn.host or 'localhost'}:{conn.port or 5432}"
+        server = parse_odbc_string(self._odbc_string()).get("SERVER") or "localhost"
+        server = server.split(":", 1)[1] if server.lower().startswith(("tcp:", "np:", "lpc:")) else server
+        host, _, port = server.partition(",")
+        host = host.split("\\", 1)[0].strip() or "localhost"  # a named instance: its host
+        if host in (".", "(local)"):
+            host = "localhost"
+        return f"mssql://{host}:{port.strip() or 1433}"
+
+    def openlineage_dataset_name(self, queue_name: str) -> str:
+        """The OpenLineage dataset name of a queue (or any table) of this connection:
+        ``{database}.{schema}.{table}`` on PostgreSQL and SQL Server, ``{schema}.{table}`` on SQLite (the
+        schema of a SQLite table is its attached database, ``main`` by default)."""
+        transport = self.get_transport()
+        address = transport.resolve(queue_name)
+        if self.engine == "sqlite":
+            return f"{address.schema or 'main'}.{address.table}"
+        database = address.catalog or self._current_database()
+        return f"{database}.{address.schema}.{address.table}"
+
+    def _current_database(self) -> str:
+        transport = self.get_transport()
+        if transport.database:
+            return transport.database
+        if self._openlineage_database is None:
+            query = transport.dialect.current_catalog() or "SELECT current_database()"
+            connection = transport.new_connection()
+            try:
+                cursor = connection.cursor()
+                cursor.execute(query)
+                self._openlineage_database = str(cursor.fetchone()[0])
+                connection.rollback()
+            finally:
+                connection.close()
+        return self._openlineage_database
+
+    def get_openlineage_database_info(self, connection: Any) -> Any:
+        """For the common-sql operators' SQL parser: where this connection's tables are in OpenLineage."""
+        from airflow.providers.openlineage.sqlparser import DatabaseInfo
+
+        namespace = self.openlineage_namespace()
+        scheme, _, authority = namespace.partition("://")
+        database = None if self.engine == "sqlite" else self._current_database()
+        return DatabaseInfo(scheme=scheme, authority=authority, database=database)
+
+    def get_openlineage_database_dialect(self, connection: Any) -> str:
+        return {"postgresql": "postgres", "sqlserver": "tsql", "sqlite": "sqlite"}[self.engine]
+
+    def get_openlineage_default_schema(self) -> str | None:
+        return self.get_transport().resolve("probe").schema or ("main" if self.engine == "sqlite" else None)
 
     # ---- queue operations ----------------------------------------------------------------------
     def send(

@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
-from ..transport import load_handler
+from ..transport import MessagePump, load_handler
 
 
 class ConsumeMessagesOperator(BaseOperator):
@@ -27,6 +28,9 @@ class ConsumeMessagesOperator(BaseOperator):
     :param timeout: stop after this many seconds in any case.
     :param pump_options: further :class:`MessagePump` keywords (``immediate_retries``, ``audit_queue``,
         ``idle_delay``, ...).
+    :param on_kill_timeout: when the task is killed, seconds that the handlers in flight get to finish and
+        commit. Airflow's supervisor sends SIGKILL 5 seconds after SIGTERM, so the default stays under
+        that; a handler still running then is rolled back and its message received again.
     :return: the pump's counts (``processed``, ``failed``, ``retried``, ``rate``, ...).
     """
 
@@ -45,6 +49,7 @@ class ConsumeMessagesOperator(BaseOperator):
         timeout: float | None = None,
         pump_options: dict[str, Any] | None = None,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
+        on_kill_timeout: float = 4.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -59,21 +64,27 @@ class ConsumeMessagesOperator(BaseOperator):
         self.timeout = timeout
         self.pump_options = dict(pump_options or {})
         self.sqlqueue_conn_id = sqlqueue_conn_id
+        self.on_kill_timeout = on_kill_timeout
+        self._pump: MessagePump | None = None
+        self._killed = False
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
-            stats = hook.consume(
-                self.queue_name,
+            pump = MessagePump(
+                hook.get_queue(self.queue_name),
                 self.handler,
-                max_messages=self.max_messages,
                 max_concurrency=self.max_concurrency,
                 strategy=self.strategy,
                 transaction_mode=self.transaction_mode,
-                timeout=self.timeout,
                 **self.pump_options,
             )
+            self._pump = pump
+            if self._killed:  # on_kill came before the pump existed
+                pump.stop(0)
+            stats = pump.run(max_messages=self.max_messages, until_empty=True, timeout=self.timeout)
         finally:
+            self._pump = None
             hook.close()
         counts = stats.as_dict()
         self.log.info(
@@ -84,4 +95,34 @@ class ConsumeMessagesOperator(BaseOperator):
             stats.retried,
             stats.rate,
         )
+        if self._killed:
+            raise AirflowException(
+                f"{self.queue_name}: consuming stopped by on_kill after {stats.processed} message(s); "
+                f"{stats.abandoned} handler(s) were still running and roll back, the rest stay in the queue"
+            )
         return counts
+
+    def on_kill(self) -> None:
+        """Stop the pump: no new receive; the handlers in flight get ``on_kill_timeout`` seconds to finish
+        and commit, and any still running then roll back, so every message is handled or still queued."""
+        self._killed = True
+        pump = self._pump
+        if pump is not None:
+            pump.stop(self.on_kill_timeout)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue consumed as input; the error queue (and the audit queue, if any) that
+        the pump writes to as outputs. Where a handler sends messages is the handler's business."""
+        from ._lineage import operator_lineage
+
+        error_queue = self.pump_options.get("error_queue")
+        if error_queue is None:
+            hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+            try:
+                error_queue = hook.get_queue(str(self.queue_name)).error_queue
+            finally:
+                hook.close()
+        outputs = [str(error_queue)]
+        if self.pump_options.get("audit_queue"):
+            outputs.append(str(self.pump_options["audit_queue"]))
+        return operator_lineage(self.sqlqueue_conn_id, inputs=[str(self.queue_name)], outputs=outputs)

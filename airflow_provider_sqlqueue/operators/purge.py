@@ -72,3 +72,9 @@ class PurgeExpiredMessagesOperator(BaseOperator):
         finally:
             hook.close()
         return purged
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queues purged (rows deleted) as output datasets."""
+        from ._lineage import operator_lineage
+
+        return operator_lineage(self.sqlqueue_conn_id, outputs=as_names("queues", self.queues))

@@ -126,3 +126,9 @@ class SendMessageOperator(BaseOperator):
             "first_id": ids[0] if ids else None,
             "last_id": ids[-1] if ids else None,
         }
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the queue written to, as an output dataset."""
+        from ._lineage import operator_lineage
+
+        return operator_lineage(self.sqlqueue_conn_id, outputs=[str(self.queue_name)])

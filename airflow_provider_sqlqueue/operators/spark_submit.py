@@ -221,6 +221,24 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
             raise AirflowException(f"run {run_id} ended in state {state}: {summary}")
         return json.loads(summary)
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the drained queue as input; the sink (a table or queue of the queue database, or
+        the files written) and the error queue as outputs. The bridge's own run and staging tables are
+        bookkeeping, not data, and are left out."""
+        from ._lineage import file_dataset, operator_lineage
+
+        sink = Sink.parse(str(self.sink))
+        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+        try:
+            _default_schema, error_queue = self._settings(hook)
+        finally:
+            hook.close()
+        outputs = [error_queue] if sink.is_file else [sink.target, error_queue]
+        files = [file_dataset(sink.target)] if sink.is_file else []
+        return operator_lineage(
+            self.sqlqueue_conn_id, inputs=[str(self.input_queue)], outputs=outputs, extra_outputs=files
+        )
+
 
 class ProvisionSparkBridgeOperator(BaseOperator):
     """Create the Spark bridge's tables beside a queue, and optionally a sink table. Needs DDL rights.

@@ -588,11 +588,14 @@ class MessagePump:
         stop_timeout: float | None = None,
     ) -> PumpStats:
         """Receive in the foreground until ``max_messages``, an empty queue (``until_empty``) or
-        ``timeout`` seconds; then stop gracefully and return the counts."""
+        ``timeout`` seconds, or until :meth:`stop` is called from elsewhere (another thread, a signal
+        handler); then stop gracefully and return the counts."""
         self.start(max_messages=max_messages, until_empty=until_empty)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while not self._done.wait(0.2):
+                if self._halt.is_set():  # stop() from another thread or a signal handler
+                    break
                 if deadline is not None and time.monotonic() >= deadline:
                     self.stop_reason = self.stop_reason or "timeout"
                     break
@@ -610,10 +613,12 @@ class MessagePump:
 
         Handlers still running then are abandoned: their receive rolls back when they return (or when the
         process ends and the database drops the connection), so their messages are received again.
-        Returns True when every handler finished in time.
+        Returns True when every handler finished in time. Stopped before it starts, a pump starts no
+        receive: a :meth:`run` begun afterwards returns at once.
         """
         timeout = self.stop_timeout if timeout is None else timeout
         if self._started_at is None:
+            self.request_stop()
             return True
         self.stop_reason = self.stop_reason or "stopped"
         self._halt.set()
