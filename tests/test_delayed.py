@@ -68,9 +68,10 @@ def test_delayed_messages_are_never_early_and_at_most_an_idle_delay_late(
     finally:
         pump.stop()
         mover.stop()
-    # Babelfish parses each statement the first time a connection runs it (about 300 ms here, measured per
-    # statement and connection); the pump's and the mover's connections meet that while this test runs.
-    first_executions = 0.7 if target.babelfish else 0.0
+    # Babelfish parses each statement the first time a connection runs it (about 300 ms each on an idle
+    # machine, several times that under a CI run's load); the pump's and the mover's new connections meet
+    # that while this test runs, so there the lateness bound is only a sanity bound. Never early holds.
+    first_executions = 2.5 if target.babelfish else 0.0
     for message_id, (before, delay) in expected.items():
         waited = arrived[message_id] - before
         assert waited >= delay - 0.001, f"{message_id} arrived {delay - waited:.3f} s early"
