@@ -34,12 +34,12 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 EXTRAS="dev,postgres,mssql,airflow,messaging,spark,docs,ui"
-stamp=".venv/.installed-$( (cat pyproject.toml; echo "$EXTRAS") | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$( (cat pyproject.toml .ci/constraints.txt; echo "$EXTRAS") | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the package and its test dependencies into .venv"
   echo "setup: (pyspark builds its wheel from a 450 MB source archive: allow a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+  .venv/bin/python -m pip install -q -e ".[$EXTRAS]" -c .ci/constraints.txt
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
