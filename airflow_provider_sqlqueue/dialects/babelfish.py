@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..transport.address import QueueAddress
-from ..transport.errors import PermissionDenied, QueueNotFound, SqlQueueError
+from ..transport.errors import InvalidQueueName, PermissionDenied, QueueNotFound, SqlQueueError
 from .sqlserver import SqlServerDialect, native_errors
 
-_BABELFISH_MISSING_RELATION = re.compile(r'relation "[^"]*" does not exist \(33557097\)')
+_BABELFISH_MISSING_RELATION = re.compile(r'(relation|schema) "[^"]*" does not exist \(33557097\)')
 _BABELFISH_PERMISSION_DENIED = re.compile(r"permission denied for \w+ [^(]*\(33557097\)")
 _BABELFISH_OUTPUT = (
     "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
@@ -38,6 +38,7 @@ class BabelfishDialect(SqlServerDialect):
       is found by its name as a prefix.
     - Multi-row sends are cut at 25 rows (see ``send_batch_rows``): longer statements with NULL
       parameters lose work through Microsoft's ODBC driver.
+    - Names with ``]`` or non-ASCII characters are refused (see :meth:`resolve`).
     - ``OBJECT_ID`` still finds a table another session dropped (until this session's next transaction),
       so a table's existence is read from ``sys.tables``.
 
@@ -61,6 +62,21 @@ class BabelfishDialect(SqlServerDialect):
 
     def variant_for(self, connection: Any) -> SqlServerDialect:
         return self
+
+    def resolve(
+        self,
+        address: QueueAddress,
+        default_schema: str | None = None,
+        current_catalog: str | None = None,
+    ) -> QueueAddress:
+        resolved = super().resolve(address, default_schema, current_catalog)
+        _refuse_names_babelfish_cannot_hold(resolved)
+        return resolved
+
+    def qualified_name(self, address: QueueAddress) -> str:
+        # Also here: a queue opened before the transport's first connection was resolved as SQL Server's.
+        _refuse_names_babelfish_cannot_hold(address)
+        return super().qualified_name(address)
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
@@ -130,3 +146,21 @@ class BabelfishDialect(SqlServerDialect):
             "WHERE object_id = OBJECT_ID(?) AND name LIKE ?",
             (self.qualified_name(address), pattern),
         )
+
+
+def _refuse_names_babelfish_cannot_hold(address: QueueAddress) -> None:
+    """Babelfish 4.3's parser fails on ``]]`` inside a bracketed name, and it keeps non-ASCII names so that
+    its catalog reads them back as ``?`` (two such queues could not be told apart): refuse both up front."""
+    for kind, value in (("queue", address.table), ("schema", address.schema), ("catalog", address.catalog)):
+        if value is None:
+            continue
+        if "]" in value:
+            raise InvalidQueueName(
+                f"{kind} name {value!r} contains ']', which Babelfish 4.3 cannot parse inside a bracketed "
+                "name (SQL Server can); choose a name without it"
+            )
+        if not value.isascii():
+            raise InvalidQueueName(
+                f"{kind} name {value!r} is not ASCII; Babelfish 4.3 does not keep such names intact in its "
+                "catalog (SQL Server does); choose an ASCII name"
+            )
