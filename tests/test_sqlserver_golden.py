@@ -8,7 +8,8 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
    file. Every subclass of ``SqlServerDialect`` (a variant such as Babelfish's, found through
    ``__subclasses__()`` by ``tests/tsql_checks.py``) has ``tests/golden/<variant>/<case>.sql`` with the
    statements it renders differently; the Spark bridge's T-SQL is in ``tests/golden/spark_bridge/``
-   (``tests/test_tsql_static.py``).
+   (``tests/test_tsql_static.py``). A case a variant refuses (``InvalidQueueName``: Babelfish takes no
+   ``]`` and no non-ASCII name, ``expected_refusal``) has no file of that variant; a test holds the refusal.
 
    The files are snapshots of the code's output, so they catch changes, not mistakes. **How a golden
    change is reviewed:** rewrite the files, then read the diff against the reference's statements in
@@ -85,6 +86,7 @@ from airflow_provider_sqlqueue.dialects.babelfish import BabelfishDialect
 from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
 from airflow_provider_sqlqueue.transport.address import QueueAddress
+from airflow_provider_sqlqueue.transport.errors import InvalidQueueName
 from airflow_provider_sqlqueue.transport.queue import begin_creation
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
@@ -581,10 +583,37 @@ ADDRESSES = {name: resolve(case) for name, case in CASES.items()}
 RENDERED = {name: render(name, address) for name, address in ADDRESSES.items()}
 # Every class that renders T-SQL: SqlServerDialect and its subclasses (found by tsql_checks).
 VARIANTS = {variant_name(cls): cls for cls in tsql_dialect_classes()}
+
+
+def expected_refusal(variant: str, address: QueueAddress) -> str | None:
+    """What the variant's InvalidQueueName names for ``address``, or None where it renders it. Babelfish
+    4.3 cannot parse ``]]`` inside a bracketed name and does not keep non-ASCII names intact
+    (dialects/babelfish.py); SQL Server takes both. The parts in the order the
+    dialect checks them: table, schema, catalog."""
+    if variant != "babelfish":
+        return None
+    for part in (address.table, address.schema, address.catalog):
+        if part is not None and "]" in part:
+            return "contains ']'"
+        if part is not None and not part.isascii():
+            return "is not ASCII"
+    return None
+
+
+# The cases each variant refuses (with the reason) and the ones it renders, golden files and checks included.
+REFUSED_BY_VARIANT = {
+    variant: {
+        name: reason for name, address in ADDRESSES.items() if (reason := expected_refusal(variant, address))
+    }
+    for variant in VARIANTS
+}
+CASES_BY_VARIANT = {
+    variant: [name for name in CASES if name not in REFUSED_BY_VARIANT[variant]] for variant in VARIANTS
+}
 RENDERED_BY_VARIANT = {
     variant: RENDERED
     if cls is SqlServerDialect
-    else {name: render(name, address, cls()) for name, address in ADDRESSES.items()}
+    else {name: render(name, ADDRESSES[name], cls()) for name in CASES_BY_VARIANT[variant]}
     for variant, cls in VARIANTS.items()
 }
 ALL_STATEMENTS = [
@@ -1684,7 +1713,7 @@ def test_no_stale_golden_files() -> None:
 
 @pytest.mark.parametrize(
     ("variant", "case_name"),
-    [(variant, case) for variant in VARIANTS if variant != "sqlserver" for case in sorted(CASES)],
+    [(variant, case) for variant in VARIANTS if variant != "sqlserver" for case in CASES_BY_VARIANT[variant]],
 )
 def test_variant_golden_file(variant: str, case_name: str) -> None:
     """Each subclass of SqlServerDialect has its golden files: what it renders differently."""
@@ -1699,8 +1728,55 @@ def test_no_stale_golden_folders() -> None:
     assert not stale, f"golden folders without a dialect class: {stale}"
     for variant in VARIANTS:
         if variant != "sqlserver":
-            stale_files = stale_golden_files(GOLDEN_ROOT / variant, set(CASES))
+            stale_files = stale_golden_files(GOLDEN_ROOT / variant, set(CASES_BY_VARIANT[variant]))
             assert not stale_files, f"golden files of {variant} without a case: {stale_files}"
+
+
+REFUSALS = [
+    pytest.param(variant, case, reason, id=f"{variant}:{case}")
+    for variant, refused in REFUSED_BY_VARIANT.items()
+    for case, reason in refused.items()
+]
+
+
+def test_babelfish_refuses_some_cases_and_renders_the_rest() -> None:
+    """The split is the rule's, not whatever the dialect happens to refuse: both kinds of case exist."""
+    assert REFUSED_BY_VARIANT["sqlserver"] == {}
+    assert {"plain", "longest_names", "table_open_bracket"} <= set(CASES_BY_VARIANT["babelfish"])
+    assert {"ci_special_characters", "everything_at_once"} <= set(REFUSED_BY_VARIANT["babelfish"])
+
+
+@pytest.mark.parametrize(("variant", "case_name", "reason"), REFUSALS)
+def test_variant_refuses_the_names_it_cannot_hold(variant: str, case_name: str, reason: str) -> None:
+    """A refused case: resolve and qualified_name raise InvalidQueueName naming why, and no statement is
+    rendered for it; SQL Server still renders it (its golden file, test_golden_file)."""
+    dialect = VARIANTS[variant]()
+    with pytest.raises(InvalidQueueName, match=re.escape(reason)):
+        dialect.resolve(QueueAddress.parse(CASES[case_name]))
+    with pytest.raises(InvalidQueueName, match=re.escape(reason)):
+        dialect.qualified_name(ADDRESSES[case_name])
+    assert case_name not in RENDERED_BY_VARIANT[variant]
+    assert not (GOLDEN_ROOT / variant / f"{case_name}.sql").exists()
+    assert RENDERED[case_name] and (GOLDEN_DIR / f"{case_name}.sql").exists()
+    assert DIALECT.qualified_name(ADDRESSES[case_name]) == expected_qualified_name(ADDRESSES[case_name])
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        QueueAddress("ordres_é", "dbo"),
+        QueueAddress("orders", "schéma"),
+        QueueAddress("orders", "dbo", "bäse"),
+    ],
+    ids=["table", "schema", "catalog"],
+)
+def test_babelfish_refuses_non_ascii_names_sql_server_renders(address: QueueAddress) -> None:
+    assert expected_refusal("babelfish", address) == "is not ASCII"
+    with pytest.raises(InvalidQueueName, match="is not ASCII"):
+        BabelfishDialect().resolve(address)
+    with pytest.raises(InvalidQueueName, match="is not ASCII"):
+        BabelfishDialect().qualified_name(address)
+    assert DIALECT.qualified_name(DIALECT.resolve(address)) == expected_qualified_name(address)
 
 
 @pytest.mark.parametrize(("case_name", "statement"), ALL_STATEMENTS)
@@ -1786,8 +1862,10 @@ def test_the_creation_lock_names_the_catalog() -> None:
     assert DIALECT.lock_for_create(no_catalog, "d" * 128)[1] != (hashed,)
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("case_name", sorted(CASES))
+@pytest.mark.parametrize(
+    ("variant", "case_name"),
+    [(variant, case) for variant in sorted(VARIANTS) for case in sorted(CASES_BY_VARIANT[variant])],
+)
 def test_the_creation_opens_its_transaction_in_a_plain_batch_before_the_lock(
     variant: str, case_name: str
 ) -> None:

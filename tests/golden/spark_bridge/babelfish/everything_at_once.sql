@@ -1,4 +1,0 @@
--- The Spark bridge's statements on babelfish, beside the queue x [y]] 'z';--@[s@]]x]@[c]]@[]
--- (control tables prefixed "x [y]] 'z';--"; the queue is also the sink).
--- Golden file: tests/test_tsql_static.py; SQLQUEUE_UPDATE_GOLDEN=1 rewrites it.
--- Only the statements that differ from spark_bridge/sqlserver/everything_at_once.sql.

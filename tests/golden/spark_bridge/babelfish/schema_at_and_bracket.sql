@@ -1,4 +1,0 @@
--- The Spark bridge's statements on babelfish, beside the queue orders@[s@]]x]
--- (control tables prefixed 'orders'; the queue is also the sink).
--- Golden file: tests/test_tsql_static.py; SQLQUEUE_UPDATE_GOLDEN=1 rewrites it.
--- Only the statements that differ from spark_bridge/sqlserver/schema_at_and_bracket.sql.
