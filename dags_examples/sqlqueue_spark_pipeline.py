@@ -3,8 +3,8 @@
 provision queues and bridge tables -> send orders (a first wave now; an order feed, standing in for
 another system, sends the rest over a few seconds; one order in ten is only worth two seconds) -> a
 deferrable QueueSensor waits in the triggerer until every order that lasts is queued -> the Spark bridge
-drains up to ``max_messages`` orders and aggregates them into the ``order_totals`` table, exactly once per run ->
-expired orders still queued are purged -> a summary with counts and throughput.
+drains up to ``max_messages`` orders and aggregates them into the ``order_totals`` table, exactly once
+per run -> expired orders still queued are purged -> a summary with counts and throughput.
 
 Connections: ``sqlqueue_default`` (the queue database: SQLite, PostgreSQL or SQL Server; nothing else
 changes) and ``spark_default`` (the Spark master, e.g. ``{"conn_type": "spark", "host": "local[2]"}``).
