@@ -66,9 +66,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlglot
+import tsql_checks
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, SqlglotError
 from tsql_checks import (
     GOLDEN_ROOT,
     compare_golden,
@@ -631,14 +630,9 @@ def parse_tsql(sql: str) -> list[exp.Expression]:
     (``SELECT 1 WHERE ...``) followed by its statements, and ``DELETE FROM t OUTPUT ... WHERE`` as the
     equivalent ``DELETE t OUTPUT ... FROM t WHERE``; every other statement as written."""
     try:
-        trees = sqlglot.parse(sqlglot_batch(sql)[0], read="tsql", error_level=ErrorLevel.RAISE)
-    except SqlglotError as error:
-        raise SqlCheckFailure(f"sqlglot could not parse the statement: {error}\n{sql}") from error
-    fail_unless(trees and all(tree is not None for tree in trees), f"empty statement in:\n{sql}")
-    for tree in trees:
-        command = tree.find(exp.Command)
-        fail_unless(command is None, f"sqlglot fell back to an opaque Command ({command!r}) for:\n{sql}")
-    return trees
+        return tsql_checks.parse_sqlglot(sql)
+    except tsql_checks.StaticCheckFailure as failure:
+        raise SqlCheckFailure(str(failure)) from failure
 
 
 def check_types(trees: list[exp.Expression], expected: tuple[type[exp.Expression], ...]) -> None:
