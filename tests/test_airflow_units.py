@@ -259,6 +259,27 @@ def test_event_trigger_rearms_and_fires_only_for_new_messages(conn) -> None:
     assert events[1]["newest"] > events[0]["newest"]
 
 
+def test_event_trigger_fires_for_a_queue_created_again_whose_row_versions_start_over(conn) -> None:
+    """A watermark above every RowVersion means the table was dropped and created: its messages are new."""
+    orders = conn.queue("orders")
+    orders.send_batch([b"a", b"b", b"c"])
+    trigger = QueueMessagesEventTrigger("orders", poll_interval=0.1)
+
+    async def watch() -> list[dict]:
+        run = trigger.run()
+        events = [(await asyncio.wait_for(run.__anext__(), 10)).payload]
+        await asyncio.to_thread(orders.drop)
+        await asyncio.to_thread(orders.create)
+        await asyncio.to_thread(orders.send, b"d")
+        events.append((await asyncio.wait_for(run.__anext__(), 10)).payload)
+        await run.aclose()
+        return events
+
+    first, second = asyncio.run(watch())
+    assert (first["depth"], second["depth"]) == (3, 1)
+    assert second["newest"] < first["newest"]
+
+
 async def _next(run, events: list) -> None:
     events.append((await run.__anext__()).payload)
 

@@ -3,8 +3,10 @@
 - :class:`PendingMessagesTrigger` (deferred tasks): fires once when the depth reaches ``min_messages``.
 - :class:`QueueMessagesEventTrigger` (``AssetWatcher`` / ``MessageQueueTrigger``): re-arms after each event
   and fires again only when new messages have arrived since the last one, so a queue that is not consumed
-  yet does not start a DAG run per poll. Its watermark (the newest RowVersion seen) lives in memory: after
-  a triggerer restart the messages still waiting cause one more event.
+  yet does not start a DAG run per poll. Its watermark (the newest RowVersion an event fired for) is kept in
+  the watched asset's state store, which Airflow 3.3's triggerer hands to event triggers, so a triggerer
+  restart or a handover to another triggerer does not fire again for the messages still waiting. Without a
+  state store (an older Airflow, a trigger run outside a triggerer) the watermark lives in memory.
 
 Transient database failures (a restart, a lost connection) are logged and polled through. Any other
 failure (a missing queue or connection, an unexpected driver error) ends the task trigger with an
@@ -15,6 +17,8 @@ since an event trigger must stay armed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -101,11 +105,80 @@ class PendingMessagesTrigger(BaseTrigger):
             await hook.aclose()
 
 
+class DurableWatermark:
+    """The newest RowVersion an event trigger fired for, kept where a restarted triggerer finds it.
+
+    The triggerer injects ``asset_state_store`` (one accessor per asset the trigger watches) into event
+    triggers. The watermark is written to every watched asset and read back as the highest of them, under a
+    key naming the connection and queue, so several queues may watch one asset. A state store that cannot
+    be reached is logged and the watermark is kept in memory: at worst one duplicate event, never a missed
+    one.
+    """
+
+    KEY_PREFIX = "sqlqueue.watermark"
+    KEY_LIMIT = 512
+
+    def __init__(self, store: Any, sqlqueue_conn_id: str, queue_name: str, log: logging.Logger) -> None:
+        self.store = store
+        self.log = log
+        key = f"{self.KEY_PREFIX}:{sqlqueue_conn_id}:{queue_name}"
+        if len(key) > self.KEY_LIMIT:
+            key = f"{self.KEY_PREFIX}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+        self.key = key
+        self.value: int | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.store is not None
+
+    def _accessors(self) -> list[Any]:
+        try:
+            self.store._single_accessor()
+        except ValueError:  # several assets watch this trigger: keep the watermark on each of them
+            by_name = getattr(self.store, "_by_name", {})
+            by_uri = getattr(self.store, "_by_uri", {})
+            return [*by_name.values(), *by_uri.values()]
+        return [self.store]
+
+    async def load(self) -> int | None:
+        if self.store is None:
+            return self.value
+        try:
+            stored = [await accessor.aget(self.key, None) for accessor in self._accessors()]
+        except Exception as error:
+            self.log.warning(
+                "cannot read the watermark %s from the asset state store (%s); keeping it in memory",
+                self.key,
+                error,
+            )
+            self.store = None
+            return self.value
+        values = [int(value) for value in stored if isinstance(value, int) and not isinstance(value, bool)]
+        self.value = max(values) if values else None
+        return self.value
+
+    async def save(self, value: int) -> None:
+        self.value = value
+        if self.store is None:
+            return
+        try:
+            for accessor in self._accessors():
+                await accessor.aset(self.key, value)
+        except Exception as error:
+            self.log.warning(
+                "cannot write the watermark %s to the asset state store (%s); keeping it in memory",
+                self.key,
+                error,
+            )
+            self.store = None
+
+
 class QueueMessagesEventTrigger(BaseEventTrigger):
     """Fire each time new messages have arrived and the queue holds at least ``min_messages`` (estimate).
 
     For ``AssetWatcher`` or ``MessageQueueTrigger(scheme="sqlqueue", queue_name=..., ...)``. The event
-    carries the depth and the newest RowVersion seen.
+    carries the depth and the newest RowVersion seen. The watermark is a :class:`DurableWatermark`; a newest
+    RowVersion below it means the queue table was dropped and created again, and counts as new messages.
     """
 
     def __init__(
@@ -135,7 +208,16 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
-        watermark: int | None = None
+        watermark = DurableWatermark(
+            getattr(self, "asset_state_store", None), self.sqlqueue_conn_id, self.queue_name, self.log
+        )
+        seen = await watermark.load()
+        self.log.info(
+            "watching %s; watermark %s (%s)",
+            self.queue_name,
+            seen,
+            "asset state store" if watermark.durable else "in memory: no asset state store was given",
+        )
         try:
             while True:
                 delay = self.poll_interval
@@ -151,12 +233,13 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
                     delay = max(self.poll_interval, 30.0)
                 else:
                     depth = 0 if oldest is None or newest is None else newest - oldest + 1
-                    fresh = newest is not None and (watermark is None or newest > watermark)
+                    fresh = newest is not None and (seen is None or newest != seen)
                     if depth >= self.min_messages and fresh:
-                        watermark = newest
                         yield TriggerEvent(
                             {"status": "success", "queue": self.queue_name, "depth": depth, "newest": newest}
                         )
+                        seen = newest
+                        await watermark.save(newest)
                 await asyncio.sleep(delay)
         finally:
             await hook.aclose()

@@ -113,21 +113,37 @@ class AirflowStack:
 
     def start(self) -> None:
         for name in COMPONENTS:
-            args = [str(self.bin / "airflow"), name]
-            if name == "api-server":
-                args += ["--host", "127.0.0.1", "--port", str(self.port)]
-            log_file = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-            self.processes[name] = subprocess.Popen(
-                args,
-                env=self.env,
-                cwd=self.home,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            log_file.close()
-            self.log(f"airflow: started {name} (pid {self.processes[name].pid})")
+            self.start_component(name)
+
+    def start_component(self, name: str) -> None:
+        """Start one component; its log file is appended to, so a restarted component keeps its history."""
+        args = [str(self.bin / "airflow"), name]
+        if name == "api-server":
+            args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        log_file = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+        self.processes[name] = subprocess.Popen(
+            args,
+            env=self.env,
+            cwd=self.home,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log_file.close()
+        self.log(f"airflow: started {name} (pid {self.processes[name].pid})")
+
+    def restart(self, name: str, timeout: float = 60) -> None:
+        """Stop one component as a deployment does (SIGTERM, then a graceful exit) and start it again."""
+        process = self.processes[name]
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+        self.log(f"airflow: {name} exited with {process.returncode}")
+        self.start_component(name)
 
     def check_alive(self) -> None:
         for name, process in self.processes.items():
