@@ -1,20 +1,13 @@
-"""Realistic order messages for the examples, the demo and the benchmarks, and a small order feed.
-
-``python -m airflow_provider_sqlqueue.example_orders feed --queue orders --count 2000 --waves 4 --interval 1``
-sends orders in waves, as another system would; the database URL comes from ``SQLQUEUE_URL`` (and
-``SQLQUEUE_PASSWORD``), never from the command line.
-"""
+"""Realistic order messages for the examples, the demo and the benchmarks, and a small order feed."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
-import time
+import threading
 from datetime import datetime, timedelta, timezone
 
-from .transport import OutgoingMessage, open_transport
+from .transport import OutgoingMessage, TableQueue
 from .transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
 
 __all__ = ["ORDER_TYPE", "make_orders"]
@@ -65,52 +58,22 @@ def make_orders(
 
 
 def feed(
-    url: str,
-    queue: str,
+    queue: TableQueue,
     count: int,
     *,
     waves: int = 4,
     interval: float = 1.0,
     first_order_id: int = 1,
-    default_schema: str | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
-    """Send ``count`` orders in ``waves`` waves, ``interval`` seconds apart; return how many were sent."""
+    """Send ``count`` orders to ``queue`` in ``waves`` waves, ``interval`` seconds apart, as another system
+    would; return how many were sent. A set ``stop`` ends it between waves."""
+    stop = stop or threading.Event()
     sent = 0
-    with open_transport(url, default_schema=default_schema) as transport:
-        target = transport.queue(queue)
-        for wave in range(waves):
-            size = count // waves + (1 if wave < count % waves else 0)
-            target.send_batch(make_orders(size, first_order_id=first_order_id + sent))
-            sent += size
-            if wave + 1 < waves:
-                time.sleep(interval)
+    for wave in range(waves):
+        if wave and stop.wait(interval):
+            break
+        size = count // waves + (1 if wave < count % waves else 0)
+        queue.send_batch(make_orders(size, first_order_id=first_order_id + sent))
+        sent += size
     return sent
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .spark.config import url_from_environment
-
-    parser = argparse.ArgumentParser(description="send example orders in waves")
-    parser.add_argument("command", choices=["feed"])
-    parser.add_argument("--queue", default="orders")
-    parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--waves", type=int, default=4)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--first-order-id", type=int, default=1)
-    parser.add_argument("--default-schema")
-    args = parser.parse_args(argv)
-    sent = feed(
-        url_from_environment(),
-        args.queue,
-        args.count,
-        waves=args.waves,
-        interval=args.interval,
-        first_order_id=args.first_order_id,
-        default_schema=args.default_schema,
-    )
-    print(f"order feed: sent {sent} order(s) to {args.queue} in {args.waves} wave(s)", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

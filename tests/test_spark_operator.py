@@ -4,13 +4,16 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -242,15 +245,27 @@ def test_templated_fields_take_xcomargs_and_jinja_when_the_dag_is_parsed() -> No
 def test_pipeline_demo_runs_the_example_dag_end_to_end(target, tmp_path) -> None:
     command = [sys.executable, "-m", "airflow_provider_sqlqueue.pipeline_demo", "--orders", "3000"]
     command += ["--max-messages", "2000"]
-    if target.engine != "sqlite":
-        command += ["--queue-connection", json.dumps(target.airflow_connection())]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("AIRFLOW_HOME", None)  # the demo makes its own
-    result = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT, check=False
+    if target.engine != "sqlite":
+        env.update(target.airflow_env())
+    password = make_url(target.url).password
+    demo = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
+    watch = SecretHolders(password.encode() if password else b"", outside_session=demo.pid)
+    watch.start()
+    try:
+        output, _ = demo.communicate(timeout=DEMO_TIMEOUT)
+    finally:
+        watch.stop()
+        left_behind = _pids_in_session(demo.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGKILL)
+        demo.wait()
+    assert demo.returncode == 0, output[-6000:]
+    assert left_behind == [], f"the demo left processes behind: {left_behind}"
+    assert watch.found == {}, f"processes held the password where they should not: {watch.found}"
     for step in (
         "task provision_queues",
         "deferred: the trigger polls",
@@ -260,6 +275,48 @@ def test_pipeline_demo_runs_the_example_dag_end_to_end(target, tmp_path) -> None
         assert step in output, output
     assert re.search(r"every order accounted for +True", output), output
     assert re.search(r"orders sent +3000\n", output) and re.search(r"drained into spark +2000\n", output)
-    password = make_url(target.url).password
     if password:
         assert password not in output
+
+
+class SecretHolders(threading.Thread):
+    """Polls /proc while the demo runs for processes with ``secret`` on their command line, or in their
+    environment outside the demo's session (a detached helper that outlives the task keeps the password)."""
+
+    def __init__(self, secret: bytes, outside_session: int) -> None:
+        super().__init__(daemon=True)
+        self.secret = secret
+        self.session = outside_session
+        self.found: dict[int, str] = {}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while self.secret and not self._done.wait(0.2):
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit() or int(entry.name) in self.found:
+                    continue
+                try:
+                    pid = int(entry.name)
+                    on_command_line = self.secret in (entry / "cmdline").read_bytes()
+                    in_environment = self.secret in (entry / "environ").read_bytes()
+                    outside = pid != os.getpid() and _session_of(pid) != self.session
+                    if on_command_line or (in_environment and outside):
+                        self.found[pid] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    continue
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def _session_of(pid: int) -> int:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return -1
+
+
+def _pids_in_session(session: int) -> list[int]:
+    pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    return [pid for pid in pids if _session_of(pid) == session]
