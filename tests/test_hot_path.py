@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_sqlqueue.model.errors import TransientDatabaseError
 from airflow_provider_sqlqueue.transport import headers as h
 from airflow_provider_sqlqueue.transport import open_transport
-from airflow_provider_sqlqueue.transport.errors import TransientDatabaseError
 from airflow_provider_sqlqueue.transport.message import OutgoingMessage, new_message_ids, uuid_from_int
 
 

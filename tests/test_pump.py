@@ -27,8 +27,8 @@ from airflow_provider_sqlqueue.transport import (
     load_handler,
     open_transport,
 )
-from airflow_provider_sqlqueue.transport.connection import shared_cursor
 from airflow_provider_sqlqueue.transport.headers import parse_timestamp
+from airflow_provider_sqlqueue.transport.lease import shared_cursor
 from airflow_provider_sqlqueue.transport.recoverability import (
     CircuitBreaker,
     CircuitBreakerSettings,

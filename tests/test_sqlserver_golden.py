@@ -84,8 +84,8 @@ from tsql_checks import (
 from airflow_provider_sqlqueue.dialects.babelfish import BabelfishDialect
 from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
-from airflow_provider_sqlqueue.transport.address import QueueAddress
-from airflow_provider_sqlqueue.transport.errors import InvalidQueueName
+from airflow_provider_sqlqueue.model.address import QueueAddress
+from airflow_provider_sqlqueue.model.errors import InvalidQueueName
 from airflow_provider_sqlqueue.transport.queue import begin_creation
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
@@ -518,14 +518,14 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
                 "current_catalog", "current_catalog", d.current_catalog(), (exp.Select,), 0, None, False
             )
         )
-        # The one statement that tells Babelfish from SQL Server (SqlServerDialect.variant_for).
+        # The one statement that tells Babelfish from SQL Server (SqlServerDialect.server_variant).
         connection = _RecordingConnection()
-        d.variant_for(connection)
+        d.server_variant(connection)
         for sql, params in [executed for cursor in connection.cursors for executed in cursor.executed]:
             out.append(
                 Statement(
-                    "variant_for",
-                    "variant_for",
+                    "server_variant",
+                    "server_variant",
                     sql,
                     (exp.Select,),
                     0,
@@ -1455,7 +1455,7 @@ def check_current_catalog(statement: Statement, trees: list[exp.Expression], add
     fail_unless(statement.sql == "SELECT DB_NAME()", f"not the connection's database:\n{statement.sql}")
 
 
-def check_variant_for(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+def check_server_variant(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
     """SERVERPROPERTY('Babelfish') is 1 on Babelfish and NULL on SQL Server; cast for the drivers."""
     fail_unless(
         statement.sql == "SELECT CAST(SERVERPROPERTY('Babelfish') AS int)" and statement.params == (),
@@ -1500,7 +1500,7 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "fix_clustered_rowversion": check_fix_clustered_rowversion,
     "prepare_connection": check_prepare_connection,
     "current_catalog": check_current_catalog,
-    "variant_for": check_variant_for,
+    "server_variant": check_server_variant,
     "create_delayed_table": check_create_delayed_table,
     "delayed_index": check_delayed_index,
     "store_delayed": check_store_delayed,

@@ -22,6 +22,7 @@ from sqlserver_bed import SqlServerBed
 
 from airflow_provider_sqlqueue.dialects.babelfish import BabelfishDialect
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
+from airflow_provider_sqlqueue.model.address import QueueAddress
 from airflow_provider_sqlqueue.transport import (
     DelayedMover,
     DelayedStore,
@@ -29,7 +30,6 @@ from airflow_provider_sqlqueue.transport import (
     PermissionDenied,
     open_transport,
 )
-from airflow_provider_sqlqueue.transport.address import QueueAddress
 
 pytestmark = pytest.mark.parametrize("target", ["sqlserver-freetds", "sqlserver-msodbc"], indirect=True)
 

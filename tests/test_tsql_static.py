@@ -63,6 +63,7 @@ from tsql_checks import (
 )
 
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
+from airflow_provider_sqlqueue.model.address import QueueAddress
 from airflow_provider_sqlqueue.spark.tables import (
     ABORTED,
     ACTIVE_STATES,
@@ -75,7 +76,6 @@ from airflow_provider_sqlqueue.spark.tables import (
     bridge_tables,
     sink_table_ddl,
 )
-from airflow_provider_sqlqueue.transport.address import QueueAddress
 
 BRIDGE_GOLDEN = GOLDEN_ROOT / "spark_bridge"
 RUN_STATES = {RECEIVING, PROCESSING, COMMITTED, ABORTED}

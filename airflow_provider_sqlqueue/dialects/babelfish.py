@@ -1,8 +1,9 @@
 """Babelfish for PostgreSQL: SQL Server's dialect where Babelfish refuses or misreads a statement.
 
 Babelfish speaks TDS and runs T-SQL, and teams that leave SQL Server run it in production. The transport
-chooses this variant once, on its first connection (:meth:`SqlServerDialect.variant_for`); every statement
-not replaced here is SQL Server's own, and each replacement is also valid T-SQL.
+chooses this variant once, on its first connection (``dialect_for_server`` asks
+:meth:`SqlServerDialect.server_variant`); every statement not replaced here is SQL Server's own, and each
+replacement is also valid T-SQL.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..transport.address import QueueAddress
-from ..transport.errors import InvalidQueueName, PermissionDenied, QueueNotFound, SqlQueueError
+from ..model.address import QueueAddress
+from ..model.errors import InvalidQueueName, PermissionDenied, QueueNotFound, SqlQueueError
 from .sqlserver import SqlServerDialect, native_errors
 
 _BABELFISH_MISSING_RELATION = re.compile(r'(relation|schema) "[^"]*" does not exist \(33557097\)')
@@ -26,7 +27,7 @@ _BABELFISH_OUTPUT = (
 class BabelfishDialect(SqlServerDialect):
     """SQL Server's dialect for Babelfish for PostgreSQL, which speaks TDS and runs T-SQL with differences.
 
-    Chosen once per transport when the server reports itself (:meth:`SqlServerDialect.variant_for`). Only
+    Chosen once per transport when the server reports itself (:meth:`SqlServerDialect.server_variant`). Only
     the statements Babelfish refuses or misreads are replaced, each by a form that is also valid T-SQL:
 
     - DML through a CTE is refused, so the receive and the delayed mover delete
@@ -60,8 +61,8 @@ class BabelfishDialect(SqlServerDialect):
     # a send batch under 4,000 characters with the driver's @Pn names and the longest table names.
     send_batch_rows = 25
 
-    def variant_for(self, connection: Any) -> SqlServerDialect:
-        return self
+    def server_variant(self, connection: Any) -> str | None:
+        return None
 
     def resolve(
         self,

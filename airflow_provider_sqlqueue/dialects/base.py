@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from ..transport.address import QueueAddress
-from ..transport.errors import InvalidQueueName, SqlQueueError
+from ..model.address import QueueAddress
+from ..model.errors import InvalidQueueName, SqlQueueError
 
 Layout = Literal["clustered", "heap"]
 
@@ -360,10 +360,11 @@ class Dialect(ABC):
         """Roll back the connection's transaction (also what the pool runs when a connection returns)."""
         connection.rollback()
 
-    def variant_for(self, connection: Any) -> Dialect:
-        """The dialect to use for the server behind ``connection`` (asked once per transport, on its first
-        connection): this one, or a variant for a server that speaks this dialect with differences."""
-        return self
+    def server_variant(self, connection: Any) -> str | None:
+        """The name of the variant of this dialect the server behind ``connection`` needs, or None for this
+        dialect itself (asked once per transport, on its first connection; see
+        :func:`airflow_provider_sqlqueue.dialects.dialect_for_server`)."""
+        return None
 
     @abstractmethod
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:

@@ -18,8 +18,8 @@ import sqlite3
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..transport.address import QueueAddress
-from ..transport.errors import (
+from ..model.address import QueueAddress
+from ..model.errors import (
     PermissionDenied,
     QueueNotFound,
     SqlQueueError,

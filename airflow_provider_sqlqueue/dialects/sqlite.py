@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..transport.address import QueueAddress
-from ..transport.errors import (
+from ..model.address import QueueAddress
+from ..model.errors import (
     InvalidQueueName,
     MessageTooLarge,
     PermissionDenied,

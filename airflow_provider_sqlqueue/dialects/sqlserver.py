@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..transport.address import QueueAddress
-from ..transport.errors import (
+from ..model.address import QueueAddress
+from ..model.errors import (
     ConfigurationError,
     PermissionDenied,
     QueueNotFound,
@@ -413,8 +413,8 @@ class SqlServerDialect(Dialect):
         cursor.close()
         connection.commit()
 
-    def variant_for(self, connection: Any) -> SqlServerDialect:
-        """:class:`BabelfishDialect` when the server is Babelfish for PostgreSQL, else this dialect.
+    def server_variant(self, connection: Any) -> str | None:
+        """``"babelfish"`` when the server is Babelfish for PostgreSQL, else None (SQL Server itself).
 
         ``SERVERPROPERTY('Babelfish')`` is 1 there and NULL on SQL Server (an unknown property), so one
         statement that both run decides it. The cast spares drivers the sql_variant type.
@@ -427,10 +427,8 @@ class SqlServerDialect(Dialect):
             cursor.close()
         connection.rollback()
         if rows and rows[0][0] == 1:
-            from .babelfish import BabelfishDialect
-
-            return BabelfishDialect()
-        return self
+            return "babelfish"
+        return None
 
     def fetch_rows(self, cursor: Any) -> list[Any]:
         while cursor.description is None:

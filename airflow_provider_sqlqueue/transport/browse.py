@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..model.address import QueueAddress
+from ..model.errors import ConfigurationError, HeaderFormatError, QueueNotFound
 from . import headers as h
-from .address import QueueAddress
-from .errors import ConfigurationError, HeaderFormatError, QueueNotFound
 from .queue import as_utc
 
 if TYPE_CHECKING:

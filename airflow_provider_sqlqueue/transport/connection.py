@@ -22,13 +22,14 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 from sqlalchemy.pool.base import _ConnDialect
 
-from ..dialects import Dialect, get_dialect
-from .address import QueueAddress
-from .errors import ConfigurationError, TransientDatabaseError
+from ..dialects import Dialect, dialect_for_server, get_dialect
+from ..model.address import QueueAddress
+from ..model.errors import ConfigurationError
+from .lease import ConnectionLease
+from .queue import TableQueue
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class Transport:
             try:
                 dialect.prepare_connection(connection)
                 if not self._variant_known:
-                    self.dialect = dialect.variant_for(connection)
+                    self.dialect = dialect_for_server(dialect, connection)
                     self._variant_known = True
             except BaseException:
                 connection.close()
@@ -226,13 +227,11 @@ class Transport:
         """Parse an address, fill in the default schema and check it against this engine's limits."""
         return self.dialect.resolve(QueueAddress.parse(address), self.default_schema, self.database)
 
-    def queue(self, address: str | QueueAddress, *, error_queue: str | object | None = ...) -> Any:
+    def queue(self, address: str | QueueAddress, *, error_queue: str | object | None = ...) -> TableQueue:
         """The queue at ``address`` (``table@[schema]@[catalog]``); InvalidQueueName at once if invalid.
 
         Poison rows (unparseable headers) move to ``error_queue``, by default the transport's (``error``).
         """
-        from .queue import TableQueue
-
         target = self.error_queue if error_queue is ... else error_queue
         resolved = self.resolve(address)
         key = (str(resolved), None if target is None else str(target))
@@ -252,79 +251,7 @@ class Transport:
 
         A connection that failed in a way that makes it unusable is discarded instead of returned.
         """
-        return _Lease(self, address)
-
-
-_SHARED_CURSOR = "sqlqueue.shared_cursor"
-
-
-def shared_cursor(connection: Any) -> Any:
-    """A cursor that stays with a pooled driver connection from loan to loan, for the transport's own
-    statements; a new cursor from anything else (so a wrapper around a connection sees every statement).
-
-    psycopg sets up type adaptation per cursor: a new cursor for each one-message receive cost about 40 µs
-    of client CPU. The cursor lives in the pool's per-connection ``info`` and is dropped after any error.
-    """
-    if not isinstance(connection, PoolProxiedConnection):
-        return connection.cursor()
-    driver = connection.dbapi_connection
-    entry = connection.info.get(_SHARED_CURSOR)
-    if entry is None or entry[0] is not driver:
-        entry = connection.info[_SHARED_CURSOR] = (driver, driver.cursor())
-    return entry[1]
-
-
-def _forget_shared_cursor(connection: PoolProxiedConnection) -> None:
-    entry = connection.info.pop(_SHARED_CURSOR, None)
-    if entry is not None:
-        try:
-            entry[1].close()
-        except Exception as error:  # it is being dropped anyway
-            log.debug("closing a shared cursor failed: %s", error)
-
-
-class _Lease:
-    """``with transport.connection() as connection:`` (a class, not a generator: every operation pays it)."""
-
-    __slots__ = ("_address", "_pooled", "_transport")
-
-    def __init__(self, transport: Transport, address: QueueAddress | None) -> None:
-        self._transport = transport
-        self._address = address
-        self._pooled: PoolProxiedConnection | None = None
-
-    def __enter__(self) -> PoolProxiedConnection:
-        transport = self._transport
-        try:
-            self._pooled = transport._pool.connect()
-        except PoolTimeout as error:
-            raise TransientDatabaseError(
-                f"no free database connection within the pool timeout ({transport.pool_size} in use); "
-                "raise pool_size or lower concurrency"
-            ) from error
-        except Exception as error:
-            translated = transport.dialect.classify(error, self._address)
-            if translated is None:
-                raise
-            raise translated from error
-        return self._pooled
-
-    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> bool:
-        pooled = self._pooled
-        assert pooled is not None
-        try:
-            if error is None:
-                return False
-            _forget_shared_cursor(pooled)
-            dialect = self._transport.dialect
-            if dialect.is_connection_lost(error) and pooled.is_valid:  # not invalidated already
-                pooled.invalidate()
-            translated = dialect.classify(error, self._address)
-            if translated is None:
-                return False
-            raise translated from error
-        finally:
-            pooled.close()
+        return ConnectionLease(self, address)
 
 
 def _enable_wal(connection: Any, timeout: float) -> None:

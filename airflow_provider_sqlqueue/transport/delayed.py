@@ -32,9 +32,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..dialects.base import Dialect, Row
+from ..model.address import QueueAddress
+from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
 from . import headers as h
-from .address import QueueAddress
-from .errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
 from .queue import begin_creation

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..model.address import QueueAddress
+from ..model.errors import ConfigurationError
 from . import headers as h
-from .address import QueueAddress
 from .delayed import DEFAULT_DELAYED_SUFFIX, DelayedMover, DelayedStore
-from .errors import ConfigurationError
 from .message import OutgoingMessage
 from .pump import Handler, MessagePump, check_pool_size
 from .recoverability import CircuitBreakerSettings, CriticalErrorCallback

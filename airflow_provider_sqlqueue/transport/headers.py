@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import HeaderFormatError
+from ..model.errors import HeaderFormatError
 
 __all__ = [
     "Headers",

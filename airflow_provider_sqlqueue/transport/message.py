@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ..model.errors import ConfigurationError
 from . import headers as h
-from .errors import ConfigurationError
 
 __all__ = ["MAX_TIME_TO_BE_RECEIVED", "OutgoingMessage", "ReceivedMessage"]
 

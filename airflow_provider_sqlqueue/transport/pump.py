@@ -34,9 +34,9 @@ from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from ..model.address import QueueAddress
+from ..model.errors import ConfigurationError, InvalidQueueName, QueueNotFound
 from . import headers as h
-from .address import QueueAddress
-from .errors import ConfigurationError, InvalidQueueName, QueueNotFound
 from .message import OutgoingMessage, ReceivedMessage
 from .queue import ReceivedBatch, TableQueue, TransactionMode
 from .recoverability import (

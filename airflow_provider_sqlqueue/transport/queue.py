@@ -26,9 +26,8 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, overload
 
 from ..dialects.base import Dialect, Finding, Row, TableOptions
-from .address import QueueAddress
-from .connection import shared_cursor
-from .errors import (
+from ..model.address import QueueAddress
+from ..model.errors import (
     ConfigurationError,
     HeaderFormatError,
     MessageTooLarge,
@@ -37,6 +36,7 @@ from .errors import (
     TransientDatabaseError,
 )
 from .headers import decode_headers, default_headers_text, time_sent_now
+from .lease import shared_cursor
 from .message import OutgoingMessage, ReceivedMessage, new_message_ids, received_message, uuid_from_int
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from ..model.errors import ConfigurationError
 from . import headers as h
-from .errors import ConfigurationError
 
 __all__ = [
     "CircuitBreaker",

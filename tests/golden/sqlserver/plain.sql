@@ -188,6 +188,6 @@ SET NOCOUNT ON
 -- current_catalog
 SELECT DB_NAME()
 
--- variant_for
+-- server_variant
 -- params: []
 SELECT CAST(SERVERPROPERTY('Babelfish') AS int)

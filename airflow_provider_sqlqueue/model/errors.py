@@ -1,4 +1,4 @@
-"""The transport's error hierarchy.
+"""The error hierarchy of the transport and the dialects.
 
 Every error the transport raises derives from :class:`SqlQueueError`, so callers can catch one type.
 Driver errors are classified by the dialect of their engine and re-raised as one of these, with the

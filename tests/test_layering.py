@@ -1,0 +1,235 @@
+"""The package's import structure: no cycles, imports point down the layers, no runtime use of the examples,
+no module too long to read.
+
+The graph is read from the source with ``ast`` (nothing is imported), and it counts every import statement:
+at module level, inside functions (a deferred import is still a dependency, and deferring one to dodge a
+cycle is exactly what these checks forbid) and under ``if TYPE_CHECKING:``. Type-only imports count for the
+layer rules, because a type from a higher layer ties the lower one to it just the same. They do not count for
+the cycle rule: they never run, so they cannot make an import order fail, and an object naming its owner's
+type in an annotation (a queue holding its ``Transport``) is a reference back, not a use of the owner.
+
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module of the package, else to ``pkg``.
+Importing ``a.b.c`` is not counted as importing the package ``a.b`` (its ``__init__`` re-exports its own
+children, so every such edge would be a cycle of no meaning).
+
+Layers, lowest first (see docs/architecture.md): model <- dialects <- transport <- {handlers, hooks, spark,
+cli} <- the Airflow surface {triggers, sensors, queues, operators}. The core (model, dialects, transport,
+handlers) imports neither Airflow nor PySpark; spark/ imports no Airflow.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "airflow_provider_sqlqueue"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
+MAX_LINES = 600
+LONG_MODULE_REASON = "Over 600 lines because"
+
+# The demo, example and test-support modules: the runtime package must not import them. Matched by name so
+# the rule holds wherever they live (airflow_provider_sqlqueue/examples/ or the top level).
+EXAMPLE_PACKAGE = "examples"
+EXAMPLE_MODULE_NAMES = {"demo", "pipeline_demo", "example_orders", "testing"}
+
+CORE_LAYERS = {"model", "dialects", "transport", "handlers"}
+# For each layer, the layers it may import besides itself.
+ALLOWED: dict[str, set[str]] = {
+    "model": set(),
+    "dialects": {"model"},
+    "transport": {"model", "dialects"},
+    "handlers": {"model", "transport"},
+    "hooks": {"model", "dialects", "transport"},
+    "spark": {"model", "dialects", "transport"},
+    # The command line reads an Airflow connection through the hook when Airflow is installed.
+    "cli": {"model", "dialects", "transport", "hooks"},
+    "triggers": {"model", "dialects", "transport", "hooks"},
+    "sensors": {"model", "dialects", "transport", "hooks", "triggers"},
+    "queues": {"model", "dialects", "transport", "hooks", "triggers"},
+    "operators": {"model", "dialects", "transport", "handlers", "hooks", "spark"},
+    # The package's __init__ and get_provider_info (the Airflow entry point) import nothing below them.
+    "root": set(),
+}
+FORBIDDEN_EXTERNAL: dict[str, set[str]] = {
+    **{layer: {"airflow", "pyspark"} for layer in CORE_LAYERS},
+    "spark": {"airflow"},
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str  # a module of the package, or a top-level external name
+    line: int
+    type_only: bool
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _type_only_nodes(tree: ast.AST) -> set[ast.AST]:
+    nodes: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for statement in node.body:
+                nodes.update(ast.walk(statement))
+    return nodes
+
+
+def _target(name: str) -> str:
+    """The package module ``name`` is (itself or its nearest enclosing module), or its external root."""
+    if not (name == PACKAGE or name.startswith(PACKAGE + ".")):
+        return name.split(".")[0]
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports_of(module: str) -> list[Import]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    type_only = _type_only_nodes(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            names = [
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
+                for alias in node.names
+            ]
+        for name in dict.fromkeys(names):
+            found.append(Import(module, _target(name), node.lineno, node in type_only))
+    return found
+
+
+IMPORTS: dict[str, list[Import]] = {module: imports_of(module) for module in MODULES}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "get_provider_info":
+        return "root"
+    return parts[1]
+
+
+def is_example(module: str) -> bool:
+    parts = module.split(".")[1:]
+    return EXAMPLE_PACKAGE in parts or bool(parts and parts[-1] in EXAMPLE_MODULE_NAMES)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for following in sorted(graph.get(node, ())):
+            if state.get(following) == 1:
+                return [*path[path.index(following) :], following]
+            if following not in state:
+                cycle = visit(following)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_graph_sees_imports_inside_functions_and_relative_ones() -> None:
+    edges = {(i.imported, i.type_only) for i in IMPORTS[f"{PACKAGE}.cli._support"]}
+    assert (f"{PACKAGE}.hooks.sqlqueue", False) in edges  # imported inside a function
+    assert (f"{PACKAGE}.transport", True) in edges  # under TYPE_CHECKING
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = {
+        module: {
+            i.imported for i in imports if not i.type_only and i.imported in MODULES and i.imported != module
+        }
+        for module, imports in IMPORTS.items()
+    }
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_imports_point_down_the_layers() -> None:
+    wrong = []
+    for module, imports in IMPORTS.items():
+        layer = layer_of(module)
+        if is_example(module) or layer not in ALLOWED:
+            continue
+        for found in imports:
+            if found.imported in MODULES:
+                target = layer_of(found.imported)
+                if target != layer and target not in ALLOWED[layer] and not is_example(found.imported):
+                    wrong.append(f"{module}:{found.line} ({layer}) imports {found.imported} ({target})")
+            elif found.imported in FORBIDDEN_EXTERNAL.get(layer, ()):
+                wrong.append(f"{module}:{found.line} ({layer}) imports {found.imported}")
+    assert wrong == [], "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_every_layer_is_known() -> None:
+    unknown = {layer_of(module) for module in MODULES if not is_example(module)} - set(ALLOWED)
+    assert unknown == set(), (
+        f"modules in layers test_layering.py does not know: {unknown}; add them to ALLOWED"
+    )
+
+
+def test_runtime_package_imports_no_example_module() -> None:
+    wrong = [
+        f"{module}:{found.line} imports {found.imported}"
+        for module, imports in IMPORTS.items()
+        if not is_example(module)
+        for found in imports
+        if found.imported in MODULES and is_example(found.imported)
+    ]
+    assert wrong == [], "the runtime package imports demo, example or test modules:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_is_short_or_says_why_not(module: str) -> None:
+    source = MODULES[module].read_text(encoding="utf-8")
+    lines = source.count("\n")
+    if lines <= MAX_LINES:
+        return
+    docstring = ast.get_docstring(ast.parse(source)) or ""
+    assert any(line.strip().startswith(LONG_MODULE_REASON) for line in docstring.splitlines()), (
+        f"{module} has {lines} lines: split it along its ideas, or start a line of its docstring with "
+        f"{LONG_MODULE_REASON!r} and the reason"
+    )
