@@ -1,381 +1,41 @@
 """MessagePump: runs a handler over a queue with a concurrency limit, as the reference's receivers do.
 
-Three strategies, chosen by name (see docs/concurrency.md):
-
-- ``monitor`` (default, the reference's 3.0+ design): one monitoring loop peeks the pending estimate, starts
-  up to that many receive tasks within the free slots, waits until every started task has executed its
-  receive statement before it peeks again, ends a round at the first empty receive, and sleeps the idle
-  delay when the queue is empty. No empty-receive storms.
-- ``adaptive`` (2.1): polling workers governed by a :class:`RampUpController`; a run of receives that found a
-  message adds a worker up to the limit, a run of empty receives retires one down to a single worker.
-- ``fixed`` (before 2.0): ``max_concurrency`` polling workers, each sleeping the idle delay when the queue
-  is empty.
-
-Every receive takes one message in its own connection and transaction (the core's transaction modes). A
-handler exception rolls the message back; failures are counted per native message Id across rollbacks, and
-once the immediate retries are spent the next receive moves the message, with failure headers, to the error
-queue in the receive's transaction. Database failures go through a circuit breaker; deadlocks are retried
-without counting. Nothing here imports Airflow.
+The pump owns its threads, its lifecycle (start, run, stop) and the three strategies' loops; what happens
+to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats`'.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 import queue as queue_module
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
-from enum import Enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..model.address import QueueAddress
-from ..model.errors import ConfigurationError, InvalidQueueName, QueueNotFound
-from . import headers as h
-from .message import OutgoingMessage, ReceivedMessage
-from .queue import ReceivedBatch, TableQueue, TransactionMode
-from .recoverability import (
-    CircuitBreaker,
-    CircuitBreakerSettings,
-    CriticalErrorCallback,
-    FailureInfo,
-    FailureStore,
-    failure_headers,
-)
+from ...model.address import QueueAddress
+from ...model.errors import ConfigurationError, QueueNotFound
+from ..queue import TableQueue, TransactionMode
+from ..recoverability import CircuitBreaker, CircuitBreakerSettings, CriticalErrorCallback, FailureStore
+from .handler import Handler, load_handler
+from .pacing import MessageBudget, MonitorRound
+from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
+from .stats import Counters, PumpStats
+from .strategy import RampUpController, Strategy
 
 if TYPE_CHECKING:
-    from ..dialects.base import Dialect
-    from .delayed import DelayedStore
+    from ...dialects.base import Dialect
+    from ..delayed import DelayedStore
 
-__all__ = [
-    "MessageContext",
-    "MessagePump",
-    "PumpStats",
-    "RampUpController",
-    "Strategy",
-    "load_handler",
-]
+__all__ = ["MessagePump", "check_pool_size"]
 
+# The pump's log lines carry the package's name for it, airflow_provider_sqlqueue.transport.pump.
 log = logging.getLogger(__name__)
 
 MIN_IDLE_DELAY = 0.1
 MAX_IDLE_DELAY = 10.0
 MAX_CONCURRENCY = 1000
-
-Handler = Callable[..., Any]
-
-
-class Strategy(str, Enum):
-    """How a pump runs its receives."""
-
-    MONITOR = "monitor"
-    ADAPTIVE = "adaptive"
-    FIXED = "fixed"
-
-
-# Outcomes of one receive.
-_MESSAGE = "message"  # a message was handled to the end: processed, moved to the error queue or forwarded
-_CONSUMED = "consumed"  # only an expired or unreadable row was taken
-_RETRY = "retry"  # the handler failed; the receive rolled back
-_EMPTY = "empty"
-_ERROR = "error"  # the database failed
-_SKIPPED = "skipped"  # the pump was stopping; nothing was received
-
-
-class _Rollback(Exception):
-    """Raised inside a receive block to roll it back."""
-
-
-def load_handler(handler: Handler | str) -> Handler:
-    """A callable, or one named ``package.module:function`` (or ``package.module.function``)."""
-    if callable(handler):
-        return handler
-    if not isinstance(handler, str) or not handler.strip():
-        raise ConfigurationError(f"a handler is a callable or 'module:function', not {handler!r}")
-    text = handler.strip()
-    module_name, _, attribute = text.partition(":") if ":" in text else text.rpartition(".")
-    if not module_name or not attribute:
-        raise ConfigurationError(f"handler {text!r} is not 'module:function'")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as error:
-        raise ConfigurationError(f"cannot load handler {text!r}: {error}") from error
-    if not callable(target):
-        raise ConfigurationError(f"handler {text!r} is not callable")
-    return target
-
-
-def _takes_context(handler: Handler) -> bool:
-    """True when the handler accepts a second positional argument (the :class:`MessageContext`)."""
-    try:
-        parameters = inspect.signature(handler).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = [
-        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-    ]
-    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in positional)
-
-
-class RampUpController:
-    """The 2.1 ramp-up controller: decides when to add or retire a polling worker.
-
-    A receive that found a message increments the consecutive-successes counter and resets the failures
-    counter; an empty receive does the opposite. When successes go over ``success_threshold`` and there are
-    fewer workers than ``max_workers``, it answers ``"add"`` (and resets successes); when failures go over
-    ``failure_threshold`` and there is more than one worker, ``"retire"`` (and resets failures). It keeps
-    the worker count itself, so its decisions are deterministic for a given sequence.
-    """
-
-    ADD = "add"
-    RETIRE = "retire"
-
-    def __init__(
-        self, max_workers: int, *, success_threshold: int = 5, failure_threshold: int = 5, workers: int = 1
-    ) -> None:
-        for name, value in (
-            ("max_workers", max_workers),
-            ("success_threshold", success_threshold),
-            ("failure_threshold", failure_threshold),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be a positive int, not {value!r}")
-        self.max_workers = max_workers
-        self.success_threshold = success_threshold
-        self.failure_threshold = failure_threshold
-        self.workers = workers
-        self.consecutive_successes = 0
-        self.consecutive_failures = 0
-        self._lock = threading.Lock()
-
-    def record(self, received: bool) -> str | None:
-        """Count one receive; return ``"add"``, ``"retire"`` or None."""
-        with self._lock:
-            if received:
-                self.consecutive_successes += 1
-                self.consecutive_failures = 0
-                if self.consecutive_successes > self.success_threshold and self.workers < self.max_workers:
-                    self.consecutive_successes = 0
-                    self.workers += 1
-                    return self.ADD
-            else:
-                self.consecutive_failures += 1
-                self.consecutive_successes = 0
-                if self.consecutive_failures > self.failure_threshold and self.workers > 1:
-                    self.consecutive_failures = 0
-                    self.workers -= 1
-                    return self.RETIRE
-            return None
-
-
-@dataclass(frozen=True)
-class PumpStats:
-    """A snapshot of a pump's counters."""
-
-    processed: int = 0  # handler succeeded, receive committed
-    failed: int = 0  # moved to the error queue
-    retried: int = 0  # handler failures rolled back for another attempt
-    forwarded: int = 0  # moved on to their ForwardDestination without the handler
-    audited: int = 0
-    expired: int = 0
-    poisoned: int = 0
-    receives: int = 0  # receive statements executed
-    empty_receives: int = 0
-    peeks: int = 0
-    idle_rounds: int = 0  # peeks (monitor) or empty receives (polling workers) followed by the idle delay
-    in_flight: int = 0
-    workers: int = 0
-    max_workers: int = 0
-    abandoned: int = 0  # handlers still running when the stop timeout passed (rolled back)
-    elapsed: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        """Messages handled per second since the start."""
-        return (self.processed + self.failed) / self.elapsed if self.elapsed > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "rate": round(self.rate, 3)}
-
-
-class _Counters:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.values: dict[str, int] = {}
-
-    def add(self, name: str, amount: int = 1) -> None:
-        with self._lock:
-            self.values[name] = self.values.get(name, 0) + amount
-
-    def get(self, name: str) -> int:
-        return self.values.get(name, 0)
-
-
-class _Budget:
-    """At most ``limit`` messages handled: a receive reserves one, gives it back if nothing was used."""
-
-    def __init__(self, limit: int | None) -> None:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ConfigurationError(f"max_messages must be a positive int or None, not {limit!r}")
-        self.limit = limit
-        self.used = 0
-        self.reserved = 0
-        self._changed = threading.Condition()
-
-    def reserve(self) -> bool:
-        with self._changed:
-            if self.limit is not None and self.used + self.reserved >= self.limit:
-                return False
-            self.reserved += 1
-            return True
-
-    def settle(self, used: bool) -> None:
-        with self._changed:
-            self.reserved -= 1
-            if used:
-                self.used += 1
-            self._changed.notify_all()
-
-    @property
-    def exhausted(self) -> bool:
-        return self.limit is not None and self.used >= self.limit
-
-    def wait(self, timeout: float) -> None:
-        with self._changed:
-            self._changed.wait(timeout)
-
-
-class _Round:
-    """One monitor round: how many receives the peek allows, and a latch that counts started receives down
-    as each executes its receive statement.
-
-    A worker whose receive found a message takes the round's next receive itself (:meth:`take`) instead of
-    handing its slot back to the monitor: one thread hand-off per round rather than one per message.
-    """
-
-    def __init__(self, allowed: int = 0) -> None:
-        self.allowed = allowed
-        self.pending = 0
-        self.cancelled = False
-        self._done = threading.Condition()
-
-    def spawned(self) -> None:
-        with self._done:
-            self.pending += 1
-
-    def take(self, budget: _Budget) -> bool:
-        """Start one more receive of this round if the peek allowed it and the budget has room."""
-        with self._done:
-            if self.cancelled or self.allowed <= 0 or not budget.reserve():
-                return False
-            self.allowed -= 1
-            self.pending += 1
-            return True
-
-    def received(self, got_row: bool) -> None:
-        with self._done:
-            self.pending -= 1
-            if not got_row:
-                self.cancelled = True  # the queue ran dry: start no more tasks this round
-            self._done.notify_all()
-
-    def wait(self) -> None:
-        with self._done:
-            while self.pending > 0:
-                self._done.wait()
-
-
-class MessageContext:
-    """What a handler may do besides reading its message: send, send delayed, reply.
-
-    Sends follow the pump's transaction mode: in ``sends_atomic_with_receive`` they commit or roll back
-    with the receive (delayed sends too); in the other modes they commit on their own at once.
-    """
-
-    def __init__(self, pump: MessagePump, message: ReceivedMessage, batch: ReceivedBatch, attempt: int):
-        self.message = message
-        self.queue = pump.queue
-        self.attempt = attempt
-        self.transaction_mode = pump.transaction_mode
-        self.endpoint = pump.endpoint
-        self._pump = pump
-        self._batch = batch
-        self.after_commit: list[Callable[[], None]] = []
-
-    def __repr__(self) -> str:
-        return f"<MessageContext {self.message.id} attempt={self.attempt} on {self.queue.address}>"
-
-    def _outgoing(
-        self,
-        message: OutgoingMessage | bytes | str,
-        headers: Mapping[str, str | None] | None,
-        time_to_be_received: timedelta | None,
-    ) -> OutgoingMessage:
-        if isinstance(message, OutgoingMessage):
-            return OutgoingMessage.of(message, headers, time_to_be_received)
-        merged: dict[str, str | None] = dict(self._pump.outgoing_headers())
-        conversation = self.message.headers.get(h.CONVERSATION_ID)
-        if conversation:
-            merged[h.CONVERSATION_ID] = conversation
-        merged[h.RELATED_TO] = self.message.message_id
-        merged.update(headers or {})
-        return OutgoingMessage(message, merged, time_to_be_received)
-
-    def send(
-        self,
-        destination: str | QueueAddress | TableQueue,
-        message: OutgoingMessage | bytes | str,
-        headers: Mapping[str, str | None] | None = None,
-        *,
-        time_to_be_received: timedelta | None = None,
-        delay: timedelta | float | None = None,
-        deliver_at: datetime | None = None,
-    ) -> uuid.UUID:
-        """Send to ``destination``; with ``delay`` or ``deliver_at`` through the endpoint's delayed table."""
-        outgoing = self._outgoing(message, headers, time_to_be_received)
-        if delay is None and deliver_at is None:
-            return self._batch.send(destination, outgoing)
-        store = self._pump.delayed
-        if store is None:
-            raise ConfigurationError(
-                "a delayed send needs a delayed table: run the pump through an Endpoint with delayed "
-                "delivery, or give the pump delayed=DelayedStore(...)"
-            )
-        target = destination.address if isinstance(destination, TableQueue) else destination
-        prepared = store.prepare(target, outgoing, delay=delay, deliver_at=deliver_at)
-        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
-            store.store_on(self._batch.connection, prepared)
-            self.after_commit.append(lambda: store.notify(prepared.due_in))
-        else:
-            with store.transport.connection(store.address) as connection:
-                store.store_on(connection, prepared)
-                connection.commit()
-            store.notify(prepared.due_in)
-        return outgoing.id
-
-    def reply(
-        self,
-        message: OutgoingMessage | bytes | str,
-        headers: Mapping[str, str | None] | None = None,
-        **options: Any,
-    ) -> uuid.UUID:
-        """Send to the message's ``NServiceBus.ReplyToAddress`` (the sending instance's queue)."""
-        reply_to = self.message.reply_to_address
-        if not reply_to:
-            raise ConfigurationError(f"message {self.message.id} has no NServiceBus.ReplyToAddress")
-        merged: dict[str, str | None] = {
-            h.MESSAGE_INTENT: "Reply",
-            h.CORRELATION_ID: self.message.correlation_id or self.message.message_id,
-        }
-        merged.update(headers or {})
-        return self.send(reply_to, message, merged, **options)
 
 
 class MessagePump:
@@ -461,7 +121,6 @@ class MessagePump:
         self.queue: TableQueue = self.transport.queue(queue.address, error_queue=str(self.error_queue))
         self.audit_queue = None if audit_queue is None else self.transport.resolve(audit_queue)
         self.handler = load_handler(handler)
-        self._pass_context = _takes_context(self.handler)
         self.max_concurrency = max_concurrency
         self.immediate_retries = immediate_retries
         self.idle_delay = float(idle_delay)
@@ -480,8 +139,9 @@ class MessagePump:
             max_concurrency, success_threshold=success_threshold, failure_threshold=failure_threshold
         )
         self.failures = FailureStore()
-        self._counters = _Counters()
-        self._budget = _Budget(None)
+        self._processor = MessageProcessor(self)
+        self.counters = Counters()
+        self._budget = MessageBudget(None)
         self._until_empty = False
         self._halt = threading.Event()  # no new receives: stop() was called or the run is done
         self._done = threading.Event()
@@ -491,7 +151,7 @@ class MessagePump:
         self._max_workers = 0
         self._threads: list[threading.Thread] = []
         self._threads_lock = threading.Lock()
-        self._work: queue_module.SimpleQueue[_Round | None] = queue_module.SimpleQueue()
+        self._work: queue_module.SimpleQueue[MonitorRound | None] = queue_module.SimpleQueue()
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._started_at: float | None = None
         self._stopped_at: float | None = None
@@ -541,7 +201,7 @@ class MessagePump:
             raise ConfigurationError("this pump was already started; create a new one")
         if not self.queue.exists():  # fail at once, as the reference's startup does, not in the loop
             raise QueueNotFound(f"queue {self.queue.address} does not exist: create it first")
-        self._budget = _Budget(max_messages)
+        self._budget = MessageBudget(max_messages)
         self._until_empty = until_empty
         self._started_at = time.monotonic()
         check_pool_size(self.transport, self.required_connections(), str(self))
@@ -632,7 +292,7 @@ class MessagePump:
             clean = self._in_flight == 0
             if not clean and not self._abandoned:
                 self._abandoned = True
-                self._counters.add("abandoned", self._in_flight)
+                self.counters.add("abandoned", self._in_flight)
                 log.warning(
                     "%s: %d handler(s) still running %.1f s after the stop; their messages roll back when "
                     "they return",
@@ -663,11 +323,21 @@ class MessagePump:
 
     # ---- statistics ----------------------------------------------------------------------------
     @property
+    def halted(self) -> bool:
+        """True once no new receive may start (stopped, or the run is done)."""
+        return self._halt.is_set()
+
+    @property
+    def abandoned(self) -> bool:
+        """True when :meth:`stop` gave up waiting for running handlers (their receives roll back)."""
+        return self._abandoned
+
+    @property
     def in_flight(self) -> int:
         return self._in_flight
 
     def stats(self) -> PumpStats:
-        c = self._counters
+        c = self.counters
         if self.strategy is Strategy.ADAPTIVE:
             workers = self.controller.workers
         elif self.strategy is Strategy.FIXED:
@@ -704,18 +374,18 @@ class MessagePump:
             except Exception as error:
                 self._database_failure(self.peek_breaker, error)
                 continue
-            self._counters.add("peeks")
+            self.counters.add("peeks")
             self.peek_breaker.success()
             if self.receive_breaker.triggered:
                 pending = min(pending, 1)  # probe with one receive while receiving keeps failing
             if pending <= 0:
-                self._counters.add("idle_rounds")
+                self.counters.add("idle_rounds")
                 if self._until_empty and flying == 0:
                     self._finish("empty")
                     return
                 self._idle_wait()
                 continue
-            current = _Round(pending)
+            current = MonitorRound(pending)
             while current.allowed > 0 and not current.cancelled and not self._halt.is_set():
                 if not self._take_slot():
                     break
@@ -742,7 +412,7 @@ class MessagePump:
                 while True:
                     outcome = self._receive_one(current.received)
                     self._settle(outcome)
-                    if outcome not in (_MESSAGE, _CONSUMED) or self._halt.is_set():
+                    if outcome not in (MESSAGE, CONSUMED) or self._halt.is_set():
                         break
                     if not current.take(self._budget):
                         break
@@ -760,10 +430,10 @@ class MessagePump:
                 continue
             outcome = self._receive_one()
             self._settle(outcome)
-            if outcome in (_ERROR, _SKIPPED):
+            if outcome in (ERROR, SKIPPED):
                 continue
             if adaptive:
-                decision = self.controller.record(outcome != _EMPTY)
+                decision = self.controller.record(outcome != EMPTY)
                 if decision == RampUpController.ADD:
                     workers = self.controller.workers
                     self._note_workers(workers)
@@ -772,8 +442,8 @@ class MessagePump:
                 elif decision == RampUpController.RETIRE:
                     log.debug("%s: retiring a polling worker", self.name)
                     return
-            if outcome == _EMPTY:
-                self._counters.add("idle_rounds")
+            if outcome == EMPTY:
+                self.counters.add("idle_rounds")
                 if self._until_empty and self._in_flight == 0:
                     self._finish("empty")
                     return
@@ -793,7 +463,7 @@ class MessagePump:
                 self._flight.wait(min(remaining, 0.05))
 
     def _settle(self, outcome: str) -> None:
-        self._budget.settle(outcome in (_MESSAGE, _CONSUMED))
+        self._budget.settle(outcome in (MESSAGE, CONSUMED))
         if self._budget.exhausted:
             self._finish("limit")
 
@@ -816,34 +486,34 @@ class MessagePump:
         self._note_workers(self._in_flight if self.strategy is Strategy.MONITOR else 0)
         try:
             if self._halt.is_set():
-                return _SKIPPED
+                return SKIPPED
             after_commit: list[Callable[[], None]] = []
-            self._counters.add("receives")
+            self.counters.add("receives")
             with self.queue.receive(1, transaction_mode=self.transaction_mode) as batch:
                 received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
                 self.receive_breaker.success()
                 if batch.expired:
-                    self._counters.add("expired", batch.expired)
+                    self.counters.add("expired", batch.expired)
                 if batch.poisoned:
-                    self._counters.add("poisoned", batch.poisoned)
+                    self.counters.add("poisoned", batch.poisoned)
                 if batch:
-                    self._handle(batch[0], batch, after_commit)
-                    outcome = _MESSAGE
+                    self._processor.handle(batch[0], batch, after_commit)
+                    outcome = MESSAGE
                 elif batch.expired or batch.poisoned:
-                    outcome = _CONSUMED
+                    outcome = CONSUMED
                 else:
-                    self._counters.add("empty_receives")
-                    outcome = _EMPTY
+                    self.counters.add("empty_receives")
+                    outcome = EMPTY
             for action in after_commit:
                 action()
             return outcome
-        except _Rollback:
-            self._counters.add("retried")
-            return _RETRY
+        except Rollback:
+            self.counters.add("retried")
+            return RETRY
         except Exception as error:
             # The back-off happens before the monitor hears of this receive, so it throttles the rounds.
             self._database_failure(self.receive_breaker, error)
-            return _ERROR
+            return ERROR
         finally:
             received(False)
             with self._flight:
@@ -857,107 +527,6 @@ class MessagePump:
             return
         delay = breaker.failure(error)
         self._halt.wait(delay)
-
-    def _handle(self, message: ReceivedMessage, batch: ReceivedBatch, after_commit: list) -> None:
-        destination = message.headers.get(h.FORWARD_DESTINATION)
-        if destination and self._forward(message, batch, destination):
-            return
-        info = self.failures.get(message.id)
-        if info is not None and info.count > self.immediate_retries:
-            self._move_to_error_queue(message, batch, info)
-            return
-        attempt = 1 + (info.count if info is not None else 0)
-        started = datetime.now(timezone.utc)
-        while True:
-            context = MessageContext(self, message, batch, attempt)
-            try:
-                if self._pass_context:
-                    self.handler(message, context)
-                else:
-                    self.handler(message)
-                break
-            except Exception as error:
-                count = self.failures.record(message.id, error)
-                log.warning(
-                    "%s: handler failed on message %s (attempt %d of %d): %s: %s",
-                    self.name, message.id, attempt, self.immediate_retries + 1, type(error).__name__, error,
-                )  # fmt: skip
-                if self.transaction_mode is not TransactionMode.NONE:
-                    raise _Rollback from error
-                # Mode 'none': the message was already removed; retry it here, then the error queue.
-                self._counters.add("retried")
-                if count > self.immediate_retries or self._halt.is_set():
-                    self._move_to_error_queue(message, batch, self.failures.get(message.id))
-                    return
-                attempt += 1
-        if self._abandoned:
-            raise _Rollback  # stop() gave up waiting for this handler
-        after_commit.extend(context.after_commit)
-        if self.audit_queue is not None:
-            self._audit(message, batch, started)
-        self.failures.clear(message.id)
-        self._counters.add("processed")
-
-    def _forward(self, message: ReceivedMessage, batch: ReceivedBatch, destination: str) -> bool:
-        """A message moved here by a .NET endpoint's delayed delivery: send it on, without the handler."""
-        try:
-            address = self.transport.resolve(destination)
-        except InvalidQueueName:
-            return False
-        if address == self.queue.address:
-            return False
-        info = self.failures.get(message.id)
-        if info is not None:
-            self._move_to_error_queue(message, batch, info, failed_queue=str(address))
-            return True
-        headers = {key: value for key, value in message.headers.items() if key != h.FORWARD_DESTINATION}
-        try:
-            forwarded = OutgoingMessage(message.body, headers, id=message.id)
-            batch.send_in_receive_transaction(address, [forwarded])
-        except Exception as error:
-            log.error("%s: forwarding message %s to %s failed: %s", self.name, message.id, address, error)
-            self.failures.record(message.id, error)
-            raise _Rollback from error
-        self._counters.add("forwarded")
-        return True
-
-    def _move_to_error_queue(
-        self,
-        message: ReceivedMessage,
-        batch: ReceivedBatch,
-        info: FailureInfo | None,
-        failed_queue: str | None = None,
-    ) -> None:
-        assert info is not None
-        headers = failure_headers(
-            message.headers,
-            info,
-            failed_queue or str(self.queue.address),
-            endpoint=getattr(self.endpoint, "name", None) or str(self.queue.address),
-            machine=self.machine,
-        )
-        log.error(
-            "%s: moving message %s to the error queue %s after %d failed attempt(s): %s: %s",
-            self.name, message.id, self.error_queue, info.count, type(info.error).__name__, info.error,
-        )  # fmt: skip
-        batch.send_in_receive_transaction(
-            self.error_queue, [OutgoingMessage(message.body, headers, id=message.id)]
-        )
-        self.failures.clear(message.id)
-        self._counters.add("failed")
-
-    def _audit(self, message: ReceivedMessage, batch: ReceivedBatch, started: datetime) -> None:
-        headers = dict(message.headers)
-        headers["NServiceBus.ProcessingStarted"] = h.format_timestamp(started)
-        headers["NServiceBus.ProcessingEnded"] = h.format_timestamp(datetime.now(timezone.utc))
-        headers["NServiceBus.ProcessingEndpoint"] = getattr(self.endpoint, "name", None) or str(
-            self.queue.address
-        )
-        headers["NServiceBus.ProcessingMachine"] = self.machine
-        batch.send_in_receive_transaction(
-            self.audit_queue, [OutgoingMessage(message.body, headers, id=message.id)]
-        )
-        self._counters.add("audited")
 
 
 def check_pool_size(transport: Any, needed: int, what: str) -> bool:

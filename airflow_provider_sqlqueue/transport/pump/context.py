@@ -1,0 +1,106 @@
+"""What a handler may do besides reading its message: send (now or delayed) and reply, in the pump's
+transaction mode."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ...model.address import QueueAddress
+from ...model.errors import ConfigurationError
+from .. import headers as h
+from ..message import OutgoingMessage, ReceivedMessage
+from ..queue import ReceivedBatch, TableQueue, TransactionMode
+
+if TYPE_CHECKING:
+    from .message_pump import MessagePump
+
+__all__ = ["MessageContext"]
+
+
+class MessageContext:
+    """What a handler may do besides reading its message: send, send delayed, reply.
+
+    Sends follow the pump's transaction mode: in ``sends_atomic_with_receive`` they commit or roll back
+    with the receive (delayed sends too); in the other modes they commit on their own at once.
+    """
+
+    def __init__(self, pump: MessagePump, message: ReceivedMessage, batch: ReceivedBatch, attempt: int):
+        self.message = message
+        self.queue = pump.queue
+        self.attempt = attempt
+        self.transaction_mode = pump.transaction_mode
+        self.endpoint = pump.endpoint
+        self._pump = pump
+        self._batch = batch
+        self.after_commit: list[Callable[[], None]] = []
+
+    def __repr__(self) -> str:
+        return f"<MessageContext {self.message.id} attempt={self.attempt} on {self.queue.address}>"
+
+    def _outgoing(
+        self,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None,
+        time_to_be_received: timedelta | None,
+    ) -> OutgoingMessage:
+        if isinstance(message, OutgoingMessage):
+            return OutgoingMessage.of(message, headers, time_to_be_received)
+        merged: dict[str, str | None] = dict(self._pump.outgoing_headers())
+        conversation = self.message.headers.get(h.CONVERSATION_ID)
+        if conversation:
+            merged[h.CONVERSATION_ID] = conversation
+        merged[h.RELATED_TO] = self.message.message_id
+        merged.update(headers or {})
+        return OutgoingMessage(message, merged, time_to_be_received)
+
+    def send(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        time_to_be_received: timedelta | None = None,
+        delay: timedelta | float | None = None,
+        deliver_at: datetime | None = None,
+    ) -> uuid.UUID:
+        """Send to ``destination``; with ``delay`` or ``deliver_at`` through the endpoint's delayed table."""
+        outgoing = self._outgoing(message, headers, time_to_be_received)
+        if delay is None and deliver_at is None:
+            return self._batch.send(destination, outgoing)
+        store = self._pump.delayed
+        if store is None:
+            raise ConfigurationError(
+                "a delayed send needs a delayed table: run the pump through an Endpoint with delayed "
+                "delivery, or give the pump delayed=DelayedStore(...)"
+            )
+        target = destination.address if isinstance(destination, TableQueue) else destination
+        prepared = store.prepare(target, outgoing, delay=delay, deliver_at=deliver_at)
+        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+            store.store_on(self._batch.connection, prepared)
+            self.after_commit.append(lambda: store.notify(prepared.due_in))
+        else:
+            with store.transport.connection(store.address) as connection:
+                store.store_on(connection, prepared)
+                connection.commit()
+            store.notify(prepared.due_in)
+        return outgoing.id
+
+    def reply(
+        self,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        **options: Any,
+    ) -> uuid.UUID:
+        """Send to the message's ``NServiceBus.ReplyToAddress`` (the sending instance's queue)."""
+        reply_to = self.message.reply_to_address
+        if not reply_to:
+            raise ConfigurationError(f"message {self.message.id} has no NServiceBus.ReplyToAddress")
+        merged: dict[str, str | None] = {
+            h.MESSAGE_INTENT: "Reply",
+            h.CORRELATION_ID: self.message.correlation_id or self.message.message_id,
+        }
+        merged.update(headers or {})
+        return self.send(reply_to, message, merged, **options)

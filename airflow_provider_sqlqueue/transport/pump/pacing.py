@@ -1,0 +1,86 @@
+"""How many receives a pump may start: the run's message budget and the monitor strategy's rounds.
+
+Both are shared by the pump's threads, so each guards its counts with a condition.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ...model.errors import ConfigurationError
+
+__all__ = ["MessageBudget", "MonitorRound"]
+
+
+class MessageBudget:
+    """At most ``limit`` messages handled: a receive reserves one, gives it back if nothing was used."""
+
+    def __init__(self, limit: int | None) -> None:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigurationError(f"max_messages must be a positive int or None, not {limit!r}")
+        self.limit = limit
+        self.used = 0
+        self.reserved = 0
+        self._changed = threading.Condition()
+
+    def reserve(self) -> bool:
+        with self._changed:
+            if self.limit is not None and self.used + self.reserved >= self.limit:
+                return False
+            self.reserved += 1
+            return True
+
+    def settle(self, used: bool) -> None:
+        with self._changed:
+            self.reserved -= 1
+            if used:
+                self.used += 1
+            self._changed.notify_all()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.limit is not None and self.used >= self.limit
+
+    def wait(self, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait(timeout)
+
+
+class MonitorRound:
+    """One monitor round: how many receives the peek allows, and a latch that counts started receives down
+    as each executes its receive statement.
+
+    A worker whose receive found a message takes the round's next receive itself (:meth:`take`) instead of
+    handing its slot back to the monitor: one thread hand-off per round rather than one per message.
+    """
+
+    def __init__(self, allowed: int = 0) -> None:
+        self.allowed = allowed
+        self.pending = 0
+        self.cancelled = False
+        self._done = threading.Condition()
+
+    def spawned(self) -> None:
+        with self._done:
+            self.pending += 1
+
+    def take(self, budget: MessageBudget) -> bool:
+        """Start one more receive of this round if the peek allowed it and the budget has room."""
+        with self._done:
+            if self.cancelled or self.allowed <= 0 or not budget.reserve():
+                return False
+            self.allowed -= 1
+            self.pending += 1
+            return True
+
+    def received(self, got_row: bool) -> None:
+        with self._done:
+            self.pending -= 1
+            if not got_row:
+                self.cancelled = True  # the queue ran dry: start no more tasks this round
+            self._done.notify_all()
+
+    def wait(self) -> None:
+        with self._done:
+            while self.pending > 0:
+                self._done.wait()

@@ -1,0 +1,157 @@
+"""The step between receiving a message and committing its receive: forward it, run the handler with its
+retries, move it to the error queue once they are spent, audit it.
+
+Everything here runs inside the receive's transaction; raising :class:`Rollback` rolls that transaction
+back so the message is received again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from ...model.errors import InvalidQueueName
+from .. import headers as h
+from ..message import OutgoingMessage, ReceivedMessage
+from ..queue import ReceivedBatch, TransactionMode
+from ..recoverability import FailureInfo, failure_headers
+from .context import MessageContext
+from .handler import takes_context
+
+if TYPE_CHECKING:
+    from .message_pump import MessagePump
+
+__all__ = ["MessageProcessor", "Rollback"]
+
+log = logging.getLogger(__name__)
+
+# Outcomes of one receive.
+MESSAGE = "message"  # a message was handled to the end: processed, moved to the error queue or forwarded
+CONSUMED = "consumed"  # only an expired or unreadable row was taken
+RETRY = "retry"  # the handler failed; the receive rolled back
+EMPTY = "empty"
+ERROR = "error"  # the database failed
+SKIPPED = "skipped"  # the pump was stopping; nothing was received
+
+
+class Rollback(Exception):
+    """Raised inside a receive block to roll it back."""
+
+
+class MessageProcessor:
+    """Handles one received message for a pump, in that message's receive transaction."""
+
+    def __init__(self, pump: MessagePump) -> None:
+        self._pump = pump
+        self._pass_context = takes_context(pump.handler)
+
+    def handle(
+        self, message: ReceivedMessage, batch: ReceivedBatch, after_commit: list[Callable[[], None]]
+    ) -> None:
+        """Forward, handle (retrying in mode ``none``), move to the error queue or audit ``message``; what
+        must wait for the commit (delayed-send notifications) goes to ``after_commit``."""
+        pump = self._pump
+        destination = message.headers.get(h.FORWARD_DESTINATION)
+        if destination and self._forward(message, batch, destination):
+            return
+        info = pump.failures.get(message.id)
+        if info is not None and info.count > pump.immediate_retries:
+            self._move_to_error_queue(message, batch, info)
+            return
+        attempt = 1 + (info.count if info is not None else 0)
+        started = datetime.now(timezone.utc)
+        while True:
+            context = MessageContext(pump, message, batch, attempt)
+            try:
+                if self._pass_context:
+                    pump.handler(message, context)
+                else:
+                    pump.handler(message)
+                break
+            except Exception as error:
+                count = pump.failures.record(message.id, error)
+                log.warning(
+                    "%s: handler failed on message %s (attempt %d of %d): %s: %s",
+                    pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
+                )  # fmt: skip
+                if pump.transaction_mode is not TransactionMode.NONE:
+                    raise Rollback from error
+                # Mode 'none': the message was already removed; retry it here, then the error queue.
+                pump.counters.add("retried")
+                if count > pump.immediate_retries or pump.halted:
+                    self._move_to_error_queue(message, batch, pump.failures.get(message.id))
+                    return
+                attempt += 1
+        if pump.abandoned:
+            raise Rollback  # stop() gave up waiting for this handler
+        after_commit.extend(context.after_commit)
+        if pump.audit_queue is not None:
+            self._audit(message, batch, started)
+        pump.failures.clear(message.id)
+        pump.counters.add("processed")
+
+    def _forward(self, message: ReceivedMessage, batch: ReceivedBatch, destination: str) -> bool:
+        """A message moved here by a .NET endpoint's delayed delivery: send it on, without the handler."""
+        pump = self._pump
+        try:
+            address = pump.transport.resolve(destination)
+        except InvalidQueueName:
+            return False
+        if address == pump.queue.address:
+            return False
+        info = pump.failures.get(message.id)
+        if info is not None:
+            self._move_to_error_queue(message, batch, info, failed_queue=str(address))
+            return True
+        headers = {key: value for key, value in message.headers.items() if key != h.FORWARD_DESTINATION}
+        try:
+            forwarded = OutgoingMessage(message.body, headers, id=message.id)
+            batch.send_in_receive_transaction(address, [forwarded])
+        except Exception as error:
+            log.error("%s: forwarding message %s to %s failed: %s", pump.name, message.id, address, error)
+            pump.failures.record(message.id, error)
+            raise Rollback from error
+        pump.counters.add("forwarded")
+        return True
+
+    def _move_to_error_queue(
+        self,
+        message: ReceivedMessage,
+        batch: ReceivedBatch,
+        info: FailureInfo | None,
+        failed_queue: str | None = None,
+    ) -> None:
+        pump = self._pump
+        assert info is not None
+        headers = failure_headers(
+            message.headers,
+            info,
+            failed_queue or str(pump.queue.address),
+            endpoint=getattr(pump.endpoint, "name", None) or str(pump.queue.address),
+            machine=pump.machine,
+        )
+        log.error(
+            "%s: moving message %s to the error queue %s after %d failed attempt(s): %s: %s",
+            pump.name, message.id, pump.error_queue, info.count, type(info.error).__name__, info.error,
+        )  # fmt: skip
+        batch.send_in_receive_transaction(
+            pump.error_queue, [OutgoingMessage(message.body, headers, id=message.id)]
+        )
+        pump.failures.clear(message.id)
+        pump.counters.add("failed")
+
+    def _audit(self, message: ReceivedMessage, batch: ReceivedBatch, started: datetime) -> None:
+        pump = self._pump
+        headers = dict(message.headers)
+        headers["NServiceBus.ProcessingStarted"] = h.format_timestamp(started)
+        headers["NServiceBus.ProcessingEnded"] = h.format_timestamp(datetime.now(timezone.utc))
+        headers["NServiceBus.ProcessingEndpoint"] = getattr(pump.endpoint, "name", None) or str(
+            pump.queue.address
+        )
+        headers["NServiceBus.ProcessingMachine"] = pump.machine
+        batch.send_in_receive_transaction(
+            pump.audit_queue, [OutgoingMessage(message.body, headers, id=message.id)]
+        )
+        pump.counters.add("audited")
