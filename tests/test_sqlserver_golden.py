@@ -86,7 +86,7 @@ from airflow_provider_sqlqueue.dialects.base import Row, TableOptions
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
 from airflow_provider_sqlqueue.model.address import QueueAddress
 from airflow_provider_sqlqueue.model.errors import InvalidQueueName
-from airflow_provider_sqlqueue.transport.queue import begin_creation
+from airflow_provider_sqlqueue.transport.queue.provisioning import begin_creation
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
 UPDATE_GOLDEN = os.environ.get("SQLQUEUE_UPDATE_GOLDEN") == "1"

@@ -37,7 +37,7 @@ from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueNa
 from . import headers as h
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
-from .queue import begin_creation
+from .queue.provisioning import begin_creation, table_exists_on
 from .recoverability import (
     CircuitBreaker,
     CircuitBreakerSettings,
@@ -132,11 +132,10 @@ class DelayedStore:
 
     def _create_once(self) -> bool:
         dialect, address = self.dialect, self.address
-        queue = self.transport.queue(address, error_queue=None)
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
             begin_creation(cursor, dialect, address)
-            created = not queue._exists_on(cursor)
+            created = not table_exists_on(cursor, dialect, address)
             if created:
                 cursor.execute(dialect.create_delayed_table(address), ())
             for index in dialect.delayed_indexes(address):
@@ -481,7 +480,7 @@ class DelayedMover:
             by_destination.setdefault(address, []).append(message)
         for address, messages in by_destination.items():
             queue = self.transport.queue(address)
-            if queue._exists_on(cursor):
+            if table_exists_on(cursor, self.dialect, queue.address):
                 queue._send_on(connection, messages, commit=False)
                 continue
             reason = f"the destination queue {address} does not exist"

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MessagePump", "check_pool_size"]
 
-# The pump's log lines carry the package's name for it, airflow_provider_sqlqueue.transport.pump.
-log = logging.getLogger(__name__)
+# The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.pump.
+log = logging.getLogger(__package__)
 
 MIN_IDLE_DELAY = 0.1
 MAX_IDLE_DELAY = 10.0

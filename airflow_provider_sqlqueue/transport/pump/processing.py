@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MessageProcessor", "Rollback"]
 
-log = logging.getLogger(__name__)
+# The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.pump.
+log = logging.getLogger(__package__)
 
 # Outcomes of one receive.
 MESSAGE = "message"  # a message was handled to the end: processed, moved to the error queue or forwarded

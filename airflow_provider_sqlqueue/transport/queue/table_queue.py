@@ -1,4 +1,4 @@
-"""A queue table: create, send, receive, peek, count and purge, the same on every engine.
+"""TableQueue: send, receive, peek, count and purge on a queue table, the same on every engine.
 
 The engine's SQL comes from its dialect; this module only composes statements and transactions, so the
 receive semantics below hold everywhere:
@@ -8,6 +8,9 @@ receive semantics below hold everywhere:
   in their original order;
 - expired rows (judged by the database clock) are deleted and never handed out;
 - a row whose headers cannot be parsed moves unchanged to the error queue in the same transaction.
+
+Creating, scripting, inspecting and dropping the table are :mod:`.provisioning`'s; reading the deleted rows
+is :mod:`.rows`'; the receive's batch and its sends are :mod:`.batch`'.
 """
 
 from __future__ import annotations
@@ -15,19 +18,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from enum import Enum
+from datetime import timedelta
 from functools import cached_property
 from itertools import chain
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
-from ..dialects.base import Dialect, Finding, Row, TableOptions
-from ..model.address import QueueAddress
-from ..model.errors import (
+from ...dialects.base import Dialect, Finding, Row, TableOptions
+from ...model.address import QueueAddress
+from ...model.errors import (
     ConfigurationError,
     HeaderFormatError,
     MessageTooLarge,
@@ -35,96 +35,35 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .headers import decode_headers, default_headers_text, time_sent_now
-from .lease import shared_cursor
-from .message import OutgoingMessage, ReceivedMessage, new_message_ids, received_message, uuid_from_int
+from ..headers import default_headers_text, time_sent_now
+from ..lease import shared_cursor
+from ..message import OutgoingMessage, new_message_ids
+from .batch import ReceivedBatch
+from .provisioning import (
+    create_table,
+    drop_table,
+    first_value,
+    inspect_table,
+    table_exists,
+    table_exists_on,
+    table_options,
+    table_script,
+)
+from .rows import PoisonRow, decode_rows, display_id
+from .statements import LockingStatements, QueueStatements
+from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from ..connection import Transport
 
-__all__ = ["Finding", "ReceivedBatch", "TableOptions", "TableQueue", "TransactionMode"]
+__all__ = ["TableQueue"]
 
-log = logging.getLogger(__name__)
+# The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.queue
+# (the command line's inspect silences it while it prints the findings itself).
+log = logging.getLogger(__package__)
 
 MAX_RECEIVE_BATCH = 100_000
 MIRRORED_COLUMN_LIMIT = 255
-
-
-class TransactionMode(str, Enum):
-    """How a receive's DELETE relates to the work done with its messages (the reference's modes).
-
-    - ``sends_atomic_with_receive`` (default): the DELETE commits when the block ends; sends made through
-      the batch run on the same connection and transaction, so they commit or roll back with it.
-    - ``receive_only``: the DELETE commits when the block ends; sends commit on their own at once.
-    - ``none``: the DELETE commits before the block runs; a failure in the block loses the messages.
-    """
-
-    NONE = "none"
-    RECEIVE_ONLY = "receive_only"
-    SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
-
-
-def as_utc(value: Any) -> datetime | None:
-    """A time as drivers return it (aware, naive UTC or SQLite text) as an aware UTC datetime."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-    return None
-
-
-def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
-    """Start a write transaction and take the lock that serialises creators of the same table."""
-    begin = dialect.begin_write()
-    if begin:
-        cursor.execute(begin, ())
-    opening = dialect.open_transaction()
-    if opening:
-        cursor.execute(opening)  # no parameters: a plain batch, never a procedure call
-    catalog = None
-    query = None if address.catalog else dialect.current_catalog()
-    if query:
-        cursor.execute(query, ())
-        rows = dialect.fetch_rows(cursor)
-        catalog = rows[0][0] if rows else None
-    lock = dialect.lock_for_create(address, catalog)
-    if lock is not None:
-        cursor.execute(*lock)
-        result = dialect.fetch_rows(cursor)
-        if result and isinstance(result[0][0], int) and result[0][0] < 0:
-            raise TransientDatabaseError(f"could not take the creation lock for {address}")
-
-
-def _display_id(value: Any) -> str:
-    """Ids as one canonical text in logs and errors, whatever case or type the driver returns."""
-    try:
-        return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
-    except ValueError:
-        return repr(value)
-
-
-_ROW_VERSION = itemgetter(6)  # a driver row's RowVersion, in Row's column order
-
-
-def _parse_id(value: Any) -> uuid.UUID:
-    """An Id as a UUID, whether the driver returns one or its text (SQLite, ODBC); ValueError if neither."""
-    if type(value) is str and len(value) == 36:
-        digits = value.replace("-", "")
-        if len(digits) == 32:
-            try:
-                return uuid_from_int(int(digits, 16))  # what uuid.UUID(value) does, without its checks
-            except ValueError:
-                pass
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def _flag(value: Any) -> bool:
-    """A boolean column as drivers return it: bool, 0/1, or text such as psqlODBC's '0' / '1'."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "t", "true", "y", "yes")
-    return bool(value)
 
 
 def _mirror(value: str | None) -> str | None:
@@ -135,172 +74,6 @@ def _mirror(value: str | None) -> str | None:
     return value
 
 
-@dataclass(frozen=True)
-class _Poison:
-    row: Row
-    reason: str
-
-
-@dataclass(frozen=True)
-class _Locking:
-    """The statements whose text depends on how receivers lock rows."""
-
-    receive_batch: str
-    peek_estimate: str
-    peek_bounds: str
-    purge_expired_batch: str
-
-
-class _Statements:
-    """A queue's statements, rendered once by its dialect."""
-
-    def __init__(self, queue: TableQueue) -> None:
-        dialect, address = queue.dialect, queue.address
-        self.dialect = dialect
-        self.send = dialect.send(address)
-        self.send_batch_full = dialect.send_batch(address, dialect.send_batch_rows)
-        self.insert_raw = dialect.insert_raw(address)
-        self.receive_batch = dialect.receive_batch(address)
-        self.peek_estimate = dialect.peek_estimate(address)
-        self.peek_bounds = dialect.peek_bounds(address)
-        self.count_exact = dialect.count_exact(address)
-        self.purge_expired_batch = dialect.purge_expired_batch(address)
-        self._send_batch_sized: dict[tuple[int, bool], str] = {}
-        self._without_recoverable: dict[str, str] = {}
-        self._queue = queue
-
-    @cached_property
-    def _with_row_locks(self) -> _Locking:
-        return _Locking(self.receive_batch, self.peek_estimate, self.peek_bounds, self.purge_expired_batch)
-
-    @cached_property
-    def _without_row_locks(self) -> _Locking:
-        dialect, address = self._queue.dialect, self._queue.address
-        return _Locking(
-            dialect.receive_batch_without_row_locks(address),
-            dialect.peek_estimate_without_row_locks(address),
-            dialect.peek_bounds_without_row_locks(address),
-            dialect.purge_expired_batch_without_row_locks(address),
-        )
-
-    def locking(self, row_locks: bool) -> _Locking:
-        return self._with_row_locks if row_locks else self._without_row_locks
-
-    def send_for(self, with_recoverable: bool) -> str:
-        if with_recoverable:
-            return self.send
-        return self._legacy("send", lambda: self._queue.dialect.send(self._queue.address, False))
-
-    def insert_raw_for(self, with_recoverable: bool) -> str:
-        if with_recoverable:
-            return self.insert_raw
-        return self._legacy("insert_raw", lambda: self._queue.dialect.insert_raw(self._queue.address, False))
-
-    def _legacy(self, name: str, render: Any) -> str:
-        statement = self._without_recoverable.get(name)
-        if statement is None:
-            statement = self._without_recoverable[name] = render()
-        return statement
-
-    def send_batch(self, rows: int, with_recoverable: bool = True) -> str:
-        if with_recoverable and rows == self._queue.dialect.send_batch_rows:
-            return self.send_batch_full
-        statement = self._send_batch_sized.get((rows, with_recoverable))
-        if statement is None:
-            statement = self._queue.dialect.send_batch(self._queue.address, rows, with_recoverable)
-            if len(self._send_batch_sized) < 64:
-                self._send_batch_sized[(rows, with_recoverable)] = statement
-        return statement
-
-
-class ReceivedBatch(Sequence[ReceivedMessage]):
-    """The messages of one receive, in FIFO order, plus sends that follow the batch's transaction mode."""
-
-    def __init__(
-        self,
-        queue: TableQueue,
-        connection: Any,
-        messages: list[ReceivedMessage],
-        expired: int,
-        poisoned: int,
-        mode: TransactionMode,
-    ) -> None:
-        self.queue = queue
-        self.messages = messages
-        self.expired = expired
-        self.poisoned = poisoned
-        self.transaction_mode = mode
-        self._connection = connection
-
-    @overload
-    def __getitem__(self, index: int) -> ReceivedMessage: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[ReceivedMessage]: ...
-    def __getitem__(self, index: int | slice) -> ReceivedMessage | Sequence[ReceivedMessage]:
-        return self.messages[index]
-
-    def __len__(self) -> int:
-        return len(self.messages)
-
-    def __iter__(self) -> Iterator[ReceivedMessage]:
-        return iter(self.messages)
-
-    @property
-    def connection(self) -> Any:
-        """The DB-API connection that holds this receive's transaction.
-
-        Statements run on it commit or roll back together with the receive's DELETE (in transaction
-        modes other than ``none``), e.g. writing results to a table of the same database. Never commit,
-        roll back or close it yourself: the ``receive`` block does.
-        """
-        return self._connection
-
-    def __repr__(self) -> str:
-        return (
-            f"<ReceivedBatch {self.queue.address} messages={len(self.messages)} expired={self.expired} "
-            f"poisoned={self.poisoned} mode={self.transaction_mode.value}>"
-        )
-
-    def send(
-        self,
-        destination: str | QueueAddress | TableQueue,
-        message: OutgoingMessage | bytes | str,
-        headers: Mapping[str, str | None] | None = None,
-        time_to_be_received: timedelta | None = None,
-    ) -> uuid.UUID:
-        """Send to ``destination``; atomic with this receive in ``sends_atomic_with_receive`` mode."""
-        return self.send_batch(destination, [OutgoingMessage.of(message, headers, time_to_be_received)])[0]
-
-    def send_batch(
-        self,
-        destination: str | QueueAddress | TableQueue,
-        messages: Iterable[OutgoingMessage | bytes | str],
-    ) -> list[uuid.UUID]:
-        target = (
-            destination if isinstance(destination, TableQueue) else self.queue.transport.queue(destination)
-        )
-        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
-            return target._send_on(self._connection, messages, commit=False)
-        if self.transaction_mode is TransactionMode.RECEIVE_ONLY and target.dialect.single_writer:
-            raise ConfigurationError(
-                f"{target.dialect.display_name} has a single writer: a send that commits on its own would "
-                "wait for this receive's own write lock. Use transaction_mode='sends_atomic_with_receive'"
-            )
-        return target.send_batch(messages)
-
-    def send_in_receive_transaction(
-        self,
-        destination: str | QueueAddress | TableQueue,
-        messages: Iterable[OutgoingMessage | bytes | str],
-    ) -> list[uuid.UUID]:
-        """Send on this receive's connection and transaction in every mode (the pump's moves to the error
-        queue, audit copies and forwards: they must commit or roll back with the receive)."""
-        target = (
-            destination if isinstance(destination, TableQueue) else self.queue.transport.queue(destination)
-        )
-        return target._send_on(self._connection, messages, commit=False)
-
-
 class TableQueue:
     """One queue table. Obtain it from :meth:`Transport.queue`; it is cheap and thread-safe."""
 
@@ -308,7 +81,7 @@ class TableQueue:
         self.transport = transport
         self.address = address
         self.error_queue = error_queue
-        self._statements: _Statements | None = None
+        self._statements: QueueStatements | None = None
         self._recoverable: bool | None = None
         self._row_locks: bool | None = None
         self._bulk_send: bool | None = None
@@ -326,104 +99,36 @@ class TableQueue:
         return self.transport.dialect
 
     @property
-    def _sql(self) -> _Statements:
+    def _sql(self) -> QueueStatements:
         statements = self._statements
         if statements is None or statements.dialect is not self.transport.dialect:
-            statements = self._statements = _Statements(self)
+            statements = self._statements = QueueStatements(self)
         return statements
 
-    # ---- provisioning --------------------------------------------------------------------------
-    @staticmethod
-    def _options(options: TableOptions | None, overrides: dict[str, Any]) -> TableOptions:
-        if options is not None and overrides:
-            raise ConfigurationError("pass either a TableOptions or its fields as keywords, not both")
-        try:
-            return options or TableOptions(**overrides)
-        except (TypeError, ValueError) as error:
-            raise ConfigurationError(str(error)) from None
-
+    # ---- provisioning (see provisioning.py) ----------------------------------------------------
     def create(self, options: TableOptions | None = None, **overrides: Any) -> bool:
         """Create the table and its indexes if missing; safe to run from many processes at once.
 
         Returns True when this call created the table. Needs DDL rights (the provisioning role).
         """
-        options = self._options(options, overrides)
-        for attempt in (1, 2):
-            try:
-                return self._create_once(options)
-            except Exception as error:
-                cause = error.__cause__ or error
-                if attempt == 1 and self.dialect.is_already_exists(cause):
-                    log.info("queue %s was created concurrently; checking again", self.address)
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _create_once(self, options: TableOptions) -> bool:
+        options = table_options(options, overrides)
         self._recoverable = self._bulk_send = None
-        dialect, address = self.dialect, self.address
-        with self.transport.connection(address) as connection:
-            cursor = connection.cursor()
-            begin_creation(cursor, dialect, address)
-            created = not self._exists_on(cursor)
-            if created:
-                cursor.execute(dialect.create_table(address, options), ())
-            for index in dialect.indexes(address, options):
-                cursor.execute(*dialect.index_exists(address, index.name))
-                if not self._first_value(cursor):
-                    cursor.execute(index.create, ())
-            if options.body_string and not created:
-                cursor.execute(*dialect.column_exists(address, "BodyString"))
-                if not self._first_value(cursor):
-                    cursor.execute(dialect.add_body_string(address), ())
-            connection.commit()
-        if created:
-            log.info("created queue %s", address)
-        return created
+        return create_table(self.transport, self.address, options)
 
     def create_script(self, options: TableOptions | None = None, **overrides: Any) -> str:
         """The DDL that :meth:`create` runs for a new table, as a script a DBA can review and run."""
-        options = self._options(options, overrides)
-        statements = [self.dialect.create_table(self.address, options)]
-        statements += [index.create for index in self.dialect.indexes(self.address, options)]
-        return "".join(f"{self.dialect.display_sql(statement)};\n" for statement in statements)
-
-    def _first_value(self, cursor: Any) -> Any:
-        rows = self.dialect.fetch_rows(cursor)
-        return rows[0][0] if rows else None
-
-    def _exists_on(self, cursor: Any) -> bool:
-        cursor.execute(*self.dialect.table_exists(self.address))
-        return self._first_value(cursor) is not None
+        return table_script(self.dialect, self.address, table_options(options, overrides))
 
     def exists(self) -> bool:
-        with self.transport.connection(self.address) as connection:
-            found = self._exists_on(connection.cursor())
-            connection.commit()
-            return found
+        return table_exists(self.transport, self.address)
 
     def drop(self) -> None:
         """Drop the table and every message in it. Needs DDL rights."""
-        with self.transport.connection(self.address) as connection:
-            connection.cursor().execute(self.dialect.drop_table(self.address), ())
-            connection.commit()
-        log.info("dropped queue %s", self.address)
+        drop_table(self.transport, self.address)
 
     def inspect(self, options: TableOptions | None = None, **overrides: Any) -> list[Finding]:
         """Check indexes and column types; log a warning with the fixing statement for each finding."""
-        options = self._options(options, overrides)
-        with self.transport.connection(self.address) as connection:
-            cursor = connection.cursor()
-            if not self._exists_on(cursor):
-                raise QueueNotFound(f"queue {self.address} does not exist")
-            findings = [
-                Finding(f.code, f.message, self.dialect.display_sql(f.fix))
-                for f in self.dialect.inspect(cursor, self.address, options)
-            ]
-            connection.commit()
-        for finding in findings:
-            log.warning("%s Fix: %s", finding.message, finding.fix)
-        return findings
+        return inspect_table(self.transport, self.address, table_options(options, overrides))
 
     # ---- sending -------------------------------------------------------------------------------
     def _row_params(self, message: OutgoingMessage) -> tuple[Any, ...]:
@@ -551,9 +256,9 @@ class TableQueue:
         if known is not None:
             return known
         cursor.execute(*self.dialect.column_exists(self.address, "Recoverable"))
-        if self._first_value(cursor) is not None:
+        if first_value(cursor, self.dialect) is not None:
             self._recoverable = True
-        elif self._exists_on(cursor):
+        elif table_exists_on(cursor, self.dialect, self.address):
             self._recoverable = False
             log.info("queue %s has no Recoverable column; sending without it", self.address)
         else:
@@ -570,8 +275,8 @@ class TableQueue:
             self._bulk_send = False
             return False
         cursor.execute(*check)
-        fits = self._first_value(cursor)
-        if not fits and not self._exists_on(cursor):
+        fits = first_value(cursor, self.dialect)
+        if not fits and not table_exists_on(cursor, self.dialect, self.address):
             return False  # no table: the send reports it; decide once the table exists
         self._bulk_send = bool(fits)
         return self._bulk_send
@@ -599,7 +304,7 @@ class TableQueue:
             self._row_locks = mode != "advisory"
             return self._row_locks
         cursor.execute(*probe)
-        allowed = self._first_value(cursor)
+        allowed = first_value(cursor, self.dialect)
         if allowed is None:
             return True  # no table: the statement reports it; decide once the table exists
         self._row_locks = bool(allowed)
@@ -668,7 +373,9 @@ class TableQueue:
                         "it was rolled back, so every message is still queued. The receive statement does "
                         "not limit its batch on this database: please report it"
                     )
-                messages, expired, poison = self._decode(raw)
+                messages, expired, poison = decode_rows(raw)
+                if expired:
+                    log.info("dropped %d expired message(s) from %s", expired, self.address)
                 if poison:
                     self._move_poison(cursor, poison)
                 batch = ReceivedBatch(self, connection, messages, expired, len(poison), mode)
@@ -708,54 +415,18 @@ class TableQueue:
             )
             connection.invalidate()
 
-    def _decode(self, raw: Sequence[Any]) -> tuple[list[ReceivedMessage], int, list[_Poison]]:
-        """Messages from the rows a receive deleted (driver rows in :class:`Row`'s column order), in
-        RowVersion order; expired rows counted, unreadable ones set apart as poison."""
-        messages: list[ReceivedMessage] = []
-        poison: list[_Poison] = []
-        expired = 0
-        rows = sorted(raw, key=_ROW_VERSION) if len(raw) > 1 else raw
-        for row in rows:
-            row_id, correlation_id, reply_to_address, expired_flag, text, body, row_version, expires = row
-            if expired_flag and _flag(expired_flag):
-                expired += 1
-                continue
-            try:
-                headers = decode_headers(text)
-                message_id = _parse_id(row_id)
-            except HeaderFormatError as error:
-                poison.append(_Poison(Row(*row), str(error)))
-                continue
-            except ValueError:
-                poison.append(_Poison(Row(*row), f"the Id {row_id!r} is not a UUID"))
-                continue
-            messages.append(
-                received_message(
-                    message_id,
-                    headers,
-                    body if type(body) is bytes else b"" if body is None else bytes(body),
-                    row_version if type(row_version) is int else int(row_version),
-                    None if expires is None else as_utc(expires),
-                    headers.get("NServiceBus.CorrelationId") or correlation_id,
-                    headers.get("NServiceBus.ReplyToAddress") or reply_to_address,
-                )
-            )
-        if expired:
-            log.info("dropped %d expired message(s) from %s", expired, self.address)
-        return messages, expired, poison
-
-    def _move_poison(self, cursor: Any, poison: list[_Poison]) -> None:
+    def _move_poison(self, cursor: Any, poison: list[PoisonRow]) -> None:
         for item in poison:
             if self.error_queue is None:
                 raise HeaderFormatError(
-                    f"message {_display_id(item.row.id)} in {self.address} "
+                    f"message {display_id(item.row.id)} in {self.address} "
                     f"(RowVersion {item.row.row_version}) cannot be read: {item.reason}; "
                     "no error queue is configured, so it was left in the queue"
                 )
             log.error(
                 "Error receiving message %s from %s: probable message metadata corruption (%s). "
                 "Moving it to error queue %s.",
-                _display_id(item.row.id),
+                display_id(item.row.id),
                 self.address,
                 item.reason,
                 self.error_queue,
@@ -785,13 +456,13 @@ class TableQueue:
                 if isinstance(self.dialect.classify(error, self.error_queue), QueueNotFound):
                     raise QueueNotFound(
                         f"error queue {self.error_queue} does not exist, so the unreadable message "
-                        f"{_display_id(row.id)} stays in {self.address} and blocks its head; "
+                        f"{display_id(row.id)} stays in {self.address} and blocks its head; "
                         "create the error queue"
                     ) from error
                 raise
 
     # ---- depth and maintenance -----------------------------------------------------------------
-    def _scalar(self, statement: str | Callable[[_Locking], str]) -> int:
+    def _scalar(self, statement: str | Callable[[LockingStatements], str]) -> int:
         with self.transport.connection(self.address) as connection:
             cursor = shared_cursor(connection)
             if not isinstance(statement, str):

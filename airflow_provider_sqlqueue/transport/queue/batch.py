@@ -1,0 +1,107 @@
+"""The messages of one receive, and the sends that follow that receive's transaction mode."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+from ...model.address import QueueAddress
+from ...model.errors import ConfigurationError
+from ..message import OutgoingMessage, ReceivedMessage
+from .transaction_mode import TransactionMode
+
+if TYPE_CHECKING:
+    from .table_queue import TableQueue
+
+__all__ = ["ReceivedBatch"]
+
+
+class ReceivedBatch(Sequence[ReceivedMessage]):
+    """The messages of one receive, in FIFO order, plus sends that follow the batch's transaction mode."""
+
+    def __init__(
+        self,
+        queue: TableQueue,
+        connection: Any,
+        messages: list[ReceivedMessage],
+        expired: int,
+        poisoned: int,
+        mode: TransactionMode,
+    ) -> None:
+        self.queue = queue
+        self.messages = messages
+        self.expired = expired
+        self.poisoned = poisoned
+        self.transaction_mode = mode
+        self._connection = connection
+
+    @overload
+    def __getitem__(self, index: int) -> ReceivedMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ReceivedMessage]: ...
+    def __getitem__(self, index: int | slice) -> ReceivedMessage | Sequence[ReceivedMessage]:
+        return self.messages[index]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        return iter(self.messages)
+
+    @property
+    def connection(self) -> Any:
+        """The DB-API connection that holds this receive's transaction.
+
+        Statements run on it commit or roll back together with the receive's DELETE (in transaction
+        modes other than ``none``), e.g. writing results to a table of the same database. Never commit,
+        roll back or close it yourself: the ``receive`` block does.
+        """
+        return self._connection
+
+    def __repr__(self) -> str:
+        return (
+            f"<ReceivedBatch {self.queue.address} messages={len(self.messages)} expired={self.expired} "
+            f"poisoned={self.poisoned} mode={self.transaction_mode.value}>"
+        )
+
+    def _target(self, destination: str | QueueAddress | TableQueue) -> TableQueue:
+        if isinstance(destination, str | QueueAddress):
+            return self.queue.transport.queue(destination)
+        return destination
+
+    def send(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        time_to_be_received: timedelta | None = None,
+    ) -> uuid.UUID:
+        """Send to ``destination``; atomic with this receive in ``sends_atomic_with_receive`` mode."""
+        return self.send_batch(destination, [OutgoingMessage.of(message, headers, time_to_be_received)])[0]
+
+    def send_batch(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        messages: Iterable[OutgoingMessage | bytes | str],
+    ) -> list[uuid.UUID]:
+        target = self._target(destination)
+        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+            return target._send_on(self._connection, messages, commit=False)
+        if self.transaction_mode is TransactionMode.RECEIVE_ONLY and target.dialect.single_writer:
+            raise ConfigurationError(
+                f"{target.dialect.display_name} has a single writer: a send that commits on its own would "
+                "wait for this receive's own write lock. Use transaction_mode='sends_atomic_with_receive'"
+            )
+        return target.send_batch(messages)
+
+    def send_in_receive_transaction(
+        self,
+        destination: str | QueueAddress | TableQueue,
+        messages: Iterable[OutgoingMessage | bytes | str],
+    ) -> list[uuid.UUID]:
+        """Send on this receive's connection and transaction in every mode (the pump's moves to the error
+        queue, audit copies and forwards: they must commit or roll back with the receive)."""
+        target = self._target(destination)
+        return target._send_on(self._connection, messages, commit=False)

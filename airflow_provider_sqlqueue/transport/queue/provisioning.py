@@ -1,0 +1,152 @@
+"""A queue table's lifecycle: create it (idempotently, from many processes at once), script its DDL for a
+DBA, check it exists, inspect its indexes and column types, drop it.
+
+These need DDL rights, or only read the catalog; the send and receive paths never run them, except the
+existence check that tells a missing table from another failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ...dialects.base import Dialect, Finding, TableOptions
+from ...model.address import QueueAddress
+from ...model.errors import ConfigurationError, QueueNotFound, TransientDatabaseError
+
+if TYPE_CHECKING:
+    from ..connection import Transport
+
+__all__ = [
+    "begin_creation",
+    "create_table",
+    "drop_table",
+    "first_value",
+    "inspect_table",
+    "table_exists",
+    "table_exists_on",
+    "table_options",
+    "table_script",
+]
+
+# The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.queue
+# (the command line's inspect silences it while it prints the findings itself).
+log = logging.getLogger(__package__)
+
+
+def table_options(options: TableOptions | None, overrides: dict[str, Any]) -> TableOptions:
+    """``options``, or a :class:`TableOptions` made of the keyword ``overrides``; not both."""
+    if options is not None and overrides:
+        raise ConfigurationError("pass either a TableOptions or its fields as keywords, not both")
+    try:
+        return options or TableOptions(**overrides)
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(str(error)) from None
+
+
+def first_value(cursor: Any, dialect: Dialect) -> Any:
+    """The first column of the first row the last statement returned, or None."""
+    rows = dialect.fetch_rows(cursor)
+    return rows[0][0] if rows else None
+
+
+def table_exists_on(cursor: Any, dialect: Dialect, address: QueueAddress) -> bool:
+    """Whether the table at ``address`` exists, asked on an open cursor (inside its transaction)."""
+    cursor.execute(*dialect.table_exists(address))
+    return first_value(cursor, dialect) is not None
+
+
+def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
+    """Start a write transaction and take the lock that serialises creators of the same table."""
+    begin = dialect.begin_write()
+    if begin:
+        cursor.execute(begin, ())
+    opening = dialect.open_transaction()
+    if opening:
+        cursor.execute(opening)  # no parameters: a plain batch, never a procedure call
+    catalog = None
+    query = None if address.catalog else dialect.current_catalog()
+    if query:
+        cursor.execute(query, ())
+        rows = dialect.fetch_rows(cursor)
+        catalog = rows[0][0] if rows else None
+    lock = dialect.lock_for_create(address, catalog)
+    if lock is not None:
+        cursor.execute(*lock)
+        result = dialect.fetch_rows(cursor)
+        if result and isinstance(result[0][0], int) and result[0][0] < 0:
+            raise TransientDatabaseError(f"could not take the creation lock for {address}")
+
+
+def create_table(transport: Transport, address: QueueAddress, options: TableOptions) -> bool:
+    """Create the table and its indexes if missing; True when this call created the table."""
+    for attempt in (1, 2):
+        try:
+            return _create_once(transport, address, options)
+        except Exception as error:
+            cause = error.__cause__ or error
+            if attempt == 1 and transport.dialect.is_already_exists(cause):
+                log.info("queue %s was created concurrently; checking again", address)
+                continue
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _create_once(transport: Transport, address: QueueAddress, options: TableOptions) -> bool:
+    dialect = transport.dialect
+    with transport.connection(address) as connection:
+        cursor = connection.cursor()
+        begin_creation(cursor, dialect, address)
+        created = not table_exists_on(cursor, dialect, address)
+        if created:
+            cursor.execute(dialect.create_table(address, options), ())
+        for index in dialect.indexes(address, options):
+            cursor.execute(*dialect.index_exists(address, index.name))
+            if not first_value(cursor, dialect):
+                cursor.execute(index.create, ())
+        if options.body_string and not created:
+            cursor.execute(*dialect.column_exists(address, "BodyString"))
+            if not first_value(cursor, dialect):
+                cursor.execute(dialect.add_body_string(address), ())
+        connection.commit()
+    if created:
+        log.info("created queue %s", address)
+    return created
+
+
+def table_script(dialect: Dialect, address: QueueAddress, options: TableOptions) -> str:
+    """The DDL that :func:`create_table` runs for a new table, as a script a DBA can review and run."""
+    statements = [dialect.create_table(address, options)]
+    statements += [index.create for index in dialect.indexes(address, options)]
+    return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
+
+
+def table_exists(transport: Transport, address: QueueAddress) -> bool:
+    with transport.connection(address) as connection:
+        found = table_exists_on(connection.cursor(), transport.dialect, address)
+        connection.commit()
+        return found
+
+
+def drop_table(transport: Transport, address: QueueAddress) -> None:
+    with transport.connection(address) as connection:
+        connection.cursor().execute(transport.dialect.drop_table(address), ())
+        connection.commit()
+    log.info("dropped queue %s", address)
+
+
+def inspect_table(transport: Transport, address: QueueAddress, options: TableOptions) -> list[Finding]:
+    """Check indexes and column types; log a warning with the fixing statement for each finding."""
+    dialect = transport.dialect
+    with transport.connection(address) as connection:
+        cursor = connection.cursor()
+        if not table_exists_on(cursor, dialect, address):
+            raise QueueNotFound(f"queue {address} does not exist")
+        findings = [
+            Finding(f.code, f.message, dialect.display_sql(f.fix))
+            for f in dialect.inspect(cursor, address, options)
+        ]
+        connection.commit()
+    for finding in findings:
+        log.warning("%s Fix: %s", finding.message, finding.fix)
+    return findings

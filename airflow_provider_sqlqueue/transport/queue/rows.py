@@ -1,0 +1,102 @@
+"""Reading the rows a receive deleted, as drivers return them: times, Ids and flags in each driver's form,
+then the messages, the count of expired rows and the unreadable rows set apart."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from operator import itemgetter
+from typing import Any
+
+from ...dialects.base import Row
+from ...model.errors import HeaderFormatError
+from ..headers import decode_headers
+from ..message import ReceivedMessage, received_message, uuid_from_int
+
+__all__ = ["PoisonRow", "as_utc", "decode_rows", "display_id"]
+
+
+def as_utc(value: Any) -> datetime | None:
+    """A time as drivers return it (aware, naive UTC or SQLite text) as an aware UTC datetime."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return None
+
+
+def display_id(value: Any) -> str:
+    """Ids as one canonical text in logs and errors, whatever case or type the driver returns."""
+    try:
+        return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+    except ValueError:
+        return repr(value)
+
+
+ROW_VERSION = itemgetter(6)  # a driver row's RowVersion, in Row's column order
+
+
+def parse_id(value: Any) -> uuid.UUID:
+    """An Id as a UUID, whether the driver returns one or its text (SQLite, ODBC); ValueError if neither."""
+    if type(value) is str and len(value) == 36:
+        digits = value.replace("-", "")
+        if len(digits) == 32:
+            try:
+                return uuid_from_int(int(digits, 16))  # what uuid.UUID(value) does, without its checks
+            except ValueError:
+                pass
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def flag(value: Any) -> bool:
+    """A boolean column as drivers return it: bool, 0/1, or text such as psqlODBC's '0' / '1'."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "t", "true", "y", "yes")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class PoisonRow:
+    """A row a receive deleted but cannot hand out (its headers or Id cannot be read), and why."""
+
+    row: Row
+    reason: str
+
+
+def decode_rows(raw: Sequence[Any]) -> tuple[list[ReceivedMessage], int, list[PoisonRow]]:
+    """Messages from the rows a receive deleted (driver rows in :class:`Row`'s column order), in
+    RowVersion order; expired rows counted, unreadable ones set apart as poison."""
+    messages: list[ReceivedMessage] = []
+    poison: list[PoisonRow] = []
+    expired = 0
+    rows = sorted(raw, key=ROW_VERSION) if len(raw) > 1 else raw
+    for row in rows:
+        row_id, correlation_id, reply_to_address, expired_flag, text, body, row_version, expires = row
+        if expired_flag and flag(expired_flag):
+            expired += 1
+            continue
+        try:
+            headers = decode_headers(text)
+            message_id = parse_id(row_id)
+        except HeaderFormatError as error:
+            poison.append(PoisonRow(Row(*row), str(error)))
+            continue
+        except ValueError:
+            poison.append(PoisonRow(Row(*row), f"the Id {row_id!r} is not a UUID"))
+            continue
+        messages.append(
+            received_message(
+                message_id,
+                headers,
+                body if type(body) is bytes else b"" if body is None else bytes(body),
+                row_version if type(row_version) is int else int(row_version),
+                None if expires is None else as_utc(expires),
+                headers.get("NServiceBus.CorrelationId") or correlation_id,
+                headers.get("NServiceBus.ReplyToAddress") or reply_to_address,
+            )
+        )
+    return messages, expired, poison
