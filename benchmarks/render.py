@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pages import benchmarks_page, reliability_page
+from pages import benchmarks_page, performance_page, reliability_page
 from pages.blocks import ROOT, replace_blocks
 from pages.chart import chart_available
 from pages.throughput import compute_targets, figures, ratio_text, summary_text
@@ -34,6 +34,7 @@ DEFAULT_IMAGE = ROOT / "docs" / "images" / "benchmarks.png"
 BlockRenderer = Callable[[], dict[str, tuple[str, list[str]]]]
 BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "reliability.md": reliability_page.blocks,
+    ROOT / "docs" / "performance.md": performance_page.blocks,
 }
 
 
