@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pages import benchmarks_page, performance_page, reliability_page
+from pages import benchmarks_page, performance_page, readme_page, reliability_page
 from pages.blocks import ROOT, replace_blocks
 from pages.chart import chart_available
 from pages.throughput import compute_targets, figures, ratio_text, summary_text
@@ -35,6 +35,7 @@ BlockRenderer = Callable[[], dict[str, tuple[str, list[str]]]]
 BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "reliability.md": reliability_page.blocks,
     ROOT / "docs" / "performance.md": performance_page.blocks,
+    ROOT / "benchmarks" / "README.md": readme_page.blocks,
 }
 
 
