@@ -89,3 +89,12 @@ def test_reliability_results_copied_from_a_raw_file_are_in_it_unchanged() -> Non
             assert result["run"] in data["runs"], result
             if result.get("recorded"):
                 assert set(result) == {"engine", "run", "recorded"}, "copied figures are read, not retyped"
+
+
+def test_the_benchmarks_page_names_the_commit_a_run_records(render) -> None:
+    from pages.benchmarks_page import page_text
+
+    doc = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    assert "| commit measured |" not in page_text(doc, None, "images/benchmarks.png", True)  # not recorded
+    doc["meta"]["commit"] = "abc1234"
+    assert "| commit measured | abc1234 |" in page_text(doc, None, "images/benchmarks.png", True)

@@ -290,6 +290,7 @@ def machine_section(doc: dict[str, Any], scale: dict[str, Any] | None) -> list[s
         f"| disk / file system | {disk_text} (the temporary folder with the SQLite files and the cluster) |",
         f"| kernel | Linux {machine['kernel']} |",
         f"| load average (1 min) at the start | {load[0]:.2f} |",
+        *([f"| commit measured | {meta['commit']} |"] if meta.get("commit") else []),
         f"| PostgreSQL | {versions.get('postgresql', 'not run')}: {meta['postgresql_settings']} |",
         f"| SQLite | {versions.get('sqlite', '?')}: {meta['sqlite_settings']} |",
         "| Python | " + versions.get("python", "?") + " |",
