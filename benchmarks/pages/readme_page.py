@@ -1,21 +1,16 @@
 """benchmarks/README.md: the first core_bench.py run (superseded, kept as the starting point of the tuning)
-and the Spark drain benchmark, from docs/data/core-bench-first-run.json and docs/data/spark-drain.json.
-Ratios are computed here from the msgs/s where the run computed them that way (the drain against the JDBC
-read); core_bench's ratios are medians of per-round ratios, so they are data, not recomputed."""
+from docs/data/core-bench-first-run.json, and the Spark drain table (pages/spark_drain.py). core_bench's
+ratios are medians of per-round ratios, so they are data here, not recomputed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pages.blocks import load_data
+from pages.spark_drain import provenance, spark_drain_table
 
 ENGINES = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
 BATCH_OPERATIONS = {"send_batch", "receive_batch"}
-
-
-def _provenance(data: dict[str, Any]) -> str:
-    (run,) = data["runs"].values()
-    return f"({run['when']}; commit {run['commit']}. Source: {run['source']}.)"
 
 
 def core_bench_table(data: dict[str, Any]) -> list[str]:
@@ -38,26 +33,7 @@ def core_bench_table(data: dict[str, Any]) -> list[str]:
             f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f} | {row['added_us_per_msg']:.1f} | "
             f"{row['cpu_us_raw']:.1f} → {row['cpu_us_project']:.1f} | {mark} |"
         )
-    return [*lines, "", _provenance(data)]
-
-
-def spark_drain_table(data: dict[str, Any]) -> list[str]:
-    lines = [
-        "| N | jdbc read+write msgs/s | drain msgs/s | drain / jdbc | drain: receive / read+transform / "
-        "write+commit s | JVM peak MB (drain / jdbc) | Python driver peak MB (drain / jdbc) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    largest = max(row["n"] for row in data["rows"])
-    for row in data["rows"]:
-        ratio = f"{row['drain_msgs_per_s'] / row['jdbc_msgs_per_s']:.2f}x"
-        lines.append(
-            f"| {row['n']:,} | {row['jdbc_msgs_per_s']:,} | {row['drain_msgs_per_s']:,} | "
-            f"{f'**{ratio}**' if row['n'] == largest else ratio} | {row['drain_receive_s']:.1f} / "
-            f"{row['drain_read_transform_s']:.1f} / {row['drain_write_commit_s']:.1f} | "
-            f"{row['jvm_peak_mb_drain']:,} / {row['jvm_peak_mb_jdbc']:,} | "
-            f"{row['python_peak_mb_drain']:,} / {row['python_peak_mb_jdbc']:,} |"
-        )
-    return [*lines, "", _provenance(data)]
+    return [*lines, "", provenance(data)]
 
 
 def blocks() -> dict[str, tuple[str, list[str]]]:
