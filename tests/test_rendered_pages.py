@@ -29,7 +29,7 @@ def render():
 
 def test_every_page_matches_its_data(render) -> None:
     rendered = render.rendered_pages()
-    pages = {ROOT / "docs" / name for name in ("reliability.md", "performance.md", "spark.md")}
+    pages = {ROOT / "docs" / name for name in ("reliability.md", "performance.md", "spark.md", "dba.md")}
     pages.add(BENCHMARKS / "README.md")
     assert pages <= set(rendered)
     for page, text in rendered.items():

@@ -3,6 +3,7 @@ depth, storage before and after a drain, peek_estimate against count(), and the 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pages.throughput import ENGINE_LABELS
@@ -181,3 +182,34 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
                 f"{len(drain['rss_samples'])} |"
             )
     return lines
+
+
+def vacuum_paragraph(scale: dict[str, Any]) -> list[str]:
+    """docs/dba.md's case for vacuuming often: the deepest PostgreSQL drain, with and without autovacuum."""
+    (result,) = [result for result in scale["scale"] if result["engine"] == "postgresql"]
+    deepest = max(drain["rows"] for drain in result["drains"])
+    on, *off = [drain for drain in result["drains"] if drain["rows"] == deepest]
+    runs = on["after"]["autovacuum_count"] - on["before"]["autovacuum_count"]
+    text = (
+        f"[Measured](benchmarks.md#scale) ({scale['meta']['date'][:10]}): one consumer draining "
+        f"{deepest:,} queued rows ran at {on['decile_msgs_per_s'][0]:,.0f} messages/s over the first tenth "
+        f"and {on['decile_msgs_per_s'][-1]:,.0f} over the last, autovacuum running {runs} time(s) on the "
+        f"table during the {on['seconds']:.0f} s drain"
+    )
+    for drain in off:
+        text += (
+            f" (with autovacuum off for the table: {drain['decile_msgs_per_s'][0]:,.0f} and "
+            f"{drain['decile_msgs_per_s'][-1]:,.0f})"
+        )
+    text += (
+        f"; a plain `VACUUM` afterwards shrank the {_mib(on['after']['total_bytes'])} table to "
+        f"{_mib(on['after_vacuum']['total_bytes'])}."
+    )
+    return [text]
+
+
+def dba_blocks() -> dict[str, tuple[str, list[str]]]:
+    from pages.blocks import ROOT
+
+    scale = json.loads((ROOT / "docs" / "benchmarks" / "scale.json").read_text(encoding="utf-8"))
+    return {"dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale))}
