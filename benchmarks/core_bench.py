@@ -577,12 +577,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases takes " + ", ".join(case.key for case in CASES))
     cases = [case for case in CASES if case.key in chosen]
 
+    import provenance  # beside this script
+
     from airflow_provider_sqlqueue.testing import throwaway_postgres
 
     context = multiprocessing.get_context("spawn")
     started = datetime.now(timezone.utc)
     meta: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),
+        "commit": provenance.commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),

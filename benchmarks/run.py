@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE))
 
 import core_bench  # noqa: E402
 import peers  # noqa: E402
+import provenance  # noqa: E402
 import scale  # noqa: E402
 from core_bench import BATCH, BODY_BYTES, CASES, ENGINE_LABELS, Case, EngineBench  # noqa: E402
 
@@ -351,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         meta: dict[str, Any] = {
             "kind": kind,
             "date": started.isoformat(timespec="seconds"),
+            "commit": provenance.commit(),
             "command": " ".join(["benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
             "quick": quick,
             "machine": machine(folder),

@@ -38,6 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402  (beside this script)
+
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 ORDER_SCHEMA = "order_id long, customer string, amount double, currency string, items int, placed_at string"
 RESULT_COLUMNS = [
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     meta = {
         "date": started.isoformat(timespec="seconds"),
+        "commit": provenance.commit(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average_before": os.getloadavg(),

@@ -2,7 +2,10 @@
 
 A test takes the ``figures`` fixture and calls it once its assertions have passed; each call merges one
 entry, keyed by the test's node id, into the file named by ``SQLQUEUE_FIGURES`` (default
-``build/reliability-figures.json``, which git ignores). docs/reliability.md quotes the file of the last run.
+``build/reliability-figures.json``, which git ignores), with the machine and the commit. The published figures
+are committed in docs/data/reliability.json (copied from such a file, or transcribed where the file is
+gone, each entry saying which) and rendered into docs/reliability.md by benchmarks/render.py. ``lost`` and
+``duplicated`` are counts the test made (``counted()``), never literals.
 A test module asks for the fixture with ``pytest_plugins = ["reliability_figures"]``.
 """
 
@@ -13,8 +16,10 @@ import json
 import os
 import platform
 import socket
+import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,34 @@ def machine() -> str:
     return f"{socket.gethostname()} ({platform.machine()}, {os.cpu_count()} cores, Python {python})"
 
 
+def commit() -> str:
+    """The commit the tests ran from (``+changes`` when the work tree differed), or why it is unknown."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + ("+changes" if changed else "")
+
+
+def counted(expected: Iterable[Hashable], received: Iterable[Hashable]) -> dict[str, int]:
+    """``lost`` and ``duplicated`` counted from what was sent and what arrived, for ``figures(**...)``: a
+    figure that restates the assertion (``lost=0``) would be published even if the count were never made."""
+    arrivals = Counter(received)
+    return {
+        "lost": len(set(expected) - set(arrivals)),
+        "duplicated": sum(count - 1 for count in arrivals.values() if count > 1),
+    }
+
+
 def write_figures(test_id: str, values: dict[str, Any], path: Path | None = None) -> dict[str, Any]:
     """Merge one test's figures into the file (under a lock: pytest-xdist workers may share it)."""
     path = path or figures_path()
@@ -41,6 +74,7 @@ def write_figures(test_id: str, values: dict[str, Any], path: Path | None = None
     entry = {
         "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
+        "commit": commit(),
         **values,
     }
     with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
@@ -58,7 +92,8 @@ def write_figures(test_id: str, values: dict[str, Any], path: Path | None = None
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[str, Any]]]:
-    """``figures(messages=..., faults=..., lost=0, duplicated=0, ...)``: call it after the assertions."""
+    """``figures(messages=..., faults_injected=..., **counted(sent, received), ...)``: call it after the
+    assertions."""
     started = time.monotonic()
 
     def record(**values: Any) -> dict[str, Any]:

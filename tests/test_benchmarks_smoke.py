@@ -50,6 +50,7 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
     for key in ("cpu", "cpus", "ram_gib", "kernel"):
         assert doc["meta"]["machine"][key], key
     assert doc["meta"]["versions"]["python"] and doc["meta"]["versions"]["sqlite"]
+    assert len(doc["meta"]["commit"].split("+")[0]) >= 7, "the run must record the commit it measured"
 
     # this project and the raw driver: every case on every engine, both sides positive, checked rounds
     for engine in engines:
@@ -121,6 +122,7 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
     page = out.read_text(encoding="utf-8")
     for heading in ("## Throughput", "## Targets", "## Scale", "## Machine and versions", "## How to run"):
         assert heading in page
+    assert f"| commit measured | {doc['meta']['commit']} |" in page
     assert "## Tuning: before and after" in page and "(performance.md)" in page
     assert "PASS" in page or "MISS" in page
     if importlib.util.find_spec("matplotlib") is not None:

@@ -18,6 +18,7 @@ import reliability_workers
 import workers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_figures import counted
 
 from airflow_provider_sqlqueue.testing import throwaway_postgres
 from airflow_provider_sqlqueue.transport import (
@@ -338,15 +339,16 @@ def test_invalid_utf8_and_100mb_bodies_round_trip(queue, untouched, figures) -> 
     odd = b"\xff\xfe\xc3\x28\xa0\xa1\xed\xa0\x80 not utf-8"
     big = os.urandom(1024 * 1024) * 100  # 100 MB, sent and received in one piece
     digest = hashlib.sha256(big).hexdigest()
-    queue.send(odd)
-    queue.send(big)
-    queue.send(b"")
+    sent = [queue.send(odd), queue.send(big), queue.send(b"")]
     with queue.receive(max_messages=3) as batch:
         assert batch[0].body == odd
         assert len(batch[1].body) == len(big) and hashlib.sha256(batch[1].body).hexdigest() == digest
         assert batch[2].body == b""
+        received = [message.id for message in batch]
     assert queue.count() == 0
-    figures(engine=queue.dialect.name, largest_body_bytes=len(big), lost=0, duplicated=0)
+    figures(
+        engine=queue.dialect.name, messages=len(sent), largest_body_bytes=len(big), **counted(sent, received)
+    )
 
 
 def allow_null_headers(queue, transport: Transport, target) -> None:
@@ -444,8 +446,7 @@ def test_poison_rows_of_every_kind_move_in_the_receive_transaction_and_the_queue
         messages=len(expected_good) + len(poison),
         faults_injected=len(poison),
         poison_kinds=len(poison),
-        lost=0,
-        duplicated=len(handled) - len(set(handled)),
+        **counted([*expected_good, *poison], [*handled, *(row[0] for row in errors)]),
     )
 
 

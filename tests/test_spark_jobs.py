@@ -30,6 +30,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
+from reliability_figures import counted
 from sqlalchemy.engine import make_url
 
 from airflow_provider_sqlqueue.example_orders import make_orders
@@ -453,6 +454,10 @@ def python_workers() -> list[int]:
     return [pid for pid, (parent, _) in processes.items() if parent in daemons]
 
 
+def sent_order_ids(sent: list[OutgoingMessage]) -> list[int]:
+    return [json.loads(m.body)["order_id"] for m in sent]
+
+
 def assert_exactly_once_in_table(transport, sent: list[OutgoingMessage]) -> None:
     ids = order_ids_in_table(transport)
     assert sorted(ids) == sorted(json.loads(m.body)["order_id"] for m in sent), "lost or duplicated"
@@ -502,8 +507,7 @@ def test_python_workers_killed_mid_receive_are_retried_and_lose_nothing(
         faults_injected=len(killed),
         staged_when_killed=staged_at_kill[0],
         retried_tasks=sum(1 for task in summary["tasks"] if task["attempt"] >= 1),
-        lost=0,
-        duplicated=0,
+        **counted(sent_order_ids(sent), order_ids_in_table(bridge)),
     )
 
 
@@ -524,25 +528,18 @@ def test_python_worker_killed_mid_transform_is_retried_per_sink_guarantee(
     expected = sorted(json.loads(m.body)["order_id"] for m in sent)
     if sink == "table":
         assert_exactly_once_in_table(bridge, sent)
-        duplicated = 0
+        accounted = counted(expected, order_ids_in_table(bridge))
     elif sink == "queue":
         with bridge.queue("results").receive(max_messages=5000) as batch:
             order_ids = sorted(json.loads(m.body)["order_id"] for m in batch)
         assert order_ids == expected
-        duplicated = 0
+        accounted = counted(expected, order_ids)
     else:
         rows = spark.read.parquet(str(out)).select("message_id", "order_id").collect()
         assert {row.message_id for row in rows} == {str(m.id) for m in sent}  # at least once, by id
-        duplicated = len(rows) - len({row.message_id for row in rows})
+        accounted = counted([str(m.id) for m in sent], [row.message_id for row in rows])
     assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
-    figures(
-        engine=target.engine,
-        sink=sink,
-        messages=1000,
-        faults_injected=kills,
-        lost=0,
-        duplicated=duplicated,
-    )
+    figures(engine=target.engine, sink=sink, messages=1000, faults_injected=kills, **accounted)
 
 
 @pytest.fixture
@@ -590,7 +587,8 @@ def test_drain_runs_on_a_role_without_update_or_ddl_on_the_queues(
     with bridge.queue("results").receive(max_messages=1000) as batch:
         in_queue = [json.loads(m.body)["order_id"] for m in batch]
     combined = sorted(order_ids_in_table(bridge) + in_queue)
-    assert combined == sorted(json.loads(m.body)["order_id"] for m in sent), "lost or duplicated"
+    assert combined == sorted(sent_order_ids(sent)), "lost or duplicated"
+    accounted = counted(sent_order_ids(sent), combined)
     assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
     send_orders(bridge, 10, first_order_id=1001)
     with pytest.raises((PermissionDenied, ConfigurationError)) as refused:
@@ -601,7 +599,12 @@ def test_drain_runs_on_a_role_without_update_or_ddl_on_the_queues(
     assert "CREATE on the schema" in str(refused.value), str(refused.value)
     assert "sink table" in str(refused.value) and "new_rows" in str(refused.value), str(refused.value)
     assert bridge.queue("orders").count() == 10 and staged(bridge) == 0
-    figures(engine="postgresql", messages=600, lost=0, duplicated=0, sinks="table, queue")
+    figures(
+        engine="postgresql",
+        messages=600,
+        sinks="table, queue",
+        **accounted,
+    )
 
 
 def test_fill_sends_each_batch_once_across_retries_and_reruns(spark, target, bridge) -> None:
@@ -812,10 +815,10 @@ def test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly(
     if sink == "json":  # at least once, by message id
         message_ids = json_sink_message_ids(out)
         assert set(message_ids) == {str(m.id) for m in sent} and set(order_ids) == set(expected)
-        duplicated = len(message_ids) - len(set(message_ids))
+        accounted = counted([str(m.id) for m in sent], message_ids)
     else:
         assert sorted(order_ids) == expected, "lost or duplicated"
-        duplicated = 0
+        accounted = counted(expected, order_ids)
     assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
     figures(
         engine=target.engine,
@@ -825,8 +828,7 @@ def test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly(
         faults_injected=1,
         staged_when_killed=staged_after_kill,
         queued_when_killed=queued_after_kill,
-        lost=0,
-        duplicated=duplicated,
+        **accounted,
         seconds_to_kill=round(seconds_to_kill, 1),
         rerun_seconds=round(rerun_seconds, 1),
     )

@@ -1,0 +1,52 @@
+"""Generated blocks inside hand-written pages: a renderer owns the text between its two markers, the page's
+author owns the rest. ``render.py`` rewrites the blocks; ``render.py --check`` and
+tests/test_rendered_pages.py compare them with what the committed data renders to."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DATA = ROOT / "docs" / "data"
+
+
+def begin_marker(name: str, source: str) -> str:
+    return (
+        f"<!-- generated block {name}: rendered by benchmarks/render.py from {source}; "
+        "edit the data or the renderer, not this block -->"
+    )
+
+
+def end_marker(name: str) -> str:
+    return f"<!-- end of generated block {name} -->"
+
+
+def load_data(name: str) -> dict[str, Any]:
+    """One committed data file of docs/data/."""
+    return json.loads((DATA / name).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+class MissingBlock(ValueError):
+    """A page lacks the markers of a block its renderer writes."""
+
+
+def replace_blocks(text: str, blocks: dict[str, tuple[str, list[str]]], page: str) -> str:
+    """``text`` with each named block's lines replaced by ``blocks[name] = (source, lines)``."""
+    for name, (source, lines) in blocks.items():
+        pattern = re.compile(
+            r"<!-- generated block " + re.escape(name) + r":[^\n]*-->\n.*?" + re.escape(end_marker(name)),
+            re.DOTALL,
+        )
+        found = pattern.findall(text)
+        if len(found) != 1:
+            raise MissingBlock(
+                f"{page}: expected one generated block {name!r}, found {len(found)}; put the two lines "
+                f"{begin_marker(name, source)!r} and {end_marker(name)!r} where its table belongs"
+            )
+        body = "\n".join([begin_marker(name, source), *lines, end_marker(name)])
+        start, end = pattern.search(text).span()  # type: ignore[union-attr]
+        text = text[:start] + body + text[end:]
+    return text

@@ -1,0 +1,62 @@
+"""The Spark drain benchmark's figures (benchmarks/spark_drain_bench.py), from docs/data/spark-drain.json: the
+table of benchmarks/README.md and the summary sentence of docs/spark.md. The drain/JDBC ratio is computed
+from the two msgs/s, as the benchmark computes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pages.blocks import load_data
+
+SOURCE = "docs/data/spark-drain.json"
+
+
+def provenance(data: dict[str, Any]) -> str:
+    (run,) = data["runs"].values()
+    return f"({run['when']}; commit {run['commit']}. Source: {run['source']}.)"
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    return f"{row['drain_msgs_per_s'] / row['jdbc_msgs_per_s']:.2f}x"
+
+
+def spark_drain_table(data: dict[str, Any]) -> list[str]:
+    lines = [
+        "| N | jdbc read+write msgs/s | drain msgs/s | drain / jdbc | drain: receive / read+transform / "
+        "write+commit s | JVM peak MB (drain / jdbc) | Python driver peak MB (drain / jdbc) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    largest = max(row["n"] for row in data["rows"])
+    for row in data["rows"]:
+        ratio = _ratio(row)
+        lines.append(
+            f"| {row['n']:,} | {row['jdbc_msgs_per_s']:,} | {row['drain_msgs_per_s']:,} | "
+            f"{f'**{ratio}**' if row['n'] == largest else ratio} | {row['drain_receive_s']:.1f} / "
+            f"{row['drain_read_transform_s']:.1f} / {row['drain_write_commit_s']:.1f} | "
+            f"{row['jvm_peak_mb_drain']:,} / {row['jvm_peak_mb_jdbc']:,} | "
+            f"{row['python_peak_mb_drain']:,} / {row['python_peak_mb_jdbc']:,} |"
+        )
+    return [*lines, "", provenance(data)]
+
+
+def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
+    """docs/spark.md's summary: the largest run against the baseline, and the smaller run's ratio."""
+    data = load_data("spark-drain.json")
+    rows = sorted(data["rows"], key=lambda row: row["n"])
+    largest = rows[-1]
+    (run,) = data["runs"].values()
+    return {
+        "spark-drain-summary": (
+            SOURCE,
+            [
+                f"Measured {run['when']} on {run['machine']}: the drain of {largest['n']:,} messages ran "
+                f"at {largest['drain_msgs_per_s']:,} msgs/s against the baseline's "
+                f"{largest['jdbc_msgs_per_s']:,} ("
+                + "; ".join(
+                    f"{_ratio(row)}" + (f" at {row['n']:,}" if row is not largest else "")
+                    for row in rows[::-1]
+                )
+                + ")."
+            ],
+        )
+    }

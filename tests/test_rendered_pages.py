@@ -1,0 +1,101 @@
+"""Every published figure is rendered from committed data: docs/benchmarks.md from docs/benchmarks/*.json, and
+the generated blocks of the other pages from docs/data/*.json (benchmarks/render.py). Each page must be what
+its data renders to, and every data file must say where its figures come from (the run's commit and machine,
+or that they were transcribed from a page because the raw file is gone)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+DATA = ROOT / "docs" / "data"
+
+
+@pytest.fixture(scope="module")
+def render():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import render as module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def test_every_page_matches_its_data(render) -> None:
+    rendered = render.rendered_pages()
+    pages = {ROOT / "docs" / name for name in ("reliability.md", "performance.md", "spark.md", "dba.md")}
+    pages.add(BENCHMARKS / "README.md")
+    assert pages <= set(rendered)
+    for page, text in rendered.items():
+        assert page.read_text(encoding="utf-8") == text, f"{page.relative_to(ROOT)}: run benchmarks/render.py"
+
+
+def test_the_check_command_reports_a_page_that_differs(render, tmp_path: Path, monkeypatch) -> None:
+    """A figure typed into a generated block by hand is found, and the command says how to fix it."""
+    page = tmp_path / "reliability.md"
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    page.write_text(text.replace("| 263,538 |", "| 263,539 |"), encoding="utf-8")
+    monkeypatch.setattr(render, "ROOT", tmp_path)
+    monkeypatch.setattr(render, "BLOCK_PAGES", {page: render.BLOCK_PAGES[ROOT / "docs" / "reliability.md"]})
+    monkeypatch.setattr(render, "DEFAULT_OUT", ROOT / "docs" / "benchmarks.md")
+    assert render.check() == ["reliability.md"]
+
+
+def test_a_page_without_its_markers_is_refused_with_what_to_add(render) -> None:
+    from pages.blocks import MissingBlock, replace_blocks
+
+    with pytest.raises(MissingBlock, match=r"generated block 'soak'.*end of generated block soak"):
+        replace_blocks("# A page\n", {"soak": ("docs/data/x.json", ["| a |"])}, "docs/x.md")
+
+
+def test_the_check_command_passes_on_the_committed_pages() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "render.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_run_says_where_its_figures_come_from() -> None:
+    files = sorted(DATA.glob("*.json"))
+    assert files, "no data files in docs/data"
+    for path in files:
+        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+        assert runs, path.name
+        for name, run in runs.items():
+            for key in ("commit", "machine", "source"):
+                assert str(run.get(key, "")).strip(), f"{path.name}: run {name} lacks {key}"
+            if run["source"].startswith("transcribed"):
+                assert "at commit" in run["source"] and "measured on" in run["source"], (path.name, name)
+
+
+def test_reliability_results_copied_from_a_raw_file_are_in_it_unchanged() -> None:
+    data = json.loads((DATA / "reliability.json").read_text(encoding="utf-8"))
+    named = [
+        node for check in data["checks"] for result in check["results"] for node in result.get("recorded", [])
+    ]
+    assert sorted(named) == sorted(data["recorded"]), "a copied entry is missing or unused"
+    for check in data["checks"]:
+        for result in check["results"]:
+            assert result["run"] in data["runs"], result
+            if result.get("recorded"):
+                assert set(result) == {"engine", "run", "recorded"}, "copied figures are read, not retyped"
+
+
+def test_the_benchmarks_page_names_the_commit_a_run_records(render) -> None:
+    from pages.benchmarks_page import page_text
+
+    doc = json.loads((ROOT / "docs" / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    assert "| commit measured |" not in page_text(doc, None, "images/benchmarks.png", True)  # not recorded
+    doc["meta"]["commit"] = "abc1234"
+    assert "| commit measured | abc1234 |" in page_text(doc, None, "images/benchmarks.png", True)
