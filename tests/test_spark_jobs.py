@@ -228,12 +228,16 @@ def test_package_zip_ships_the_jobs_and_the_core_without_airflow(tmp_path) -> No
     from airflow_provider_sqlqueue.spark import package_zip
 
     names = zipfile.ZipFile(package_zip(tmp_path / "sqlqueue.zip")).namelist()
-    for needed in ("spark/drain_job.py", "spark/drain.py", "transport/queue.py", "dialects/postgres.py"):
-        assert f"airflow_provider_sqlqueue/{needed}" in names
     spark_dir = Path(DRAIN_JOB).parent
-    for module in ("drain_job.py", "drain.py", "fill_job.py", "fill.py", "tables.py", "config.py"):
-        source = (spark_dir / module).read_text()
+    modules = sorted(spark_dir.rglob("*.py"))
+    assert {"drain_job.py", "fill_job.py", "run.py", "receive.py"} <= {path.name for path in modules}
+    for module in modules:
+        shipped = f"airflow_provider_sqlqueue/spark/{module.relative_to(spark_dir).as_posix()}"
+        assert shipped in names, shipped
+        source = module.read_text()
         assert not re.search(r"^\s*(from|import) airflow(\.|\s|$)", source, re.M), module  # no Airflow
+    for needed in ("transport/queue.py", "dialects/postgres.py"):
+        assert f"airflow_provider_sqlqueue/{needed}" in names
 
 
 def test_message_row_decodes_headers_text_and_times() -> None:
@@ -263,7 +267,7 @@ def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
     try:
         drain.start_run()
         drain.receive(1)
-        frame = staged_messages(spark, drain.config, *drain._staged_stats())
+        frame = staged_messages(spark, drain.config, *drain.runs.staged_stats())
         rows = sorted(frame.collect(), key=lambda row: row.row_version)
     finally:
         drain.close()

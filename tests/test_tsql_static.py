@@ -173,7 +173,7 @@ def render_bridge(case_name: str, address: QueueAddress, dialect: SqlServerDiale
     add("get_run", sql.get_run())
     add("insert_run", sql.insert_run())
     add("restart_run", sql.restart_run())
-    # As drain.py runs them: abort (from receiving or processing; if stale), the end of the receive phase
+    # As the drain runs them: abort (from receiving or processing; if stale), the end of the receive phase
     # (from receiving) and the commit (from processing), then finish_run.
     add_counted("set_state", sql.set_state(ACTIVE_STATES), "set_state from receiving, processing")
     add_counted("set_state", sql.set_state((RECEIVING,)), "set_state from receiving")

@@ -10,6 +10,7 @@ docs/cli.md; expected failures print one line, never a traceback (``SQLQUEUE_DEB
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -378,17 +379,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Each subcommand's function and the module that holds it, one module per kind of work.
+_COMMAND_MODULES = {
+    "create": "_tables",
+    "drop": "_tables",
+    "script": "_tables",
+    "inspect": "_tables",
+    "send": "_send",
+    "receive": "_receive",
+    "peek": "_receive",
+    "depth": "_monitor",
+    "stats": "_monitor",
+    "purge_expired": "_purge",
+    "consume": "_consume",
+}
+
+
 def _run(name: str) -> Callable[[argparse.Namespace, Console, Console], int]:
     """The subcommand's function, imported when it runs (keeps ``--help`` fast)."""
+    module_name = _COMMAND_MODULES[name]
 
     def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-        if name == "consume":
-            from ._consume import consume
-
-            return consume(args, out, err)
-        from . import _commands
-
-        return getattr(_commands, name)(args, out, err)
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        return getattr(module, name)(args, out, err)
 
     return run
 

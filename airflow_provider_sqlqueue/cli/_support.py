@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from ..transport import Transport
 
 URL_ENV = "SQLQUEUE_URL"
@@ -224,6 +226,26 @@ def write_durably(handle: IO[str] | None, lines: Iterable[str], console: Console
     os.fsync(handle.fileno())
 
 
+def progress_bar(console: Console) -> Progress:
+    """A progress bar on stderr, drawn only on a terminal and cleared when done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+
+
+def print_json(record: object) -> None:
+    sys.stdout.write(json_line(record) + "\n")
+    sys.stdout.flush()
+
+
 # ---- values --------------------------------------------------------------------------------------------
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -395,3 +417,26 @@ def probe(transport: Transport) -> None:
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@contextmanager
+def connected(args: argparse.Namespace, *, may_create_file: bool = False) -> Iterator[Transport]:
+    """The database of the command line, reachable (probed), closed when the command ends."""
+    transport = open_database(args, may_create_file=may_create_file)
+    try:
+        probe(transport)
+        yield transport
+    finally:
+        transport.close()
+
+
+def existing_queue(transport: Transport, name: str) -> Any:
+    """The queue ``name``, or a :class:`CliError` saying how to create it."""
+    queue = transport.queue(name)
+    if not queue.exists():
+        raise CliError(
+            Exit.QUEUE_MISSING,
+            f"queue {queue.address} does not exist in {transport.description}",
+            f"create it with: sqlqueue create {name} (needs DDL rights), or check --schema",
+        )
+    return queue

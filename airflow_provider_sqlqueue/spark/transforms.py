@@ -1,7 +1,7 @@
 """Example transforms for the drain job (``DataFrame -> DataFrame``), named by dotted path.
 
 A transform receives the messages DataFrame (columns in
-:func:`~airflow_provider_sqlqueue.spark.drain.messages_schema` plus ``body_json``, a VARIANT for JSON
+:func:`~airflow_provider_sqlqueue.spark.drain.messages.messages_schema` plus ``body_json``, a VARIANT for JSON
 bodies) and returns any DataFrame; the job writes that to the sink.
 These read the order messages of the example DAG: ``{"order_id", "customer", "amount", "currency",
 "items", "placed_at"}``.

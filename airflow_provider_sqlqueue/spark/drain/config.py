@@ -1,0 +1,70 @@
+"""What one drain is asked to do (:class:`DrainConfig`), checked when it is built, before anything runs.
+
+The config is pickled to the executors with the receive and read tasks, so it holds only plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...transport import ConfigurationError, Transport, open_transport
+from ..config import Sink
+from ..tables import DEFAULT_PREFIX, check_run_id
+
+__all__ = ["DrainConfig"]
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    """Everything a drain needs; ``url`` holds the credentials and stays out of ``repr``."""
+
+    url: str = field(repr=False)
+    input_queue: str
+    sink: str
+    run_id: str
+    transform: str | None = None
+    batch_size: int = 1000
+    max_messages: int | None = None
+    partitions: int = 2
+    default_schema: str | None = None
+    error_queue: str | None = "error"
+    prefix: str = DEFAULT_PREFIX
+    create_tables: bool = False
+    orphan_timeout: float = 900.0
+    heartbeat_interval: float = 30.0
+    read_slice_rows: int = 20_000
+    run_id_column: str | None = None
+    message_type: str | None = None
+    fail_receive_batch: int | None = None
+    """Drill: the first attempt of every receive task raises inside its N-th receive, before the commit."""
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+        Sink.parse(self.sink)
+        for name in ("batch_size", "partitions", "read_slice_rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name} must be a positive int, not {value!r}")
+        if self.max_messages is not None and (
+            isinstance(self.max_messages, bool)
+            or not isinstance(self.max_messages, int)
+            or self.max_messages < 1
+        ):
+            raise ConfigurationError(
+                f"max_messages must be a positive int or None, not {self.max_messages!r}"
+            )
+        if self.heartbeat_interval <= 0 or self.orphan_timeout < 3 * self.heartbeat_interval:
+            raise ConfigurationError(
+                "orphan_timeout must be at least three heartbeat intervals "
+                f"({self.orphan_timeout} < 3 x {self.heartbeat_interval})"
+            )
+
+    @property
+    def parsed_sink(self) -> Sink:
+        return Sink.parse(self.sink)
+
+    def open(self, **options: Any) -> Transport:
+        return open_transport(
+            self.url, default_schema=self.default_schema, error_queue=self.error_queue, **options
+        )

@@ -1,0 +1,194 @@
+"""Phase 1 of a drain: competing receivers on the executors move messages from the queue into staging.
+
+Each task has its own connection and stages each batch in the same transaction as the receive's DELETE, so
+a failed task rolls back only its open batch (those messages are back in the queue). The Spark action
+returns only counts: a re-evaluation could only receive *more* messages into staging, and the run state
+stops even that once phase 2 has begun.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ...transport import HeaderFormatError, Transport
+from ...transport.headers import decode_headers
+from ..tables import RECEIVING, BridgeSql, bridge_tables
+from .config import DrainConfig
+from .errors import InjectedFault
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
+
+__all__ = ["receive_into_staging", "receive_partition"]
+
+
+def receive_into_staging(
+    spark: SparkSession, config: DrainConfig, job_attempt: int, already_staged: int
+) -> list[dict[str, Any]]:
+    """Driver side of phase 1: run ``config.partitions`` receivers; return each task's counts.
+
+    ``already_staged`` (messages an earlier attempt of the run staged) counts against ``max_messages``.
+    """
+    quotas: list[int | None] = [None] * config.partitions
+    if config.max_messages is not None:
+        remaining = max(config.max_messages - already_staged, 0)
+        quotas = [
+            remaining // config.partitions + (1 if i < remaining % config.partitions else 0)
+            for i in range(config.partitions)
+        ]
+    function = partial(receive_partition, config, job_attempt, quotas)
+    rdd = spark.sparkContext.parallelize(range(config.partitions), config.partitions)
+    # the one action on this RDD; it returns counts only, so nothing received is ever re-derived
+    return rdd.mapPartitionsWithIndex(function).collect()
+
+
+class _RunNotReceiving(Exception):
+    def __init__(self, state: str | None) -> None:
+        super().__init__(state)
+        self.state = state
+
+
+def receive_partition(
+    config: DrainConfig, job_attempt: int, quotas: list[int | None], index: int, _: Iterable[Any]
+) -> Iterator[dict[str, Any]]:
+    """Executor side of phase 1: receive batches into staging until empty, the quota, or a state change."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context is not None else 0
+    started = time.monotonic()
+    stats = {"partition": index, "attempt": attempt, "received": 0, "expired": 0, "poisoned": 0, "batches": 0}
+    stop_reason = "empty"
+    with config.open(pool_size=1, max_overflow=0) as transport:
+        queue = transport.queue(config.input_queue)
+        sql = BridgeSql(transport, bridge_tables(transport, config.input_queue, config.prefix))
+        remaining = quotas[index]
+        if remaining is not None:
+            with transport.connection() as connection:
+                cursor = connection.cursor()
+                cursor.execute(sql.count_part(), (config.run_id, job_attempt, index))
+                remaining -= int(transport.dialect.fetch_rows(cursor)[0][0])
+                connection.commit()
+        step = _move_into_staging if sql.can_move_server_side else _receive_into_staging
+        while remaining is None or remaining > 0:
+            size = config.batch_size if remaining is None else min(config.batch_size, remaining)
+            try:
+                received, expired, poisoned = step(
+                    transport, queue, sql, config, job_attempt, index, size, attempt, stats["batches"]
+                )
+            except _RunNotReceiving as stop:
+                stop_reason = f"run is {stop.state}"
+                break
+            stats["received"] += received
+            stats["expired"] += expired
+            stats["poisoned"] += poisoned
+            stats["batches"] += 1 if (received or expired or poisoned) else 0
+            if remaining is not None:
+                remaining -= received
+            if not received and not expired and not poisoned:
+                break
+        else:
+            stop_reason = "limit"
+    stats["stopped"] = stop_reason
+    stats["seconds"] = round(time.monotonic() - started, 3)
+    yield stats
+
+
+def _check_state(transport: Transport, cursor: Any, sql: BridgeSql, run_id: str) -> None:
+    cursor.execute(sql.run_state_shared(), (run_id,))
+    rows = transport.dialect.fetch_rows(cursor)
+    state = rows[0][0] if rows else None
+    if state != RECEIVING:
+        raise _RunNotReceiving(state)
+
+
+def _drill(config: DrainConfig, attempt: int, batches: int, index: int) -> None:
+    if config.fail_receive_batch is not None and attempt == 0 and batches + 1 == config.fail_receive_batch:
+        raise InjectedFault(
+            f"drill: the first attempt of partition {index} fails inside its receive "
+            f"{config.fail_receive_batch}, before the commit"
+        )
+
+
+def _receive_into_staging(
+    transport: Transport,
+    queue: Any,
+    sql: BridgeSql,
+    config: DrainConfig,
+    job_attempt: int,
+    index: int,
+    size: int,
+    attempt: int,
+    batches: int,
+) -> tuple[int, int, int]:
+    """One batch through the transport's receive: the messages pass through Python (every engine)."""
+    with queue.receive(size) as batch:
+        cursor = batch.connection.cursor()
+        _check_state(transport, cursor, sql, config.run_id)
+        params = [sql.stage_params(config.run_id, job_attempt, index, m) for m in batch]
+        chunk = sql.stage_rows_per_statement
+        for start in range(0, len(params), chunk):
+            part = params[start : start + chunk]
+            cursor.execute(sql.stage_rows(len(part)), [value for row in part for value in row])
+        _drill(config, attempt, batches, index)
+    return len(batch), batch.expired, batch.poisoned
+
+
+def _move_into_staging(
+    transport: Transport,
+    queue: Any,
+    sql: BridgeSql,
+    config: DrainConfig,
+    job_attempt: int,
+    index: int,
+    size: int,
+    attempt: int,
+    batches: int,
+) -> tuple[int, int, int]:
+    """One batch moved by the server: the receive's DELETE feeds the staging INSERT in one statement.
+
+    Only the headers come back, to check them as a receive does: rows whose headers are not a header map
+    move on to the error queue in the same transaction. Same semantics as :func:`_receive_into_staging`,
+    without the bodies' round trip through Python.
+    """
+    with transport.connection(queue.address) as connection:
+        cursor = connection.cursor()
+        _check_state(transport, cursor, sql, config.run_id)
+        cursor.execute(
+            sql.move_to_staging(queue.receive_statement(cursor)),
+            (size, config.run_id, job_attempt, index),
+        )
+        rows = transport.dialect.fetch_rows(cursor)
+        expired = sum(1 for row in rows if row[2])
+        poison: list[int] = []
+        for row_version, headers, is_expired in rows:
+            if is_expired:
+                continue
+            try:
+                decode_headers(headers)
+            except HeaderFormatError as error:
+                poison.append(int(row_version))
+                log.error(
+                    "Error receiving message at RowVersion %s from %s: probable message metadata corruption "
+                    "(%s). Moving it to error queue %s.",
+                    row_version,
+                    queue.address,
+                    error,
+                    queue.error_queue,
+                )
+        if poison:
+            if queue.error_queue is None:
+                raise HeaderFormatError(
+                    f"{len(poison)} message(s) in {queue.address} cannot be read and no error queue is "
+                    "configured; they stay in the queue"
+                )
+            cursor.execute(sql.move_poison(queue.error_queue), (config.run_id, poison))
+        _drill(config, attempt, batches, index)
+        connection.commit()
+    return len(rows) - expired - len(poison), expired, len(poison)

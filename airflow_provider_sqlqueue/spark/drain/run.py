@@ -1,0 +1,253 @@
+"""One drain run on the driver: check the sink and the transform, start or resume the run, phase 1 (receive
+into staging), phase 2 (transform the staged messages and commit the result with the run), and on any
+failure before the commit, abort (the staged messages go back to the input queue)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...transport import ConfigurationError, PermissionDenied
+from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
+from .config import DrainConfig
+from .errors import DrainError
+from .messages import staged_messages
+from .receive import receive_into_staging
+from .runs import Heartbeat, RunLedger
+from .sinks import SinkWriter
+from .transactions import begin_write, execute, execute_counted, rows_changed, table_exists
+from .transform import apply_transform, load_transform
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
+
+__all__ = ["Drain", "run_drain", "summary_json"]
+
+
+class Drain:
+    """One drain run on the driver: the two phases, between the run's bookkeeping and the sink."""
+
+    def __init__(
+        self, spark: SparkSession, config: DrainConfig, *, echo: Callable[[str], None] | None = None
+    ):
+        self.spark = spark
+        self.config = config
+        self.sink = config.parsed_sink
+        self.echo = echo or (lambda text: log.info("%s", text))
+        self.transport = config.open(pool_size=2, max_overflow=2)
+        self.input = self.transport.queue(config.input_queue)
+        self.tables = bridge_tables(self.transport, config.input_queue, config.prefix)
+        self.sql = BridgeSql(self.transport, self.tables, self.input.address)
+        self.runs = RunLedger(self.transport, self.sql, config, self.input, self.echo)
+        self.writer = SinkWriter(self.transport, self.sql, config, self.echo)
+        self.summary: dict[str, Any] = {
+            "run_id": config.run_id,
+            "input_queue": self.input.name,
+            "sink": str(self.sink),
+            "partitions": config.partitions,
+            "batch_size": config.batch_size,
+            "max_messages": config.max_messages,
+        }
+
+    def close(self) -> None:
+        self.transport.close()
+
+    # -- set-up --
+    def prepare(self, transform: Callable[[DataFrame], DataFrame]) -> StructType:
+        """Check tables and the transform's output before anything is received; create tables if allowed."""
+        if not self.input.exists():
+            raise ConfigurationError(f"input queue {self.input.name} does not exist; provision it first")
+        missing = [
+            str(t) for t in (self.tables.runs, self.tables.staging) if not table_exists(self.transport, t)
+        ]
+        if missing and self.config.create_tables:
+            try:
+                create_bridge_tables(self.transport, self.config.input_queue, self.config.prefix)
+            except PermissionDenied as error:
+                raise PermissionDenied(
+                    f"creating the Spark bridge's tables {', '.join(missing)} was refused; nothing was "
+                    f"received. Create them in the provisioning step (ProvisionSparkBridgeOperator) or give "
+                    f"this role CREATE on the schema ({error})"
+                ) from error
+        elif missing:
+            raise ConfigurationError(
+                f"the Spark bridge's tables {', '.join(missing)} do not exist: create them in the "
+                "provisioning step (ProvisionSparkBridgeOperator, create_bridge_tables) or let the job "
+                "create them with --create-tables (needs DDL rights)"
+            )
+        probe = apply_transform(
+            transform, staged_messages(self.spark, self.config, 0, None, None), self.config
+        )
+        schema = probe.schema
+        self.writer.check(schema)
+        return schema
+
+    def start_run(self) -> tuple[str, int]:
+        """Register or resume the run; return (state, job attempt)."""
+        return self.runs.start()
+
+    # -- phases --
+    def receive(self, job_attempt: int) -> list[dict[str, Any]]:
+        """Phase 1: receive into staging; return each receive task's counts."""
+        already_staged = self.runs.staged_stats()[0] if self.config.max_messages is not None else 0
+        return receive_into_staging(self.spark, self.config, job_attempt, already_staged)
+
+    def commit(self, result: DataFrame, staged: int) -> int:
+        """Write the result and end the run in one transaction (tables, queues) or after the files."""
+        if self.sink.is_file:
+            return self._commit_files(result, staged)
+        from pyspark import StorageLevel
+
+        # compute the result on every core first (toLocalIterator alone runs one partition at a time);
+        # if cached blocks are lost Spark recomputes them from the run's staged rows, which do not change
+        started = time.monotonic()
+        result = result.persist(StorageLevel.MEMORY_AND_DISK)
+        computed = result.count()
+        self.summary["compute_seconds"] = round(time.monotonic() - started, 3)
+        self.echo(f"phase 2: {computed} result row(s) computed; committing them with the run")
+        started = time.monotonic()
+        run_id = self.config.run_id
+        written = 0
+        with self.transport.connection() as connection:
+            cursor = connection.cursor()
+            begin_write(self.transport, cursor)
+            statement = self.sql.counted(self.sql.set_state((PROCESSING,)))
+            if rows_changed(self.transport, cursor, statement, (PROCESSING, run_id)) != 1:
+                raise DrainError(f"run {run_id} is no longer processing (another job took its messages back)")
+            rows = result.toLocalIterator(prefetchPartitions=True)  # computed and persisted already
+            if self.sink.kind == "table":
+                written = self.writer.write_table(cursor, result.columns, rows)
+            else:
+                written = self.writer.write_queue(connection, result.columns, rows)
+            self.summary["write_seconds"] = round(time.monotonic() - started, 3)
+            self.runs.finish(cursor, staged, written, self.summary)
+            connection.commit()
+        result.unpersist()
+        self.summary["commit_seconds"] = round(time.monotonic() - started, 3)
+        return written
+
+    def _commit_files(self, result: DataFrame, staged: int) -> int:
+        path, written = self.writer.write_files(self.spark, result, staged)
+        self.summary["output_path"] = path
+        with self.transport.connection() as connection:
+            cursor = connection.cursor()
+            begin_write(self.transport, cursor)
+            statement = self.sql.counted(self.sql.set_state((PROCESSING,)))
+            if rows_changed(self.transport, cursor, statement, (PROCESSING, self.config.run_id)) != 1:
+                raise DrainError(
+                    f"run {self.config.run_id} is no longer processing; {path} may hold rows of messages "
+                    "that went back to the queue (readers deduplicate by message id)"
+                )
+            self.runs.finish(cursor, staged, written, self.summary)
+            connection.commit()
+        return written
+
+    def run(self) -> dict[str, Any]:
+        """The whole run: both phases and the commit, or the abort; return the run's summary."""
+        config = self.config
+        started = time.monotonic()
+        transform = load_transform(config.transform)
+        self.prepare(transform)
+        state, job_attempt = self.start_run()
+        self.summary["job_attempt"] = job_attempt
+        if state == COMMITTED:
+            row = self.runs.row()
+            previous = json.loads(row[3]) if row and row[3] else {}
+            self.echo(f"run {config.run_id} was committed before: nothing to do")
+            return {**previous, "skipped": True, "job_attempt": job_attempt}
+        heartbeat = Heartbeat(self.transport, self.sql, config.run_id, config.heartbeat_interval)
+        heartbeat.start()
+        try:
+            self.summary["restored_orphans"] = self.runs.restore_orphans()
+            tasks: list[dict[str, Any]] = []
+            phase1 = time.monotonic()
+            if state == RECEIVING:
+                self.echo(f"phase 1: {config.partitions} receiver(s) drain {self.input.name} into staging")
+                tasks = self.receive(job_attempt)
+                changed = execute_counted(
+                    self.transport,
+                    self.sql.counted(self.sql.set_state((RECEIVING,))),
+                    (PROCESSING, config.run_id),
+                )
+                if changed != 1 and (self.runs.row() or (None,))[0] != PROCESSING:
+                    # another driver of this run id moving it on is fine (one of the two commits)
+                    raise DrainError(f"run {config.run_id} left the receiving state while receiving")
+            else:
+                self.echo(f"run {config.run_id} was already processing: finishing it without receiving more")
+            receive_seconds = time.monotonic() - phase1
+            staged, low, high = self.runs.staged_stats()
+            self.summary.update(
+                received=sum(t["received"] for t in tasks),
+                expired=sum(t["expired"] for t in tasks),
+                poisoned=sum(t["poisoned"] for t in tasks),
+                batches=sum(t["batches"] for t in tasks),
+                tasks=tasks,
+                processed=staged,
+                receive_seconds=round(receive_seconds, 3),
+            )
+            self.echo(
+                f"phase 1 done: {self.summary['received']} received ({self.summary['expired']} expired, "
+                f"{self.summary['poisoned']} unreadable moved to the error queue); "
+                f"{staged} staged for the run"
+            )
+            phase2 = time.monotonic()
+            messages = staged_messages(self.spark, config, staged, low, high)
+            result = apply_transform(transform, messages, config)
+            self.echo(f"phase 2: transform and commit {staged} message(s) to {self.sink}")
+            self.summary["process_seconds"] = None
+            written = self.commit(result, staged)
+            process_seconds = time.monotonic() - phase2
+            total = time.monotonic() - started
+            self.summary.update(
+                written=written,
+                state=COMMITTED,
+                process_seconds=round(process_seconds, 3),
+                seconds=round(total, 3),
+                messages_per_second=round(staged / total, 1) if total > 0 else None,
+                skipped=False,
+            )
+            execute(
+                self.transport,
+                self.sql.set_summary(),
+                (json.dumps(self.summary, default=str), config.run_id),
+            )
+            return self.summary
+        except BaseException as error:
+            moved = None
+            try:
+                moved = self.runs.abort(config.run_id, f"{type(error).__name__}: {error}")
+            except Exception as abort_error:
+                log.error(
+                    "run %s failed (%s) and its staged messages could not be put back (%s); they stay staged "
+                    "until the run id is re-run or another job restores them",
+                    config.run_id,
+                    error,
+                    abort_error,
+                )
+            if moved is not None:
+                self.echo(
+                    f"run {config.run_id} aborted: {moved} staged message(s) went back to {self.input.name}"
+                )
+            raise
+        finally:
+            heartbeat.stopped.set()
+
+
+def run_drain(spark: SparkSession, config: DrainConfig, *, echo: Callable[[str], None] | None = None) -> dict:
+    """Run one drain on ``spark``; return its summary (also stored in the runs table)."""
+    drain = Drain(spark, config, echo=echo)
+    try:
+        return drain.run()
+    finally:
+        drain.close()
+
+
+def summary_json(summary: dict[str, Any]) -> str:
+    """The summary as one line of JSON, as the job prints it."""
+    return json.dumps(summary, default=str, sort_keys=True)
