@@ -167,7 +167,7 @@ def spark_submit(application: str, args: list[str], env: dict[str, str], marker:
 
 
 def fill(transport, n: int) -> float:
-    from airflow_provider_sqlqueue.example_orders import make_orders
+    from airflow_provider_sqlqueue.examples.example_orders import make_orders
 
     started = time.monotonic()
     queue = transport.queue("orders")
