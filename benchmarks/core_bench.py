@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases takes " + ", ".join(case.key for case in CASES))
     cases = [case for case in CASES if case.key in chosen]
 
-    from airflow_provider_sqlqueue.testing import throwaway_postgres
+    from postgres_bed import throwaway_postgres
 
     context = multiprocessing.get_context("spawn")
     started = datetime.now(timezone.utc)

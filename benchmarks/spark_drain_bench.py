@@ -253,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     if not JDBC_JAR.exists():
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
         return 2
+    from postgres_bed import throwaway_postgres
+
     from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
-    from airflow_provider_sqlqueue.testing import throwaway_postgres
 
     started = datetime.now(timezone.utc)
     meta = {

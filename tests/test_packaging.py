@@ -163,3 +163,21 @@ def test_the_demo_runs_from_the_examples_subpackage_and_finds_the_example_dag() 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "DAG FILE True ORDERS 3" in result.stdout, result.stdout
     assert "AIRFLOW LOADED False" in result.stdout, result.stdout  # Airflow loads in the child, not at import
+
+
+def test_the_throwaway_postgres_cluster_is_test_equipment_the_benchmarks_reach_without_pytest() -> None:
+    # A file check: the shared virtualenv's editable install may resolve submodules from another checkout.
+    assert not (REPO / "airflow_provider_sqlqueue" / "testing.py").exists()
+    result = run_python(
+        f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "benchmarks")!r})
+        import postgres_bed, postgres_cluster
+        print("SAME CLUSTER", postgres_bed.throwaway_postgres is postgres_cluster.throwaway_postgres)
+        print("FROM TESTS", postgres_cluster.__file__)
+        """,
+        blocked=["pytest", "_pytest"],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SAME CLUSTER True" in result.stdout, result.stdout
+    assert f"FROM TESTS {REPO / 'tests' / 'postgres_cluster.py'}" in result.stdout, result.stdout
