@@ -38,8 +38,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # Before anything starts a process (Spark, Airflow): Microsoft's ODBC Driver 18 for the SQL Server targets.
 register_msodbc()
 
-# The session's PostgreSQL: the `postgres_server` fixture.
-pytest_plugins = ["postgres_plugin"]
+# The session's PostgreSQL (the `postgres_server` fixture), the check of a run's skips
+# (`--expected-skips=FILE`, which .ci/test passes) and pytester, which tests that check.
+pytest_plugins = ["postgres_plugin", "expected_skips", "pytester"]
 ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
 
 
