@@ -578,8 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [case for case in CASES if case.key in chosen]
 
     import provenance  # beside this script
-
-    from airflow_provider_sqlqueue.testing import throwaway_postgres
+    from postgres_bed import throwaway_postgres
 
     context = multiprocessing.get_context("spawn")
     started = datetime.now(timezone.utc)

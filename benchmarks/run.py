@@ -184,7 +184,7 @@ def throughput(args: argparse.Namespace, context: Any, folder: Path, meta: dict[
     for engine in args.engines:
         with contextlib.ExitStack() as stack:
             if engine == "postgresql":
-                from airflow_provider_sqlqueue.testing import throwaway_postgres
+                from postgres_bed import throwaway_postgres
 
                 cluster = stack.enter_context(throwaway_postgres(durable=True))
                 url = raw_target = cluster.url()
@@ -257,7 +257,7 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
     for engine in args.engines:
         with contextlib.ExitStack() as stack:
             if engine == "postgresql":
-                from airflow_provider_sqlqueue.testing import throwaway_postgres
+                from postgres_bed import throwaway_postgres
 
                 cluster = stack.enter_context(throwaway_postgres(durable=True))
                 url = raw_target = cluster.url()

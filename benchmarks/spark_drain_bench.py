@@ -169,7 +169,7 @@ def spark_submit(application: str, args: list[str], env: dict[str, str], marker:
 
 
 def fill(transport, n: int) -> float:
-    from airflow_provider_sqlqueue.example_orders import make_orders
+    from airflow_provider_sqlqueue.examples.example_orders import make_orders
 
     started = time.monotonic()
     queue = transport.queue("orders")
@@ -255,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     if not JDBC_JAR.exists():
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
         return 2
+    from postgres_bed import throwaway_postgres
+
     from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
-    from airflow_provider_sqlqueue.testing import throwaway_postgres
 
     started = datetime.now(timezone.utc)
     meta = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
-from airflow_provider_sqlqueue.example_orders import make_orders
+from airflow_provider_sqlqueue.examples.example_orders import make_orders
 from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
 from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator

@@ -17,13 +17,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy.engine import make_url
 from sqlserver_bed import DRIVER_NAMES, SqlServerBed, register_msodbc, start_bed
 
-from airflow_provider_sqlqueue.testing import PostgresCluster, find_postgres_bindir
 from airflow_provider_sqlqueue.transport import Transport, open_transport
+
+if TYPE_CHECKING:  # imported by pytest_plugins below; importing it first would skip its assertion rewriting
+    from postgres_plugin import PostgresServer
 
 REPO = Path(__file__).resolve().parent.parent
 # Airflow reads its home and settings at import: give the whole session a private one, before any test
@@ -35,7 +38,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # Before anything starts a process (Spark, Airflow): Microsoft's ODBC Driver 18 for the SQL Server targets.
 register_msodbc()
 
-POSTGRES_ENV = "SQLQUEUE_TEST_POSTGRES_DSN"
+# The session's PostgreSQL (the `postgres_server` fixture), the check of a run's skips
+# (`--expected-skips=FILE`, which .ci/test passes) and pytester, which tests that check.
+pytest_plugins = ["postgres_plugin", "expected_skips", "pytester"]
 ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
 
 
@@ -94,52 +99,6 @@ class EngineTarget:
         if self.engine == "sqlserver":  # the test server's odbc_connect names its ODBC driver
             env["AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"] = "True"
         return env
-
-
-class PostgresServer:
-    """The session's PostgreSQL: a throwaway cluster, or the server named by SQLQUEUE_TEST_POSTGRES_DSN."""
-
-    def __init__(self) -> None:
-        self.cluster: PostgresCluster | None = None
-        dsn = os.environ.get(POSTGRES_ENV)
-        if dsn:
-            self.base_url = dsn
-            return
-        if find_postgres_bindir() is None:
-            raise RuntimeError(
-                "PostgreSQL is required by the test suite: install Debian's postgresql package "
-                f"or set {POSTGRES_ENV} to a server the tests may create schemas in"
-            )
-        self.cluster = PostgresCluster()
-        self.cluster.start()
-        self.base_url = self.cluster.url()
-
-    def execute(self, sql: str) -> None:
-        import psycopg
-
-        with psycopg.connect(
-            self.base_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
-        ) as c:
-            c.execute(sql)
-
-    def query(self, sql: str) -> list[tuple]:
-        import psycopg
-
-        with psycopg.connect(self.base_url.replace("postgresql+psycopg://", "postgresql://")) as c:
-            return c.execute(sql).fetchall()
-
-    def close(self) -> None:
-        if self.cluster is not None:
-            self.cluster.remove()
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _mssql_execute(odbc: str, sql: str) -> None:

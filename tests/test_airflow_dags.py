@@ -41,7 +41,8 @@ from airflow_provider_sqlqueue.sensors.queue import QueueSensor
 from airflow_provider_sqlqueue.transport import PermissionDenied, TransientDatabaseError
 
 if TYPE_CHECKING:
-    from conftest import EngineTarget, PostgresServer
+    from conftest import EngineTarget
+    from postgres_plugin import PostgresServer
 
 RUNNER = Path(__file__).with_name("dag_runner.py")
 DAG_RUN_TIMEOUT = 300  # seconds; a run takes 5-15 s on 2 cores

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from airflow_provider_sqlqueue.testing import find_postgres_bindir
+from postgres_cluster import find_postgres_bindir
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EngineTarget, PostgresServer
+from conftest import EngineTarget
+from postgres_plugin import PostgresServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "browser"))
 from airflow_stack import AirflowStack, kill_leftovers, wait_for

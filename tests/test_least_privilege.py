@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
-from conftest import EngineTarget, PostgresServer
+from conftest import EngineTarget
+from postgres_plugin import PostgresServer
 from sqlalchemy.engine import make_url
 from workers import drain_competing
 

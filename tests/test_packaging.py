@@ -146,3 +146,38 @@ def test_the_spark_extra_accepts_every_pyspark_the_apache_spark_provider_accepts
         for version in (lowest, Version("4.1.1"), Version("4.2.0")):
             if package in ours:
                 assert version in ours[package], f"{package} {version}: the provider takes it, we do not"
+
+
+def test_the_demo_runs_from_the_examples_subpackage_and_finds_the_example_dag() -> None:
+    result = run_python(
+        """
+        import sys
+        from airflow_provider_sqlqueue.examples import pipeline_demo
+        from airflow_provider_sqlqueue.examples.example_orders import make_orders
+        dag_file = pipeline_demo.REPO / "dags_examples" / f"{pipeline_demo.DAG_ID}.py"
+        print("DAG FILE", dag_file.is_file(), "ORDERS", len(make_orders(3)))
+        print("AIRFLOW LOADED", any(name.split(".")[0] == "airflow" for name in sys.modules))
+        """,
+        blocked=[],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "DAG FILE True ORDERS 3" in result.stdout, result.stdout
+    assert "AIRFLOW LOADED False" in result.stdout, result.stdout  # Airflow loads in the child, not at import
+
+
+def test_the_throwaway_postgres_cluster_is_test_equipment_the_benchmarks_reach_without_pytest() -> None:
+    # A file check: the shared virtualenv's editable install may resolve submodules from another checkout.
+    assert not (REPO / "airflow_provider_sqlqueue" / "testing.py").exists()
+    result = run_python(
+        f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "benchmarks")!r})
+        import postgres_bed, postgres_cluster
+        print("SAME CLUSTER", postgres_bed.throwaway_postgres is postgres_cluster.throwaway_postgres)
+        print("FROM TESTS", postgres_cluster.__file__)
+        """,
+        blocked=["pytest", "_pytest"],
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SAME CLUSTER True" in result.stdout, result.stdout
+    assert f"FROM TESTS {REPO / 'tests' / 'postgres_cluster.py'}" in result.stdout, result.stdout

@@ -10,8 +10,8 @@ import time
 from collections import Counter
 
 import pytest
+from postgres_cluster import find_postgres_bindir, throwaway_postgres
 
-from airflow_provider_sqlqueue.testing import find_postgres_bindir, throwaway_postgres
 from airflow_provider_sqlqueue.transport import CircuitBreakerSettings, MessagePump, open_transport
 
 pytestmark = [

@@ -18,9 +18,9 @@ import reliability_workers
 import workers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_cluster import throwaway_postgres
 from reliability_figures import counted
 
-from airflow_provider_sqlqueue.testing import throwaway_postgres
 from airflow_provider_sqlqueue.transport import (
     HeaderFormatError,
     MessagePump,

@@ -1,7 +1,7 @@
 """README command 1: run the showcase DAG (``sqlqueue_spark_pipeline``) end to end with ``dag.test()``.
 
-``python -m airflow_provider_sqlqueue.pipeline_demo [--orders N] [--max-messages N] [--keep]`` makes a
-temporary AIRFLOW_HOME on SQLite, points ``sqlqueue_default`` at a new SQLite queue file (or keeps the
+``python -m airflow_provider_sqlqueue.examples.pipeline_demo [--orders N] [--max-messages N] [--keep]``
+makes a temporary AIRFLOW_HOME on SQLite, points ``sqlqueue_default`` at a new SQLite queue file (or keeps the
 connection ``AIRFLOW_CONN_SQLQUEUE_DEFAULT`` already names, e.g. a PostgreSQL connection as JSON: an
 environment variable, since a password has no place on a command line) and ``spark_default`` at ``local[2]``,
 migrates Airflow's database, runs the DAG through ``dag.test()`` in a child process, shows its progress and
@@ -32,7 +32,7 @@ QUEUE = "orders"
 QUEUE_CONNECTION_ENV = "AIRFLOW_CONN_SQLQUEUE_DEFAULT"
 SENSOR_TASK = "wait_for_orders"
 FEED_WAVES = 4
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PROGRESS = [
     (re.compile(r"\[DAG TEST\] starting task_id=(\S+)"), "task {0}"),
     (re.compile(r"(sent \d+ orders; \d+ more are expected from the order feed)"), "  {0}"),
@@ -73,8 +73,8 @@ class OrderFeed:
         self._thread.start()
 
     def _run(self) -> None:
+        from ..hooks.sqlqueue import SqlQueueHook
         from .example_orders import feed
-        from .hooks.sqlqueue import SqlQueueHook
 
         hook = SqlQueueHook()
         try:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         open(log_path, "w", encoding="utf-8") as log,
         subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_sqlqueue.pipeline_demo", "--child", run_conf],
+            [sys.executable, "-m", "airflow_provider_sqlqueue.examples.pipeline_demo", "--child", run_conf],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

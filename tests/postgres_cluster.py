@@ -1,8 +1,12 @@
-"""Throwaway PostgreSQL clusters on loopback, for the test suite, the benchmarks and local experiments.
+"""Throwaway PostgreSQL clusters on loopback: test equipment for the test suite and the benchmarks.
 
 Uses the server binaries of Debian's ``postgresql`` package (``/usr/lib/postgresql/<version>/bin``) or the
 ``initdb`` found on PATH. PostgreSQL refuses to run as root, so under root the cluster's files belong to the
-``postgres`` OS user and the server runs as that user. Nothing here is used by the transport itself.
+``postgres`` OS user and the server runs as that user.
+
+Plain Python without pytest, so the benchmarks (their own virtualenv, no pytest) import it as well
+(``benchmarks/postgres_bed.py``); the session's ``postgres_server`` fixture is in ``postgres_plugin.py``.
+Not part of the installed package: users running queues do not need a throwaway database server.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import random
 import threading
 from datetime import datetime, timedelta, timezone
 
-from .transport import OutgoingMessage, TableQueue
-from .transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
+from ..transport import OutgoingMessage, TableQueue
+from ..transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
 
 __all__ = ["ORDER_TYPE", "make_orders"]
 
