@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # chromium: the Airflow UI check (tests/test_airflow_ui.py) drives Debian's browser headless.
 # zstd, libossp-uuid16, freetds-bin: the TDS engine (../shared/tds-engine, Babelfish) that the SQL Server
 # live suite starts; tdsodbc is its FreeTDS driver (Microsoft's Driver 18 comes from the dev extra).
-APT_PACKAGES=(postgresql unixodbc odbc-postgresql tdsodbc libsqliteodbc chromium zstd libossp-uuid16 freetds-bin)
+# gcc builds the rogue ODBC "driver" that tests/test_hook_connections.py proves is never loaded.
+APT_PACKAGES=(postgresql unixodbc odbc-postgresql tdsodbc libsqliteodbc chromium zstd libossp-uuid16 freetds-bin gcc)
 # Spark 4 runs on Java 17+: Debian 12's default runtime (OpenJDK 17), unless a java is already on PATH.
 command -v java >/dev/null 2>&1 || APT_PACKAGES+=(default-jre-headless)
 missing=()
