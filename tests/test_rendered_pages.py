@@ -99,3 +99,34 @@ def test_the_benchmarks_page_names_the_commit_a_run_records(render) -> None:
     assert "| commit measured |" not in page_text(doc, None, "images/benchmarks.png", True)  # not recorded
     doc["meta"]["commit"] = "abc1234"
     assert "| commit measured | abc1234 |" in page_text(doc, None, "images/benchmarks.png", True)
+
+
+def test_the_changes_table_of_performance_is_rendered_from_its_data(render) -> None:
+    """The evidence column is filled from docs/data/performance.json and the runs' JSON, not typed in the
+    page: a hand-edited figure is found, and a run's ratio or drain rate is read from that run's own file."""
+    from pages.performance_page import changes_table
+
+    page = ROOT / "docs" / "performance.md"
+    stale = page.read_text(encoding="utf-8").replace("`uuid4()` 1.1 µs → 0.4 µs", "`uuid4()` 1.1 µs → 0.3 µs")
+    assert render.replace_blocks(stale, render.performance_page.blocks(), "performance.md") != stale
+    data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
+    rows = {row["number"]: row for row in data["changes"]["rows"]}
+    assert all(isinstance(value, dict) for value in rows[13]["figures"].values())
+    assert all(isinstance(value, dict) for value in rows[14]["figures"].values())
+    lines = changes_table(data)
+    assert "0.87x → 1.60x of the raw multi-row `INSERT`; 0.89x → 1.69x of pgqueuer" in lines[2 + 12]
+    assert "1M-row drain 26,500 → 37,500 msgs/s" in lines[2 + 13]
+    rows[14]["figures"]["after"]["run"] = "first-idle-run"
+    assert "1M-row drain 26,500 → 26,500 msgs/s" in changes_table(data)[2 + 13]
+    for row in data["changes"]["rows"]:
+        for run in row["measured"] if isinstance(row["measured"], list) else [row["measured"]]:
+            assert run in data["runs"], (row["number"], run)
+
+
+def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
+    from pages.performance_page import UnknownFigure, changes_table
+
+    data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
+    data["changes"]["rows"][12]["figures"]["raw_after"]["target"] = "no such target"
+    with pytest.raises(UnknownFigure, match="change 13: run last-run has no target 'no such target'"):
+        changes_table(data)
