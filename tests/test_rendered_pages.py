@@ -29,7 +29,8 @@ def render():
 
 def test_every_page_matches_its_data(render) -> None:
     rendered = render.rendered_pages()
-    pages = {ROOT / "docs" / name for name in ("reliability.md", "performance.md", "spark.md", "dba.md")}
+    names = ("reliability.md", "performance.md", "spark.md", "dba.md", "airflow-ui.md", "concurrency.md")
+    pages = {ROOT / "docs" / name for name in names}
     pages.add(BENCHMARKS / "README.md")
     assert pages <= set(rendered)
     for page, text in rendered.items():
@@ -130,3 +131,26 @@ def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
     data["changes"]["rows"][12]["figures"]["raw_after"]["target"] = "no such target"
     with pytest.raises(UnknownFigure, match="change 13: run last-run has no target 'no such target'"):
         changes_table(data)
+
+
+def test_hand_measured_figures_of_the_airflow_ui_and_concurrency_pages_come_from_their_data(render) -> None:
+    """The browser check's timings and peak memory and the strategies' drain figures are rendered from
+    docs/data/airflow-ui.json and docs/data/concurrency.json: a figure typed into the page is found."""
+    for page_name, old, new in (
+        ("airflow-ui.md", "driver process is 300 MB", "driver process is 200 MB"),
+        ("concurrency.md", "≈ 4.5 s, 10,008 receives", "≈ 3.5 s, 10,008 receives"),
+    ):
+        page = ROOT / "docs" / page_name
+        text = page.read_text(encoding="utf-8")
+        assert old in text, page_name
+        blocks = render.BLOCK_PAGES[page]()
+        assert render.replace_blocks(text.replace(old, new), blocks, page_name) == text
+
+
+def test_a_transcribed_line_naming_an_undescribed_run_is_refused() -> None:
+    from pages.transcribed_text import UnknownRun, block_lines
+
+    data = json.loads((DATA / "airflow-ui.json").read_text(encoding="utf-8"))
+    data["blocks"]["airflow-ui-duration"][0]["measured"] = "no-such-run"
+    with pytest.raises(UnknownRun, match="names run 'no-such-run', not in runs"):
+        block_lines(data, "airflow-ui-duration", "docs/data/airflow-ui.json")
