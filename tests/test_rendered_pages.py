@@ -133,12 +133,14 @@ def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
         changes_table(data)
 
 
-def test_hand_measured_figures_of_the_airflow_ui_and_concurrency_pages_come_from_their_data(render) -> None:
-    """The browser check's timings and peak memory and the strategies' drain figures are rendered from
-    docs/data/airflow-ui.json and docs/data/concurrency.json: a figure typed into the page is found."""
+def test_hand_measured_figures_of_ui_concurrency_and_soak_prose_come_from_their_data(render) -> None:
+    """The browser check's timings and peak memory, the strategies' drain figures and the soak investigation's
+    losses are rendered from docs/data/*.json: a figure typed into the page is found."""
     for page_name, old, new in (
         ("airflow-ui.md", "driver process is 300 MB", "driver process is 200 MB"),
         ("concurrency.md", "≈ 4.5 s, 10,008 receives", "≈ 3.5 s, 10,008 receives"),
+        ("reliability.md", "failed 1 time in 3 (11,109 lost)", "failed 1 time in 3 (11,100 lost)"),
+        ("reliability.md", "about 62,000 messages each, lost 0", "about 62,000 messages each, lost 1"),
     ):
         page = ROOT / "docs" / page_name
         text = page.read_text(encoding="utf-8")

@@ -2,7 +2,8 @@
 docs/data/ beside the run that measured them: each line of a block is a template whose ``{named}`` fields
 are filled from its ``figures``, and ``measured`` names the run in the file's ``runs``. Used for pages
 whose figures were measured once by hand (the runs' output is gone) and are transcribed: docs/airflow-ui.md
-(docs/data/airflow-ui.json) and docs/concurrency.md (docs/data/concurrency.json)."""
+(docs/data/airflow-ui.json), docs/concurrency.md (docs/data/concurrency.json) and the soak investigation of
+docs/reliability.md (docs/data/soak-investigation.json)."""
 
 from __future__ import annotations
 
