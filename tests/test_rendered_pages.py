@@ -133,14 +133,19 @@ def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
         changes_table(data)
 
 
-def test_hand_measured_figures_of_ui_concurrency_and_soak_prose_come_from_their_data(render) -> None:
-    """The browser check's timings and peak memory, the strategies' drain figures and the soak investigation's
-    losses are rendered from docs/data/*.json: a figure typed into the page is found."""
+def test_hand_measured_figures_in_prose_come_from_their_data(render) -> None:
+    """The browser check's timings and peak memory, the strategies' drain figures, the soak investigation's
+    losses and performance.md's notes are rendered from docs/data/*.json: a figure typed into a page is
+    found."""
     for page_name, old, new in (
         ("airflow-ui.md", "driver process is 300 MB", "driver process is 200 MB"),
         ("concurrency.md", "≈ 4.5 s, 10,008 receives", "≈ 3.5 s, 10,008 receives"),
         ("reliability.md", "failed 1 time in 3 (11,109 lost)", "failed 1 time in 3 (11,100 lost)"),
         ("reliability.md", "about 62,000 messages each, lost 0", "about 62,000 messages each, lost 1"),
+        ("performance.md", "1.0-4.8 ms per peek", "1.0-4.0 ms per peek"),
+        ("performance.md", "binary `COPY` 115,000-141,000", "binary `COPY` 115,000-140,000"),
+        ("performance.md", "a `send` 110-160 µs", "a `send` 110-150 µs"),
+        ("performance.md", "(CPU 241 → 172 µs)", "(CPU 240 → 172 µs)"),
     ):
         page = ROOT / "docs" / page_name
         text = page.read_text(encoding="utf-8")

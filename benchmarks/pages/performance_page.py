@@ -9,6 +9,7 @@ from typing import Any
 
 from pages.blocks import ROOT, load_data
 from pages.throughput import compute_targets, ratio_text
+from pages.transcribed_text import block_lines
 
 SOURCE = "docs/data/performance.json"
 
@@ -145,4 +146,5 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
             for name, table in data["tuning"]["tables"].items()
         },
         "performance-changes": (f"{SOURCE} and the benchmark runs' JSON it names", changes_table(data)),
+        **{name: (SOURCE, block_lines(data, name, SOURCE)) for name in data["blocks"]},
     }
