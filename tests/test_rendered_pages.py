@@ -164,3 +164,17 @@ def test_a_transcribed_line_naming_an_undescribed_run_is_refused() -> None:
     data["blocks"]["airflow-ui-duration"][0]["measured"] = "no-such-run"
     with pytest.raises(UnknownRun, match="names run 'no-such-run', not in runs"):
         block_lines(data, "airflow-ui-duration", "docs/data/airflow-ui.json")
+
+
+def test_the_readme_summary_counts_lost_and_duplicated_from_the_reliability_data(render) -> None:
+    from pages.reliability_page import lost_and_duplicated
+
+    data = json.loads((DATA / "reliability.json").read_text(encoding="utf-8"))
+    assert lost_and_duplicated(data) == (0, 0)
+    data["soak"]["rows"][0]["lost"] = 3
+    assert lost_and_duplicated(data) == (3, 0)
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    assert "with lost = 0 and duplicated = 0" in text
+    stale = text.replace("with lost = 0 and", "with lost = 1 and")
+    assert render.replace_blocks(stale, render.BLOCK_PAGES[readme](), "README.md") == text
