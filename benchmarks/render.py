@@ -1,6 +1,7 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
+docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, README.md and benchmarks/README.md from
+docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -20,7 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pages import benchmarks_page, performance_page, readme_page, reliability_page, scale_tables, spark_drain
+from pages import (
+    benchmarks_page,
+    performance_page,
+    readme_page,
+    reliability_page,
+    scale_tables,
+    spark_drain,
+    transcribed_text,
+)
 from pages.blocks import ROOT, replace_blocks
 from pages.chart import chart_available
 from pages.throughput import compute_targets, figures, ratio_text, summary_text
@@ -38,6 +47,9 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
     ROOT / "docs" / "spark.md": spark_drain.spark_page_blocks,
     ROOT / "docs" / "dba.md": scale_tables.dba_blocks,
+    ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
+    ROOT / "docs" / "concurrency.md": transcribed_text.concurrency_blocks,
+    ROOT / "README.md": reliability_page.readme_blocks,
 }
 
 

@@ -29,7 +29,8 @@ def render():
 
 def test_every_page_matches_its_data(render) -> None:
     rendered = render.rendered_pages()
-    pages = {ROOT / "docs" / name for name in ("reliability.md", "performance.md", "spark.md", "dba.md")}
+    names = ("reliability.md", "performance.md", "spark.md", "dba.md", "airflow-ui.md", "concurrency.md")
+    pages = {ROOT / "docs" / name for name in names}
     pages.add(BENCHMARKS / "README.md")
     assert pages <= set(rendered)
     for page, text in rendered.items():
@@ -99,3 +100,82 @@ def test_the_benchmarks_page_names_the_commit_a_run_records(render) -> None:
     assert "| commit measured |" not in page_text(doc, None, "images/benchmarks.png", True)  # not recorded
     doc["meta"]["commit"] = "abc1234"
     assert "| commit measured | abc1234 |" in page_text(doc, None, "images/benchmarks.png", True)
+
+
+def test_the_changes_table_of_performance_is_rendered_from_its_data(render) -> None:
+    """The evidence column is filled from docs/data/performance.json and the runs' JSON, not typed in the
+    page: a hand-edited figure is found, and a run's ratio or drain rate is read from that run's own file."""
+    from pages.performance_page import changes_table
+
+    page = ROOT / "docs" / "performance.md"
+    stale = page.read_text(encoding="utf-8").replace("`uuid4()` 1.1 µs → 0.4 µs", "`uuid4()` 1.1 µs → 0.3 µs")
+    assert render.replace_blocks(stale, render.performance_page.blocks(), "performance.md") != stale
+    data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
+    rows = {row["number"]: row for row in data["changes"]["rows"]}
+    assert all(isinstance(value, dict) for value in rows[13]["figures"].values())
+    assert all(isinstance(value, dict) for value in rows[14]["figures"].values())
+    lines = changes_table(data)
+    assert "0.87x → 1.60x of the raw multi-row `INSERT`; 0.89x → 1.69x of pgqueuer" in lines[2 + 12]
+    assert "1M-row drain 26,500 → 37,500 msgs/s" in lines[2 + 13]
+    rows[14]["figures"]["after"]["run"] = "first-idle-run"
+    assert "1M-row drain 26,500 → 26,500 msgs/s" in changes_table(data)[2 + 13]
+    for row in data["changes"]["rows"]:
+        for run in row["measured"] if isinstance(row["measured"], list) else [row["measured"]]:
+            assert run in data["runs"], (row["number"], run)
+
+
+def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
+    from pages.performance_page import UnknownFigure, changes_table
+
+    data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
+    data["changes"]["rows"][12]["figures"]["raw_after"]["target"] = "no such target"
+    with pytest.raises(UnknownFigure, match="change 13: run last-run has no target 'no such target'"):
+        changes_table(data)
+
+
+def test_hand_measured_figures_in_prose_come_from_their_data(render) -> None:
+    """The browser check's timings and peak memory, the strategies' drain figures, the soak investigation's
+    losses and performance.md's notes are rendered from docs/data/*.json: a figure typed into a page is
+    found."""
+    for page_name, old, new in (
+        ("airflow-ui.md", "driver process is 300 MB", "driver process is 200 MB"),
+        ("concurrency.md", "≈ 4.5 s, 10,008 receives", "≈ 3.5 s, 10,008 receives"),
+        ("reliability.md", "failed 1 time in 3 (11,109 lost)", "failed 1 time in 3 (11,100 lost)"),
+        ("reliability.md", "about 62,000 messages each, lost 0", "about 62,000 messages each, lost 1"),
+        ("performance.md", "1.0-4.8 ms per peek", "1.0-4.0 ms per peek"),
+        ("performance.md", "binary `COPY` 115,000-141,000", "binary `COPY` 115,000-140,000"),
+        ("performance.md", "a `send` 110-160 µs", "a `send` 110-150 µs"),
+        ("performance.md", "(CPU 241 → 172 µs)", "(CPU 240 → 172 µs)"),
+        ("performance.md", "costs 137-153 µs per message", "costs 137-150 µs per message"),
+        ("performance.md", "ranged from 590 to 3,722 msgs/s", "ranged from 600 to 3,722 msgs/s"),
+        ("dba.md", "costs about 300 ms (T-SQL parsing)", "costs about 200 ms (T-SQL parsing)"),
+        ("performance.md", "load average 2-7). Wall-clock", "load average 2-6). Wall-clock"),
+    ):
+        page = ROOT / "docs" / page_name
+        text = page.read_text(encoding="utf-8")
+        assert old in text, page_name
+        blocks = render.BLOCK_PAGES[page]()
+        assert render.replace_blocks(text.replace(old, new), blocks, page_name) == text
+
+
+def test_a_transcribed_line_naming_an_undescribed_run_is_refused() -> None:
+    from pages.transcribed_text import UnknownRun, block_lines
+
+    data = json.loads((DATA / "airflow-ui.json").read_text(encoding="utf-8"))
+    data["blocks"]["airflow-ui-duration"][0]["measured"] = "no-such-run"
+    with pytest.raises(UnknownRun, match="names run 'no-such-run', not in runs"):
+        block_lines(data, "airflow-ui-duration", "docs/data/airflow-ui.json")
+
+
+def test_the_readme_summary_counts_lost_and_duplicated_from_the_reliability_data(render) -> None:
+    from pages.reliability_page import lost_and_duplicated
+
+    data = json.loads((DATA / "reliability.json").read_text(encoding="utf-8"))
+    assert lost_and_duplicated(data) == (0, 0)
+    data["soak"]["rows"][0]["lost"] = 3
+    assert lost_and_duplicated(data) == (3, 0)
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    assert "with lost = 0 and duplicated = 0" in text
+    stale = text.replace("with lost = 0 and", "with lost = 1 and")
+    assert render.replace_blocks(stale, render.BLOCK_PAGES[readme](), "README.md") == text

@@ -9,15 +9,19 @@ from typing import Any
 
 from pages.blocks import ROOT, load_data
 from pages.throughput import compute_targets, ratio_text
+from pages.transcribed_text import block_lines
 
 SOURCE = "docs/data/performance.json"
 
 
+def _run_scale(run: dict[str, Any]) -> dict[str, Any] | None:
+    scale_path = ROOT / run["scale"]
+    return json.loads(scale_path.read_text(encoding="utf-8")) if scale_path.exists() else None  # type: ignore[no-any-return]
+
+
 def _run_targets(run: dict[str, Any]) -> list[dict[str, Any]]:
     results = json.loads((ROOT / run["results"]).read_text(encoding="utf-8"))
-    scale_path = ROOT / run["scale"]
-    scale = json.loads(scale_path.read_text(encoding="utf-8")) if scale_path.exists() else None
-    return compute_targets(results, scale)
+    return compute_targets(results, _run_scale(run))
 
 
 def current_table(data: dict[str, Any]) -> list[str]:
@@ -88,6 +92,46 @@ def tuning_table(table: dict[str, Any]) -> list[str]:
     return lines
 
 
+class UnknownFigure(ValueError):
+    """A figure of the changes table names a run, target or drain its data does not hold."""
+
+
+def _figure(figure: str | dict[str, Any], runs: dict[str, Any], row: int) -> str:
+    """One figure of a change's evidence: transcribed text as it stands, or read from a run's JSON."""
+    if isinstance(figure, str):
+        return figure
+    if figure.get("run") not in runs or "results" not in runs[figure["run"]]:
+        raise UnknownFigure(f"change {row}: {figure!r} names no run with results in performance.json's runs")
+    run = runs[figure["run"]]
+    if "target" in figure:
+        for target in _run_targets(run):
+            if target["target"] == figure["target"]:
+                return ratio_text(target["value"])
+        raise UnknownFigure(f"change {row}: run {figure['run']} has no target {figure['target']!r}")
+    wanted = figure["drain"]
+    for result in (_run_scale(run) or {}).get("scale", []):
+        for drain in result["drains"] if result["engine"] == wanted["engine"] else []:
+            if drain["rows"] == wanted["rows"] and drain["autovacuum"] == wanted["autovacuum"]:
+                return f"{round(drain['msgs_per_s'] / figure['round_to']) * figure['round_to']:,}"
+    raise UnknownFigure(f"change {row}: run {figure['run']}'s scale JSON has no drain {wanted!r}")
+
+
+def changes_table(data: dict[str, Any]) -> list[str]:
+    """The history's table of changes, each with the evidence that it paid: the figures filled into the
+    evidence sentence from the data, the measuring runs named in performance.json's runs."""
+    lines = ["| # | change | where | evidence (before → after) |", "|--:|---|---|---|"]
+    for row in data["changes"]["rows"]:
+        number = row["number"]
+        figures = {name: _figure(value, data["runs"], number) for name, value in row["figures"].items()}
+        measured = row["measured"] if isinstance(row["measured"], list) else [row["measured"]]
+        missing = [run for run in measured if run not in data["runs"]]
+        if missing:
+            raise UnknownFigure(f"change {number}: measured by {missing}, not in performance.json's runs")
+        evidence = row["evidence"].format(**figures)
+        lines.append(f"| {row['number']} | {row['change']} | {row['where']} | {evidence} |")
+    return lines
+
+
 def blocks() -> dict[str, tuple[str, list[str]]]:
     data = load_data("performance.json")
     run = data["runs"][data["tuning"]["run"]]
@@ -101,4 +145,6 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
             f"performance-tuning-{name}": (SOURCE, tuning_table(table))
             for name, table in data["tuning"]["tables"].items()
         },
+        "performance-changes": (f"{SOURCE} and the benchmark runs' JSON it names", changes_table(data)),
+        **{name: (SOURCE, block_lines(data, name, SOURCE)) for name in data["blocks"]},
     }

@@ -1,13 +1,15 @@
 """docs/reliability.md: the table of the reliability checks, with the engines each ran on, and its two
 detail tables, from docs/data/reliability.json. A result either carries the figures of a run whose raw file
 is gone (transcribed, its run says so) or names the entries of a raw figures file it was copied from; the
-figures of those are read here, never retyped."""
+figures of those are read here, never retyped. The soak investigation's prose figures come from
+docs/data/soak-investigation.json (pages/transcribed_text.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pages.blocks import load_data
+from pages.transcribed_text import data_blocks
 
 SOURCE = "docs/data/reliability.json"
 ENGINE_NAMES = {
@@ -156,4 +158,40 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
         "reliability-checks": (SOURCE, checks_table(data)),
         "reliability-spark-kills": (SOURCE, spark_kills_table(data)),
         "reliability-soak": (SOURCE, soak_table(data)),
+        **data_blocks("soak-investigation.json"),
+    }
+
+
+def lost_and_duplicated(data: dict[str, Any]) -> tuple[int, int]:
+    """The messages lost and duplicated over every check's results (the cells that count messages; a
+    leak count such as "0 leaks" is not a message count)."""
+    totals = [0, 0]
+    for check in data["checks"]:
+        for result in check["results"]:
+            figures = result_figures(result, data["recorded"])
+            for index, key in enumerate(("lost", "duplicated")):
+                if figures[key].replace(",", "").isdigit():
+                    totals[index] += int(figures[key].replace(",", ""))
+    for row in data["soak"]["rows"]:
+        totals[0] += row["lost"]
+        totals[1] += row["duplicated"]
+    return totals[0], totals[1]
+
+
+def readme_blocks() -> dict[str, tuple[str, list[str]]]:
+    """The README's one-line summary of the reliability checks, its counts summed from the checks' data."""
+    lost, duplicated = lost_and_duplicated(load_data("reliability.json"))
+    return {
+        "readme-measured": (
+            SOURCE,
+            [
+                "- **Measured** ([reliability](docs/reliability.md), [benchmarks](docs/benchmarks.md),",
+                "  [performance tuning](docs/performance.md)): fault injection (killed consumers, database "
+                "restarts, killed",
+                f"  Spark tasks and drivers, hostile names, poison rows, a soak) with lost = {lost:,} and "
+                f"duplicated = {duplicated:,}; throughput",
+                "  side by side with the raw database and with pgqueuer, procrastinate, kombu and "
+                "persist-queue.",
+            ],
+        )
     }

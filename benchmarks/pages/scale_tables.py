@@ -210,6 +210,10 @@ def vacuum_paragraph(scale: dict[str, Any]) -> list[str]:
 
 def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     from pages.blocks import ROOT
+    from pages.transcribed_text import data_blocks
 
     scale = json.loads((ROOT / "docs" / "benchmarks" / "scale.json").read_text(encoding="utf-8"))
-    return {"dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale))}
+    return {
+        "dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale)),
+        **data_blocks("babelfish.json"),
+    }
