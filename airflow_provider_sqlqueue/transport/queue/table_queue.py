@@ -106,14 +106,19 @@ class TableQueue:
         return statements
 
     # ---- provisioning (see provisioning.py) ----------------------------------------------------
-    def create(self, options: TableOptions | None = None, **overrides: Any) -> bool:
+    def create(
+        self, options: TableOptions | None = None, *, add_missing_indexes: bool = False, **overrides: Any
+    ) -> bool:
         """Create the table and its indexes if missing; safe to run from many processes at once.
 
-        Returns True when this call created the table. Needs DDL rights (the provisioning role).
+        Returns True when this call created the table. Needs DDL rights (the provisioning role). An
+        existing table keeps its indexes as they are: each missing one is logged as a warning with its
+        statement, and built only with ``add_missing_indexes=True``, since building it blocks the
+        receivers using the table (see the DBA guide).
         """
         options = table_options(options, overrides)
         self._recoverable = self._bulk_send = None
-        return create_table(self.transport, self.address, options)
+        return create_table(self.transport, self.address, options, add_missing_indexes=add_missing_indexes)
 
     def create_script(self, options: TableOptions | None = None, **overrides: Any) -> str:
         """The DDL that :meth:`create` runs for a new table, as a script a DBA can review and run."""
