@@ -518,19 +518,7 @@ class TableQueue:
         started = time.monotonic()
         total = batches = 0
         while True:
-            with self.transport.connection(self.address) as connection:
-                cursor = connection.cursor()
-                begin = self.dialect.begin_write()
-                if begin:
-                    cursor.execute(begin, ())
-                statement = self._sql.locking(self._uses_row_locks(cursor)).purge_expired_batch
-                cursor.execute(statement, (batch_size,))
-                if self.dialect.purge_returns_count():
-                    rows = self.dialect.fetch_rows(cursor)
-                    deleted = int(rows[0][0]) if rows else 0
-                else:
-                    deleted = max(cursor.rowcount, 0)
-                connection.commit()
+            deleted = self._purge_expired_batch(batch_size)
             total += deleted
             batches += 1
             log.debug("purged %d expired message(s) from %s", deleted, self.address)
@@ -543,3 +531,20 @@ class TableQueue:
         if total:
             log.info("purged %d expired message(s) from %s in %d batch(es)", total, self.address, batches)
         return total
+
+    def _purge_expired_batch(self, batch_size: int) -> int:
+        """Delete up to ``batch_size`` expired rows that no receiver holds, in a transaction of its own."""
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            begin = self.dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            statement = self._sql.locking(self._uses_row_locks(cursor)).purge_expired_batch
+            cursor.execute(statement, (batch_size,))
+            if self.dialect.purge_returns_count():
+                rows = self.dialect.fetch_rows(cursor)
+                deleted = int(rows[0][0]) if rows else 0
+            else:
+                deleted = max(cursor.rowcount, 0)
+            connection.commit()
+        return deleted
