@@ -312,6 +312,19 @@ def test_inspect_reports_findings_with_fixes(run, queues) -> None:
     assert human.err.count(create_index) == 0, "findings are not logged a second time"
 
 
+def test_create_leaves_an_index_missing_from_an_existing_table_unless_asked(run, queues) -> None:
+    orders = queues.queue("orders")
+    sqlserver = queues.dialect.name == "sqlserver"
+    expires_index = "Index_Expires" if sqlserver else queues.dialect.object_name(orders.address, "Expires")
+    rawsql.drop_index(orders, expires_index)
+    left = run("create", "orders")
+    assert left.code == Exit.OK and "already exists" in left.out
+    assert "add_missing_indexes=True" in left.err and "INDEX" in left.err.split("add_missing_indexes=True")[1]
+    assert [finding.code for finding in orders.inspect()] == ["missing_expires_index"]
+    added = run("create", "orders", "--add-missing-indexes")
+    assert added.code == Exit.OK and orders.inspect() == []
+
+
 # ---- exit codes ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "command",

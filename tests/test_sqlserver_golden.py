@@ -1838,6 +1838,24 @@ def test_special_addresses_resolve_as_intended() -> None:
     assert len(lock.params[0]) <= APPLOCK_RESOURCE_MAX
 
 
+@pytest.mark.parametrize(
+    ("index_rows", "clustered"),
+    [([("RowVersion", 1), ("Expires", 2)], True), ([("RowVersion", 2), ("Expires", 2)], False), ([], False)],
+    ids=["clustered", "heap", "no-index"],
+)
+def test_the_start_up_asks_whether_rowversion_is_clustered_with_the_inspection_statement(
+    index_rows: list[Any], clustered: bool
+) -> None:
+    """The receivers' start-up check runs the golden ``index_first_columns`` query with the table's name,
+    and only an index of type 1 (clustered) led by RowVersion counts."""
+    d = SqlServerDialect()
+    address = d.resolve(QueueAddress.parse("orders@[sales]@[erp]"))
+    cursor = _RecordingCursor(index_rows)
+    assert d.rowversion_index_is_clustered(cursor, address) is clustered
+    assert cursor.executed == [(d.index_first_columns(address), (d.qualified_name(address),))]
+    assert BabelfishDialect().rowversion_index_is_clustered(_RecordingCursor(index_rows), address) is None
+
+
 def test_the_creation_lock_names_the_catalog() -> None:
     """The reference's '[catalog].[schema].[table]_lock': the address's catalog, else the connection's
     database; the hashed form of the longest names hashes the catalog too (SHA-1, recomputed here)."""

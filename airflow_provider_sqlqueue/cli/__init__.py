@@ -151,13 +151,20 @@ def _parser() -> argparse.ArgumentParser:
         "create",
         common,
         "create queue tables (idempotent)",
-        "Create the queue tables and their indexes if they are missing; existing tables are left alone. "
+        "Create the queue tables and their indexes if they are missing; existing tables are left alone: "
+        "an index missing from one is reported with its statement, and built only with "
+        "--add-missing-indexes (building it blocks the receivers using the table). "
         "Safe to run from many places at once. Needs DDL rights (the provisioning role).",
         "  sqlqueue create --url sqlite:///queues.db orders error\n"
         "  sqlqueue create --conn-id sqlqueue_default orders@[sales] --layout heap\n",
     )
     p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue address, e.g. orders or orders@[sales]")
     _table_options(p)
+    p.add_argument(
+        "--add-missing-indexes",
+        action="store_true",
+        help="also build indexes missing from existing tables; this blocks their receivers while it runs",
+    )
     p.add_argument("--json", action="store_true", help='print {"created": [...], "existing": [...]}')
     p.set_defaults(run=_run("create"))
 

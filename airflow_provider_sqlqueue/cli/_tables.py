@@ -32,7 +32,8 @@ def create(args: argparse.Namespace, out: Console, err: Console) -> int:
     with connected(args, may_create_file=True) as transport:
         for name in dict.fromkeys(args.queues):
             queue = transport.queue(name)
-            (created if queue.create(options) else existing).append(str(queue.address))
+            made = queue.create(options, add_missing_indexes=args.add_missing_indexes)
+            (created if made else existing).append(str(queue.address))
         if args.json:
             print_json({"created": created, "existing": existing})
         else:

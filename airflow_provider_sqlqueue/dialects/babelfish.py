@@ -140,6 +140,10 @@ class BabelfishDialect(SqlServerDialect):
             (address.schema, address.table),
         )
 
+    def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
+        """Unknown: Babelfish's catalog reports every index, clustered or not, as non-clustered (type 2)."""
+        return None
+
     def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
         pattern = index_name.replace("[", "[[]").replace("_", "[_]").replace("%", "[%]") + "%"
         return (

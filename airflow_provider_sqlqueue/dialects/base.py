@@ -295,6 +295,11 @@ class Dialect(ABC):
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         """Check the indexes and column types of an existing table; never raises for a finding."""
 
+    def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
+        """Whether RowVersion leads a clustered index (SQL Server's ``clustered`` layout), read from the
+        catalog; None where the engine has no such choice or its catalog cannot tell."""
+        return None
+
     # ---- delayed delivery (the ``<endpoint>.Delayed`` table) -----------------------------------
     @abstractmethod
     def create_delayed_table(self, address: QueueAddress) -> str:

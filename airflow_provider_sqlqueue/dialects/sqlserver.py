@@ -333,6 +333,10 @@ class SqlServerDialect(Dialect):
             )
         return findings
 
+    def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
+        cursor.execute(self.index_first_columns(address), (self.qualified_name(address),))
+        return any(str(name).lower() == "rowversion" and int(kind) == 1 for name, kind in cursor.fetchall())
+
     # ---- delayed delivery ----------------------------------------------------------------------
     def create_delayed_table(self, address: QueueAddress) -> str:
         return (

@@ -503,8 +503,12 @@ class SqlQueueHook(DbApiHook):
         options: TableOptions | None = None,
         *,
         dry_run: bool = False,
+        add_missing_indexes: bool = False,
     ) -> dict[str, Any]:
         """Create queues idempotently and inspect them, or (``dry_run``) only render their DDL script.
+
+        Indexes missing from queues that already exist are reported as findings, and built only with
+        ``add_missing_indexes`` (building one blocks the receivers using the table).
 
         Returns ``{"created": [...], "existing": [...], "findings": {queue: [finding, ...]}}``, or
         ``{"script": text}`` for a dry run.
@@ -515,7 +519,7 @@ class SqlQueueHook(DbApiHook):
             return {"script": "\n".join(queue.create_script(options) for queue in targets)}
         result: dict[str, Any] = {"created": [], "existing": [], "findings": {}}
         for queue in targets:
-            created = queue.create(options)
+            created = queue.create(options, add_missing_indexes=add_missing_indexes)
             result["created" if created else "existing"].append(queue.name)
             findings: list[Finding] = queue.inspect(options)
             if findings:

@@ -68,6 +68,9 @@ class ProvisionQueuesOperator(BaseOperator):
     :param layout: ``clustered`` (the seeds' layout) or ``heap`` (SQL Server only).
     :param unicode_headers: ``nvarchar(max)`` Headers (SQL Server; False gives the seeds' ``varchar``).
     :param body_string: add the readable ``BodyString`` computed column.
+    :param add_missing_indexes: also build the indexes missing from queues that already exist. Off by
+        default: building an index blocks the receivers using the table (SQL Server builds it offline),
+        so the missing ones are reported as findings instead; turn it on for a quiet window.
     :param dry_run: create nothing; return the DDL script (real queue names in it).
     :param script_path: with ``dry_run``, also write the script to this file (templated).
     :return: ``{"created": [...], "existing": [...], "findings": {...}}``, or the script for a dry run.
@@ -89,6 +92,7 @@ class ProvisionQueuesOperator(BaseOperator):
         layout: str = "clustered",
         unicode_headers: bool = True,
         body_string: bool = False,
+        add_missing_indexes: bool = False,
         dry_run: bool = False,
         script_path: str | None = None,
         **kwargs: Any,
@@ -104,6 +108,7 @@ class ProvisionQueuesOperator(BaseOperator):
         self.error_queue = error_queue
         self.audit_queue = audit_queue
         self.extra_queues = extra_queues
+        self.add_missing_indexes = add_missing_indexes
         self.dry_run = dry_run
         self.script_path = script_path
 
@@ -121,7 +126,9 @@ class ProvisionQueuesOperator(BaseOperator):
         names = self.queue_names()
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
-            result = hook.provision(names, self.options, dry_run=self.dry_run)
+            result = hook.provision(
+                names, self.options, dry_run=self.dry_run, add_missing_indexes=self.add_missing_indexes
+            )
         finally:
             hook.close()
         if self.dry_run:

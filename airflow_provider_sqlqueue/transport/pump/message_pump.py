@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING, Any
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError, QueueNotFound
 from ..queue import TableQueue, TransactionMode
+from ..queue.startup import (
+    DEFAULT_PURGE_BATCH_SIZE,
+    check_purge_batch_size,
+    inspect_at_start,
+    purge_expired_at_start,
+)
 from ..recoverability import CircuitBreaker, CircuitBreakerSettings, CriticalErrorCallback, FailureStore
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
@@ -58,6 +64,11 @@ class MessagePump:
     :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds.
     :param stop_timeout: how long :meth:`stop` waits for running handlers by default.
     :param delayed: the delayed table for ``context.send(..., delay=...)`` (an Endpoint passes its own).
+    :param inspect_on_start: look at the input queue's indexes and columns once when starting and log what
+        could be better (default True; it never stops the start).
+    :param purge_expired_on_start: delete the input queue's expired messages when starting, before the
+        first receive (default False, as in the reference); a deadlock is a warning and the start goes on.
+    :param purge_batch_size: rows per purge statement, each in its own transaction (default 10,000).
     """
 
     def __init__(
@@ -80,6 +91,9 @@ class MessagePump:
         delayed: DelayedStore | None = None,
         endpoint: Any = None,
         name: str | None = None,
+        inspect_on_start: bool = True,
+        purge_expired_on_start: bool = False,
+        purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE,
     ) -> None:
         if not isinstance(queue, TableQueue):
             raise ConfigurationError(f"queue must be a TableQueue (transport.queue(...)), not {queue!r}")
@@ -113,6 +127,15 @@ class MessagePump:
             raise ConfigurationError(
                 f"idle_delay must be between {MIN_IDLE_DELAY} and {MAX_IDLE_DELAY} seconds, not {idle_delay}"
             )
+        for switch, value in (
+            ("inspect_on_start", inspect_on_start),
+            ("purge_expired_on_start", purge_expired_on_start),
+        ):
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"{switch} must be True or False, not {value!r}")
+        self.inspect_on_start = inspect_on_start
+        self.purge_expired_on_start = purge_expired_on_start
+        self.purge_batch_size = check_purge_batch_size(purge_batch_size)
         self.transport = queue.transport
         target_error = queue.error_queue if error_queue is ... else error_queue
         if target_error is None:
@@ -196,11 +219,17 @@ class MessagePump:
 
         Raises :class:`QueueNotFound` at once when the input queue does not exist, and a database error
         when the database cannot be reached; once running, database failures go to the circuit breaker.
+        Before the first receive it purges expired messages if asked, then inspects the queue table, as
+        the reference's receivers do (see "When a receiver starts" in the concepts guide).
         """
         if self._started_at is not None:
             raise ConfigurationError("this pump was already started; create a new one")
         if not self.queue.exists():  # fail at once, as the reference's startup does, not in the loop
             raise QueueNotFound(f"queue {self.queue.address} does not exist: create it first")
+        if self.purge_expired_on_start:
+            purge_expired_at_start(self.queue, self.purge_batch_size)
+        if self.inspect_on_start:
+            inspect_at_start(self.queue, purging=self.purge_expired_on_start)
         self._budget = MessageBudget(max_messages)
         self._until_empty = until_empty
         self._started_at = time.monotonic()

@@ -78,11 +78,18 @@ def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
             raise TransientDatabaseError(f"could not take the creation lock for {address}")
 
 
-def create_table(transport: Transport, address: QueueAddress, options: TableOptions) -> bool:
-    """Create the table and its indexes if missing; True when this call created the table."""
+def create_table(
+    transport: Transport, address: QueueAddress, options: TableOptions, *, add_missing_indexes: bool = False
+) -> bool:
+    """Create the table and its indexes if missing; True when this call created the table.
+
+    On a table that already exists, a missing index is only reported (a warning with its statement) unless
+    ``add_missing_indexes``: building an index on a table that receivers are using blocks them while it
+    builds (SQL Server builds it offline), so that is a step to choose, not a side effect of provisioning.
+    """
     for attempt in (1, 2):
         try:
-            return _create_once(transport, address, options)
+            return _create_once(transport, address, options, add_missing_indexes)
         except Exception as error:
             cause = error.__cause__ or error
             if attempt == 1 and transport.dialect.is_already_exists(cause):
@@ -92,8 +99,11 @@ def create_table(transport: Transport, address: QueueAddress, options: TableOpti
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _create_once(transport: Transport, address: QueueAddress, options: TableOptions) -> bool:
+def _create_once(
+    transport: Transport, address: QueueAddress, options: TableOptions, add_missing_indexes: bool
+) -> bool:
     dialect = transport.dialect
+    left: list[str] = []
     with transport.connection(address) as connection:
         cursor = connection.cursor()
         begin_creation(cursor, dialect, address)
@@ -101,9 +111,15 @@ def _create_once(transport: Transport, address: QueueAddress, options: TableOpti
         if created:
             cursor.execute(dialect.create_table(address, options), ())
         for index in dialect.indexes(address, options):
-            cursor.execute(*dialect.index_exists(address, index.name))
-            if not first_value(cursor, dialect):
-                cursor.execute(index.create, ())
+            if not created:
+                cursor.execute(*dialect.index_exists(address, index.name))
+                if first_value(cursor, dialect):
+                    continue
+                if not add_missing_indexes:
+                    left.append(dialect.display_sql(index.create))
+                    continue
+                log.warning("adding the missing index %s to the existing queue %s", index.name, address)
+            cursor.execute(index.create, ())
         if options.body_string and not created:
             cursor.execute(*dialect.column_exists(address, "BodyString"))
             if not first_value(cursor, dialect):
@@ -111,6 +127,14 @@ def _create_once(transport: Transport, address: QueueAddress, options: TableOpti
         connection.commit()
     if created:
         log.info("created queue %s", address)
+    for statement in left:
+        log.warning(
+            "queue %s exists without the index this statement makes; create() left it out because building "
+            "it blocks the receivers using the table. Run it in a quiet window, or call create() with "
+            "add_missing_indexes=True: %s",
+            address,
+            statement,
+        )
     return created
 
 

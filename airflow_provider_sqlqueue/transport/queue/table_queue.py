@@ -106,14 +106,19 @@ class TableQueue:
         return statements
 
     # ---- provisioning (see provisioning.py) ----------------------------------------------------
-    def create(self, options: TableOptions | None = None, **overrides: Any) -> bool:
+    def create(
+        self, options: TableOptions | None = None, *, add_missing_indexes: bool = False, **overrides: Any
+    ) -> bool:
         """Create the table and its indexes if missing; safe to run from many processes at once.
 
-        Returns True when this call created the table. Needs DDL rights (the provisioning role).
+        Returns True when this call created the table. Needs DDL rights (the provisioning role). An
+        existing table keeps its indexes as they are: each missing one is logged as a warning with its
+        statement, and built only with ``add_missing_indexes=True``, since building it blocks the
+        receivers using the table (see the DBA guide).
         """
         options = table_options(options, overrides)
         self._recoverable = self._bulk_send = None
-        return create_table(self.transport, self.address, options)
+        return create_table(self.transport, self.address, options, add_missing_indexes=add_missing_indexes)
 
     def create_script(self, options: TableOptions | None = None, **overrides: Any) -> str:
         """The DDL that :meth:`create` runs for a new table, as a script a DBA can review and run."""
@@ -513,19 +518,7 @@ class TableQueue:
         started = time.monotonic()
         total = batches = 0
         while True:
-            with self.transport.connection(self.address) as connection:
-                cursor = connection.cursor()
-                begin = self.dialect.begin_write()
-                if begin:
-                    cursor.execute(begin, ())
-                statement = self._sql.locking(self._uses_row_locks(cursor)).purge_expired_batch
-                cursor.execute(statement, (batch_size,))
-                if self.dialect.purge_returns_count():
-                    rows = self.dialect.fetch_rows(cursor)
-                    deleted = int(rows[0][0]) if rows else 0
-                else:
-                    deleted = max(cursor.rowcount, 0)
-                connection.commit()
+            deleted = self._purge_expired_batch(batch_size)
             total += deleted
             batches += 1
             log.debug("purged %d expired message(s) from %s", deleted, self.address)
@@ -538,3 +531,20 @@ class TableQueue:
         if total:
             log.info("purged %d expired message(s) from %s in %d batch(es)", total, self.address, batches)
         return total
+
+    def _purge_expired_batch(self, batch_size: int) -> int:
+        """Delete up to ``batch_size`` expired rows that no receiver holds, in a transaction of its own."""
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            begin = self.dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            statement = self._sql.locking(self._uses_row_locks(cursor)).purge_expired_batch
+            cursor.execute(statement, (batch_size,))
+            if self.dialect.purge_returns_count():
+                rows = self.dialect.fetch_rows(cursor)
+                deleted = int(rows[0][0]) if rows else 0
+            else:
+                deleted = max(cursor.rowcount, 0)
+            connection.commit()
+        return deleted
