@@ -320,6 +320,7 @@ def test_create_leaves_an_index_missing_from_an_existing_table_unless_asked(run,
     left = run("create", "orders")
     assert left.code == Exit.OK and "already exists" in left.out
     assert "add_missing_indexes=True" in left.err and "INDEX" in left.err.split("add_missing_indexes=True")[1]
+    assert "--add-missing-indexes" in left.err
     assert [finding.code for finding in orders.inspect()] == ["missing_expires_index"]
     added = run("create", "orders", "--add-missing-indexes")
     assert added.code == Exit.OK and orders.inspect() == []

@@ -130,8 +130,9 @@ def _create_once(
     for statement in left:
         log.warning(
             "queue %s exists without the index this statement makes; create() left it out because building "
-            "it blocks the receivers using the table. Run it in a quiet window, or call create() with "
-            "add_missing_indexes=True: %s",
+            "it blocks the receivers using the table. Run it in a quiet window, or ask for it (create(..., "
+            "add_missing_indexes=True), `sqlqueue create --add-missing-indexes`, or the provision operator's "
+            "add_missing_indexes=True): %s",
             address,
             statement,
         )
