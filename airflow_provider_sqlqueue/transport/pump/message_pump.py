@@ -7,6 +7,7 @@ to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats
 from __future__ import annotations
 
 import logging
+import math
 import queue as queue_module
 import socket
 import threading
@@ -51,7 +52,8 @@ class MessagePump:
     :param error_queue: where failed and unreadable messages go (default: the queue's, i.e. the
         transport's ``error``).
     :param audit_queue: where a copy of every processed message goes; None (default) for no audit.
-    :param idle_delay: seconds to wait when the queue is empty (0.1 to 10; default 1).
+    :param idle_delay: seconds to wait when the queue is empty (at least 0.1, default 1); above 10 s it
+        logs a warning, as the reference's peek delay does.
     :param circuit_breaker: the breaker's times (defaults 30 s to trigger, 1 s and 10 s back-off).
     :param on_critical_error: ``callback(message, error)`` when a breaker triggers (default: log it and
         keep trying).
@@ -109,10 +111,17 @@ class MessagePump:
             raise ConfigurationError(f"immediate_retries must be an int >= 0, not {immediate_retries!r}")
         if isinstance(idle_delay, bool) or not isinstance(idle_delay, int | float):
             raise ConfigurationError(f"idle_delay must be seconds, not {idle_delay!r}")
-        if not MIN_IDLE_DELAY <= idle_delay <= MAX_IDLE_DELAY:
+        if not MIN_IDLE_DELAY <= idle_delay < math.inf:
             raise ConfigurationError(
-                f"idle_delay must be between {MIN_IDLE_DELAY} and {MAX_IDLE_DELAY} seconds, not {idle_delay}"
+                f"idle_delay must be at least {MIN_IDLE_DELAY} seconds (recommended up to {MAX_IDLE_DELAY}), "
+                f"not {idle_delay}"
             )
+        if idle_delay > MAX_IDLE_DELAY:  # the reference's peek delay warns above 10 s, it does not refuse
+            log.warning(
+                "idle_delay of %g s is above the recommended %g to %g s: an idle pump notices new messages "
+                "that late",
+                idle_delay, MIN_IDLE_DELAY, MAX_IDLE_DELAY,
+            )  # fmt: skip
         self.transport = queue.transport
         target_error = queue.error_queue if error_queue is ... else error_queue
         if target_error is None:
