@@ -329,20 +329,27 @@ def test_a_flaky_handler_succeeds_on_a_later_attempt_and_its_earlier_sends_were_
         assert batch[0].headers["NServiceBus.RelatedTo"]
 
 
-def test_transaction_mode_none_retries_in_memory_then_moves_to_the_error_queue(
+def test_transaction_mode_none_moves_a_failed_message_to_the_error_queue_after_one_attempt(
     target, transport: Transport
 ) -> None:
+    """Mode ``none`` has no transaction to put the message back, so no immediate retries: the reference
+    calls its error handling once, and the message goes to the error queue with the failure headers."""
     error = transport.queue("error")
     error.create()
     queue = transport.queue("orders")
     queue.create()
     queue.send_batch([b"bad", b"good"])
     handler = Recorder(fail={b"bad"})
-    pump = MessagePump(queue, handler, transaction_mode="none", immediate_retries=1, **FAST)
+    pump = MessagePump(queue, handler, transaction_mode="none", immediate_retries=3, **FAST)
     stats = pump.run(timeout=30)
-    assert handler.bodies.count(b"bad") == 2 and stats.failed == 1 and stats.processed == 1
-    assert [row[2] for row in rawsql.all_rows(error)] == [b"bad"]
-    assert queue.count() == 0
+    assert handler.bodies == [b"bad", b"good"] and handler.attempts == [1, 1]
+    assert (stats.failed, stats.retried, stats.processed) == (1, 0, 1)
+    with error.receive(max_messages=10) as batch:
+        [failed] = batch
+    assert failed.body == b"bad"
+    assert failed.headers["NServiceBus.FailedQ"] == str(queue.address)
+    assert failed.headers["NServiceBus.ExceptionInfo.Message"] == "cannot handle b'bad'"
+    assert queue.count() == 0 and len(pump.failures) == 0
 
 
 def test_expired_and_unreadable_rows_never_reach_the_handler(target, transport: Transport) -> None:

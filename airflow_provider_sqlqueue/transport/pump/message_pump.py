@@ -48,7 +48,8 @@ class MessagePump:
     :param max_concurrency: most messages in flight at once (the seeds' ``MaximumConcurrencyLevel``).
     :param strategy: ``monitor`` (default), ``adaptive`` or ``fixed``.
     :param transaction_mode: the core's transaction mode (default ``sends_atomic_with_receive``).
-    :param immediate_retries: attempts after the first before a message goes to the error queue.
+    :param immediate_retries: attempts after the first before a message goes to the error queue (none
+        in transaction mode ``none``, which has no transaction to put a message back).
     :param error_queue: where failed and unreadable messages go (default: the queue's, i.e. the
         transport's ``error``).
     :param audit_queue: where a copy of every processed message goes; None (default) for no audit.
