@@ -1,5 +1,5 @@
 """The message pump on real engines: the three strategies, retries to the error queue, audit, stopping,
-the ramp-up controller, the circuit breaker's timing and the pool-size warning."""
+the circuit breaker's timing and the pool-size warning."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from airflow_provider_sqlqueue.transport import (
     ConfigurationError,
     MessagePump,
     OutgoingMessage,
-    RampUpController,
     TableQueue,
     TransientDatabaseError,
     Transport,
@@ -217,56 +216,6 @@ def test_max_messages_stops_at_the_limit_and_leaves_the_rest(target, transport: 
         stats = MessagePump(queue, handler, max_concurrency=4, strategy=strategy, **FAST).run(max_messages=10)
         assert stats.processed == 10 and len(handler.seen) == 10
     assert queue.count() == 20
-
-
-# ---- the ramp-up controller ------------------------------------------------------------------------
-def test_ramp_up_controller_decisions_are_deterministic() -> None:
-    controller = RampUpController(3, success_threshold=2, failure_threshold=3)
-    script = "SSS" + "SSS" + "SSS" + "FFFF" + "FFFF" + "FFFF" + "SFSFSF" + "SSS"
-    decisions = [controller.record(step == "S") for step in script]
-    expected = (
-        [None, None, "add"]  # 3 successes > 2: a second worker
-        + [None, None, "add"]  # a third
-        + [None, None, None]  # at the limit: nothing more
-        + [None, None, None, "retire"]  # 4 failures > 3: back to two
-        + [None, None, None, "retire"]  # and one
-        + [None, None, None, None]  # never below one worker
-        + [None] * 6  # alternating never crosses a threshold
-        + [None, None, "add"]
-    )
-    assert decisions == expected
-    assert controller.workers == 2
-    with pytest.raises(ConfigurationError):
-        RampUpController(0)
-
-
-def test_adaptive_ramps_up_under_load_and_retires_when_idle(target, transport: Transport) -> None:
-    transport.queue("error").create()
-    queue = transport.queue("ramp")
-    queue.create()
-    fill(queue, 600)
-    handler = Recorder(sleep=0.001)
-    pump = MessagePump(
-        queue,
-        handler,
-        max_concurrency=5,
-        strategy="adaptive",
-        success_threshold=3,
-        failure_threshold=2,
-        **FAST,
-    )
-    with pump:
-        deadline = time.monotonic() + 30
-        while len(handler.seen) < 600 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        busiest = pump.stats().max_workers
-        while pump.controller.workers > 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        idle_workers = pump.controller.workers
-        alive = sum(1 for thread in pump._threads if thread.is_alive())
-    assert len(handler.seen) == 600
-    assert busiest == 5
-    assert idle_workers == 1 and alive == 1
 
 
 # ---- failures, retries, error queue, audit ----------------------------------------------------------

@@ -23,7 +23,7 @@ from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
 from .stats import Counters, PumpStats
-from .strategy import RampUpController, Strategy
+from .strategy import AdaptiveStrategy, Strategy
 
 if TYPE_CHECKING:
     from ...dialects.base import Dialect
@@ -58,7 +58,11 @@ class MessagePump:
     :param circuit_breaker: the breaker's times (defaults 30 s to trigger, 1 s and 10 s back-off).
     :param on_critical_error: ``callback(message, error)`` when a breaker triggers (default: log it and
         keep trying).
-    :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds.
+    :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds: a worker
+        starts another after more than ``success_threshold`` (5) messages in a row, and retires after
+        ``failure_threshold`` (7) empty receives in a row, as the reference's 2.1 receivers.
+    :param slow_handler_threshold: seconds after which a receive still running starts one more adaptive
+        worker (5, the reference's), so a slow handler does not hold the queue up.
     :param stop_timeout: how long :meth:`stop` waits for running handlers by default.
     :param delayed: the delayed table for ``context.send(..., delay=...)`` (an Endpoint passes its own).
     """
@@ -78,7 +82,8 @@ class MessagePump:
         circuit_breaker: CircuitBreakerSettings | None = None,
         on_critical_error: CriticalErrorCallback | None = None,
         success_threshold: int = 5,
-        failure_threshold: int = 5,
+        failure_threshold: int = 7,
+        slow_handler_threshold: float = 5.0,
         stop_timeout: float = 30.0,
         delayed: DelayedStore | None = None,
         endpoint: Any = None,
@@ -145,8 +150,11 @@ class MessagePump:
         self.receive_breaker = CircuitBreaker(
             f"Failed to receive from {self.queue.address}", circuit_breaker, on_critical_error
         )
-        self.controller = RampUpController(
-            max_concurrency, success_threshold=success_threshold, failure_threshold=failure_threshold
+        self.adaptive = AdaptiveStrategy(
+            self,
+            success_threshold=success_threshold,
+            failure_threshold=failure_threshold,
+            slow_handler_threshold=slow_handler_threshold,
         )
         self.failures = FailureStore()
         self._processor = MessageProcessor(self)
@@ -224,8 +232,7 @@ class MessagePump:
                 self._spawn(self._polling_loop, f"{self.name} worker {number + 1}")
             self._note_workers(self.max_concurrency)
         else:
-            self._spawn(self._polling_loop, f"{self.name} worker 1")
-            self._note_workers(1)
+            self.adaptive.start()
         log.info(
             "%s started: %s strategy, concurrency %d, %s", self.name, self.strategy.value,
             self.max_concurrency, self.transaction_mode.value,
@@ -349,7 +356,7 @@ class MessagePump:
     def stats(self) -> PumpStats:
         c = self.counters
         if self.strategy is Strategy.ADAPTIVE:
-            workers = self.controller.workers
+            workers = self.adaptive.workers.count
         elif self.strategy is Strategy.FIXED:
             workers = self.max_concurrency
         else:
@@ -430,8 +437,7 @@ class MessagePump:
                 self._slots.release()
 
     def _polling_loop(self) -> None:
-        """A polling worker of the fixed and adaptive strategies."""
-        adaptive = self.strategy is Strategy.ADAPTIVE
+        """A polling worker of the fixed strategy: receive, handle, sleep the idle delay when empty."""
         while not self._halt.is_set():
             if not self._budget.reserve():
                 if self._budget.exhausted:
@@ -440,18 +446,6 @@ class MessagePump:
                 continue
             outcome = self._receive_one()
             self._settle(outcome)
-            if outcome in (ERROR, SKIPPED):
-                continue
-            if adaptive:
-                decision = self.controller.record(outcome != EMPTY)
-                if decision == RampUpController.ADD:
-                    workers = self.controller.workers
-                    self._note_workers(workers)
-                    log.debug("%s: adding polling worker %d", self.name, workers)
-                    self._spawn(self._polling_loop, f"{self.name} worker {workers}")
-                elif decision == RampUpController.RETIRE:
-                    log.debug("%s: retiring a polling worker", self.name)
-                    return
             if outcome == EMPTY:
                 self.counters.add("idle_rounds")
                 if self._until_empty and self._in_flight == 0:
