@@ -185,6 +185,6 @@ def test_an_idle_delay_above_10_s_warns_and_is_kept(target, transport: Transport
     with caplog.at_level(logging.WARNING, logger=PUMP_LOGGER):
         MessagePump(queue, print, idle_delay=10)
     assert caplog.text == ""
-    for refused in (0.05, 0, -1, math.inf, math.nan):
+    for refused in (0.05, 0, -1, math.inf, math.nan, 10**400):
         with pytest.raises(ConfigurationError, match="idle_delay"):
             MessagePump(queue, print, idle_delay=refused)

@@ -7,7 +7,6 @@ to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats
 from __future__ import annotations
 
 import logging
-import math
 import queue as queue_module
 import socket
 import threading
@@ -117,10 +116,15 @@ class MessagePump:
             raise ConfigurationError(f"immediate_retries must be an int >= 0, not {immediate_retries!r}")
         if isinstance(idle_delay, bool) or not isinstance(idle_delay, int | float):
             raise ConfigurationError(f"idle_delay must be seconds, not {idle_delay!r}")
-        if not MIN_IDLE_DELAY <= idle_delay < math.inf:
+        if not idle_delay >= MIN_IDLE_DELAY:  # also refuses NaN
             raise ConfigurationError(
                 f"idle_delay must be at least {MIN_IDLE_DELAY} seconds (recommended up to {MAX_IDLE_DELAY}), "
                 f"not {idle_delay}"
+            )
+        if idle_delay > threading.TIMEOUT_MAX:
+            raise ConfigurationError(
+                f"idle_delay must be at most {threading.TIMEOUT_MAX:g} seconds (recommended up to "
+                f"{MAX_IDLE_DELAY}), not {idle_delay}"
             )
         if idle_delay > MAX_IDLE_DELAY:  # the reference's peek delay warns above 10 s, it does not refuse
             log.warning(
