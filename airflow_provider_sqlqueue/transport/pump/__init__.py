@@ -6,20 +6,23 @@ Three strategies, chosen by name (see docs/concurrency.md):
   up to that many receive tasks within the free slots, waits until every started task has executed its
   receive statement before it peeks again, ends a round at the first empty receive, and sleeps the idle
   delay when the queue is empty. No empty-receive storms.
-- ``adaptive`` (2.1): polling workers governed by a :class:`RampUpController`; a run of receives that found a
-  message adds a worker up to the limit, a run of empty receives retires one down to a single worker.
+- ``adaptive`` (2.1): polling workers, each with its own :class:`RampUpController`; more than 5 messages in
+  a row start another worker up to the limit, 7 empty receives in a row retire the worker down to a single
+  one, an empty receive backs off from 50 ms doubling to the idle delay, and a handler running over 5 s
+  starts one more worker.
 - ``fixed`` (before 2.0): ``max_concurrency`` polling workers, each sleeping the idle delay when the queue
   is empty.
 
 Every receive takes one message in its own connection and transaction (the core's transaction modes). A
-handler exception rolls the message back; failures are counted per native message Id across rollbacks, and
-once the immediate retries are spent the next receive moves the message, with failure headers, to the error
-queue in the receive's transaction. Database failures go through a circuit breaker; deadlocks are retried
-without counting. Nothing here imports Airflow.
+handler exception rolls the message back (in mode ``none``, with nothing to roll back, the message goes to the
+error queue at once); failures are counted per native message Id across rollbacks, and once the immediate
+retries are spent the next receive moves the message, with failure headers, to the error queue in the
+receive's transaction. Database failures go through a circuit breaker; deadlocks are retried without counting.
+Nothing here imports Airflow.
 
 The modules of this package, one idea each: :mod:`.message_pump` (the pump, its threads and loops),
-:mod:`.strategy` (the strategies and the adaptive ramp-up), :mod:`.pacing` (message budget, monitor rounds),
-:mod:`.processing` (one message: forward, handle with retries, error queue, audit), :mod:`.context`
+:mod:`.strategy` (the strategies and the adaptive ramp-up), :mod:`.pacing` (message budget, monitor rounds,
+back-off), :mod:`.processing` (one message: forward, handle with retries, error queue, audit), :mod:`.context`
 (what a handler may send), :mod:`.handler` (loading a handler) and :mod:`.stats` (counters).
 """
 

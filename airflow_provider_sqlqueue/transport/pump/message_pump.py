@@ -28,7 +28,7 @@ from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
 from .stats import Counters, PumpStats
-from .strategy import RampUpController, Strategy
+from .strategy import AdaptiveStrategy, Strategy
 
 if TYPE_CHECKING:
     from ...dialects.base import Dialect
@@ -53,15 +53,21 @@ class MessagePump:
     :param max_concurrency: most messages in flight at once (the seeds' ``MaximumConcurrencyLevel``).
     :param strategy: ``monitor`` (default), ``adaptive`` or ``fixed``.
     :param transaction_mode: the core's transaction mode (default ``sends_atomic_with_receive``).
-    :param immediate_retries: attempts after the first before a message goes to the error queue.
+    :param immediate_retries: attempts after the first before a message goes to the error queue (none
+        in transaction mode ``none``, which has no transaction to put a message back).
     :param error_queue: where failed and unreadable messages go (default: the queue's, i.e. the
         transport's ``error``).
     :param audit_queue: where a copy of every processed message goes; None (default) for no audit.
-    :param idle_delay: seconds to wait when the queue is empty (0.1 to 10; default 1).
+    :param idle_delay: seconds to wait when the queue is empty (at least 0.1, default 1); above 10 s it
+        logs a warning, as the reference's peek delay does.
     :param circuit_breaker: the breaker's times (defaults 30 s to trigger, 1 s and 10 s back-off).
     :param on_critical_error: ``callback(message, error)`` when a breaker triggers (default: log it and
         keep trying).
-    :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds.
+    :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds: a worker
+        starts another after more than ``success_threshold`` (5) messages in a row, and retires after
+        ``failure_threshold`` (7) empty receives in a row, as the reference's 2.1 receivers.
+    :param slow_handler_threshold: seconds after which a receive still running starts one more adaptive
+        worker (5, the reference's), so a slow handler does not hold the queue up.
     :param stop_timeout: how long :meth:`stop` waits for running handlers by default.
     :param delayed: the delayed table for ``context.send(..., delay=...)`` (an Endpoint passes its own).
     :param inspect_on_start: look at the input queue's indexes and columns once when starting and log what
@@ -86,7 +92,8 @@ class MessagePump:
         circuit_breaker: CircuitBreakerSettings | None = None,
         on_critical_error: CriticalErrorCallback | None = None,
         success_threshold: int = 5,
-        failure_threshold: int = 5,
+        failure_threshold: int = 7,
+        slow_handler_threshold: float = 5.0,
         stop_timeout: float = 30.0,
         delayed: DelayedStore | None = None,
         endpoint: Any = None,
@@ -123,10 +130,22 @@ class MessagePump:
             raise ConfigurationError(f"immediate_retries must be an int >= 0, not {immediate_retries!r}")
         if isinstance(idle_delay, bool) or not isinstance(idle_delay, int | float):
             raise ConfigurationError(f"idle_delay must be seconds, not {idle_delay!r}")
-        if not MIN_IDLE_DELAY <= idle_delay <= MAX_IDLE_DELAY:
+        if not idle_delay >= MIN_IDLE_DELAY:  # also refuses NaN
             raise ConfigurationError(
-                f"idle_delay must be between {MIN_IDLE_DELAY} and {MAX_IDLE_DELAY} seconds, not {idle_delay}"
+                f"idle_delay must be at least {MIN_IDLE_DELAY} seconds (recommended up to {MAX_IDLE_DELAY}), "
+                f"not {idle_delay}"
             )
+        if idle_delay > threading.TIMEOUT_MAX:
+            raise ConfigurationError(
+                f"idle_delay must be at most {threading.TIMEOUT_MAX:g} seconds (recommended up to "
+                f"{MAX_IDLE_DELAY}), not {idle_delay}"
+            )
+        if idle_delay > MAX_IDLE_DELAY:  # the reference's peek delay warns above 10 s, it does not refuse
+            log.warning(
+                "idle_delay of %g s is above the recommended %g to %g s: an idle pump notices new messages "
+                "that late",
+                idle_delay, MIN_IDLE_DELAY, MAX_IDLE_DELAY,
+            )  # fmt: skip
         for switch, value in (
             ("inspect_on_start", inspect_on_start),
             ("purge_expired_on_start", purge_expired_on_start),
@@ -158,8 +177,11 @@ class MessagePump:
         self.receive_breaker = CircuitBreaker(
             f"Failed to receive from {self.queue.address}", circuit_breaker, on_critical_error
         )
-        self.controller = RampUpController(
-            max_concurrency, success_threshold=success_threshold, failure_threshold=failure_threshold
+        self.adaptive = AdaptiveStrategy(
+            self,
+            success_threshold=success_threshold,
+            failure_threshold=failure_threshold,
+            slow_handler_threshold=slow_handler_threshold,
         )
         self.failures = FailureStore()
         self._processor = MessageProcessor(self)
@@ -243,8 +265,7 @@ class MessagePump:
                 self._spawn(self._polling_loop, f"{self.name} worker {number + 1}")
             self._note_workers(self.max_concurrency)
         else:
-            self._spawn(self._polling_loop, f"{self.name} worker 1")
-            self._note_workers(1)
+            self.adaptive.start()
         log.info(
             "%s started: %s strategy, concurrency %d, %s", self.name, self.strategy.value,
             self.max_concurrency, self.transaction_mode.value,
@@ -368,7 +389,7 @@ class MessagePump:
     def stats(self) -> PumpStats:
         c = self.counters
         if self.strategy is Strategy.ADAPTIVE:
-            workers = self.controller.workers
+            workers = self.adaptive.workers.count
         elif self.strategy is Strategy.FIXED:
             workers = self.max_concurrency
         else:
@@ -449,8 +470,7 @@ class MessagePump:
                 self._slots.release()
 
     def _polling_loop(self) -> None:
-        """A polling worker of the fixed and adaptive strategies."""
-        adaptive = self.strategy is Strategy.ADAPTIVE
+        """A polling worker of the fixed strategy: receive, handle, sleep the idle delay when empty."""
         while not self._halt.is_set():
             if not self._budget.reserve():
                 if self._budget.exhausted:
@@ -459,18 +479,6 @@ class MessagePump:
                 continue
             outcome = self._receive_one()
             self._settle(outcome)
-            if outcome in (ERROR, SKIPPED):
-                continue
-            if adaptive:
-                decision = self.controller.record(outcome != EMPTY)
-                if decision == RampUpController.ADD:
-                    workers = self.controller.workers
-                    self._note_workers(workers)
-                    log.debug("%s: adding polling worker %d", self.name, workers)
-                    self._spawn(self._polling_loop, f"{self.name} worker {workers}")
-                elif decision == RampUpController.RETIRE:
-                    log.debug("%s: retiring a polling worker", self.name)
-                    return
             if outcome == EMPTY:
                 self.counters.add("idle_rounds")
                 if self._until_empty and self._in_flight == 0:

@@ -1,15 +1,18 @@
-"""How many receives a pump may start: the run's message budget and the monitor strategy's rounds.
+"""How many receives a pump may start and when: the run's message budget, the monitor strategy's rounds and
+the adaptive workers' back-off after empty receives.
 
-Both are shared by the pump's threads, so each guards its counts with a condition.
+The budget and the rounds are shared by the pump's threads, so each guards its counts with a condition; a
+back-off belongs to one worker.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from ...model.errors import ConfigurationError
 
-__all__ = ["MessageBudget", "MonitorRound"]
+__all__ = ["BoundedBackOff", "MessageBudget", "MonitorRound"]
 
 
 class MessageBudget:
@@ -84,3 +87,32 @@ class MonitorRound:
         with self._done:
             while self.pending > 0:
                 self._done.wait()
+
+
+class BoundedBackOff:
+    """One adaptive worker's wait after an empty receive: 50 ms, doubling up to ``maximum``; a receive that
+    found a message starts it over.
+
+    The reference's ``BoundedExponentialBackOff`` (2.1/2.2) starts at 50 ms and doubles up to 1 s; the cap
+    here is the pump's idle delay, whose default is that same 1 s. ``wait`` does the sleeping (the pump
+    passes its stop event's ``wait``, so a stop cuts a back-off short).
+    """
+
+    INITIAL = 0.05
+
+    def __init__(self, maximum: float, wait: Callable[[float], object]) -> None:
+        if not maximum > 0:
+            raise ConfigurationError(f"a back-off needs a positive maximum, not {maximum!r}")
+        self.maximum = float(maximum)
+        self.current = min(self.INITIAL, self.maximum)
+        self._wait = wait
+
+    def after(self, received: bool) -> float | None:
+        """Wait after an empty receive and return how long; after one that found a message, start over."""
+        if received:
+            self.current = min(self.INITIAL, self.maximum)
+            return None
+        delay = self.current
+        self._wait(delay)
+        self.current = min(self.maximum, self.current * 2)
+        return delay

@@ -51,8 +51,12 @@ class MessageProcessor:
     def handle(
         self, message: ReceivedMessage, batch: ReceivedBatch, after_commit: list[Callable[[], None]]
     ) -> None:
-        """Forward, handle (retrying in mode ``none``), move to the error queue or audit ``message``; what
-        must wait for the commit (delayed-send notifications) goes to ``after_commit``."""
+        """Forward, handle, move to the error queue or audit ``message``; what must wait for the commit
+        (delayed-send notifications) goes to ``after_commit``.
+
+        A handler failure rolls the receive back for an immediate retry; in transaction mode ``none`` the
+        receive has already committed, so the message goes to the error queue after its first failure.
+        """
         pump = self._pump
         destination = message.headers.get(h.FORWARD_DESTINATION)
         if destination and self._forward(message, batch, destination):
@@ -63,28 +67,28 @@ class MessageProcessor:
             return
         attempt = 1 + (info.count if info is not None else 0)
         started = datetime.now(timezone.utc)
-        while True:
-            context = MessageContext(pump, message, batch, attempt)
-            try:
-                if self._pass_context:
-                    pump.handler(message, context)
-                else:
-                    pump.handler(message)
-                break
-            except Exception as error:
-                count = pump.failures.record(message.id, error)
+        context = MessageContext(pump, message, batch, attempt)
+        try:
+            if self._pass_context:
+                pump.handler(message, context)
+            else:
+                pump.handler(message)
+        except Exception as error:
+            pump.failures.record(message.id, error)
+            if pump.transaction_mode is TransactionMode.NONE:
+                # The receive already committed and no transaction can put the message back: as the
+                # reference's ProcessWithNoTransaction, which calls its error handling once (attempt 1).
                 log.warning(
-                    "%s: handler failed on message %s (attempt %d of %d): %s: %s",
-                    pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
+                    "%s: handler failed on message %s in transaction mode none, which cannot retry: %s: %s",
+                    pump.name, message.id, type(error).__name__, error,
                 )  # fmt: skip
-                if pump.transaction_mode is not TransactionMode.NONE:
-                    raise Rollback from error
-                # Mode 'none': the message was already removed; retry it here, then the error queue.
-                pump.counters.add("retried")
-                if count > pump.immediate_retries or pump.halted:
-                    self._move_to_error_queue(message, batch, pump.failures.get(message.id))
-                    return
-                attempt += 1
+                self._move_to_error_queue(message, batch, pump.failures.get(message.id))
+                return
+            log.warning(
+                "%s: handler failed on message %s (attempt %d of %d): %s: %s",
+                pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
+            )  # fmt: skip
+            raise Rollback from error
         if pump.abandoned:
             raise Rollback  # stop() gave up waiting for this handler
         after_commit.extend(context.after_commit)

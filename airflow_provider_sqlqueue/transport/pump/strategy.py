@@ -1,17 +1,41 @@
-"""The pump's strategies by name, and the ramp-up controller that sizes the adaptive one.
+"""The pump's strategies by name, and the adaptive one: its polling workers' loop, each worker's ramp-up
+controller, the workers' count and the slow-handler watch.
 
-What each strategy does is described in :mod:`airflow_provider_sqlqueue.transport.pump` and
-docs/concurrency.md; the loops that carry them out are the pump's own.
+The adaptive strategy follows the released 2.1/2.2 code of the reference (NServiceBus.SqlServer tags 2.1.0
+to 2.2.6: ``AdaptiveExecutor``, ``AdaptivePollingReceiver``, ``ReceiveRampUpController``, ``TaskTracker``,
+``ExecutorTaskState``): one ramp-up controller per receive thread, ramp-up after more than 5 consecutive
+successes, retirement at 7 consecutive failures, and one more thread when a receive runs longer than 5 s.
+The back-off on empty receives is :class:`~.pacing.BoundedBackOff`. What each strategy does is described in
+:mod:`airflow_provider_sqlqueue.transport.pump` and docs/concurrency.md; the monitor's and the fixed
+strategy's loops are the pump's own.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
+from collections.abc import Callable, Hashable
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from ...model.errors import ConfigurationError
+from .pacing import BoundedBackOff
+from .processing import EMPTY, ERROR, SKIPPED
 
-__all__ = ["RampUpController", "Strategy"]
+if TYPE_CHECKING:
+    from .message_pump import MessagePump
+
+__all__ = ["AdaptiveStrategy", "AdaptiveWorkers", "RampUpController", "SlowHandlerWatch", "Strategy"]
+
+# The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.pump.
+log = logging.getLogger(__package__)
+
+# The reference's AdaptivePollingReceiver constants.
+MINIMUM_CONSECUTIVE_SUCCESSES = 5
+MAXIMUM_CONSECUTIVE_FAILURES = 7
+SLOW_HANDLER_SECONDS = 5.0
 
 
 class Strategy(str, Enum):
@@ -22,52 +46,238 @@ class Strategy(str, Enum):
     FIXED = "fixed"
 
 
-class RampUpController:
-    """The 2.1 ramp-up controller: decides when to add or retire a polling worker.
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive int, not {value!r}")
+    return value
 
-    A receive that found a message increments the consecutive-successes counter and resets the failures
-    counter; an empty receive does the opposite. When successes go over ``success_threshold`` and there are
-    fewer workers than ``max_workers``, it answers ``"add"`` (and resets successes); when failures go over
-    ``failure_threshold`` and there is more than one worker, ``"retire"`` (and resets failures). It keeps
-    the worker count itself, so its decisions are deterministic for a given sequence.
+
+class RampUpController:
+    """One polling worker's ramp-up controller (the reference's ``ReceiveRampUpController``).
+
+    Each adaptive worker has its own, so its counts are its own receives only. A receive that found a
+    message increments *consecutive successes* and resets *consecutive failures*; an empty receive does the
+    opposite. Before each receive the worker asks :meth:`too_much_work`: more than ``success_threshold``
+    successes in a row answer True (start one more worker) and reset both counters. :attr:`has_enough_work`
+    turns False once ``failure_threshold`` empty receives came in a row: the worker retires, unless it is
+    the last one (see :class:`AdaptiveWorkers`).
     """
 
-    ADD = "add"
-    RETIRE = "retire"
-
     def __init__(
-        self, max_workers: int, *, success_threshold: int = 5, failure_threshold: int = 5, workers: int = 1
+        self,
+        *,
+        success_threshold: int = MINIMUM_CONSECUTIVE_SUCCESSES,
+        failure_threshold: int = MAXIMUM_CONSECUTIVE_FAILURES,
     ) -> None:
-        for name, value in (
-            ("max_workers", max_workers),
-            ("success_threshold", success_threshold),
-            ("failure_threshold", failure_threshold),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be a positive int, not {value!r}")
-        self.max_workers = max_workers
-        self.success_threshold = success_threshold
-        self.failure_threshold = failure_threshold
-        self.workers = workers
+        self.success_threshold = _positive_int("success_threshold", success_threshold)
+        self.failure_threshold = _positive_int("failure_threshold", failure_threshold)
         self.consecutive_successes = 0
         self.consecutive_failures = 0
+
+    def record(self, received: bool) -> None:
+        """Count one receive: True when it found a message."""
+        if received:
+            self.consecutive_successes += 1
+            self.consecutive_failures = 0
+        else:
+            self.consecutive_failures += 1
+            self.consecutive_successes = 0
+
+    @property
+    def has_enough_work(self) -> bool:
+        return self.consecutive_failures < self.failure_threshold
+
+    def too_much_work(self) -> bool:
+        """True (once, then the counters restart) when this worker should start another."""
+        if self.consecutive_successes > self.success_threshold:
+            self.reset()
+            return True
+        return False
+
+    def reset(self) -> None:
+        self.consecutive_successes = 0
+        self.consecutive_failures = 0
+
+
+class AdaptiveWorkers:
+    """How many adaptive polling workers run: at most ``max_workers``, never fewer than one while running.
+
+    The reference's ``TaskTracker`` refuses a new receive thread at the limit and restarts one at once when
+    the last one exits; here the last worker simply declines to retire, which has the same effect and keeps
+    its back-off.
+    """
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = _positive_int("max_workers", max_workers)
+        self.count = 0
+        self.most = 0
         self._lock = threading.Lock()
 
-    def record(self, received: bool) -> str | None:
-        """Count one receive; return ``"add"``, ``"retire"`` or None."""
+    def join(self) -> int | None:
+        """Count one more worker and return its number, or None at the limit."""
         with self._lock:
-            if received:
-                self.consecutive_successes += 1
-                self.consecutive_failures = 0
-                if self.consecutive_successes > self.success_threshold and self.workers < self.max_workers:
-                    self.consecutive_successes = 0
-                    self.workers += 1
-                    return self.ADD
-            else:
-                self.consecutive_failures += 1
-                self.consecutive_successes = 0
-                if self.consecutive_failures > self.failure_threshold and self.workers > 1:
-                    self.consecutive_failures = 0
-                    self.workers -= 1
-                    return self.RETIRE
-            return None
+            if self.count >= self.max_workers:
+                return None
+            self.count += 1
+            self.most = max(self.most, self.count)
+            return self.count
+
+    def retire(self) -> bool:
+        """Count one worker fewer if another remains; False for the last one, which keeps polling."""
+        with self._lock:
+            if self.count <= 1:
+                return False
+            self.count -= 1
+            return True
+
+    def leave(self) -> None:
+        """A worker ended for another reason (the pump stopped, the run is done)."""
+        with self._lock:
+            self.count -= 1
+
+
+class SlowHandlerWatch:
+    """Which receives have run longer than ``threshold`` seconds: each starts one more worker, once.
+
+    The reference's ``AdaptiveExecutor`` checks every receive thread each 5 s and starts another thread for
+    one whose current message has been running that long (``ExecutorTaskState``), so a slow handler does
+    not hold the whole queue up. Here the time counts from the start of the receive to the end of its
+    handling (the back-off after an empty receive is not work). ``clock`` is injectable so the rule can be
+    driven without waiting.
+    """
+
+    def __init__(
+        self, threshold: float = SLOW_HANDLER_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise ConfigurationError(f"slow_handler_threshold must be seconds, not {threshold!r}")
+        if not 0 < threshold < math.inf:
+            raise ConfigurationError(f"slow_handler_threshold must be positive seconds, not {threshold}")
+        self.threshold = float(threshold)
+        self._clock = clock
+        self._started: dict[Hashable, float] = {}
+        self._reported: set[Hashable] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def check_interval(self) -> float:
+        """How often the pump asks :meth:`overdue`: a fifth of the threshold, so a slow handler is noticed
+        at most 20 % late."""
+        return max(0.01, self.threshold / 5)
+
+    def begin(self, worker: Hashable) -> None:
+        with self._lock:
+            self._started[worker] = self._clock()
+            self._reported.discard(worker)
+
+    def end(self, worker: Hashable) -> None:
+        with self._lock:
+            self._started.pop(worker, None)
+            self._reported.discard(worker)
+
+    def overdue(self) -> int:
+        """How many running receives crossed the threshold since the last call (each counts once)."""
+        now = self._clock()
+        with self._lock:
+            late = [
+                worker
+                for worker, started in self._started.items()
+                if worker not in self._reported and now - started >= self.threshold
+            ]
+            self._reported.update(late)
+            return len(late)
+
+
+class AdaptiveStrategy:
+    """A pump's adaptive polling workers: 2.1's ``AdaptiveExecutor`` over the pump's receives.
+
+    Each worker loops as a 2.1 receive thread: retire after ``failure_threshold`` empty receives in a row
+    (unless it is the last), start another worker after more than ``success_threshold`` messages in a row,
+    receive and handle one message, back off after an empty receive. A watch thread starts one more worker
+    for each receive running past the slow-handler threshold.
+    """
+
+    def __init__(
+        self,
+        pump: MessagePump,
+        *,
+        success_threshold: int = MINIMUM_CONSECUTIVE_SUCCESSES,
+        failure_threshold: int = MAXIMUM_CONSECUTIVE_FAILURES,
+        slow_handler_threshold: float = SLOW_HANDLER_SECONDS,
+    ) -> None:
+        RampUpController(success_threshold=success_threshold, failure_threshold=failure_threshold)  # checks
+        self.success_threshold = success_threshold
+        self.failure_threshold = failure_threshold
+        self.workers = AdaptiveWorkers(pump.max_concurrency)
+        self.slow_handlers = SlowHandlerWatch(slow_handler_threshold)
+        self._pump = pump
+
+    def start(self) -> None:
+        self.add_worker()
+        self._pump._spawn(self._watch_slow_handlers, f"{self._pump.name} slow-handler watch")
+
+    def add_worker(self, why: str = "") -> None:
+        pump = self._pump
+        if pump.halted:
+            return
+        number = self.workers.join()
+        if number is None:
+            return
+        pump._note_workers(number)
+        if why:
+            log.debug("%s: adding adaptive worker %d: %s", pump.name, number, why)
+        pump._spawn(self._worker_loop, f"{pump.name} worker {number}")
+
+    def _worker_loop(self) -> None:
+        pump = self._pump
+        controller = RampUpController(
+            success_threshold=self.success_threshold, failure_threshold=self.failure_threshold
+        )
+        back_off = BoundedBackOff(pump.idle_delay, pump._halt.wait)
+        token = object()
+        retired = False
+        try:
+            while not pump.halted:
+                if not controller.has_enough_work:
+                    retired = self.workers.retire()
+                    if retired:
+                        log.debug(
+                            "%s: retiring an adaptive worker after %d empty receives",
+                            pump.name, controller.consecutive_failures,
+                        )  # fmt: skip
+                        return
+                    controller.reset()  # the last worker keeps polling, at its backed-off pace
+                if controller.too_much_work():
+                    self.add_worker(f"more than {self.success_threshold} messages in a row")
+                if not pump._budget.reserve():
+                    if pump._budget.exhausted:
+                        return
+                    pump._budget.wait(pump.idle_delay)
+                    continue
+                self.slow_handlers.begin(token)
+                try:
+                    outcome = pump._receive_one()
+                finally:
+                    self.slow_handlers.end(token)
+                pump._settle(outcome)
+                if outcome in (ERROR, SKIPPED):
+                    continue
+                received = outcome != EMPTY
+                controller.record(received)
+                if not received:
+                    pump.counters.add("idle_rounds")
+                    if pump._until_empty and pump.in_flight == 0:
+                        pump._finish("empty")
+                        return
+                delay = back_off.after(received)
+                if delay is not None:
+                    log.debug("%s: empty receive; backed off %g s", pump.name, delay)
+        finally:
+            if not retired:
+                self.workers.leave()
+
+    def _watch_slow_handlers(self) -> None:
+        pump = self._pump
+        while not pump._halt.wait(self.slow_handlers.check_interval):
+            for _ in range(self.slow_handlers.overdue()):
+                self.add_worker(f"a handler has run longer than {self.slow_handlers.threshold:g} s")
