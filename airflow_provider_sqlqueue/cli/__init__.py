@@ -379,7 +379,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--error-queue", default=None, help="where failed messages go (default error)")
     p.add_argument("--audit-queue", default=None)
     p.add_argument("--immediate-retries", type=int, default=5)
-    p.add_argument("--idle-delay", type=float, default=1.0, help="seconds (0.1 to 10)")
+    p.add_argument("--idle-delay", type=float, default=1.0, help="seconds, at least 0.1 (above 10 it warns)")
     p.add_argument("--stop-timeout", type=float, default=30.0, help="seconds handlers get on stop")
     p.add_argument("--log-level", default="WARNING")
     p.set_defaults(run=_run("consume"))
