@@ -23,7 +23,7 @@ class PumpStats:
     receives: int = 0  # receive statements executed
     empty_receives: int = 0
     peeks: int = 0
-    idle_rounds: int = 0  # peeks (monitor) or empty receives (polling workers) followed by a wait (the idle delay; adaptive: its back-off)
+    idle_rounds: int = 0  # peeks or empty receives followed by a wait (idle delay; adaptive: back-off)
     in_flight: int = 0
     workers: int = 0
     max_workers: int = 0
