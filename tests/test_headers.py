@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -14,6 +14,7 @@ from airflow_provider_sqlqueue.transport.headers import (
     decode_headers,
     edit_headers_text,
     encode_headers,
+    format_time_span,
     format_timestamp,
     parse_timestamp,
 )
@@ -132,6 +133,25 @@ def test_timestamp_format() -> None:
     moment = datetime(2026, 11, 21, 23, 5, 7, 123456, tzinfo=timezone.utc)
     assert format_timestamp(moment) == "2026-11-21 23:05:07:123456 Z"
     assert parse_timestamp("2026-11-21 23:05:07:123456 Z") == moment
+
+
+# .NET's TimeSpan.ToString() (the constant "c" format, documented as [-][d.]hh:mm:ss[.fffffff]), which
+# NServiceBus Core writes into NServiceBus.TimeToBeReceived (ApplyTimeToBeReceivedBehavior:
+# timeToBeReceived.ToString()). Derived from the documented format, not captured from .NET.
+@pytest.mark.parametrize(
+    ("span", "text"),
+    [
+        (timedelta(seconds=30), "00:00:30"),
+        (timedelta(minutes=10), "00:10:00"),
+        (timedelta(hours=23, minutes=59, seconds=59), "23:59:59"),
+        (timedelta(days=1, hours=2, minutes=3, seconds=4, microseconds=500_000), "1.02:03:04.5000000"),
+        (timedelta(microseconds=1), "00:00:00.0000010"),
+        (timedelta(days=365 * 50), "18250.00:00:00"),
+        (timedelta(seconds=-90), "-00:01:30"),
+    ],
+)
+def test_time_spans_are_written_as_dotnet_writes_them(span: timedelta, text: str) -> None:
+    assert format_time_span(span) == text
 
 
 _header_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)

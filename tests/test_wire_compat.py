@@ -260,3 +260,28 @@ def test_an_audited_message_keeps_its_stored_header_text_and_gains_the_processin
             "NServiceBus.ProcessingMachine",
         ]
         assert uuid.UUID(row_id) != sent[f"case-{n}".encode()]
+
+
+# ---- headers the reference writes on a send ------------------------------------------------------------
+def test_a_send_with_a_time_to_be_received_writes_the_dotnet_time_span_header(queue) -> None:
+    """NServiceBus Core writes TimeToBeReceived as TimeSpan.ToString(); the Expires column is unchanged."""
+    queue.send(OutgoingMessage(b"{}", DOTNET_HEADERS, time_to_be_received=timedelta(minutes=10)))
+    queue.send(b"x", time_to_be_received=timedelta(days=1, seconds=1, microseconds=500_000))
+    [(_, first, _), (_, second, _)] = rawsql.all_rows(queue)
+    assert first == DOTNET_BYTES[:-1] + ',"NServiceBus.TimeToBeReceived":"00:10:00"}'
+    assert decode_headers(second)["NServiceBus.TimeToBeReceived"] == "1.00:00:01.5000000"
+    assert all(value is not None for value in rawsql.column_values(queue, "Expires"))
+    queue.send(b"never", time_to_be_received=timedelta.max)
+    assert "NServiceBus.TimeToBeReceived" not in decode_headers(rawsql.all_rows(queue)[-1][1])
+
+
+def test_a_send_that_starts_a_conversation_writes_a_new_conversation_id(queue) -> None:
+    """Core gives a send without an incoming message a new ConversationId; one given is kept."""
+    queue.send(b"a")
+    queue.send_batch([b"b", "c", OutgoingMessage(b"d", {"k": "v"})])
+    queue.send(b"e", headers={"NServiceBus.ConversationId": "mine"})
+    rows = [(uuid.UUID(row_id), decode_headers(text)) for row_id, text, _ in rawsql.all_rows(queue)]
+    started = [uuid.UUID(headers["NServiceBus.ConversationId"]) for _, headers in rows[:4]]
+    assert len(set(started)) == 4 and not set(started) & {row_id for row_id, _ in rows}
+    assert all(value.version == 4 for value in started)
+    assert rows[4][1]["NServiceBus.ConversationId"] == "mine"

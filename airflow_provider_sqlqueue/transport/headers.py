@@ -22,7 +22,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..model.errors import HeaderFormatError
@@ -32,6 +32,7 @@ __all__ = [
     "decode_headers",
     "edit_headers_text",
     "encode_headers",
+    "format_time_span",
     "format_timestamp",
     "parse_timestamp",
 ]
@@ -234,16 +235,17 @@ def _edit_in_place(
     return "".join(pieces)
 
 
-def default_headers_text(message_id: str, time_sent: str) -> str:
-    """The stored JSON of the four standard headers of a message sent without headers of its own.
+def default_headers_text(message_id: str, time_sent: str, conversation_id: str) -> str:
+    """The stored JSON of the five standard headers of a message sent without headers of its own.
 
     The same text :func:`encode_headers` writes for ``{MessageId: id, CorrelationId: id, MessageIntent:
-    "Send", TimeSent: time_sent}`` in that order, for an Id and a time that need no escaping (a UUID's
-    text and :func:`time_sent_now`); built without the general encoder because every plain send pays it.
+    "Send", ConversationId: conversation_id, TimeSent: time_sent}`` in that order, for Ids and a time
+    that need no escaping (UUIDs' text and :func:`time_sent_now`); built without the general encoder
+    because every plain send pays it.
     """
     return (
         f'{{"{MESSAGE_ID}":"{message_id}","{CORRELATION_ID}":"{message_id}",'
-        f'"{MESSAGE_INTENT}":"Send","{TIME_SENT}":"{time_sent}"}}'
+        f'"{MESSAGE_INTENT}":"Send","{CONVERSATION_ID}":"{conversation_id}","{TIME_SENT}":"{time_sent}"}}'
     )
 
 
@@ -313,6 +315,20 @@ def format_timestamp(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc).strftime(_TIMESTAMP_FORMAT)
+
+
+def format_time_span(span: timedelta) -> str:
+    """A duration as .NET's ``TimeSpan.ToString()`` writes it (the constant ``c`` format), which is how
+    NServiceBus Core writes ``NServiceBus.TimeToBeReceived``: ``[-][d.]hh:mm:ss[.fffffff]``, the days only
+    when there are any, the seven-digit fraction (100 ns ticks) only when it is not zero."""
+    ticks = (span // timedelta(microseconds=1)) * 10
+    sign = "-" if ticks < 0 else ""
+    seconds, fraction = divmod(abs(ticks), 10_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    days, hour = divmod(hours, 24)
+    text = f"{sign}{f'{days}.' if days else ''}{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{fraction:07d}" if fraction else text
 
 
 def parse_timestamp(text: str) -> datetime:

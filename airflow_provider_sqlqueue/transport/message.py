@@ -73,8 +73,10 @@ class OutgoingMessage:
     """A message to send: body bytes, headers, an optional time to be received and a sender-made Id.
 
     As NServiceBus does for a message that starts a conversation, ``NServiceBus.MessageId`` and
-    ``NServiceBus.CorrelationId`` default to the Id, ``NServiceBus.MessageIntent`` to ``Send`` and
-    ``NServiceBus.TimeSent`` to now; headers given override them. Set ``NServiceBus.ContentType`` and
+    ``NServiceBus.CorrelationId`` default to the Id, ``NServiceBus.MessageIntent`` to ``Send``,
+    ``NServiceBus.ConversationId`` to a new random UUID and ``NServiceBus.TimeSent`` to now; with a time
+    to be received, ``NServiceBus.TimeToBeReceived`` is its .NET ``TimeSpan`` text
+    (:func:`~.headers.format_time_span`). Headers given override them. Set ``NServiceBus.ContentType`` and
     ``NServiceBus.EnclosedMessageTypes`` for .NET endpoints to deserialize the body. A ``str`` body is
     stored as UTF-8.
 
@@ -119,6 +121,7 @@ class OutgoingMessage:
                 h.MESSAGE_ID: text_id,
                 h.CORRELATION_ID: text_id,
                 h.MESSAGE_INTENT: "Send",
+                h.CONVERSATION_ID: str(uuid.uuid4()),
                 h.TIME_SENT: h.time_sent_now(),
             }
         else:
@@ -129,8 +132,12 @@ class OutgoingMessage:
                 (h.MESSAGE_INTENT, "Send"),
             ):
                 merged.setdefault(name, value)
+            if h.CONVERSATION_ID not in merged:
+                merged[h.CONVERSATION_ID] = str(uuid.uuid4())
             if h.TIME_SENT not in merged:
                 merged[h.TIME_SENT] = h.time_sent_now()
+        if self.time_to_be_received is not None and h.TIME_TO_BE_RECEIVED not in merged:
+            merged[h.TIME_TO_BE_RECEIVED] = h.format_time_span(self.time_to_be_received)
         object.__setattr__(self, "headers", merged)
 
     def encoded_headers(self) -> str:
