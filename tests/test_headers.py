@@ -211,3 +211,24 @@ def test_a_header_stored_twice_is_kept_once_with_its_last_value_in_its_first_pla
 def test_editing_refuses_text_that_is_not_a_header_object(text: str) -> None:
     with pytest.raises(HeaderFormatError, match="not a JSON object"):
         edit_headers_text(text, {"c": "3"})
+
+
+_names = st.sampled_from(["a", "b", "c", "d/e", "f\u2028", "NServiceBus.MessageId"])
+
+
+@given(
+    st.dictionaries(_names, st.one_of(st.none(), _header_text), max_size=5),
+    st.dictionaries(_names, st.one_of(st.none(), _header_text), max_size=3),
+    st.lists(_names, max_size=3),
+)
+def test_editing_gives_the_map_the_reference_dictionary_would(
+    headers: dict, changes: dict, removed: list
+) -> None:
+    text = encode_headers(headers)
+    edited = edit_headers_text(text, changes, removed)
+    expected = {key: value for key, value in headers.items() if key not in removed or key in changes}
+    expected.update(changes)
+    assert decode_headers(edited) == expected
+    for key, value in headers.items():
+        if key not in changes and key not in removed:
+            assert encode_headers({key: value})[1:-1] in edited

@@ -33,7 +33,10 @@ DOTNET_HEADERS = {
     "Empty": None,
 }
 # What System.Text.Json with UnsafeRelaxedJsonEscaping writes for the map above, after the transport's
-# '/' -> '\/' rewrite: non-ASCII as is, the emoji as a surrogate pair, null as null.
+# '/' -> '\/' rewrite: non-ASCII as is, the emoji as a surrogate pair, null as null. Derived from the
+# serializer's rules (Particular/NServiceBus.SqlServer 214c4e8f, src/NServiceBus.Transport.Sql.Shared/
+# Queuing/DictionarySerializer.cs, and the approval files cited in test_headers.py), not captured from a
+# running .NET process: there is no .NET runtime on the test machines.
 DOTNET_BYTES = (
     '{"NServiceBus.MessageId":"6b7c9d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f",'
     '"NServiceBus.MessageIntent":"Send",'

@@ -184,7 +184,7 @@ class ReceivedMessage:
     expires: datetime | None = None
     correlation_id: str | None = None
     reply_to_address: str | None = None
-    headers_text: str | None = None
+    headers_text: str | None = field(default=None, repr=False)
 
     @property
     def message_id(self) -> str:
