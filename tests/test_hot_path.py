@@ -17,10 +17,10 @@ from airflow_provider_sqlqueue.transport.message import OutgoingMessage, new_mes
 
 def test_default_header_text_is_what_the_encoder_writes() -> None:
     for _ in range(50):
-        text_id, time_sent = str(uuid.uuid4()), h.time_sent_now()
+        text_id, time_sent, conversation = str(uuid.uuid4()), h.time_sent_now(), str(uuid.uuid4())
         standard = {h.MESSAGE_ID: text_id, h.CORRELATION_ID: text_id, h.MESSAGE_INTENT: "Send"}
-        expected = h.encode_headers({**standard, h.TIME_SENT: time_sent})
-        assert h.default_headers_text(text_id, time_sent) == expected
+        expected = h.encode_headers({**standard, h.CONVERSATION_ID: conversation, h.TIME_SENT: time_sent})
+        assert h.default_headers_text(text_id, time_sent, conversation) == expected
 
 
 def test_time_sent_is_the_nservicebus_format_of_now() -> None:
@@ -45,11 +45,15 @@ def test_new_ids_are_random_version_4_uuids() -> None:
 
 def test_default_message_headers_in_order() -> None:
     message = OutgoingMessage(b"x")
-    assert list(message.headers) == [h.MESSAGE_ID, h.CORRELATION_ID, h.MESSAGE_INTENT, h.TIME_SENT]
+    assert list(message.headers) == [
+        h.MESSAGE_ID, h.CORRELATION_ID, h.MESSAGE_INTENT, h.CONVERSATION_ID, h.TIME_SENT
+    ]  # fmt: skip
     assert message.headers[h.MESSAGE_ID] == message.headers[h.CORRELATION_ID] == str(message.id)
     custom = OutgoingMessage("y", {h.TIME_SENT: "t", "a": "b"})
     assert custom.body == b"y"
-    assert list(custom.headers) == [h.TIME_SENT, "a", h.MESSAGE_ID, h.CORRELATION_ID, h.MESSAGE_INTENT]
+    assert list(custom.headers) == [
+        h.TIME_SENT, "a", h.MESSAGE_ID, h.CORRELATION_ID, h.MESSAGE_INTENT, h.CONVERSATION_ID
+    ]  # fmt: skip
     assert custom.headers[h.TIME_SENT] == "t"
 
 
@@ -81,6 +85,7 @@ def test_bare_bodies_are_sent_as_outgoing_messages_would_be(tmp_path) -> None:
             assert message.headers[h.MESSAGE_ID] == str(message.id)
             assert message.correlation_id == str(message.id)
             assert message.headers[h.MESSAGE_INTENT] == "Send"
+            assert uuid.UUID(message.headers[h.CONVERSATION_ID]) != message.id
             h.parse_timestamp(message.headers[h.TIME_SENT])
         assert messages[2].headers["k"] == "v"
         connection = sqlite3.connect(f"{tmp_path}/q.db")

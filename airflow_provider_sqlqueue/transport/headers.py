@@ -1,9 +1,18 @@
 """Message headers: the NServiceBus header names and the JSON text stored in the ``Headers`` column.
 
 The stored form is a flat JSON object of string keys to string or null values, written the way the .NET
-transport writes it so that both can share a queue: non-ASCII text as-is, characters outside the Basic
-Multilingual Plane as ``\\uXXXX`` surrogate pairs, control characters as escapes, and every ``/`` as ``\\/``.
-Reading accepts both ``/`` and ``\\/`` and any valid JSON escaping.
+transport writes it so that both can share a queue. The reference serializes a ``Dictionary<string, string>``
+with System.Text.Json and ``JavaScriptEncoder.UnsafeRelaxedJsonEscaping``, then rewrites every ``/`` as
+``\\/`` (NServiceBus.SqlServer ``src/NServiceBus.Transport.Sql.Shared/Queuing/DictionarySerializer.cs``).
+That encoder writes a BMP character as-is only when its Unicode category is a letter, mark, number,
+punctuation, symbol or format character (``Cf``), or it is U+0020; everything else (controls including
+U+007F-U+009F, other spaces such as U+00A0, the separators U+2028/U+2029, private use and unassigned code
+points) becomes ``\\uXXXX`` with upper-case hex, ``"`` and ``\\`` and the common controls their short
+escapes, and characters outside the BMP surrogate pairs. Reading accepts both ``/`` and ``\\/`` and any valid
+JSON escaping.
+
+Messages passed on (forwarded, moved to the error queue, audited) keep their stored text:
+:func:`edit_headers_text` changes only the members it must, as the reference's dictionary would.
 """
 
 from __future__ import annotations
@@ -11,8 +20,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
-from datetime import datetime, timezone
+import unicodedata
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..model.errors import HeaderFormatError
@@ -20,7 +30,9 @@ from ..model.errors import HeaderFormatError
 __all__ = [
     "Headers",
     "decode_headers",
+    "edit_headers_text",
     "encode_headers",
+    "format_time_span",
     "format_timestamp",
     "parse_timestamp",
 ]
@@ -42,6 +54,12 @@ FAILED_QUEUE = "NServiceBus.FailedQ"
 TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
 EXCEPTION_INFO_PREFIX = "NServiceBus.ExceptionInfo."
 FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
+PROCESSING_ENDPOINT = "NServiceBus.ProcessingEndpoint"
+PROCESSING_MACHINE = "NServiceBus.ProcessingMachine"
+PROCESSING_STARTED = "NServiceBus.ProcessingStarted"
+PROCESSING_ENDED = "NServiceBus.ProcessingEnded"
+DELAYED_RETRIES = "NServiceBus.Retries"
+IMMEDIATE_RETRIES = "NServiceBus.FLRetries"
 
 Headers = dict[str, str | None]
 
@@ -49,15 +67,42 @@ _TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S:%f Z"
 _json_decoder = json.JSONDecoder()
 _json_scan = _json_decoder.scan_once
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_ESCAPE_AFTER_DUMPS = re.compile(r"(\\\\)|\\u([0-9a-f]{4})|/|([\U00010000-\U0010FFFF])")
+
+
+def _escaped_bmp_ranges() -> str:
+    """The non-ASCII BMP characters .NET's relaxed encoder escapes, as a regex class body of ranges.
+
+    Taken from this Python's Unicode database (``unicodedata.unidata_version``); .NET takes its table from
+    its own runtime's Unicode version, so a BMP character assigned in between is escaped by one side only
+    (either form reads back the same).
+    """
+    ranges: list[str] = []
+    start = -1
+    for code in range(0x7F, 0x10001):
+        category = unicodedata.category(chr(code)) if code < 0x10000 else "Cs"
+        escaped = category != "Cs" and category[0] not in "LMNPS" and category != "Cf"
+        if escaped and start < 0:
+            start = code
+        elif not escaped and start >= 0:
+            ranges.append(f"\\u{start:04x}-\\u{code - 1:04x}")
+            start = -1
+    return "".join(ranges)
+
+
+_ESCAPED_BMP = re.compile(f"[{_escaped_bmp_ranges()}]")
+_ESCAPE_AFTER_DUMPS = re.compile(
+    r"(\\\\)|\\u([0-9a-f]{4})|/|([\U00010000-\U0010FFFF])|(" + _ESCAPED_BMP.pattern + ")"
+)
 
 
 def _dotnet_escape(match: re.Match[str]) -> str:
-    escaped_backslash, lower_hex, astral = match.groups()
+    escaped_backslash, lower_hex, astral, escaped_bmp = match.groups()
     if escaped_backslash:
         return escaped_backslash
     if lower_hex:
         return "\\u" + lower_hex.upper()
+    if escaped_bmp:
+        return f"\\u{ord(escaped_bmp):04X}"
     if astral:
         code = ord(astral) - 0x10000
         return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
@@ -75,23 +120,132 @@ def encode_headers(headers: Mapping[str, str | None]) -> str:
                 "serialize structured values yourself (for example with json.dumps)"
             )
     text = json.dumps(dict(headers), ensure_ascii=False, separators=(",", ":"))
-    if text.isascii() and "\\u" not in text:
+    if text.isascii() and "\\u" not in text and "\x7f" not in text:
         return text.replace("/", "\\/")  # the common case: only '/' differs from .NET's bytes
     if _LONE_SURROGATE.search(text):
         raise HeaderFormatError("headers contain a lone surrogate, which is not valid Unicode text")
     return _ESCAPE_AFTER_DUMPS.sub(_dotnet_escape, text)
 
 
-def default_headers_text(message_id: str, time_sent: str) -> str:
-    """The stored JSON of the four standard headers of a message sent without headers of its own.
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _member_spans(text: str) -> tuple[int, list[tuple[str, int, int, int]]]:
+    """Where the ``}`` closing the stored object is, and each member's key, start, value start and end."""
+    skip = _WHITESPACE.match
+    members: list[tuple[str, int, int, int]] = []
+    try:
+        index = skip(text, 0).end()
+        if text[index] != "{":
+            raise ValueError("not a JSON object")
+        index = skip(text, index + 1).end()
+        if text[index] == "}":
+            return index, members
+        while True:
+            if text[index] != '"':
+                raise ValueError(f"expected a header name at {index}")
+            key, after_key = json.decoder.scanstring(text, index + 1)
+            colon = skip(text, after_key).end()
+            if text[colon] != ":":
+                raise ValueError(f"expected ':' at {colon}")
+            value_start = skip(text, colon + 1).end()
+            _, value_end = _json_scan(text, value_start)
+            members.append((key, index, value_start, value_end))
+            index = skip(text, value_end).end()
+            if text[index] == "}":
+                return index, members
+            if text[index] != ",":
+                raise ValueError(f"expected ',' or '}}' at {index}")
+            index = skip(text, index + 1).end()
+    except (IndexError, StopIteration, ValueError) as error:
+        raise HeaderFormatError(f"headers are not a JSON object: {error}") from error
+
+
+def edit_headers_text(
+    text: str, changes: Mapping[str, str | None] | None = None, removed: Iterable[str] = ()
+) -> str:
+    """Stored header text with ``removed`` headers taken out and ``changes`` set, every other member
+    left exactly as stored (its escaping, ``/`` or ``\\/``, and position).
+
+    The reference does these edits on a .NET ``Dictionary<string, string>`` read from the text and
+    serializes it again; the order follows that dictionary's: a header set again keeps its place, a
+    removed one leaves a hole, and new headers fill the holes (the last made first), then go at the end.
+    New values are escaped as :func:`encode_headers` escapes them. Without a removal the separators and
+    whitespace of the stored text are kept too; with one the members are joined by ``,`` as .NET writes
+    them. A header stored twice is kept once, in its first place with its last value, as .NET reads it.
+    """
+    changes = changes or {}
+    removed = [key for key in removed if key not in changes]
+    if not changes and not removed:
+        return text
+    if not text.strip():
+        text = "{}"
+    close, members = _member_spans(text)
+    new_values = {key: encode_headers({key: value})[1:-1] for key, value in changes.items()}
+    if len(members) == len({member[0] for member in members}) and not any(
+        member[0] in removed for member in members
+    ):
+        return _edit_in_place(text, close, members, new_values)
+    first_of: dict[str, int] = {}
+    slots: list[str | None] = []
+    for key, start, value_start, value_end in members:
+        slot = first_of.get(key)
+        if slot is None:
+            first_of[key] = len(slots)
+            slots.append(text[start:value_end])
+        else:  # a repeated name: the first place, the last value
+            _, first_start, first_value_start, _ = next(m for m in members if m[0] == key)
+            slots[slot] = text[first_start:first_value_start] + text[value_start:value_end]
+    holes: list[int] = []
+    for key in removed:
+        slot = first_of.pop(key, None)
+        if slot is not None:
+            slots[slot] = None
+            holes.append(slot)
+    for key, member in new_values.items():
+        slot = first_of.get(key)
+        if slot is None:
+            slot = holes.pop() if holes else len(slots)
+            if slot == len(slots):
+                slots.append(None)
+            first_of[key] = slot
+        slots[slot] = member
+    opening = text.index("{")
+    return text[: opening + 1] + ",".join(slot for slot in slots if slot is not None) + text[close:]
+
+
+def _edit_in_place(
+    text: str, close: int, members: list[tuple[str, int, int, int]], new_values: dict[str, str]
+) -> str:
+    """Set ``new_values`` on text whose names are distinct and none removed: values replaced where they
+    stand, new members after the last one, every other character of ``text`` kept."""
+    place_of = {key: (start, value_end) for key, start, _, value_end in members}
+    replaced = sorted((*place_of[key], member) for key, member in new_values.items() if key in place_of)
+    appended = [member for key, member in new_values.items() if key not in place_of]
+    pieces: list[str] = []
+    done = 0
+    for start, end, member in replaced:
+        pieces += [text[done:start], member]
+        done = end
+    if appended:
+        insert_at = max(done, members[-1][3] if members else close)
+        pieces += [text[done:insert_at], ("," if members else "") + ",".join(appended)]
+        done = insert_at
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def default_headers_text(message_id: str, time_sent: str, conversation_id: str) -> str:
+    """The stored JSON of the five standard headers of a message sent without headers of its own.
 
     The same text :func:`encode_headers` writes for ``{MessageId: id, CorrelationId: id, MessageIntent:
-    "Send", TimeSent: time_sent}`` in that order, for an Id and a time that need no escaping (a UUID's
-    text and :func:`time_sent_now`); built without the general encoder because every plain send pays it.
+    "Send", ConversationId: conversation_id, TimeSent: time_sent}`` in that order, for Ids and a time
+    that need no escaping (UUIDs' text and :func:`time_sent_now`); built without the general encoder
+    because every plain send pays it.
     """
     return (
         f'{{"{MESSAGE_ID}":"{message_id}","{CORRELATION_ID}":"{message_id}",'
-        f'"{MESSAGE_INTENT}":"Send","{TIME_SENT}":"{time_sent}"}}'
+        f'"{MESSAGE_INTENT}":"Send","{CONVERSATION_ID}":"{conversation_id}","{TIME_SENT}":"{time_sent}"}}'
     )
 
 
@@ -161,6 +315,20 @@ def format_timestamp(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.astimezone(timezone.utc).strftime(_TIMESTAMP_FORMAT)
+
+
+def format_time_span(span: timedelta) -> str:
+    """A duration as .NET's ``TimeSpan.ToString()`` writes it (the constant ``c`` format), which is how
+    NServiceBus Core writes ``NServiceBus.TimeToBeReceived``: ``[-][d.]hh:mm:ss[.fffffff]``, the days only
+    when there are any, the seven-digit fraction (100 ns ticks) only when it is not zero."""
+    ticks = (span // timedelta(microseconds=1)) * 10
+    sign = "-" if ticks < 0 else ""
+    seconds, fraction = divmod(abs(ticks), 10_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    days, hour = divmod(hours, 24)
+    text = f"{sign}{f'{days}.' if days else ''}{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{fraction:07d}" if fraction else text
 
 
 def parse_timestamp(text: str) -> datetime:

@@ -73,16 +73,22 @@ class OutgoingMessage:
     """A message to send: body bytes, headers, an optional time to be received and a sender-made Id.
 
     As NServiceBus does for a message that starts a conversation, ``NServiceBus.MessageId`` and
-    ``NServiceBus.CorrelationId`` default to the Id, ``NServiceBus.MessageIntent`` to ``Send`` and
-    ``NServiceBus.TimeSent`` to now; headers given override them. Set ``NServiceBus.ContentType`` and
+    ``NServiceBus.CorrelationId`` default to the Id, ``NServiceBus.MessageIntent`` to ``Send``,
+    ``NServiceBus.ConversationId`` to a new random UUID and ``NServiceBus.TimeSent`` to now; with a time
+    to be received, ``NServiceBus.TimeToBeReceived`` is its .NET ``TimeSpan`` text
+    (:func:`~.headers.format_time_span`). Headers given override them. Set ``NServiceBus.ContentType`` and
     ``NServiceBus.EnclosedMessageTypes`` for .NET endpoints to deserialize the body. A ``str`` body is
     stored as UTF-8.
+
+    ``headers_text`` is for a message passed on (forwarded, moved to the error queue, audited): that exact
+    stored JSON text is written, no standard header is filled in, and ``headers`` is read from it.
     """
 
     body: bytes = b""
     headers: Mapping[str, str | None] = field(default_factory=dict)
     time_to_be_received: timedelta | None = None
     id: uuid.UUID = field(default_factory=uuid.uuid4)
+    headers_text: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.body) is not bytes:
@@ -104,12 +110,18 @@ class OutgoingMessage:
                     f"time_to_be_received {ttbr} is longer than the 50-year maximum; "
                     "use None (or timedelta.max) for a message that never expires"
                 )
+        if self.headers_text is not None:
+            if self.headers:
+                raise ConfigurationError("give an OutgoingMessage headers or headers_text, not both")
+            object.__setattr__(self, "headers", h.decode_headers(self.headers_text))
+            return
         text_id = str(self.id)
         if not self.headers:
             merged: dict[str, str | None] = {
                 h.MESSAGE_ID: text_id,
                 h.CORRELATION_ID: text_id,
                 h.MESSAGE_INTENT: "Send",
+                h.CONVERSATION_ID: str(uuid.uuid4()),
                 h.TIME_SENT: h.time_sent_now(),
             }
         else:
@@ -120,11 +132,17 @@ class OutgoingMessage:
                 (h.MESSAGE_INTENT, "Send"),
             ):
                 merged.setdefault(name, value)
+            if h.CONVERSATION_ID not in merged:
+                merged[h.CONVERSATION_ID] = str(uuid.uuid4())
             if h.TIME_SENT not in merged:
                 merged[h.TIME_SENT] = h.time_sent_now()
+        if self.time_to_be_received is not None and h.TIME_TO_BE_RECEIVED not in merged:
+            merged[h.TIME_TO_BE_RECEIVED] = h.format_time_span(self.time_to_be_received)
         object.__setattr__(self, "headers", merged)
 
     def encoded_headers(self) -> str:
+        if self.headers_text is not None:
+            return self.headers_text
         return h.encode_headers(self.headers)
 
     @property
@@ -154,7 +172,10 @@ class OutgoingMessage:
 
 @dataclass(frozen=True)
 class ReceivedMessage:
-    """A message taken from a queue: native Id, headers, body and its position (RowVersion)."""
+    """A message taken from a queue: native Id, headers, body and its position (RowVersion).
+
+    ``headers_text`` is the Headers column as stored, so what is passed on keeps it byte for byte.
+    """
 
     id: uuid.UUID
     headers: dict[str, str | None]
@@ -163,6 +184,7 @@ class ReceivedMessage:
     expires: datetime | None = None
     correlation_id: str | None = None
     reply_to_address: str | None = None
+    headers_text: str | None = field(default=None, repr=False)
 
     @property
     def message_id(self) -> str:
@@ -185,6 +207,7 @@ def received_message(
     expires: datetime | None,
     correlation_id: str | None,
     reply_to_address: str | None,
+    headers_text: str | None = None,
 ) -> ReceivedMessage:
     """A :class:`ReceivedMessage` from values already checked, without the frozen dataclass's
     per-field ``__init__`` (a third of its cost): every received message is built here."""
@@ -200,6 +223,7 @@ def received_message(
             "expires": expires,
             "correlation_id": correlation_id,
             "reply_to_address": reply_to_address,
+            "headers_text": headers_text,
         },
     )
     return made

@@ -5,7 +5,8 @@
   one (10 s); if no success disarms it within the trigger time (30 s) it reports a critical error once.
 - :class:`FailureStore` counts handler failures per native message Id across rollbacks (an LRU of 10,000
   entries, as the reference's ``FailureInfoStorage``), so a redelivered message knows its attempt number.
-- :func:`failure_headers` builds the headers of a message moved to the error queue.
+- :func:`failure_headers_text` sets the failure headers on the stored header text of a message moved to the
+  error queue (:func:`failure_headers` on a header map).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ __all__ = [
     "CriticalErrorCallback",
     "FailureInfo",
     "FailureStore",
+    "failure_entries",
     "failure_headers",
+    "failure_headers_text",
     "log_critical_error",
 ]
 
@@ -186,6 +189,50 @@ def _type_name(error: BaseException) -> str:
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
+def failure_entries(
+    info: FailureInfo,
+    failed_queue: str,
+    *,
+    endpoint: str | None = None,
+    machine: str | None = None,
+    failed_queue_last: bool = False,
+) -> dict[str, str | None]:
+    """The headers a failed message gains, in the order the reference sets them.
+
+    NServiceBus Core's move to the error queue sets ``FailedQ``, then the exception headers
+    (``ExceptionType``, ``InnerExceptionType`` when there is one, ``HelpLink``, ``Message``, ``Source``,
+    ``StackTrace``, ``TimeOfFailure``), then the processing endpoint and machine. The transport's own
+    path for a delayed message that cannot be forwarded sets the exception headers first and ``FailedQ``
+    last (``failed_queue_last``). Python exceptions have no help link, so it is null, as .NET writes an
+    exception without one.
+    """
+    error = info.error
+    inner = error.__cause__ or error.__context__
+    source = None
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        source = tb.tb_frame.f_globals.get("__name__")
+    exception: dict[str, str | None] = {f"{h.EXCEPTION_INFO_PREFIX}ExceptionType": _type_name(error)}
+    if inner is not None:
+        exception[f"{h.EXCEPTION_INFO_PREFIX}InnerExceptionType"] = _type_name(inner)
+    exception[f"{h.EXCEPTION_INFO_PREFIX}HelpLink"] = None
+    exception[f"{h.EXCEPTION_INFO_PREFIX}Message"] = str(error)
+    exception[f"{h.EXCEPTION_INFO_PREFIX}Source"] = source
+    exception[f"{h.EXCEPTION_INFO_PREFIX}StackTrace"] = info.stack_trace
+    exception[h.TIME_OF_FAILURE] = h.format_timestamp(datetime.now(timezone.utc))
+    if failed_queue_last:
+        entries = {**exception, h.FAILED_QUEUE: failed_queue}
+    else:
+        entries = {h.FAILED_QUEUE: failed_queue, **exception}
+    if machine:
+        entries[h.PROCESSING_MACHINE] = machine
+    if endpoint:
+        entries[h.PROCESSING_ENDPOINT] = endpoint
+    return entries
+
+
 def failure_headers(
     headers: Mapping[str, str | None],
     info: FailureInfo,
@@ -195,30 +242,32 @@ def failure_headers(
     machine: str | None = None,
 ) -> dict[str, str | None]:
     """The message's headers plus NServiceBus's failure headers, for the copy sent to the error queue."""
-    error = info.error
-    inner = error.__cause__ or error.__context__
-    source = None
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is not None:
-        source = tb.tb_frame.f_globals.get("__name__")
     result = dict(headers)
-    result.update(
-        {
-            h.FAILED_QUEUE: failed_queue,
-            h.TIME_OF_FAILURE: h.format_timestamp(datetime.now(timezone.utc)),
-            f"{h.EXCEPTION_INFO_PREFIX}ExceptionType": _type_name(error),
-            f"{h.EXCEPTION_INFO_PREFIX}Message": str(error),
-            f"{h.EXCEPTION_INFO_PREFIX}StackTrace": info.stack_trace,
-        }
-    )
-    if inner is not None:
-        result[f"{h.EXCEPTION_INFO_PREFIX}InnerExceptionType"] = _type_name(inner)
-    if source:
-        result[f"{h.EXCEPTION_INFO_PREFIX}Source"] = source
-    if endpoint:
-        result["NServiceBus.ProcessingEndpoint"] = endpoint
-    if machine:
-        result["NServiceBus.ProcessingMachine"] = machine
+    result.update(failure_entries(info, failed_queue, endpoint=endpoint, machine=machine))
     return result
+
+
+def failure_headers_text(
+    headers_text: str,
+    info: FailureInfo,
+    failed_queue: str,
+    *,
+    endpoint: str | None = None,
+    machine: str | None = None,
+    forwarding: bool = False,
+) -> str:
+    """The stored header text of a message moved to the error queue: the received text with the failure
+    headers set (:func:`failure_entries`) and nothing else changed.
+
+    As NServiceBus Core does, the retry counters ``NServiceBus.Retries`` and ``NServiceBus.FLRetries`` are
+    removed first; a message that failed to be forwarded (``forwarding``) loses its
+    ``NServiceBus.SqlServer.ForwardDestination`` instead and gains only the exception headers and
+    ``FailedQ``, as the transport's forwarding does (no processing endpoint or machine). Key order
+    and escaping follow :func:`~.headers.edit_headers_text`.
+    """
+    if forwarding:
+        entries = failure_entries(info, failed_queue, failed_queue_last=True)
+        return h.edit_headers_text(headers_text, entries, [h.FORWARD_DESTINATION])
+    entries = failure_entries(info, failed_queue, endpoint=endpoint, machine=machine)
+    removed = [h.DELAYED_RETRIES, h.IMMEDIATE_RETRIES]
+    return h.edit_headers_text(headers_text, entries, removed)

@@ -16,7 +16,7 @@ from ...model.errors import InvalidQueueName
 from .. import headers as h
 from ..message import OutgoingMessage, ReceivedMessage
 from ..queue import ReceivedBatch, TransactionMode
-from ..recoverability import FailureInfo, failure_headers
+from ..recoverability import FailureInfo, failure_headers_text
 from .context import MessageContext
 from .handler import takes_context
 
@@ -108,11 +108,11 @@ class MessageProcessor:
             return False
         info = pump.failures.get(message.id)
         if info is not None:
-            self._move_to_error_queue(message, batch, info, failed_queue=str(address))
+            self._move_to_error_queue(message, batch, info, failed_queue=str(address), forwarding=True)
             return True
-        headers = {key: value for key, value in message.headers.items() if key != h.FORWARD_DESTINATION}
         try:
-            forwarded = OutgoingMessage(message.body, headers, id=message.id)
+            headers_text = h.edit_headers_text(_stored_text(message), removed=[h.FORWARD_DESTINATION])
+            forwarded = OutgoingMessage(message.body, headers_text=headers_text)
             batch.send_in_receive_transaction(address, [forwarded])
         except Exception as error:
             log.error("%s: forwarding message %s to %s failed: %s", pump.name, message.id, address, error)
@@ -127,36 +127,46 @@ class MessageProcessor:
         batch: ReceivedBatch,
         info: FailureInfo | None,
         failed_queue: str | None = None,
+        forwarding: bool = False,
     ) -> None:
         pump = self._pump
         assert info is not None
-        headers = failure_headers(
-            message.headers,
+        headers_text = failure_headers_text(
+            _stored_text(message),
             info,
             failed_queue or str(pump.queue.address),
             endpoint=getattr(pump.endpoint, "name", None) or str(pump.queue.address),
             machine=pump.machine,
+            forwarding=forwarding,
         )
         log.error(
             "%s: moving message %s to the error queue %s after %d failed attempt(s): %s: %s",
             pump.name, message.id, pump.error_queue, info.count, type(info.error).__name__, info.error,
         )  # fmt: skip
         batch.send_in_receive_transaction(
-            pump.error_queue, [OutgoingMessage(message.body, headers, id=message.id)]
+            pump.error_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
         pump.failures.clear(message.id)
         pump.counters.add("failed")
 
     def _audit(self, message: ReceivedMessage, batch: ReceivedBatch, started: datetime) -> None:
+        """Send the audit copy: the stored header text with the processing headers set, as a new row."""
         pump = self._pump
-        headers = dict(message.headers)
-        headers["NServiceBus.ProcessingStarted"] = h.format_timestamp(started)
-        headers["NServiceBus.ProcessingEnded"] = h.format_timestamp(datetime.now(timezone.utc))
-        headers["NServiceBus.ProcessingEndpoint"] = getattr(pump.endpoint, "name", None) or str(
-            pump.queue.address
-        )
-        headers["NServiceBus.ProcessingMachine"] = pump.machine
+        audit_headers = {
+            h.PROCESSING_STARTED: h.format_timestamp(started),
+            h.PROCESSING_ENDED: h.format_timestamp(datetime.now(timezone.utc)),
+            h.PROCESSING_ENDPOINT: getattr(pump.endpoint, "name", None) or str(pump.queue.address),
+            h.PROCESSING_MACHINE: pump.machine,
+        }
+        headers_text = h.edit_headers_text(_stored_text(message), audit_headers)
         batch.send_in_receive_transaction(
-            pump.audit_queue, [OutgoingMessage(message.body, headers, id=message.id)]
+            pump.audit_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
         pump.counters.add("audited")
+
+
+def _stored_text(message: ReceivedMessage) -> str:
+    """The message's Headers column as stored; encoded from its map for a message built without it."""
+    if message.headers_text is not None:
+        return message.headers_text
+    return h.encode_headers(message.headers)

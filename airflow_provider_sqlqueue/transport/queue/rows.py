@@ -97,6 +97,7 @@ def decode_rows(raw: Sequence[Any]) -> tuple[list[ReceivedMessage], int, list[Po
                 None if expires is None else as_utc(expires),
                 headers.get("NServiceBus.CorrelationId") or correlation_id,
                 headers.get("NServiceBus.ReplyToAddress") or reply_to_address,
+                text if type(text) is str else bytes(text).decode("utf-8"),
             )
         )
     return messages, expired, poison

@@ -161,12 +161,13 @@ class TableQueue:
     def _plain_rows(self, messages: Iterable[OutgoingMessage | bytes | str]) -> tuple[list[Any], list[Any]]:
         """Send parameters and Ids of messages; bare bodies take a short path.
 
-        A bare body (bytes or str) gets what :class:`OutgoingMessage` would give it (a random Id, the four
+        A bare body (bytes or str) gets what :class:`OutgoingMessage` would give it (a random Id, the five
         standard headers with one TimeSent for the call, the Id mirrored into CorrelationId) without
         building the object: per message that was most of a batch send's client time.
         """
         items = messages if isinstance(messages, list | tuple) else list(messages)
         ids: list[Any] = new_message_ids(len(items))
+        conversations: list[Any] = []
         rows: list[Any] = []
         dialect = self.dialect
         send_params, row_id = dialect.send_params, dialect.row_id
@@ -182,13 +183,14 @@ class TableQueue:
                     self._row_params(OutgoingMessage(body, id=message_id))  # raises MessageTooLarge
                 text_id = str(message_id)
                 time_sent = time_sent or time_sent_now()
+                conversations = conversations or new_message_ids(len(items))
                 rows.append(
                     send_params(
                         text_id if id_as_text else row_id(message_id),
                         text_id,
                         None,
                         None,
-                        default_headers_text(text_id, time_sent),
+                        default_headers_text(text_id, time_sent, str(conversations[index])),
                         body,
                     )
                 )
