@@ -485,12 +485,15 @@ class DelayedMover:
         destination; the rows that cannot be delivered go to the error queue."""
         by_destination: dict[QueueAddress, list[int]] = {}
         failed: dict[int, tuple[str, str]] = {}  # RowVersion: (failed queue, reason)
+        resolved: dict[str, QueueAddress] = {}  # a batch names few destinations; resolving one is not free
         for row_version, headers_text in due:
             try:
                 destination = decode_headers(headers_text).get(h.FORWARD_DESTINATION)
                 if not destination:
                     raise HeaderFormatError(f"the {h.FORWARD_DESTINATION} header is missing")
-                address = self.transport.resolve(destination)
+                address = resolved.get(destination)
+                if address is None:
+                    address = resolved[destination] = self.transport.resolve(destination)
             except (HeaderFormatError, InvalidQueueName) as error:
                 failed[int(row_version)] = (str(self.address), f"unreadable delayed message: {error}")
                 continue
