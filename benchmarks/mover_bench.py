@@ -164,16 +164,20 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {round_number + 1} {engine} {code}: {result['rate']:,.0f} messages/s")
     meta["load_average_after"] = os.getloadavg()
     meta["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
+    run = f"mover-{started:%Y-%m-%d}"
+    meta["source"] = (
+        f"benchmarks/mover_bench.py --messages {args.messages} --rounds {args.rounds}, run at commit "
+        f"{meta['commit']}"
+    )
     results = [
-        {"engine": engine, "code": code, "rate": _spread(values), "rounds": values}
+        {"run": run, "engine": engine, "code": code, "rate": _spread(values), "rounds": values}
         for engine, by_code in rates.items()
         for code, values in by_code.items()
     ]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8"
-        )
+        document = {"runs": {run: meta}, "results": results}
+        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     return 0
 
