@@ -203,14 +203,19 @@ def test_messages_for_a_missing_queue_or_unreadable_go_to_the_error_queue(
         target.engine,
         "'2000-01-01T00:00:00'",  # Babelfish refuses the 'Z' that SQL Server's datetime takes
     )
-    rawsql.execute(
-        transport, f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})", ("{{", b"x")
-    )
+    insert = f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})"
+    rawsql.execute(transport, insert, ("{{", b"x"))
+    dotnet = '{"k2":"v2","NServiceBus.SqlServer.ForwardDestination":"nowhere"}'  # no standard header
+    rawsql.execute(transport, insert, (dotnet, b"dotnet"))
     mover = DelayedMover(delayed)
-    assert mover.move_once() == 2
+    assert mover.move_once() == 3
     assert delayed.count() == 0
     rows = rawsql.all_rows(error)
-    assert sorted(row[2] for row in rows) == [b"lost", b"x"]
+    assert sorted(row[2] for row in rows) == [b"dotnet", b"lost", b"x"]
+    copied = decode_headers(next(row for row in rows if row[2] == b"dotnet")[1])
+    assert copied["k2"] == "v2" and copied["NServiceBus.FailedQ"] == str(transport.resolve("nowhere"))
+    invented = {"NServiceBus.MessageId", "NServiceBus.CorrelationId", "NServiceBus.MessageIntent"}
+    assert not invented & set(copied) and "NServiceBus.TimeSent" not in copied
     raw = next(row for row in rows if row[2] == b"x")
     assert raw[1] == "{{"  # unreadable: copied unchanged, as a poison row
     lost = next(row for row in rows if row[2] == b"lost")

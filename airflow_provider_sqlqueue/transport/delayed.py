@@ -552,16 +552,21 @@ class DelayedMover:
     def _to_error_queue(
         self, connection: Any, headers: Mapping[str, str | None], body: bytes, failed_queue: str, reason: str
     ) -> None:
+        """The message's own headers plus the failure headers, and nothing invented (no MessageId,
+        CorrelationId, MessageIntent or TimeSent the sender did not set)."""
         info = FailureInfo(1, QueueNotFound(reason), reason)
         kept = {key: value for key, value in headers.items() if key != h.FORWARD_DESTINATION}
-        message = OutgoingMessage(body, failure_headers(kept, info, failed_queue))
-        self._error_queue()._send_on(connection, [message], commit=False)
+        text = h.encode_headers(failure_headers(kept, info, failed_queue))
+        self._raw_to_error_queue(connection, (text, body))
 
     def _raw_to_error_queue(self, connection: Any, row: Any) -> None:
-        """A row whose headers cannot be read goes to the error queue unchanged, as poison rows do."""
+        """A row into the error queue with this header text as it is (an unreadable one included, as
+        poison rows go) and a new Id."""
         queue = self._error_queue()
         headers = row[0]
         if isinstance(headers, bytes | bytearray | memoryview):
             headers = bytes(headers).decode("utf-8", errors="replace")
         raw = Row(self.dialect.row_id(uuid.uuid4()), None, None, False, headers or "", row[1], 0, None)
-        connection.cursor().execute(queue._sql.insert_raw, self.dialect.raw_params(raw))
+        cursor = connection.cursor()
+        statement = queue._sql.insert_raw_for(queue._has_recoverable(cursor))
+        cursor.execute(statement, self.dialect.raw_params(raw))
