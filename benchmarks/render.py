@@ -1,7 +1,7 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, README.md and benchmarks/README.md from
-docs/data/*.json (and the benchmark JSON they name).
+docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, docs/delayed-delivery.md, README.md and
+benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -23,6 +23,7 @@ from typing import Any
 
 from pages import (
     benchmarks_page,
+    mover_page,
     performance_page,
     readme_page,
     reliability_page,
@@ -49,6 +50,7 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "dba.md": scale_tables.dba_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
     ROOT / "docs" / "concurrency.md": transcribed_text.concurrency_blocks,
+    ROOT / "docs" / "delayed-delivery.md": mover_page.delayed_delivery_blocks,
     ROOT / "README.md": reliability_page.readme_blocks,
 }
 

@@ -4,6 +4,7 @@ at a time among an endpoint's instances, past-due messages at once, and failures
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -112,7 +113,10 @@ def test_a_past_due_message_arrives_at_once_and_local_stores_wake_a_sleeping_mov
         mover.stop()
     with billing.receive(max_messages=10) as batch:
         assert [m.body for m in batch] == [b"late already", b"soon", b"foreign"]
-        assert all("NServiceBus.SqlServer.ForwardDestination" not in m.headers for m in batch)
+        # the stored header text arrives as it was stored, ForwardDestination (naming this queue) included
+        assert all(
+            m.headers["NServiceBus.SqlServer.ForwardDestination"] == str(billing.address) for m in batch
+        )
 
 
 def test_three_instances_elect_one_mover_at_a_time(target) -> None:
@@ -199,14 +203,19 @@ def test_messages_for_a_missing_queue_or_unreadable_go_to_the_error_queue(
         target.engine,
         "'2000-01-01T00:00:00'",  # Babelfish refuses the 'Z' that SQL Server's datetime takes
     )
-    rawsql.execute(
-        transport, f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})", ("{{", b"x")
-    )
+    insert = f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})"
+    rawsql.execute(transport, insert, ("{{", b"x"))
+    dotnet = '{"k2":"v2","NServiceBus.SqlServer.ForwardDestination":"nowhere"}'  # no standard header
+    rawsql.execute(transport, insert, (dotnet, b"dotnet"))
     mover = DelayedMover(delayed)
-    assert mover.move_once() == 2
+    assert mover.move_once() == 3
     assert delayed.count() == 0
     rows = rawsql.all_rows(error)
-    assert sorted(row[2] for row in rows) == [b"lost", b"x"]
+    assert sorted(row[2] for row in rows) == [b"dotnet", b"lost", b"x"]
+    copied = decode_headers(next(row for row in rows if row[2] == b"dotnet")[1])
+    assert copied["k2"] == "v2" and copied["NServiceBus.FailedQ"] == str(transport.resolve("nowhere"))
+    invented = {"NServiceBus.MessageId", "NServiceBus.CorrelationId", "NServiceBus.MessageIntent"}
+    assert not invented & set(copied) and "NServiceBus.TimeSent" not in copied
     raw = next(row for row in rows if row[2] == b"x")
     assert raw[1] == "{{"  # unreadable: copied unchanged, as a poison row
     lost = next(row for row in rows if row[2] == b"lost")
@@ -214,6 +223,88 @@ def test_messages_for_a_missing_queue_or_unreadable_go_to_the_error_queue(
     assert headers["k"] == "v" and "NServiceBus.SqlServer.ForwardDestination" not in headers
     assert headers["NServiceBus.FailedQ"] == str(transport.resolve("nowhere"))
     assert "does not exist" in headers["NServiceBus.ExceptionInfo.Message"]
+
+
+FORWARD = "NServiceBus.SqlServer.ForwardDestination"
+STANDARD_HEADERS = {
+    "NServiceBus.MessageId": "7a4c6a52-0f0b-4c5e-9d0e-b1f3a9b3e0aa",
+    "NServiceBus.CorrelationId": "corr-1",
+    "NServiceBus.MessageIntent": "Publish",
+    "NServiceBus.TimeSent": "2026-11-23 08:00:00:000000 Z",
+}
+
+
+def _stored_texts(destination: str) -> list[str]:
+    """Header texts as .NET endpoints store them: each lacking one standard header (or all of them), keys
+    in an unusual order, ForwardDestination first, in the middle or last, and spacing and escapes that
+    a re-encoding would not reproduce."""
+    forward = json.dumps(destination)
+    texts = []
+    for missing in STANDARD_HEADERS:
+        kept = [(key, value) for key, value in reversed(STANDARD_HEADERS.items()) if key != missing]
+        members = [f"{json.dumps(key)}:{json.dumps(value)}" for key, value in kept]
+        members.insert(len(texts) % (len(members) + 1), f"{json.dumps(FORWARD)}:{forward}")
+        texts.append("{" + ",".join(members) + "}")
+    texts.append("{" + f"{json.dumps(FORWARD)}:{forward}" + "}")  # no standard header at all
+    texts.append(
+        '{ "z.Custom" : "caf\\u00e9 \\/ x", "a.Null": null,\n  ' + f'"{FORWARD}": {forward}, "m": ""' + " }"
+    )
+    return texts
+
+
+def test_the_mover_carries_the_stored_header_text_unchanged_to_a_new_row(
+    target, transport: Transport, delayed: DelayedStore
+) -> None:
+    """Moved on the server, never rebuilt: no invented MessageId, CorrelationId, MessageIntent or TimeSent,
+    no reordering or re-escaping; the destination row gets a new Id, as the reference's NEWID() does."""
+    billing = transport.queue("Billing")
+    texts = _stored_texts(str(billing.address))
+    table = delayed.dialect.qualified_name(delayed.address)
+    p = rawsql.param(transport)
+    due = {"sqlite": "'2000-01-01 00:00:00.000'", "postgresql": "'2000-01-01T00:00:00Z'"}.get(
+        target.engine, "'2000-01-01T00:00:00'"
+    )
+    for n, text in enumerate(texts):
+        rawsql.execute(
+            transport,
+            f"INSERT INTO {table} (Headers, Body, Due) VALUES ({p}, {p}, {due})",
+            (text, b"body %d" % n),
+        )
+    assert DelayedMover(delayed).move_once() == len(texts)
+    assert delayed.count() == 0
+    rows = rawsql.all_rows(billing)
+    assert sorted((row[1], row[2]) for row in rows) == sorted(
+        (text, b"body %d" % n) for n, text in enumerate(texts)
+    )
+    ids = {uuid.UUID(row[0]) for row in rows}
+    assert len(ids) == len(texts) and all(row_id.version == 4 for row_id in ids)
+    assert not {str(row_id) for row_id in ids} & set(STANDARD_HEADERS.values())
+    with billing.receive(max_messages=len(texts)) as batch:
+        received = {m.body: m.headers for m in batch}
+    for n, text in enumerate(texts):
+        assert received[b"body %d" % n] == decode_headers(text)  # nothing added on the way
+
+
+def test_a_batch_for_several_destinations_moves_each_group_and_keeps_due_order(
+    target, transport: Transport, delayed: DelayedStore
+) -> None:
+    shipping = transport.queue("Shipping")
+    shipping.create()
+    billing = transport.queue("Billing")
+    base = datetime.now(timezone.utc) - timedelta(minutes=10)
+    for n in range(7):
+        destination = "Shipping" if n % 3 == 0 else "Billing"
+        delayed.store(destination, f"m{n}".encode(), deliver_at=base + timedelta(seconds=60 - n))
+    delayed.store("Billing", b"later", delay=timedelta(hours=1))
+    mover = DelayedMover(delayed, batch_size=5)
+    assert mover.move_once() == 5
+    assert mover.move_once() == 2
+    assert delayed.count() == 1
+    bodies = {queue: [row[2] for row in rawsql.all_rows(queue)] for queue in (billing, shipping)}
+    if target.engine == "sqlserver":  # DELETE ... OUTPUT ... INTO keeps no order, as in the reference
+        bodies = {queue: sorted(moved, reverse=True) for queue, moved in bodies.items()}
+    assert bodies[billing] == [b"m5", b"m4", b"m2", b"m1"]
+    assert bodies[shipping] == [b"m6", b"m3", b"m0"]
 
 
 def test_delayed_store_arguments_are_checked(transport: Transport, delayed: DelayedStore) -> None:

@@ -136,7 +136,7 @@ def test_a_delayed_move_batch_takes_at_most_its_size_under_a_nested_loop_plan(
     store.create()
     for n in range(12):
         store.store("orders", OutgoingMessage(b"d%d" % n), delay=timedelta(0))
-    statement = forced.dialect.move_due_delayed_batch(store.address)
+    statement = forced.dialect.select_due_delayed(store.address)
     with raw_connection(target) as connection:
         moved = connection.execute(statement, (3,)).fetchall()
         connection.rollback()

@@ -32,19 +32,19 @@ SQL Server cannot run where this suite is developed, so its SQL is held in three
    the peek's ``max - min + 1`` under ``READPAST, READCOMMITTEDLOCK``; database time (``GETUTCDATE()``) only;
    the purge's ``READPAST``; the creation's two batches, as ``begin_creation`` executes them: first
    ``open_transaction`` (a transaction opened only when ``@@TRANCOUNT = 0``, its extra implicit-mode level
-   closed only when the batch opened it; no parameters at all, executed as ``cursor.execute(sql)``, so
-   drivers send a plain batch: a parameterised call that changes ``@@TRANCOUNT`` is error 266), then
+   closed only when the batch opened it; no parameters at all, executed as ``cursor.execute(sql)``, so drivers
+   send a plain batch: a parameterised call that changes ``@@TRANCOUNT`` is error 266), then
    ``lock_for_create`` (a transaction-owned exclusive ``sp_getapplock`` waiting up to 60 s on
-   ``[catalog].[schema].[table]_lock``, the catalog the connection's where the address has none, hashed
-   beyond 255 characters, its result selected); the delayed table's
-   columns, its store (``Due`` from ``GETUTCDATE()``), its move (the receive's hints, ``Due <= GETUTCDATE()``
-   in Due order) and the mover election (a session-owned ``sp_getapplock`` that never waits); every
-   identifier from the address bracket-quoted with ``]`` doubled and never bare; every value a ``?``
+   ``[catalog].[schema].[table]_lock``, the catalog the connection's where the address has none, hashed beyond
+   255 characters, its result selected); the delayed table's columns, its store (``Due`` from
+   ``GETUTCDATE()``), its pick (the receive's hints, ``Due <= GETUTCDATE()`` in Due order, RowVersion and
+   Headers only), its move (``DELETE ... OUTPUT NEWID(), ..., deleted.[Headers], deleted.[Body] INTO`` the
+   destination, by RowVersion) and the mover election (a session-owned ``sp_getapplock`` that never waits);
+   every identifier from the address bracket-quoted with ``]`` doubled and never bare; every value a ``?``
    parameter (the only string literals are fixed ones such as ``'Exclusive'``). These checkers describe the
    reference's statements and run on SqlServerDialect's; a variant's statement of its own needs its own
-   (``VARIANT_SEMANTICS``: Babelfish's receive and mover by ``RowVersion IN (SELECT TOP(?) ...)``, its
-   ``sys.tables`` lookup and its index-name prefix), or test_variant_statement_means_what_the_reference_does
-   fails.
+   (``VARIANT_SEMANTICS``: Babelfish's receive by ``RowVersion IN (SELECT TOP(?) ...)``, its ``sys.tables``
+   lookup and its index-name prefix), or test_variant_statement_means_what_the_reference_does fails.
 
 A negative self-test feeds deliberately broken statements to the same helpers and expects them to fail.
 A second grammar (sqlfluff's T-SQL) and allow-lists of hints, types, dateparts and functions run on every
@@ -91,6 +91,8 @@ from airflow_provider_sqlqueue.transport.queue.provisioning import begin_creatio
 GOLDEN_DIR = Path(__file__).parent / "golden" / "sqlserver"
 UPDATE_GOLDEN = os.environ.get("SQLQUEUE_UPDATE_GOLDEN") == "1"
 DIALECT = SqlServerDialect()
+# Where the delayed mover's statements move rows to: another table, a dot inside its name.
+MOVE_DESTINATION = QueueAddress("Billing.Input", "dbo")
 
 # One golden file per address case. Strings go through QueueAddress.parse (the canonical address form);
 # every address is then resolved by the dialect (default schema dbo, length limits).
@@ -415,12 +417,36 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     stored = len(d.store_delayed_params("{}", b"", None, timedelta(seconds=1)))
     out.append(Statement("store_delayed", "store_delayed", d.store_delayed(address), (exp.Insert,), stored))
     out.append(
+        Statement("select_due_delayed", "select_due_delayed", d.select_due_delayed(address), (exp.Select,), 1)
+    )
+    for recoverable in (True, False):
+        [move] = d.move_delayed_rows(address, MOVE_DESTINATION, 3, recoverable)
+        out.append(
+            Statement(
+                "move_delayed_rows",
+                f"move_delayed_rows 3 rows{'' if recoverable else ' without Recoverable'}",
+                move,
+                (exp.Delete,),
+                3,
+                extra={"recoverable": recoverable},
+            )
+        )
+    out.append(
         Statement(
-            "move_due_delayed_batch",
-            "move_due_delayed_batch",
-            d.move_due_delayed_batch(address),
+            "select_delayed_rows",
+            "select_delayed_rows 3",
+            d.select_delayed_rows(address, 3),
+            (exp.Select,),
+            3,
+        )
+    )
+    out.append(
+        Statement(
+            "delete_delayed_rows",
+            "delete_delayed_rows 3",
+            d.delete_delayed_rows(address, 3),
             (exp.Delete,),
-            1,
+            3,
         )
     )
     out.append(
@@ -1364,15 +1390,13 @@ def check_store_delayed(statement: Statement, trees: list[exp.Expression], addre
     )
 
 
-def check_move_due_delayed(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+def check_select_due_delayed(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """The reference mover's pick (section 8): TOP(?) rows with the receive's hints, Due <= GETUTCDATE(),
+    oldest Due first; only RowVersion and Headers leave the server (the destination is in a header)."""
     sql = statement.sql
-    delete = trees[0]
-    fail_unless(
-        isinstance(delete.this, exp.Table) and delete.this.name == "message", f"DELETE target:\n{sql}"
-    )
-    ctes = list(delete.find_all(exp.CTE))
-    fail_unless(len(ctes) == 1 and ctes[0].alias == "message", f"one CTE 'message':\n{sql}")
-    select = ctes[0].this
+    select = trees[0]
     limit = select.args.get("limit")
     fail_unless(limit is not None and isinstance(limit.expression, exp.Placeholder), f"TOP is not ?:\n{sql}")
     source = select.args["from_"].this
@@ -1386,16 +1410,55 @@ def check_move_due_delayed(statement: Statement, trees: list[exp.Expression], ad
         and condition.expression.name.upper() == "GETUTCDATE",
         f"the move takes rows other than Due <= GETUTCDATE():\n{sql}",
     )
-    order = select.args.get("order")
-    keys = [(o.this.name, bool(o.args.get("desc"))) for o in order.expressions] if order else []
-    fail_unless(keys == [("Due", False)], f"the move is not ordered by Due ascending:\n{sql}")
-    returning = delete.args.get("returning")
-    outputs = [(c.table, c.name) for c in returning.expressions] if returning is not None else []
+    fail_unless(_order(select) == [("Due", False)], f"the move is not ordered by Due ascending:\n{sql}")
+    columns = [(c.table, c.name) for c in select.expressions]
+    fail_unless(columns == [("", "RowVersion"), ("", "Headers")], f"not RowVersion, Headers:\n{sql}")
+
+
+def _row_versions_in(statement: Statement, where: exp.Expression | None) -> None:
+    condition = where.this if where is not None else None
     fail_unless(
-        outputs
-        == [("deleted", "Headers"), ("deleted", "Body"), ("deleted", "Due"), ("deleted", "RowVersion")],
-        f"the move does not OUTPUT deleted Headers, Body, Due, RowVersion:\n{sql}",
+        isinstance(condition, exp.In)
+        and condition.this.name == "RowVersion"
+        and len(condition.expressions) == statement.placeholders
+        and all(isinstance(value, exp.Placeholder) for value in condition.expressions),
+        f"the rows are not picked by [RowVersion] IN (?, ...):\n{statement.sql}",
     )
+
+
+def check_move_delayed_rows(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The reference's move (section 8): DELETE ... OUTPUT NEWID(), NULL, NULL, 1, NULL, deleted.Headers,
+    deleted.Body INTO the queue, here the row's destination, by the RowVersions the pick returned."""
+    sql = statement.sql
+    delete = trees[0]
+    fail_unless(
+        isinstance(delete.this, exp.Table) and delete.this.name == address.table, f"DELETE target:\n{sql}"
+    )
+    _row_versions_in(statement, delete.args.get("where"))
+    returning = delete.args.get("returning")
+    outputs = [node.sql(dialect="tsql") for node in returning.expressions] if returning is not None else []
+    recoverable = ["1"] if statement.extra["recoverable"] else []
+    wanted = ["NEWID()", "NULL", "NULL", *recoverable, "NULL", "deleted.[Headers]", "deleted.[Body]"]
+    fail_unless(outputs == wanted, f"OUTPUT {outputs} is not {wanted}:\n{sql}")
+    columns = ["Id", "CorrelationId", "ReplyToAddress", *(["Recoverable"] if recoverable else []), "Expires"]
+    into = f" INTO {expected_qualified_name(MOVE_DESTINATION)} ({', '.join(bracket(c) for c in columns)}, "
+    fail_unless(into + "[Headers], [Body]) WHERE " in sql, f"not INTO the destination's columns:\n{sql}")
+
+
+def check_select_delayed_rows(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    select = trees[0]
+    columns = [c.name for c in select.expressions]
+    fail_unless(columns == ["Headers", "Body", "RowVersion"], f"columns {columns}:\n{statement.sql}")
+    _row_versions_in(statement, select.args.get("where"))
+
+
+def check_delete_delayed_rows(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    fail_unless(trees[0].args.get("returning") is None, f"the DELETE returns rows:\n{statement.sql}")
+    _row_versions_in(statement, trees[0].args.get("where"))
 
 
 def check_next_due_delayed(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
@@ -1471,7 +1534,7 @@ USES_TIME = {
     "count_expired",
     "purge_expired_batch",
     "store_delayed",
-    "move_due_delayed_batch",
+    "select_due_delayed",
     "next_due_delayed",
 }
 SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
@@ -1504,7 +1567,10 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "create_delayed_table": check_create_delayed_table,
     "delayed_index": check_delayed_index,
     "store_delayed": check_store_delayed,
-    "move_due_delayed_batch": check_move_due_delayed,
+    "select_due_delayed": check_select_due_delayed,
+    "move_delayed_rows": check_move_delayed_rows,
+    "select_delayed_rows": check_select_delayed_rows,
+    "delete_delayed_rows": check_delete_delayed_rows,
     "next_due_delayed": check_next_due_delayed,
     "count_delayed": check_count_delayed,
     "try_lock_delayed_mover": check_mover_lock,
@@ -1608,26 +1674,6 @@ def check_babelfish_receive(statement: Statement, trees: list[exp.Expression], a
     )
 
 
-def check_babelfish_move(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
-    sql = statement.sql
-    select = _rows_picked_by_row_version(statement, trees, address)
-    where = select.args.get("where")
-    condition = where.this if where is not None else None
-    fail_unless(
-        isinstance(condition, exp.LTE)
-        and condition.this.name == "Due"
-        and isinstance(condition.expression, exp.Anonymous)
-        and condition.expression.name.upper() == "GETUTCDATE",
-        f"the move takes rows other than Due <= GETUTCDATE():\n{sql}",
-    )
-    fail_unless(_order(select) == [("Due", False)], f"the move is not ordered by Due ascending:\n{sql}")
-    wanted = [("deleted", "Headers"), ("deleted", "Body"), ("deleted", "Due"), ("deleted", "RowVersion")]
-    fail_unless(
-        _output(trees[0]) == wanted,
-        f"the move does not OUTPUT deleted Headers, Body, Due, RowVersion:\n{sql}",
-    )
-
-
 def check_babelfish_table_exists(
     statement: Statement, trees: list[exp.Expression], address: QueueAddress
 ) -> None:
@@ -1666,7 +1712,6 @@ def check_babelfish_index_exists(
 
 VARIANT_SEMANTICS: dict[tuple[str, str], Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
     ("babelfish", "receive_batch"): check_babelfish_receive,
-    ("babelfish", "move_due_delayed_batch"): check_babelfish_move,
     ("babelfish", "table_exists"): check_babelfish_table_exists,
     ("babelfish", "index_exists"): check_babelfish_index_exists,
 }
@@ -1911,7 +1956,8 @@ _OLD_ONE_BATCH_LOCK = _GOOD_LOCK.replace(
 _OLD_ONE_BATCH_TYPES = OPEN_TRANSACTION_TYPES + LOCK_TYPES[1:]
 _GOOD_SEND = DIALECT.send(_ORDERS)
 _GOOD_HEAP_INDEX = DIALECT.indexes(_ORDERS, TableOptions("heap"))[0].create
-_GOOD_MOVE = DIALECT.move_due_delayed_batch(_ORDERS)
+_GOOD_MOVE = DIALECT.select_due_delayed(_ORDERS)
+_GOOD_MOVE_ROWS = DIALECT.move_delayed_rows(_ORDERS, MOVE_DESTINATION, 3, True)[0]
 _GOOD_STORE = DIALECT.store_delayed(_ORDERS)
 _GOOD_MOVER_LOCK, _GOOD_MOVER_LOCK_PARAMS = DIALECT.try_lock_delayed_mover(_ORDERS)
 _SPECIAL = QueueAddress("my]table", "db@", "n service.bus&#")
@@ -2225,24 +2271,64 @@ BROKEN = [
         id="name-as-literal",
     ),
     pytest.param(
-        _like(
-            "move_due_delayed_batch", _GOOD_MOVE.replace("UPDLOCK, READPAST, ROWLOCK", "UPDLOCK, ROWLOCK"), 1
-        ),
+        _like("select_due_delayed", _GOOD_MOVE.replace("UPDLOCK, READPAST, ROWLOCK", "UPDLOCK, ROWLOCK"), 1),
         _ORDERS,
         "hints",
         id="move-no-READPAST",
     ),
     pytest.param(
-        _like("move_due_delayed_batch", _GOOD_MOVE.replace("[Due] <= GETUTCDATE()", "[Due] <= GETDATE()"), 1),
+        _like("select_due_delayed", _GOOD_MOVE.replace("[Due] <= GETUTCDATE()", "[Due] <= GETDATE()"), 1),
         _ORDERS,
         "local-time function",
         id="move-local-clock",
     ),
     pytest.param(
-        _like("move_due_delayed_batch", _GOOD_MOVE.replace(" ORDER BY [Due]", ""), 1),
+        _like("select_due_delayed", _GOOD_MOVE.replace(" ORDER BY [Due]", ""), 1),
         _ORDERS,
         "ordered by Due",
         id="move-unordered",
+    ),
+    pytest.param(
+        _like(
+            "select_due_delayed",
+            _GOOD_MOVE.replace("[RowVersion], [Headers]", "[RowVersion], [Headers], [Body]"),
+            1,
+        ),
+        _ORDERS,
+        "not RowVersion, Headers",
+        id="move-reads-bodies",
+    ),
+    pytest.param(
+        _like("move_delayed_rows", _GOOD_MOVE_ROWS.replace("deleted.[Headers]", "?"), 4),
+        _ORDERS,
+        "OUTPUT",
+        id="move-rewrites-headers",
+    ),
+    pytest.param(
+        _like("move_delayed_rows", _GOOD_MOVE_ROWS.replace("NEWID()", "?"), 4),
+        _ORDERS,
+        "OUTPUT",
+        id="move-client-id",
+    ),
+    pytest.param(
+        _like(
+            "move_delayed_rows",
+            _GOOD_MOVE_ROWS.replace("INTO [dbo].[Billing.Input]", "INTO [dbo].[orders]"),
+            3,
+        ),
+        _ORDERS,
+        "INTO the destination",
+        id="move-into-its-own-table",
+    ),
+    pytest.param(
+        _like(
+            "move_delayed_rows",
+            _GOOD_MOVE_ROWS.replace("IN (?, ?, ?)", "IN (SELECT TOP(?) [RowVersion] FROM [dbo].[orders])"),
+            1,
+        ),
+        _ORDERS,
+        "RowVersion\\] IN",
+        id="move-picks-again",
     ),
     pytest.param(
         _like("store_delayed", _GOOD_STORE.replace("GETUTCDATE()", "SYSUTCDATETIME()"), 5),
@@ -2290,6 +2376,7 @@ def test_checks_accept_the_unbroken_originals() -> None:
         _GOOD_SEND,
         _GOOD_HEAP_INDEX,
         _GOOD_MOVE,
+        _GOOD_MOVE_ROWS,
         _GOOD_STORE,
         _GOOD_MOVER_LOCK,
     ):
@@ -2302,7 +2389,6 @@ def test_checks_accept_the_unbroken_originals() -> None:
 
 _BABELFISH = BabelfishDialect()
 _BF_RECEIVE = _BABELFISH.receive_batch(_ORDERS)
-_BF_MOVE = _BABELFISH.move_due_delayed_batch(_ORDERS)
 
 
 def _babelfish_like(kind: str, sql: str, placeholders: int, **changes: Any) -> Statement:
@@ -2361,16 +2447,6 @@ BROKEN_BABELFISH = [
         ),
         "more than RowVersion",
         id="receive-picks-by-Id",
-    ),
-    pytest.param(
-        _babelfish_like("move_due_delayed_batch", _BF_MOVE.replace(" ORDER BY [Due]", ""), 1),
-        "ordered by Due",
-        id="move-unordered",
-    ),
-    pytest.param(
-        _babelfish_like("move_due_delayed_batch", _BF_MOVE.replace("[Due] <= GETUTCDATE()", "[Due] < ?"), 2),
-        "GETUTCDATE",
-        id="move-client-clock",
     ),
     pytest.param(
         _babelfish_like("table_exists", _BABELFISH.table_exists(_ORDERS)[0], 2, params=("orders", "dbo")),

@@ -87,6 +87,7 @@ FUNCTIONS = frozenset(
         "QUOTENAME",
         "DB_NAME",
         "SERVERPROPERTY",
+        "NEWID",
     }
 )
 # Stored procedures a statement may EXEC.
@@ -315,6 +316,7 @@ _NAME = r"\[(?:[^\]]|\]\])*\]"
 _DELETE_OUTPUT_WHERE = re.compile(
     rf"DELETE FROM (?P<table>(?:{_NAME}\.)*{_NAME}) (?P<output>OUTPUT .+?) (?P<where>WHERE .*)", re.DOTALL
 )
+_OUTPUT_INTO = re.compile(rf" INTO (?:{_NAME}\.)*{_NAME} \([^()]*\)$")
 # Words that open (BEGIN of a block, CASE) or close (END) a nesting level; BEGIN TRAN[SACTION] opens none.
 _NESTING = re.compile(r"\bBEGIN\b(?!\s+TRAN)|\bCASE\b|\bEND\b|;", re.IGNORECASE)
 # The first word of the statement an IF runs (its condition holds none of them outside parentheses).
@@ -404,13 +406,16 @@ def for_sqlglot(sql: str) -> str:
 
     sqlglot rejects the valid ``DELETE FROM t OUTPUT ... WHERE ...`` (the form Babelfish runs for the
     receive) and reads the equivalent ``DELETE t OUTPUT ... FROM t WHERE ...``: only that shape is
-    rewritten, for sqlglot alone (sqlfluff reads the statement as executed). Batches with IF are split by
-    :func:`sqlglot_batch`.
+    rewritten, for sqlglot alone (sqlfluff reads the statement as executed). sqlglot also rejects a
+    qualified ``OUTPUT ... INTO [schema].[table] (columns)`` target (the delayed mover's), so that clause
+    is left out of its text; the mover's checker holds the INTO clause on the text. Batches with IF are
+    split by :func:`sqlglot_batch`.
     """
     match = _DELETE_OUTPUT_WHERE.fullmatch(sql)
     if match is None:
         return sql
-    return f"DELETE {match['table']} {match['output']} FROM {match['table']} {match['where']}"
+    output = _OUTPUT_INTO.sub("", match["output"])
+    return f"DELETE {match['table']} {output} FROM {match['table']} {match['where']}"
 
 
 def parse_sqlglot(sql: str) -> list[exp.Expression]:

@@ -30,8 +30,10 @@ class BabelfishDialect(SqlServerDialect):
     Chosen once per transport when the server reports itself (:meth:`SqlServerDialect.server_variant`). Only
     the statements Babelfish refuses or misreads are replaced, each by a form that is also valid T-SQL:
 
-    - DML through a CTE is refused, so the receive and the delayed mover delete
-      ``WHERE [RowVersion] IN (SELECT TOP(?) ... WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY ...)``.
+    - DML through a CTE is refused, so the receive deletes
+      ``WHERE [RowVersion] IN (SELECT TOP(?) ... WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY ...)``. The
+      delayed mover needs no variant: its ``SELECT TOP(?)`` and ``DELETE ... OUTPUT ... INTO`` run as
+      they are.
     - ``OUTPUT`` takes no expression over ``deleted`` columns, so the receive returns the server's
       ``GETUTCDATE()`` beside ``Expires`` and the expired flag is computed from those two values: still
       the database's clock, as on SQL Server.
@@ -95,14 +97,6 @@ class BabelfishDialect(SqlServerDialect):
             (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
             for row in self.fetch_rows(cursor)
         ]
-
-    def move_due_delayed_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], "
-            f"deleted.[RowVersion] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM {table} "
-            "WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due])"
-        )
 
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         """SQL Server's classification, plus Babelfish's own numbers where it has no SQL Server one."""

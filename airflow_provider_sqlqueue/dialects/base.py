@@ -323,16 +323,30 @@ class Dialect(ABC):
         """Parameters of :meth:`store_delayed`; exactly one of ``deliver_at`` (aware UTC) and ``delay``."""
 
     @abstractmethod
-    def move_due_delayed_batch(self, address: QueueAddress) -> str:
-        """DELETE of up to N rows whose Due has passed by the database clock, oldest Due first (one
-        parameter: N), returning Headers, Body, Due, RowVersion; never the same row to two movers."""
+    def select_due_delayed(self, address: QueueAddress) -> str:
+        """Up to N rows (one parameter: N) whose Due has passed by the database clock, oldest Due first:
+        RowVersion and Headers only, so the mover learns each row's destination while the bodies stay on
+        the server. Where another mover could run (SQL Server's hints) the rows are locked until commit."""
 
-    def take_due_delayed_rows(
-        self, cursor: Any, address: QueueAddress, statement: str, batch_size: int
-    ) -> list[Any]:
-        """Run the move's DELETE (``statement`` is :meth:`move_due_delayed_batch`'s text); return its rows."""
-        cursor.execute(statement, (batch_size,))
-        return self.fetch_rows(cursor)
+    @abstractmethod
+    def move_delayed_rows(
+        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
+    ) -> list[str]:
+        """Statements that move the delayed rows whose RowVersions are the ``rows`` parameters (each
+        statement takes the same ones) into ``destination`` without leaving the server: Headers and Body
+        exactly as stored, a new Id (as the reference's ``NEWID()``), CorrelationId, ReplyToAddress and
+        Expires NULL, inserted in Due order where the engine keeps an INSERT's order. More than one
+        statement only where the engine cannot insert what a DELETE returns; their row counts must
+        then agree, or another writer took some of the rows."""
+
+    @abstractmethod
+    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        """Headers, Body and RowVersion of the delayed rows whose RowVersions are the ``rows`` parameters
+        (the rows the mover sends to the error queue instead of moving)."""
+
+    @abstractmethod
+    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        """DELETE of the delayed rows whose RowVersions are the ``rows`` parameters."""
 
     @abstractmethod
     def next_due_delayed(self, address: QueueAddress) -> str:

@@ -159,27 +159,6 @@ class SqliteOverOdbc(_Pyodbc, SqliteDialect):
             )
         return rows
 
-    def select_due_delayed(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT Headers, Body, Due, RowVersion FROM {self.qualified_name(address)} "
-            f"WHERE Due <= {_NOW} ORDER BY Due LIMIT ?"
-        )
-
-    def take_due_delayed_rows(
-        self, cursor: Any, address: QueueAddress, statement: str, batch_size: int
-    ) -> list[Any]:
-        """The delayed mover's DELETE without RETURNING, as the receive: select, then delete those rows."""
-        cursor.execute(self.select_due_delayed(address), (batch_size,))
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        cursor.execute(self.delete_row_versions(address, len(rows)), [row[3] for row in rows])
-        if cursor.rowcount != len(rows):
-            raise TransientDatabaseError(
-                f"another mover took some of the {len(rows)} rows selected from {address}; rolled back"
-            )
-        return rows
-
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import pyodbc
 
@@ -239,7 +218,10 @@ _STATEMENT_METHODS = {
     "create_delayed_table",
     "delayed_indexes",
     "store_delayed",
-    "move_due_delayed_batch",
+    "select_due_delayed",
+    "move_delayed_rows",
+    "select_delayed_rows",
+    "delete_delayed_rows",
     "next_due_delayed",
     "count_delayed",
     "try_lock_delayed_mover",
@@ -254,5 +236,8 @@ def _to_qmark(value: Any) -> Any:
     if isinstance(value, tuple) and value and isinstance(value[0], str):
         return (_to_qmark(value[0]), *value[1:])
     if isinstance(value, list):
-        return [type(item)(item.name, _to_qmark(item.create)) for item in value]
+        return [
+            _to_qmark(item) if isinstance(item, str) else type(item)(item.name, _to_qmark(item.create))
+            for item in value
+        ]
     return value

@@ -398,16 +398,36 @@ class PostgresDialect(Dialect):
     ) -> tuple[Any, ...]:
         return (headers, body, deliver_at, delay)
 
-    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+    def select_due_delayed(self, address: QueueAddress) -> str:
         # No FOR UPDATE SKIP LOCKED: the election leaves one mover, and row locks would ask the runtime role
-        # for UPDATE on the delayed table. A second mover's DELETE would wait, then skip the rows already
-        # gone (READ COMMITTED re-checks them), so nothing moves twice either way.
-        table = self.qualified_name(address)
-        return _delete_taken(
-            table,
-            f"SELECT RowVersion FROM {table} WHERE Due <= statement_timestamp() ORDER BY Due LIMIT %s",
-            "RETURNING Headers, Body, Due, RowVersion",
+        # for UPDATE on the delayed table. The move's DELETE inserts only the rows it deleted, so a second
+        # mover's statement would find them gone and move nothing twice.
+        return (
+            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
+            "WHERE Due <= statement_timestamp() ORDER BY Due LIMIT %s"
         )
+
+    def move_delayed_rows(
+        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
+    ) -> list[str]:
+        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
+        recoverable = "true, " if with_recoverable else ""
+        return [
+            f"WITH moved AS (DELETE FROM {self.qualified_name(address)} "
+            f"WHERE RowVersion IN ({', '.join(['%s'] * rows)}) RETURNING Headers, Body, Due, RowVersion) "
+            f"INSERT INTO {self.qualified_name(destination)} ({columns}) "
+            f"SELECT gen_random_uuid(), NULL, NULL, {recoverable}NULL, Headers, Body FROM moved "
+            "ORDER BY Due, RowVersion"
+        ]
+
+    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        return (
+            f"SELECT Headers, Body, RowVersion FROM {self.qualified_name(address)} "
+            f"WHERE RowVersion IN ({', '.join(['%s'] * rows)})"
+        )
+
+    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        return f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion IN ({', '.join(['%s'] * rows)})"
 
     def next_due_delayed(self, address: QueueAddress) -> str:
         return f"SELECT statement_timestamp(), min(Due) FROM {self.qualified_name(address)}"

@@ -28,6 +28,12 @@ from ..model.errors import (
 from .base import Dialect, Finding, IndexSpec, TableOptions
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+# A random (version 4) UUID's text, lower case as str(uuid.uuid4()): SQLite has no UUID function.
+_NEW_UUID = (
+    "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-' "
+    "|| substr('89AB', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2) || '-' "
+    "|| hex(randomblob(6)))"
+)
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _VALUES_ROW = "(?, ?, ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)"
 _COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
@@ -299,13 +305,36 @@ class SqliteDialect(Dialect):
             modifier = f"{math.ceil(delay.total_seconds() * 1000) / 1000:+.3f} seconds"
         return (headers, body, at, modifier)
 
-    def move_due_delayed_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
+    def select_due_delayed(self, address: QueueAddress) -> str:
         return (
-            f"DELETE FROM {table} WHERE RowVersion IN ("
-            f"SELECT RowVersion FROM {table} WHERE Due <= {_NOW} ORDER BY Due LIMIT ?) "
-            "RETURNING Headers, Body, Due, RowVersion"
+            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
+            f"WHERE Due <= {_NOW} ORDER BY Due LIMIT ?"
         )
+
+    def move_delayed_rows(
+        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
+    ) -> list[str]:
+        # SQLite cannot insert what a DELETE returns: the copy and the DELETE run under the move's write
+        # lock (BEGIN IMMEDIATE), so no other writer comes between them.
+        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
+        recoverable = "1, " if with_recoverable else ""
+        marks = ", ".join(["?"] * rows)
+        table = self.qualified_name(address)
+        return [
+            f"INSERT INTO {self.qualified_name(destination)} ({columns}) "
+            f"SELECT {_NEW_UUID}, NULL, NULL, {recoverable}NULL, Headers, Body FROM {table} "
+            f"WHERE RowVersion IN ({marks}) ORDER BY Due, RowVersion",
+            f"DELETE FROM {table} WHERE RowVersion IN ({marks})",
+        ]
+
+    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        return (
+            f"SELECT Headers, Body, RowVersion FROM {self.qualified_name(address)} "
+            f"WHERE RowVersion IN ({', '.join(['?'] * rows)})"
+        )
+
+    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        return f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion IN ({', '.join(['?'] * rows)})"
 
     def next_due_delayed(self, address: QueueAddress) -> str:
         return f"SELECT {_NOW}, min(Due) FROM {self.qualified_name(address)}"

@@ -373,13 +373,34 @@ class SqlServerDialect(Dialect):
             milliseconds = -(-rest // timedelta(milliseconds=1))  # round up: never early
         return (headers, body, at, milliseconds, seconds)
 
-    def move_due_delayed_batch(self, address: QueueAddress) -> str:
+    def select_due_delayed(self, address: QueueAddress) -> str:
         return (
-            "WITH message AS ("
-            f"SELECT TOP(?) * FROM {self.qualified_name(address)} WITH (UPDLOCK, READPAST, ROWLOCK) "
-            "WHERE [Due] <= GETUTCDATE() ORDER BY [Due]) DELETE FROM message "
-            "OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], deleted.[RowVersion]"
+            f"SELECT TOP(?) [RowVersion], [Headers] FROM {self.qualified_name(address)} "
+            "WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]"
         )
+
+    def move_delayed_rows(
+        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
+    ) -> list[str]:
+        # The reference's move (DELETE ... OUTPUT NEWID(), NULL, NULL, 1, NULL, deleted.Headers,
+        # deleted.Body INTO the queue), aimed at the row's destination instead of the endpoint's input queue.
+        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
+        recoverable = "1, " if with_recoverable else ""
+        return [
+            f"DELETE FROM {self.qualified_name(address)} "
+            f"OUTPUT NEWID(), NULL, NULL, {recoverable}NULL, deleted.[Headers], deleted.[Body] "
+            f"INTO {self.qualified_name(destination)} ({columns}) "
+            f"WHERE [RowVersion] IN ({', '.join(['?'] * rows)})"
+        ]
+
+    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        return (
+            f"SELECT [Headers], [Body], [RowVersion] FROM {self.qualified_name(address)} "
+            f"WHERE [RowVersion] IN ({', '.join(['?'] * rows)})"
+        )
+
+    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
+        return f"DELETE FROM {self.qualified_name(address)} WHERE [RowVersion] IN ({', '.join(['?'] * rows)})"
 
     def next_due_delayed(self, address: QueueAddress) -> str:
         return f"SELECT GETUTCDATE(), min([Due]) FROM {self.qualified_name(address)} WITH (READPAST)"

@@ -20,6 +20,7 @@ moved before its due time and, with a running mover, not later than one idle del
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -33,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..dialects.base import Dialect, Row
 from ..model.address import QueueAddress
-from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
+from ..model.errors import (
+    ConfigurationError,
+    HeaderFormatError,
+    InvalidQueueName,
+    QueueNotFound,
+    TransientDatabaseError,
+)
 from . import headers as h
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
@@ -55,6 +62,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DELAYED_SUFFIX = "Delayed"
 DEFAULT_MOVE_BATCH = 100
+# RowVersions bound to one move statement (SQL Server takes 2,100 parameters, older SQLite builds 999).
+MAX_ROWS_PER_MOVE_STATEMENT = 500
 
 
 def _as_utc(value: Any) -> datetime:
@@ -66,6 +75,17 @@ def _as_utc(value: Any) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)
+
+
+def _padded_chunks(row_versions: list[int], slots: int, *, pad: bool = True) -> list[list[int]]:
+    """The RowVersions in lists of ``slots``, the last padded by repeating its last value (``IN`` ignores
+    the repeats): one statement text per destination, which servers parse and plan once (Babelfish's
+    first run of a text costs hundreds of milliseconds)."""
+    chunks = [row_versions[start : start + slots] for start in range(0, len(row_versions), slots)]
+    if pad and chunks:
+        last = chunks[-1]
+        last.extend([last[-1]] * (slots - len(last)))
+    return chunks
 
 
 def _due(delay: timedelta | float | None, deliver_at: datetime | None) -> tuple[Any, Any, float]:
@@ -448,54 +468,79 @@ class DelayedMover:
         if begin:
             cursor.execute(begin, ())
         started = time.monotonic()
-        rows = dialect.take_due_delayed_rows(
-            cursor, self.address, dialect.move_due_delayed_batch(self.address), self.batch_size
-        )
-        if rows:
-            rows = sorted(rows, key=lambda row: (_as_utc(row[2]), int(row[3])))
-            self._forward(connection, cursor, rows)
+        cursor.execute(dialect.select_due_delayed(self.address), (self.batch_size,))
+        due = dialect.fetch_rows(cursor)
+        if due:
+            self._move_rows(connection, cursor, due)
         ended = time.monotonic()  # still holding the lock: rounds of different movers never overlap
         connection.commit()
-        self.rounds.append(MoveRound(started, ended, len(rows)))
-        if rows:
-            self.moved += len(rows)
-            log.debug("%s: moved %d due message(s)", self.name, len(rows))
-        return len(rows)
+        self.rounds.append(MoveRound(started, ended, len(due)))
+        if due:
+            self.moved += len(due)
+            log.debug("%s: moved %d due message(s)", self.name, len(due))
+        return len(due)
 
-    def _forward(self, connection: Any, cursor: Any, rows: list[Any]) -> None:
-        by_destination: dict[QueueAddress, list[OutgoingMessage]] = {}
-        failed: list[tuple[Any, str, str]] = []  # (row, failed queue, reason)
-        for row in rows:
-            headers_text, body = row[0], row[1]
+    def _move_rows(self, connection: Any, cursor: Any, due: list[Any]) -> None:
+        """Move the due rows (RowVersion, Headers) to their destinations on the server, grouped by
+        destination; the rows that cannot be delivered go to the error queue."""
+        by_destination: dict[QueueAddress, list[int]] = {}
+        failed: dict[int, tuple[str, str]] = {}  # RowVersion: (failed queue, reason)
+        resolved: dict[str, QueueAddress] = {}  # a batch names few destinations; resolving one is not free
+        for row_version, headers_text in due:
             try:
-                headers = decode_headers(headers_text)
-                destination = headers.pop(h.FORWARD_DESTINATION, None)
+                destination = decode_headers(headers_text).get(h.FORWARD_DESTINATION)
                 if not destination:
                     raise HeaderFormatError(f"the {h.FORWARD_DESTINATION} header is missing")
-                address = self.transport.resolve(destination)
+                address = resolved.get(destination)
+                if address is None:
+                    address = resolved[destination] = self.transport.resolve(destination)
             except (HeaderFormatError, InvalidQueueName) as error:
-                failed.append((row, str(self.address), f"unreadable delayed message: {error}"))
+                failed[int(row_version)] = (str(self.address), f"unreadable delayed message: {error}")
                 continue
-            message = OutgoingMessage(b"" if body is None else bytes(body), headers)
-            by_destination.setdefault(address, []).append(message)
-        for address, messages in by_destination.items():
+            by_destination.setdefault(address, []).append(int(row_version))
+        slots = min(self.batch_size, MAX_ROWS_PER_MOVE_STATEMENT)
+        for address, row_versions in by_destination.items():
             queue = self.transport.queue(address)
-            if table_exists_on(cursor, self.dialect, queue.address):
-                queue._send_on(connection, messages, commit=False)
+            if not table_exists_on(cursor, self.dialect, queue.address):
+                reason = f"the destination queue {address} does not exist"
+                count = len(row_versions)
+                log.error("%s: %s; moving %d message(s) to the error queue", self.name, reason, count)
+                failed.update((row_version, (str(address), reason)) for row_version in row_versions)
                 continue
-            reason = f"the destination queue {address} does not exist"
-            log.error("%s: %s; moving %d message(s) to the error queue", self.name, reason, len(messages))
-            for message in messages:
-                self._to_error_queue(connection, message.headers, message.body, str(address), reason)
-        for row, failed_queue, reason in failed:
+            statements_for = functools.partial(
+                self.dialect.move_delayed_rows,
+                self.address,
+                queue.address,
+                with_recoverable=queue._has_recoverable(cursor),
+            )
+            for chunk in _padded_chunks(row_versions, slots):
+                counts = []
+                for statement in statements_for(len(chunk)):
+                    cursor.execute(statement, chunk)
+                    counts.append(cursor.rowcount)
+                if len(set(counts)) > 1:
+                    raise TransientDatabaseError(
+                        f"another writer changed the rows moved from {self.address} to {address} "
+                        f"(row counts {counts}); the move was rolled back"
+                    )
+        if failed:
+            self._fail_rows(connection, cursor, failed)
+
+    def _fail_rows(self, connection: Any, cursor: Any, failed: dict[int, tuple[str, str]]) -> None:
+        rows: list[Any] = []
+        for chunk in _padded_chunks(list(failed), MAX_ROWS_PER_MOVE_STATEMENT, pad=False):
+            cursor.execute(self.dialect.select_delayed_rows(self.address, len(chunk)), chunk)
+            rows += self.dialect.fetch_rows(cursor)
+            cursor.execute(self.dialect.delete_delayed_rows(self.address, len(chunk)), chunk)
+        for headers_text, body, row_version in rows:
+            failed_queue, reason = failed[int(row_version)]
             log.error("%s: %s; moving it to the error queue", self.name, reason)
-            headers_text = row[0]
             try:
                 headers = decode_headers(headers_text)
             except HeaderFormatError:
-                self._raw_to_error_queue(connection, row)
+                self._raw_to_error_queue(connection, (headers_text, body))
                 continue
-            self._to_error_queue(connection, headers, bytes(row[1] or b""), failed_queue, reason)
+            self._to_error_queue(connection, headers, bytes(body or b""), failed_queue, reason)
 
     def _error_queue(self) -> Any:
         if self.error_queue is None:
@@ -507,16 +552,21 @@ class DelayedMover:
     def _to_error_queue(
         self, connection: Any, headers: Mapping[str, str | None], body: bytes, failed_queue: str, reason: str
     ) -> None:
+        """The message's own headers plus the failure headers, and nothing invented (no MessageId,
+        CorrelationId, MessageIntent or TimeSent the sender did not set)."""
         info = FailureInfo(1, QueueNotFound(reason), reason)
         kept = {key: value for key, value in headers.items() if key != h.FORWARD_DESTINATION}
-        message = OutgoingMessage(body, failure_headers(kept, info, failed_queue))
-        self._error_queue()._send_on(connection, [message], commit=False)
+        text = h.encode_headers(failure_headers(kept, info, failed_queue))
+        self._raw_to_error_queue(connection, (text, body))
 
     def _raw_to_error_queue(self, connection: Any, row: Any) -> None:
-        """A row whose headers cannot be read goes to the error queue unchanged, as poison rows do."""
+        """A row into the error queue with this header text as it is (an unreadable one included, as
+        poison rows go) and a new Id."""
         queue = self._error_queue()
         headers = row[0]
         if isinstance(headers, bytes | bytearray | memoryview):
             headers = bytes(headers).decode("utf-8", errors="replace")
         raw = Row(self.dialect.row_id(uuid.uuid4()), None, None, False, headers or "", row[1], 0, None)
-        connection.cursor().execute(queue._sql.insert_raw, self.dialect.raw_params(raw))
+        cursor = connection.cursor()
+        statement = queue._sql.insert_raw_for(queue._has_recoverable(cursor))
+        cursor.execute(statement, self.dialect.raw_params(raw))

@@ -18,6 +18,3 @@ SELECT index_id FROM sys.indexes WHERE object_id = OBJECT_ID(?) AND name LIKE ?
 
 -- receive_batch
 DELETE FROM [dbo].[orders] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM [dbo].[orders] WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY [RowVersion])
-
--- move_due_delayed_batch
-DELETE FROM [dbo].[orders] OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], deleted.[RowVersion] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM [dbo].[orders] WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due])

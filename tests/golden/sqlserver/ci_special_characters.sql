@@ -147,8 +147,20 @@ CREATE NONCLUSTERED INDEX [Index_Due] ON [n service.bus&#].[db@].[my]]table] ([D
 -- store_delayed
 INSERT INTO [n service.bus&#].[db@].[my]]table] ([Headers], [Body], [Due]) VALUES (?, ?, COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE()))))
 
--- move_due_delayed_batch
-WITH message AS (SELECT TOP(?) * FROM [n service.bus&#].[db@].[my]]table] WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]) DELETE FROM message OUTPUT deleted.[Headers], deleted.[Body], deleted.[Due], deleted.[RowVersion]
+-- select_due_delayed
+SELECT TOP(?) [RowVersion], [Headers] FROM [n service.bus&#].[db@].[my]]table] WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]
+
+-- move_delayed_rows 3 rows
+DELETE FROM [n service.bus&#].[db@].[my]]table] OUTPUT NEWID(), NULL, NULL, 1, NULL, deleted.[Headers], deleted.[Body] INTO [dbo].[Billing.Input] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]) WHERE [RowVersion] IN (?, ?, ?)
+
+-- move_delayed_rows 3 rows without Recoverable
+DELETE FROM [n service.bus&#].[db@].[my]]table] OUTPUT NEWID(), NULL, NULL, NULL, deleted.[Headers], deleted.[Body] INTO [dbo].[Billing.Input] ([Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]) WHERE [RowVersion] IN (?, ?, ?)
+
+-- select_delayed_rows 3
+SELECT [Headers], [Body], [RowVersion] FROM [n service.bus&#].[db@].[my]]table] WHERE [RowVersion] IN (?, ?, ?)
+
+-- delete_delayed_rows 3
+DELETE FROM [n service.bus&#].[db@].[my]]table] WHERE [RowVersion] IN (?, ?, ?)
 
 -- next_due_delayed
 SELECT GETUTCDATE(), min([Due]) FROM [n service.bus&#].[db@].[my]]table] WITH (READPAST)
