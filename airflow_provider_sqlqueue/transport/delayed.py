@@ -134,7 +134,7 @@ class DelayedStore:
         dialect, address = self.dialect, self.address
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
-            begin_creation(cursor, dialect, address)
+            begin_creation(cursor, dialect, address, self.transport.current_catalog())
             created = not table_exists_on(cursor, dialect, address)
             if created:
                 cursor.execute(dialect.create_delayed_table(address), ())
@@ -186,7 +186,7 @@ class DelayedStore:
             raise ConfigurationError(f"a {size:,}-byte body exceeds this transport's limit; nothing was sent")
         delay, at, due_in = _due(delay, deliver_at)
         stored_headers = dict(outgoing.headers)
-        stored_headers[h.FORWARD_DESTINATION] = str(self.transport.resolve(destination))
+        stored_headers[h.FORWARD_DESTINATION] = str(self.transport.canonical(destination))
         params = self.dialect.store_delayed_params(h.encode_headers(stored_headers), outgoing.body, at, delay)
         return PreparedDelayed(outgoing, params, due_in)
 
@@ -474,7 +474,9 @@ class DelayedMover:
                     raise HeaderFormatError(f"the {h.FORWARD_DESTINATION} header is missing")
                 address = self.transport.resolve(destination)
             except (HeaderFormatError, InvalidQueueName) as error:
-                failed.append((row, str(self.address), f"unreadable delayed message: {error}"))
+                failed.append(
+                    (row, str(self.transport.canonical(self.address)), f"unreadable delayed message: {error}")
+                )
                 continue
             message = OutgoingMessage(b"" if body is None else bytes(body), headers)
             by_destination.setdefault(address, []).append(message)
@@ -486,7 +488,8 @@ class DelayedMover:
             reason = f"the destination queue {address} does not exist"
             log.error("%s: %s; moving %d message(s) to the error queue", self.name, reason, len(messages))
             for message in messages:
-                self._to_error_queue(connection, message.headers, message.body, str(address), reason)
+                failed_queue = str(self.transport.canonical(address))
+                self._to_error_queue(connection, message.headers, message.body, failed_queue, reason)
         for row, failed_queue, reason in failed:
             log.error("%s: %s; moving it to the error queue", self.name, reason)
             headers_text = row[0]

@@ -104,7 +104,9 @@ class MessageProcessor:
             return False
         info = pump.failures.get(message.id)
         if info is not None:
-            self._move_to_error_queue(message, batch, info, failed_queue=str(address))
+            self._move_to_error_queue(
+                message, batch, info, failed_queue=str(pump.transport.canonical(address))
+            )
             return True
         headers = {key: value for key, value in message.headers.items() if key != h.FORWARD_DESTINATION}
         try:
@@ -129,7 +131,7 @@ class MessageProcessor:
         headers = failure_headers(
             message.headers,
             info,
-            failed_queue or str(pump.queue.address),
+            failed_queue or str(pump.transport.canonical(pump.queue.address)),
             endpoint=getattr(pump.endpoint, "name", None) or str(pump.queue.address),
             machine=pump.machine,
         )
