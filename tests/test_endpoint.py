@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 
 import pytest
 import rawsql
@@ -153,14 +154,22 @@ def test_a_forward_destination_naming_this_queue_with_its_catalog_is_handled_her
     assert transport.resolve(here) == transport.resolve("Sales") == sales.address
 
 
-def test_the_catalog_is_looked_up_at_most_once_per_transport(target, monkeypatch) -> None:
+def test_the_catalog_is_looked_up_at_most_once_per_transport(target, monkeypatch, request) -> None:
     """Without a database in the connection string, the first connection asks (DB_NAME(),
-    current_database()) and every later address reuses the answer; with one, nothing is asked."""
+    current_database(): no privilege needed) and every later address reuses the answer; with one, nothing
+    is asked. On PostgreSQL a role with no privilege at all, whose name is not the database's, connects
+    to the database libpq's PGDATABASE names."""
     url = target.url
     if target.engine == "postgresql":
+        server = request.getfixturevalue("postgres_server")
+        role = f"qcat_{uuid.uuid4().hex[:8]}"
+        server.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+        request.addfinalizer(lambda: server.execute(f"DROP ROLE {role}"))
         parsed = make_url(url)
         monkeypatch.setenv("PGDATABASE", parsed.database)  # libpq's default, which the URL cannot show
-        url = parsed._replace(database=None).render_as_string(hide_password=False)
+        url = parsed._replace(database=None, username=role, password="pw").render_as_string(
+            hide_password=False
+        )
     elif target.engine == "sqlserver":
         url = ";".join(part for part in url.split(";") if not part.upper().startswith("DATABASE="))
     with open_transport(url, default_schema=target.schema) as transport:
