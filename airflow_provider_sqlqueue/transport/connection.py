@@ -182,7 +182,7 @@ class Transport:
         self._catalog = database if has_catalog else None
         self._catalog_known = database is not None or not has_catalog
         self._catalog_lock = threading.Lock()
-        self.catalog_lookups = 0
+        self.catalog_lookups = 0  # current-database queries run: at most one per transport
 
         def create() -> Any:
             connection = connect()
