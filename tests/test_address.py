@@ -143,3 +143,22 @@ def test_parse_never_crashes(text: str) -> None:
         assert str(error)
     else:
         assert address.table
+
+
+@pytest.mark.parametrize(
+    ("engine", "variant", "query", "carries_catalog"),
+    [
+        ("sqlserver", None, "SELECT DB_NAME()", True),
+        ("sqlserver", "babelfish", "SELECT DB_NAME()", True),
+        ("postgresql", None, "SELECT current_database()", False),
+        ("sqlite", None, None, False),
+    ],
+)
+def test_each_engine_names_its_current_database_query_and_whether_addresses_carry_it(
+    engine: str, variant: str | None, query: str | None, carries_catalog: bool
+) -> None:
+    """The reference writes ``table@[schema]@[catalog]`` on SQL Server and no catalog on PostgreSQL; the
+    look-up needs no privilege (DB_NAME(), current_database()); SQLite has no catalog to look up."""
+    dialect = get_dialect(engine, variant)
+    assert dialect.current_catalog() == query
+    assert dialect.addresses_carry_catalog is carries_catalog

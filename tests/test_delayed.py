@@ -187,7 +187,7 @@ def test_a_delayed_send_from_a_handler_commits_with_the_receive(target, transpor
     assert billing.count() == 1 and sales.delayed.count() == 0  # the first attempt's store rolled back
     with billing.receive() as batch:
         [invoice] = batch
-    assert invoice.headers["NServiceBus.ReplyToAddress"] == str(sales.address)
+    assert invoice.headers["NServiceBus.ReplyToAddress"] == str(transport.canonical(sales.address))
     assert invoice.headers["NServiceBus.OriginatingEndpoint"] == "Sales"
 
 
@@ -221,7 +221,7 @@ def test_messages_for_a_missing_queue_or_unreadable_go_to_the_error_queue(
     lost = next(row for row in rows if row[2] == b"lost")
     headers = decode_headers(lost[1])
     assert headers["k"] == "v" and "NServiceBus.SqlServer.ForwardDestination" not in headers
-    assert headers["NServiceBus.FailedQ"] == str(transport.resolve("nowhere"))
+    assert headers["NServiceBus.FailedQ"] == str(transport.canonical("nowhere"))
     assert "does not exist" in headers["NServiceBus.ExceptionInfo.Message"]
 
 

@@ -238,7 +238,7 @@ def test_failing_message_is_retried_then_moved_to_the_error_queue_with_failure_h
     with error.receive(max_messages=10) as batch:
         [failed] = batch
     assert failed.body == b"bad" and failed.headers["k"] == "v"
-    assert failed.headers["NServiceBus.FailedQ"] == str(queue.address)
+    assert failed.headers["NServiceBus.FailedQ"] == str(queue.transport.canonical(queue.address))
     assert failed.headers["NServiceBus.ExceptionInfo.ExceptionType"] == "ValueError"
     assert failed.headers["NServiceBus.ExceptionInfo.Message"] == "cannot handle b'bad'"
     assert "Traceback" in failed.headers["NServiceBus.ExceptionInfo.StackTrace"]

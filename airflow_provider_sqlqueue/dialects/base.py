@@ -84,6 +84,9 @@ class Dialect(ABC):
     # A session whose request for a lock was refused must be closed, not reused (see BabelfishDialect).
     refused_lock_spoils_session = False
     variant: ClassVar[str | None] = None  # a named variant of the engine, e.g. "babelfish" for SQL Server
+    # Whether the addresses this engine's headers carry (ReplyToAddress, FailedQ, ForwardDestination) name
+    # the catalog: the reference's SQL Server form always does, its PostgreSQL form never does.
+    addresses_carry_catalog: ClassVar[bool] = False
     max_identifier_length: ClassVar[int]
     identifier_length_in_bytes: ClassVar[bool] = False
     max_body_bytes: ClassVar[int]
@@ -173,7 +176,8 @@ class Dialect(ABC):
         return None
 
     def current_catalog(self) -> str | None:
-        """A query for the connection's current database, where :meth:`lock_for_create` needs it."""
+        """A query (no parameters, no privilege needed) for the connection's current database, or None
+        where the engine has no catalog; a transport runs it at most once (Transport.current_catalog)."""
         return None
 
     @abstractmethod

@@ -115,6 +115,9 @@ class PostgresDialect(Dialect):
             )
         return resolved
 
+    def current_catalog(self) -> str:
+        return "SELECT current_database()"
+
     def qualified_name(self, address: QueueAddress) -> str:
         parts = [address.catalog, address.schema, address.table]
         return ".".join(self.quote(part) for part in parts if part is not None)

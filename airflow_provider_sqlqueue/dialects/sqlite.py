@@ -122,6 +122,10 @@ class SqliteDialect(Dialect):
     def drop_table(self, address: QueueAddress) -> str:
         return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
 
+    def current_catalog(self) -> None:
+        """SQLite has no catalog (a schema part names an attached database): nothing to look up."""
+        return None
+
     def lock_for_create(self, address: QueueAddress, current_catalog: str | None = None) -> None:
         return None  # BEGIN IMMEDIATE already holds the database's single write lock
 

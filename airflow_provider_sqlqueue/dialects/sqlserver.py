@@ -64,6 +64,7 @@ class SqlServerDialect(Dialect):
     name = "sqlserver"
     display_name = "SQL Server"
     default_schema = "dbo"
+    addresses_carry_catalog = True
     max_identifier_length = 128
     max_body_bytes = 2**31 - 1  # varbinary(max)
     send_batch_rows = 250  # 7 parameters a row, under the 2,100-parameter limit of one statement

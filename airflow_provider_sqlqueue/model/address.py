@@ -7,7 +7,8 @@ scan: a part ends at the first ``@`` that is outside brackets, where "outside" m
 odd number of ``]`` has been seen since its opening ``[``.
 
 Engine rules (identifier length, whether schemas or catalogs exist) are checked by each dialect; this module
-only rejects what no engine can take.
+only rejects what no engine can take. Filling in the catalog (the transport's current database, for the
+addresses SQL Server headers carry) is the transport's job: see ``Transport.canonical``.
 """
 
 from __future__ import annotations

@@ -176,6 +176,13 @@ class Transport:
         self.pool_size = pool_size + max_overflow
 
         self._variant_known = False
+        # The connection string's database wins without a query; else the first connection asks once.
+        # SQLite has no catalog (its "database" is the file).
+        has_catalog = dialect.current_catalog() is not None
+        self._catalog = database if has_catalog else None
+        self._catalog_known = database is not None or not has_catalog
+        self._catalog_lock = threading.Lock()
+        self.catalog_lookups = 0  # current-database queries run: at most one per transport
 
         def create() -> Any:
             connection = connect()
@@ -184,6 +191,8 @@ class Transport:
                 if not self._variant_known:
                     self.dialect = dialect_for_server(dialect, connection)
                     self._variant_known = True
+                if not self._catalog_known:
+                    self._look_up_catalog(connection)
             except BaseException:
                 connection.close()
                 raise
@@ -223,9 +232,57 @@ class Transport:
                 raise
             raise translated from error
 
+    def _look_up_catalog(self, connection: Any) -> None:
+        """Ask a new connection for its current database, once per transport (DB_NAME(),
+        current_database(): no privilege needed)."""
+        with self._catalog_lock:
+            if self._catalog_known:
+                return
+            query = self.dialect.current_catalog()
+            if query is not None:
+                cursor = connection.cursor()
+                try:
+                    cursor.execute(query)
+                    rows = self.dialect.fetch_rows(cursor)
+                finally:
+                    cursor.close()
+                connection.rollback()
+                self.catalog_lookups += 1
+                self._catalog = str(rows[0][0]) if rows and rows[0][0] is not None else None
+            self._catalog_known = True
+
+    def current_catalog(self) -> str | None:
+        """The database the queues live in: the connection string's, else what the first connection
+        answered; None on SQLite, which has no catalog. Connects only if nothing has connected yet."""
+        if not self._catalog_known:
+            with self.connection():
+                pass
+        return self._catalog
+
     def resolve(self, address: str | QueueAddress) -> QueueAddress:
-        """Parse an address, fill in the default schema and check it against this engine's limits."""
-        return self.dialect.resolve(QueueAddress.parse(address), self.default_schema, self.database)
+        """Parse an address, fill in the default schema and check it against this engine's limits.
+
+        A catalog equal to the transport's own database is dropped, so ``q@[dbo]@[sales]`` on a transport
+        opened on ``sales`` is the same queue as ``q@[dbo]``, under the same two-part SQL name.
+        """
+        parsed = QueueAddress.parse(address)
+        current = self._catalog if self._catalog_known else None
+        if parsed.catalog is not None and not self._catalog_known and self.dialect.current_catalog():
+            current = self.current_catalog()
+        resolved = self.dialect.resolve(parsed, self.default_schema, current)
+        if resolved.catalog is not None and resolved.catalog == current:
+            return QueueAddress(resolved.table, resolved.schema)
+        return resolved
+
+    def canonical(self, address: str | QueueAddress) -> QueueAddress:
+        """The address as the headers carry it (ReplyToAddress, FailedQ, ForwardDestination): on SQL
+        Server always with its catalog (``q@[dbo]@[sales]``), as the reference writes and .NET endpoints
+        in other catalogs need; on PostgreSQL without one, as the reference's PostgreSQL transport writes."""
+        resolved = self.resolve(address)
+        if not self.dialect.addresses_carry_catalog or resolved.catalog is not None:
+            return resolved
+        catalog = self.current_catalog()
+        return resolved if catalog is None else QueueAddress(resolved.table, resolved.schema, catalog)
 
     def queue(self, address: str | QueueAddress, *, error_queue: str | object | None = ...) -> TableQueue:
         """The queue at ``address`` (``table@[schema]@[catalog]``); InvalidQueueName at once if invalid.
@@ -330,7 +387,12 @@ def _postgres_connector(url: URL, connect_timeout: int) -> tuple[Callable[[], An
     def connect() -> Any:
         return psycopg.connect(**options)
 
-    return connect, options.get("dbname") or options.get("user")
+    dbname = options.get("dbname")
+    # A dbname holding '=' or a URI is a connection string libpq expands; without one, libpq's default
+    # (PGDATABASE, the user name, a service file) is the server's to say: current_database() is asked.
+    if dbname is not None and ("=" in str(dbname) or "://" in str(dbname)):
+        dbname = None
+    return connect, dbname
 
 
 def _sqlserver_connector(odbc: str, connect_timeout: int) -> tuple[Callable[[], Any], str | None]:

@@ -154,7 +154,7 @@ class DelayedStore:
         dialect, address = self.dialect, self.address
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
-            begin_creation(cursor, dialect, address)
+            begin_creation(cursor, dialect, address, self.transport.current_catalog())
             created = not table_exists_on(cursor, dialect, address)
             if created:
                 cursor.execute(dialect.create_delayed_table(address), ())
@@ -206,7 +206,7 @@ class DelayedStore:
             raise ConfigurationError(f"a {size:,}-byte body exceeds this transport's limit; nothing was sent")
         delay, at, due_in = _due(delay, deliver_at)
         stored_headers = dict(outgoing.headers)
-        stored_headers[h.FORWARD_DESTINATION] = str(self.transport.resolve(destination))
+        stored_headers[h.FORWARD_DESTINATION] = str(self.transport.canonical(destination))
         params = self.dialect.store_delayed_params(h.encode_headers(stored_headers), outgoing.body, at, delay)
         return PreparedDelayed(outgoing, params, due_in)
 
@@ -495,7 +495,10 @@ class DelayedMover:
                 if address is None:
                     address = resolved[destination] = self.transport.resolve(destination)
             except (HeaderFormatError, InvalidQueueName) as error:
-                failed[int(row_version)] = (str(self.address), f"unreadable delayed message: {error}")
+                failed[int(row_version)] = (
+                    str(self.transport.canonical(self.address)),
+                    f"unreadable delayed message: {error}",
+                )
                 continue
             by_destination.setdefault(address, []).append(int(row_version))
         slots = min(self.batch_size, MAX_ROWS_PER_MOVE_STATEMENT)
@@ -505,7 +508,10 @@ class DelayedMover:
                 reason = f"the destination queue {address} does not exist"
                 count = len(row_versions)
                 log.error("%s: %s; moving %d message(s) to the error queue", self.name, reason, count)
-                failed.update((row_version, (str(address), reason)) for row_version in row_versions)
+                failed.update(
+                    (row_version, (str(self.transport.canonical(address)), reason))
+                    for row_version in row_versions
+                )
                 continue
             statements_for = functools.partial(
                 self.dialect.move_delayed_rows,

@@ -109,7 +109,7 @@ class Endpoint:
     @property
     def reply_to_address(self) -> str:
         """Where replies to this instance's messages go: its own queue, or the primary queue without one."""
-        return str(self.instance_address or self.address)
+        return str(self.transport.canonical(self.instance_address or self.address))
 
     def queue_names(self) -> list[str]:
         names = [self.address, self.instance_address, self.error_queue, self.audit_queue]

@@ -108,7 +108,9 @@ class MessageProcessor:
             return False
         info = pump.failures.get(message.id)
         if info is not None:
-            self._move_to_error_queue(message, batch, info, failed_queue=str(address), forwarding=True)
+            self._move_to_error_queue(
+                message, batch, info, failed_queue=str(pump.transport.canonical(address)), forwarding=True
+            )
             return True
         try:
             headers_text = h.edit_headers_text(_stored_text(message), removed=[h.FORWARD_DESTINATION])
@@ -134,7 +136,7 @@ class MessageProcessor:
         headers_text = failure_headers_text(
             _stored_text(message),
             info,
-            failed_queue or str(pump.queue.address),
+            failed_queue or str(pump.transport.canonical(pump.queue.address)),
             endpoint=getattr(pump.endpoint, "name", None) or str(pump.queue.address),
             machine=pump.machine,
             forwarding=forwarding,

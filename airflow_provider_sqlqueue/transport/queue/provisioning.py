@@ -56,16 +56,21 @@ def table_exists_on(cursor: Any, dialect: Dialect, address: QueueAddress) -> boo
     return first_value(cursor, dialect) is not None
 
 
-def begin_creation(cursor: Any, dialect: Any, address: QueueAddress) -> None:
-    """Start a write transaction and take the lock that serialises creators of the same table."""
+def begin_creation(
+    cursor: Any, dialect: Any, address: QueueAddress, current_catalog: str | None = None
+) -> None:
+    """Start a write transaction and take the lock that serialises creators of the same table.
+
+    ``current_catalog`` is the transport's database where it is known; else the lock's name asks for it.
+    """
     begin = dialect.begin_write()
     if begin:
         cursor.execute(begin, ())
     opening = dialect.open_transaction()
     if opening:
         cursor.execute(opening)  # no parameters: a plain batch, never a procedure call
-    catalog = None
-    query = None if address.catalog else dialect.current_catalog()
+    catalog = current_catalog
+    query = None if address.catalog or catalog else dialect.current_catalog()
     if query:
         cursor.execute(query, ())
         rows = dialect.fetch_rows(cursor)
@@ -106,7 +111,7 @@ def _create_once(
     left: list[str] = []
     with transport.connection(address) as connection:
         cursor = connection.cursor()
-        begin_creation(cursor, dialect, address)
+        begin_creation(cursor, dialect, address, transport.current_catalog())
         created = not table_exists_on(cursor, dialect, address)
         if created:
             cursor.execute(dialect.create_table(address, options), ())
