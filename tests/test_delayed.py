@@ -285,6 +285,39 @@ def test_the_mover_carries_the_stored_header_text_unchanged_to_a_new_row(
         assert received[b"body %d" % n] == decode_headers(text)  # nothing added on the way
 
 
+def test_error_and_audit_copies_of_a_moved_message_drop_the_forward_destination_naming_its_queue(
+    transport: Transport, delayed: DelayedStore
+) -> None:
+    """A moved row keeps ForwardDestination (naming the queue it now is in); copies sent on to the error or
+    audit queue must not carry it, or a .NET receiver there would forward them back to this queue."""
+    audit = transport.queue("audit")
+    audit.create()
+    billing = transport.queue("Billing")
+    headers = {"z.Custom": "kept", "NServiceBus.MessageId": "m-1"}
+    delayed.store("Billing", b"fails", headers=headers, delay=timedelta(0))
+    delayed.store("Billing", b"works", headers=headers, delay=timedelta(0))
+    assert DelayedMover(delayed).move_once() == 2
+    assert all(FORWARD in decode_headers(row[1]) for row in rawsql.all_rows(billing))
+    handled: list[bytes] = []
+
+    def handler(message) -> None:
+        handled.append(message.body)
+        if message.body == b"fails":
+            raise ValueError("refused")
+
+    pump = MessagePump(billing, handler, immediate_retries=0, audit_queue="audit", idle_delay=0.1)
+    stats = pump.run(until_empty=True, timeout=30)
+    assert sorted(handled) == [b"fails", b"works"] and stats.failed == 1
+    copies = {"error": rawsql.all_rows(transport.queue("error")), "audit": rawsql.all_rows(audit)}
+    assert [row[2] for row in copies["error"]] == [b"fails"] and [row[2] for row in copies["audit"]] == [
+        b"works"
+    ]
+    for name, rows in copies.items():
+        copied = decode_headers(rows[0][1])
+        assert FORWARD not in copied, name
+        assert copied["z.Custom"] == "kept" and copied["NServiceBus.MessageId"] == "m-1", name
+
+
 def test_a_batch_for_several_destinations_moves_each_group_and_keeps_due_order(
     target, transport: Transport, delayed: DelayedStore
 ) -> None:

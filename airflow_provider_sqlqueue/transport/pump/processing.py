@@ -61,9 +61,14 @@ class MessageProcessor:
         destination = message.headers.get(h.FORWARD_DESTINATION)
         if destination and self._forward(message, batch, destination):
             return
+        stored = _stored_text(message)
+        if destination and self._names_this_queue(destination):
+            # Delayed delivery moved it here with its header text unchanged; a copy keeping the header
+            # would be sent back here by a .NET receiver of the error or audit queue.
+            stored = h.edit_headers_text(stored, removed=[h.FORWARD_DESTINATION])
         info = pump.failures.get(message.id)
         if info is not None and info.count > pump.immediate_retries:
-            self._move_to_error_queue(message, batch, info)
+            self._move_to_error_queue(message, batch, info, stored)
             return
         attempt = 1 + (info.count if info is not None else 0)
         started = datetime.now(timezone.utc)
@@ -82,7 +87,7 @@ class MessageProcessor:
                     "%s: handler failed on message %s in transaction mode none, which cannot retry: %s: %s",
                     pump.name, message.id, type(error).__name__, error,
                 )  # fmt: skip
-                self._move_to_error_queue(message, batch, pump.failures.get(message.id))
+                self._move_to_error_queue(message, batch, pump.failures.get(message.id), stored)
                 return
             log.warning(
                 "%s: handler failed on message %s (attempt %d of %d): %s: %s",
@@ -93,9 +98,15 @@ class MessageProcessor:
             raise Rollback  # stop() gave up waiting for this handler
         after_commit.extend(context.after_commit)
         if pump.audit_queue is not None:
-            self._audit(message, batch, started)
+            self._audit(message, batch, started, stored)
         pump.failures.clear(message.id)
         pump.counters.add("processed")
+
+    def _names_this_queue(self, destination: str) -> bool:
+        try:
+            return self._pump.transport.resolve(destination) == self._pump.queue.address
+        except InvalidQueueName:
+            return False
 
     def _forward(self, message: ReceivedMessage, batch: ReceivedBatch, destination: str) -> bool:
         """A message moved here by a .NET endpoint's delayed delivery: send it on, without the handler."""
@@ -108,8 +119,9 @@ class MessageProcessor:
             return False
         info = pump.failures.get(message.id)
         if info is not None:
+            failed_queue = str(pump.transport.canonical(address))
             self._move_to_error_queue(
-                message, batch, info, failed_queue=str(pump.transport.canonical(address)), forwarding=True
+                message, batch, info, _stored_text(message), failed_queue=failed_queue, forwarding=True
             )
             return True
         try:
@@ -128,13 +140,14 @@ class MessageProcessor:
         message: ReceivedMessage,
         batch: ReceivedBatch,
         info: FailureInfo | None,
+        stored: str,
         failed_queue: str | None = None,
         forwarding: bool = False,
     ) -> None:
         pump = self._pump
         assert info is not None
         headers_text = failure_headers_text(
-            _stored_text(message),
+            stored,
             info,
             failed_queue or str(pump.transport.canonical(pump.queue.address)),
             endpoint=getattr(pump.endpoint, "name", None) or str(pump.queue.address),
@@ -151,7 +164,7 @@ class MessageProcessor:
         pump.failures.clear(message.id)
         pump.counters.add("failed")
 
-    def _audit(self, message: ReceivedMessage, batch: ReceivedBatch, started: datetime) -> None:
+    def _audit(self, message: ReceivedMessage, batch: ReceivedBatch, started: datetime, stored: str) -> None:
         """Send the audit copy: the stored header text with the processing headers set, as a new row."""
         pump = self._pump
         audit_headers = {
@@ -160,7 +173,7 @@ class MessageProcessor:
             h.PROCESSING_ENDPOINT: getattr(pump.endpoint, "name", None) or str(pump.queue.address),
             h.PROCESSING_MACHINE: pump.machine,
         }
-        headers_text = h.edit_headers_text(_stored_text(message), audit_headers)
+        headers_text = h.edit_headers_text(stored, audit_headers)
         batch.send_in_receive_transaction(
             pump.audit_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
