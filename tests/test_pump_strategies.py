@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from airflow_provider_sqlqueue.transport import ConfigurationError, MessagePump, Transport
-from airflow_provider_sqlqueue.transport.pump.pacing import BoundedBackOff
+from airflow_provider_sqlqueue.transport.pump.pacing import BoundedBackOff, MessageBudget, MonitorRound
 from airflow_provider_sqlqueue.transport.pump.strategy import (
     AdaptiveWorkers,
     RampUpController,
@@ -188,3 +188,19 @@ def test_an_idle_delay_above_10_s_warns_and_is_kept(target, transport: Transport
     for refused in (0.05, 0, -1, math.inf, math.nan, 10**400):
         with pytest.raises(ConfigurationError, match="idle_delay"):
             MessagePump(queue, print, idle_delay=refused)
+
+
+def test_a_monitor_round_stranded_behind_the_stop_signals_releases_the_monitor_when_the_pump_halts() -> None:
+    """stop() queues one exit signal per worker; a round the monitor queues after them is never run, so its
+    receive never reports back. Waiting for it held the monitor (and stop()'s join) for the whole stop
+    timeout, 30 s by default."""
+    stranded = MonitorRound(allowed=1)
+    assert stranded.take(MessageBudget(None))
+    halt = threading.Event()
+    monitor = threading.Thread(target=stranded.wait, args=(halt,), daemon=True)
+    monitor.start()
+    monitor.join(0.3)
+    assert monitor.is_alive(), "the round's receive has not run: the monitor waits for it"
+    halt.set()
+    monitor.join(10)
+    assert not monitor.is_alive(), "a halted pump's monitor must stop waiting for a round nobody runs"

@@ -445,7 +445,7 @@ class MessagePump:
                         self._budget.wait(self.idle_delay)  # wait for reserved receives to settle
                     break
                 self._work.put(current)
-            current.wait()
+            current.wait(self._halt)
 
     def _take_slot(self) -> bool:
         while not self._halt.is_set():
