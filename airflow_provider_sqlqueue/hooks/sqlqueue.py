@@ -176,7 +176,6 @@ class SqlQueueHook(DbApiHook):
         self._error_queue = error_queue
         self._driver = driver
         self._transport: Transport | None = None
-        self._openlineage_database: str | None = None
 
     # ---- connection ----------------------------------------------------------------------------
     @cached_property
@@ -423,20 +422,8 @@ class SqlQueueHook(DbApiHook):
         return f"{database}.{address.schema}.{address.table}"
 
     def _current_database(self) -> str:
-        transport = self.get_transport()
-        if transport.database:
-            return transport.database
-        if self._openlineage_database is None:
-            query = transport.dialect.current_catalog() or "SELECT current_database()"
-            connection = transport.new_connection()
-            try:
-                cursor = connection.cursor()
-                cursor.execute(query)
-                self._openlineage_database = str(cursor.fetchone()[0])
-                connection.rollback()
-            finally:
-                connection.close()
-        return self._openlineage_database
+        """The transport's current database, looked up at most once per transport (see Transport)."""
+        return self.get_transport().current_catalog() or ""
 
     def get_openlineage_database_info(self, connection: Any) -> Any:
         """For the common-sql operators' SQL parser: where this connection's tables are in OpenLineage."""
