@@ -26,7 +26,7 @@ from airflow_provider_sqlqueue.transport import (
     load_handler,
     open_transport,
 )
-from airflow_provider_sqlqueue.transport.headers import parse_timestamp
+from airflow_provider_sqlqueue.transport.headers import decode_headers, parse_timestamp
 from airflow_provider_sqlqueue.transport.lease import shared_cursor
 from airflow_provider_sqlqueue.transport.recoverability import (
     CircuitBreaker,
@@ -277,6 +277,40 @@ def test_a_flaky_handler_succeeds_on_a_later_attempt_and_its_earlier_sends_were_
     with out.receive(max_messages=10) as batch:
         assert [m.body for m in batch] == [b"shipped order"]  # the sends of failed attempts rolled back
         assert batch[0].headers["NServiceBus.RelatedTo"]
+
+
+def test_a_handlers_send_continues_the_conversation_and_may_not_override_it(
+    target, transport: Transport
+) -> None:
+    """As NServiceBus Core: a send from a handler carries the incoming ConversationId; a header naming
+    another one is refused (Core starts a new conversation only through its own send option)."""
+    transport.queue("error").create()
+    out = transport.queue("out")
+    out.create()
+    queue = transport.queue("orders")
+    queue.create()
+    queue.send_batch([b"same", b"other"])
+    incoming: dict[bytes, str] = {}
+    refusals: list[str] = []
+
+    def handler(message, context) -> None:
+        conversation = incoming[message.body] = message.headers["NServiceBus.ConversationId"]
+        if message.body == b"same":
+            context.send("out", b"continued", headers={"NServiceBus.ConversationId": conversation})
+            return
+        try:
+            context.send("out", b"hijacked", headers={"NServiceBus.ConversationId": "another"})
+        except ConfigurationError as error:
+            refusals.append(str(error))
+
+    stats = MessagePump(queue, handler, immediate_retries=0, **FAST).run(timeout=30)
+    assert stats.processed == 2 and stats.failed == 0
+    sent = {row[2]: decode_headers(row[1]) for row in rawsql.all_rows(out)}
+    assert (
+        list(sent) == [b"continued"] and sent[b"continued"]["NServiceBus.ConversationId"] == incoming[b"same"]
+    )
+    [refusal] = refusals
+    assert "another" in refusal and "ConversationId" in refusal and "new conversation" in refusal
 
 
 def test_transaction_mode_none_moves_a_failed_message_to_the_error_queue_after_one_attempt(

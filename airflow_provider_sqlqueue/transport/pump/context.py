@@ -52,6 +52,13 @@ class MessageContext:
         conversation = self.message.headers.get(h.CONVERSATION_ID)
         if conversation:
             merged[h.CONVERSATION_ID] = conversation
+            wanted = (headers or {}).get(h.CONVERSATION_ID, conversation)
+            if wanted != conversation:  # as NServiceBus Core, which refuses to override it
+                raise ConfigurationError(
+                    f"cannot set {h.CONVERSATION_ID} to {wanted!r}: a send from a handler continues the "
+                    f"incoming message's conversation ({conversation!r}); to start a new conversation, "
+                    "send from outside the handler (transport.queue(...).send)"
+                )
         merged[h.RELATED_TO] = self.message.message_id
         merged.update(headers or {})
         return OutgoingMessage(message, merged, time_to_be_received)
