@@ -331,7 +331,7 @@ def test_transaction_mode_none_moves_a_failed_message_to_the_error_queue_after_o
     with error.receive(max_messages=10) as batch:
         [failed] = batch
     assert failed.body == b"bad"
-    assert failed.headers["NServiceBus.FailedQ"] == str(queue.address)
+    assert failed.headers["NServiceBus.FailedQ"] == str(transport.canonical(queue.address))
     assert failed.headers["NServiceBus.ExceptionInfo.Message"] == "cannot handle b'bad'"
     assert queue.count() == 0 and len(pump.failures) == 0
 
