@@ -556,6 +556,49 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path) -> None:
     assert "interrupted" in err and "Traceback" not in err
 
 
+STUCK_ON_THE_WAY_OUT = """
+import sys, threading
+from airflow_provider_sqlqueue import cli
+from airflow_provider_sqlqueue.cli import _receive
+from airflow_provider_sqlqueue.transport import Transport
+
+cli.INTERRUPT_GRACE_SECONDS = 1.0
+found = _receive.existing_queue
+
+
+def announced(*args):
+    queue = found(*args)
+    print("waiting", flush=True)
+    return queue
+
+
+_receive.existing_queue = announced
+Transport.close = lambda self: threading.Event().wait()  # the unwinding hangs, as a lock left held would
+sys.argv = ["sqlqueue", "receive", "--url", sys.argv[1], "orders", "--wait", "2m"]
+sys.exit(cli.main())
+"""
+
+
+def test_ctrl_c_exits_130_even_when_the_unwinding_is_stuck(tmp_path) -> None:
+    """A CI run once saw ``sqlqueue receive`` outlive its Ctrl-C by a minute. Whatever holds the unwinding
+    up, the program exits 130 after its grace period (here shortened to 1 s)."""
+    import signal
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQLQUEUE_")}
+    assert cli.main(["create", "--url", url, "orders"]) == Exit.OK
+    process = subprocess.Popen(
+        [sys.executable, "-c", STUCK_ON_THE_WAY_OUT, url], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "waiting\n"
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == Exit.INTERRUPTED
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 @pytest.fixture(params=["postgresql", "sqlite"], ids=["postgresql-odbc", "sqlite-odbc"])
 def odbc(request: pytest.FixtureRequest, tmp_path):
     pytest.importorskip("pyodbc", reason="pyodbc (the mssql extra) is not installed")

@@ -13,8 +13,10 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 import textwrap
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -448,8 +450,46 @@ def _logging(args: argparse.Namespace, console: Console) -> None:
     logging.basicConfig(level=level, format="%(message)s", handlers=[handler], force=True)
 
 
+# After Ctrl-C the command unwinds (its open receive rolls back) and exits 130; if that unwinding is stuck
+# (a lock left held by the interrupt, a driver call that ignores it), the process exits 130 anyway after
+# this many seconds, plus the handlers' --stop-timeout for consume, whose handlers may finish first.
+INTERRUPT_GRACE_SECONDS = 10.0
+_unwinding_allowance = 0.0
+
+
+def _exit_even_if_stuck_after_ctrl_c() -> Callable[[], None]:
+    """Install the SIGINT handler of the ``sqlqueue`` program; return what restores the previous one.
+
+    Nothing is lost by the hard exit: every command commits a receive only after its output is written,
+    and the database rolls back what an ended connection left open."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+
+    def interrupted(signum: int, frame: object) -> None:
+        grace = INTERRUPT_GRACE_SECONDS + _unwinding_allowance
+        watchdog = threading.Timer(grace, os._exit, args=(int(Exit.INTERRUPTED),))
+        watchdog.daemon = True
+        watchdog.start()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts the unwinding
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (see ``sqlqueue --help``)."""
+    if argv is not None:  # called from Python (tests, embedding): leave the caller's signal handling alone
+        return _main(argv)
+    restore = _exit_even_if_stuck_after_ctrl_c()
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     out, err = consoles()
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
@@ -457,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as stop:  # --help, --version, usage errors
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else int(Exit.USAGE))
     _logging(args, err)
+    global _unwinding_allowance
+    _unwinding_allowance = max(0.0, float(getattr(args, "stop_timeout", 0.0) or 0.0))
     try:
         return int(args.run(args, out, err))
     except CliError as error:
