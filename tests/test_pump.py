@@ -134,12 +134,15 @@ def fast_transport(target) -> Iterator[Transport]:
 # ---- the three strategies --------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["monitor", "adaptive", "fixed"])
-def test_each_strategy_handles_10000_messages_exactly_once(target, strategy, monkeypatch) -> None:
+def test_each_strategy_handles_every_message_exactly_once(target, strategy, monkeypatch) -> None:
+    """10,000 messages on SQLite and PostgreSQL; 2,000 on Babelfish, whose receivers wait for each other
+    (no READPAST): 10,000 took 30-70 s per strategy and driver there, which CI's hour cannot spare."""
+    count = 2_000 if target.babelfish else 10_000
     with fast_transport(target) as transport:
         transport.queue("error").create()
         queue = transport.queue("work")
         queue.create()
-        sent = fill(queue, 10_000)
+        sent = fill(queue, count)
         counter = count_receives(monkeypatch, transport, queue)
         handler = Recorder()
         concurrency = 4 if target.engine == "sqlite" else 8
@@ -148,12 +151,12 @@ def test_each_strategy_handles_10000_messages_exactly_once(target, strategy, mon
         assert pump.stop_reason == "empty"
         assert set(handler.seen) == sent, "lost messages"
         assert [i for i, times in handler.seen.items() if times > 1] == [], "duplicates"
-        assert stats.processed == 10_000 and stats.failed == 0 and queue.count() == 0
+        assert stats.processed == count and stats.failed == 0 and queue.count() == 0
         assert counter.count == stats.receives
         if strategy == "monitor" and not target.babelfish:
             # The latch: no peek runs before the receives it started have taken their rows. (Babelfish's
             # peek also counts rows other receivers hold, so there it starts receives that come back empty.)
-            assert counter.count <= 10_000 + stats.idle_rounds, stats
+            assert counter.count <= count + stats.idle_rounds, stats
             assert stats.max_workers <= concurrency
         else:
             assert stats.max_workers == concurrency
