@@ -46,7 +46,10 @@ def test_competing_processes_receive_each_message_exactly_once(target, transport
     assert duplicates == []
     assert set(received) == sent
     assert transport.queue("work").count() == 0
-    if target.engine != "sqlite":  # SQLite's busy handler sleeps, so a loser of the write lock may starve
+    # SQLite's busy handler sleeps, so a loser of the write lock may starve; Babelfish's receivers wait for
+    # each other instead of skipping held rows (no READPAST, see the DBA guide), so a loser may starve there
+    # too (seen once in CI through Driver 18). Neither loses or duplicates a message, as asserted above.
+    if target.engine != "sqlite" and not target.babelfish:
         assert all(result for result in results), "every process should have won some messages"
 
 
