@@ -61,14 +61,12 @@ class MessageProcessor:
         destination = message.headers.get(h.FORWARD_DESTINATION)
         if destination and self._forward(message, batch, destination):
             return
-        stored = _stored_text(message)
-        if destination and self._names_this_queue(destination):
-            # Delayed delivery moved it here with its header text unchanged; a copy keeping the header
-            # would be sent back here by a .NET receiver of the error or audit queue.
-            stored = h.edit_headers_text(stored, removed=[h.FORWARD_DESTINATION])
+        # Delayed delivery moved it here with its header text unchanged; a copy keeping the header would be
+        # sent back here by a .NET receiver of the error or audit queue.
+        drop_forward = bool(destination) and self._names_this_queue(destination)
         info = pump.failures.get(message.id)
         if info is not None and info.count > pump.immediate_retries:
-            self._move_to_error_queue(message, batch, info, stored)
+            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward))
             return
         attempt = 1 + (info.count if info is not None else 0)
         started = datetime.now(timezone.utc)
@@ -87,7 +85,9 @@ class MessageProcessor:
                     "%s: handler failed on message %s in transaction mode none, which cannot retry: %s: %s",
                     pump.name, message.id, type(error).__name__, error,
                 )  # fmt: skip
-                self._move_to_error_queue(message, batch, pump.failures.get(message.id), stored)
+                self._move_to_error_queue(
+                    message, batch, pump.failures.get(message.id), _copy_text(message, drop_forward)
+                )
                 return
             log.warning(
                 "%s: handler failed on message %s (attempt %d of %d): %s: %s",
@@ -98,7 +98,7 @@ class MessageProcessor:
             raise Rollback  # stop() gave up waiting for this handler
         after_commit.extend(context.after_commit)
         if pump.audit_queue is not None:
-            self._audit(message, batch, started, stored)
+            self._audit(message, batch, started, _copy_text(message, drop_forward))
         pump.failures.clear(message.id)
         pump.counters.add("processed")
 
@@ -178,6 +178,12 @@ class MessageProcessor:
             pump.audit_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
         pump.counters.add("audited")
+
+
+def _copy_text(message: ReceivedMessage, drop_forward: bool) -> str:
+    """The header text an error or audit copy starts from (built only when a copy is made)."""
+    stored = _stored_text(message)
+    return h.edit_headers_text(stored, removed=[h.FORWARD_DESTINATION]) if drop_forward else stored
 
 
 def _stored_text(message: ReceivedMessage) -> str:
