@@ -59,6 +59,26 @@ def test_consume_operator_stops_at_the_limit_then_at_an_empty_queue(conn) -> Non
         ConsumeMessagesOperator(task_id="bad", queue_name="orders", handler="consume_handlers:nothing")
 
 
+def test_consume_operator_and_cli_take_a_batch_size(conn, capsys) -> None:
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow_provider_sqlqueue.operators.consume import ConsumeMessagesOperator
+
+    orders = conn.queue("orders")
+    orders.send_batch([f"m{n}".encode() for n in range(30)])
+    consume_handlers.seen.clear()
+    counts = ConsumeMessagesOperator(
+        task_id="batched", queue_name="orders", handler="consume_handlers:record", batch_size=20
+    ).execute({})
+    assert counts["processed"] == 30 and len(consume_handlers.seen) == 30
+    assert counts["receives"] - counts["empty_receives"] == 2  # 20, then 10
+    orders.send_batch([f"n{n}".encode() for n in range(5)])
+    command = ["consume", "--conn-id", "sqlqueue_default", "orders", "--handler", "consume_handlers:record"]
+    assert cli.main([*command, "--until-empty", "--batch-size", "5"]) == 0
+    assert "orders: processed 5, failed 0" in capsys.readouterr().err and orders.count() == 0
+    assert cli.main([*command, "--batch-size", "0"]) == cli.Exit.USAGE
+    assert "batch_size must be 1 to 1000" in capsys.readouterr().err
+
+
 def test_cli_runs_until_the_limit(tmp_path, capsys) -> None:
     url = f"sqlite:///{tmp_path / 'q.db'}"
     with open_transport(url) as transport:

@@ -137,3 +137,21 @@ def send_forever(url: str, schema: str | None, queue_name: str, acknowledged, un
                 time.sleep(0.05)
             else:
                 acknowledged.append(str(message.id))
+
+
+def pump_batches_then_hang(
+    url: str, schema: str | None, queue_name: str, hang_at: int, hanging, seen
+) -> None:
+    """A batching pump (fixed strategy, one worker, batches of 10) whose handler records each message's id
+    in ``seen`` and, at the ``hang_at``-th message, sets ``hanging`` and blocks until it is killed."""
+    from airflow_provider_sqlqueue.transport import MessagePump
+
+    def handler(message) -> None:
+        seen.append(str(message.id))
+        if len(seen) == hang_at:
+            hanging.set()
+            time.sleep(3600)
+
+    with open_transport(url, default_schema=schema) as transport:
+        queue = transport.queue(queue_name)
+        MessagePump(queue, handler, batch_size=10, strategy="fixed", idle_delay=0.1).run(timeout=120)

@@ -365,11 +365,15 @@ def _parser() -> argparse.ArgumentParser:
         "them, and their messages roll back). The database may also be given as the first argument.",
         "  sqlqueue consume --url sqlite:///queues.db orders --handler handlers:process\n"
         "  sqlqueue consume sqlite:///queues.db orders --handler handlers:process --until-empty\n"
-        "  sqlqueue consume --conn-id sqlqueue_default orders --handler handlers:process -c 8\n",
+        "  sqlqueue consume --conn-id sqlqueue_default orders --handler handlers:process -c 8\n"
+        "  sqlqueue consume --conn-id sqlqueue_default orders --handler h:process -c 4 --batch-size 100\n",
     )
     p.add_argument("target", nargs="+", metavar="[URL] QUEUE", help="queue address, e.g. orders")
     p.add_argument("--handler", required=True, help="module:function taking (message[, context])")
-    p.add_argument("-c", "--concurrency", type=int, default=1, help="messages in flight (default 1)")
+    p.add_argument("-c", "--concurrency", type=int, default=1, help="receives in flight (default 1)")
+    p.add_argument(
+        "--batch-size", type=int, default=1, help="messages per receive transaction, 1 to 1000 (default 1)"
+    )
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.MONITOR.value)
     p.add_argument(
         "--transaction-mode",

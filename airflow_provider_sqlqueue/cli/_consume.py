@@ -55,6 +55,7 @@ def consume(args: argparse.Namespace, out: Console, console: Console) -> int:
                 queue,
                 args.handler,
                 max_concurrency=args.concurrency,
+                batch_size=args.batch_size,
                 strategy=args.strategy,
                 transaction_mode=args.transaction_mode,
                 immediate_retries=args.immediate_retries,

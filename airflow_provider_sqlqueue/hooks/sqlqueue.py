@@ -522,17 +522,20 @@ class SqlQueueHook(DbApiHook):
         *,
         max_messages: int | None = None,
         max_concurrency: int = 1,
+        batch_size: int = 1,
         strategy: str = "monitor",
         transaction_mode: str | None = None,
         timeout: float | None = None,
         **pump_options: Any,
     ) -> PumpStats:
         """Run ``handler`` over ``queue_name`` with a :class:`MessagePump` until ``max_messages`` are handled,
-        the queue is empty, or ``timeout`` seconds pass; return the pump's counts."""
+        the queue is empty, or ``timeout`` seconds pass; return the pump's counts. ``batch_size`` above 1
+        handles that many messages per receive transaction (see "Batch size" in docs/concurrency.md)."""
         pump = MessagePump(
             self.get_queue(queue_name),
             handler,
             max_concurrency=max_concurrency,
+            batch_size=batch_size,
             strategy=strategy,
             transaction_mode=transaction_mode,
             **pump_options,

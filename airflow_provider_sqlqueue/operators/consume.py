@@ -15,14 +15,18 @@ from ..transport import MessagePump, load_handler
 class ConsumeMessagesOperator(BaseOperator):
     """Handle messages of ``queue_name`` until ``max_messages`` are handled or the queue is empty.
 
-    Each message is received in its own transaction; a handler exception rolls it back for another
-    attempt, and after ``immediate_retries`` it goes to the error queue with failure headers.
+    Each message is received in its own transaction (``batch_size`` 1, the default) or with up to
+    ``batch_size`` others; a handler exception means another attempt, and after ``immediate_retries`` the
+    message goes to the error queue with failure headers.
 
     :param queue_name: queue address (templated). ``queue`` stays Airflow's executor queue.
     :param handler: ``handler(message)`` or ``handler(message, context)``, as a callable or a dotted path
         ``"package.module:function"``.
     :param max_messages: stop after this many messages (None: until the queue is empty).
-    :param max_concurrency: messages in flight at once.
+    :param max_concurrency: receives in flight at once (handlers running at once).
+    :param batch_size: messages per receive transaction (default 1). Above 1 the handler runs on each in
+        turn, a failing one is retried in place, and the batch commits once; a killed task returns the
+        whole batch to the queue (see "Batch size" in the concurrency guide).
     :param strategy: ``monitor`` (default), ``adaptive`` or ``fixed``.
     :param transaction_mode: ``sends_atomic_with_receive`` (default), ``receive_only`` or ``none``.
     :param timeout: stop after this many seconds in any case.
@@ -44,6 +48,7 @@ class ConsumeMessagesOperator(BaseOperator):
         handler: Callable[..., Any] | str,
         max_messages: int | None = None,
         max_concurrency: int = 1,
+        batch_size: int = 1,
         strategy: str = "monitor",
         transaction_mode: str | None = None,
         timeout: float | None = None,
@@ -59,6 +64,7 @@ class ConsumeMessagesOperator(BaseOperator):
         self.handler = handler
         self.max_messages = max_messages
         self.max_concurrency = max_concurrency
+        self.batch_size = batch_size
         self.strategy = strategy
         self.transaction_mode = transaction_mode
         self.timeout = timeout
@@ -75,6 +81,7 @@ class ConsumeMessagesOperator(BaseOperator):
                 hook.get_queue(self.queue_name),
                 self.handler,
                 max_concurrency=self.max_concurrency,
+                batch_size=self.batch_size,
                 strategy=self.strategy,
                 transaction_mode=self.transaction_mode,
                 **self.pump_options,

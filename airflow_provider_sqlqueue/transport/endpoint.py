@@ -161,6 +161,7 @@ class Endpoint:
         *,
         max_concurrency: int = 1,
         instance_concurrency: int = 1,
+        batch_size: int = 1,
         strategy: str = "monitor",
         transaction_mode: str | None = None,
         immediate_retries: int = 5,
@@ -172,10 +173,12 @@ class Endpoint:
         stop_timeout: float = 30.0,
     ) -> Endpoint:
         """Run ``handler`` on the primary queue (``max_concurrency``) and the instance queue
-        (``instance_concurrency``), and take part in electing the delayed-message mover."""
+        (``instance_concurrency``), and take part in electing the delayed-message mover. ``batch_size`` is
+        the pumps' messages per receive transaction (see :class:`MessagePump`)."""
         if self.pumps:
             raise ConfigurationError(f"endpoint {self.address} is already running")
         options: dict[str, Any] = {
+            "batch_size": batch_size,
             "strategy": strategy,
             "transaction_mode": transaction_mode,
             "immediate_retries": immediate_retries,

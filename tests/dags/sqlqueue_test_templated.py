@@ -129,7 +129,9 @@ with DAG(
     ]
     consumes = [
         ConsumeMessagesOperator(task_id="x_consume", queue_name=n["queue"], handler=HANDLER),
-        ConsumeMessagesOperator(task_id="j_consume", queue_name="{{ params.queue }}", handler=HANDLER),
+        ConsumeMessagesOperator(
+            task_id="j_consume", queue_name="{{ params.queue }}", handler=HANDLER, batch_size=10
+        ),
     ]
     purges = [
         PurgeExpiredMessagesOperator(task_id="x_purge", queues=n["queues"]),

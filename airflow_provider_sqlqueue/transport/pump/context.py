@@ -25,9 +25,21 @@ class MessageContext:
 
     Sends follow the pump's transaction mode: in ``sends_atomic_with_receive`` they commit or roll back
     with the receive (delayed sends too); in the other modes they commit on their own at once.
+
+    With ``buffered`` (a batching pump, whose retries happen inside the batch's transaction), atomic sends
+    are kept in memory until :meth:`flush`, which the pump calls only once the handler has returned: a failed
+    attempt's sends are dropped with the attempt instead of committing with the rest of the batch.
     """
 
-    def __init__(self, pump: MessagePump, message: ReceivedMessage, batch: ReceivedBatch, attempt: int):
+    def __init__(
+        self,
+        pump: MessagePump,
+        message: ReceivedMessage,
+        batch: ReceivedBatch,
+        attempt: int,
+        *,
+        buffered: bool = False,
+    ):
         self.message = message
         self.queue = pump.queue
         self.attempt = attempt
@@ -36,6 +48,9 @@ class MessageContext:
         self._pump = pump
         self._batch = batch
         self.after_commit: list[Callable[[], None]] = []
+        self._buffered = buffered and pump.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
+        self._pending_sends: dict[QueueAddress, tuple[TableQueue, list[OutgoingMessage]]] = {}
+        self._pending_delayed: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"<MessageContext {self.message.id} attempt={self.attempt} on {self.queue.address}>"
@@ -76,6 +91,10 @@ class MessageContext:
         """Send to ``destination``; with ``delay`` or ``deliver_at`` through the endpoint's delayed table."""
         outgoing = self._outgoing(message, headers, time_to_be_received)
         if delay is None and deliver_at is None:
+            if self._buffered:
+                target = self._batch._target(destination)
+                self._pending_sends.setdefault(target.address, (target, []))[1].append(outgoing)
+                return outgoing.id
             return self._batch.send(destination, outgoing)
         store = self._pump.delayed
         if store is None:
@@ -85,7 +104,10 @@ class MessageContext:
             )
         target = destination.address if isinstance(destination, TableQueue) else destination
         prepared = store.prepare(target, outgoing, delay=delay, deliver_at=deliver_at)
-        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+        if self._buffered:
+            self._pending_delayed.append(lambda: store.store_on(self._batch.connection, prepared))
+            self.after_commit.append(lambda: store.notify(prepared.due_in))
+        elif self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
             store.store_on(self._batch.connection, prepared)
             self.after_commit.append(lambda: store.notify(prepared.due_in))
         else:
@@ -94,6 +116,15 @@ class MessageContext:
                 connection.commit()
             store.notify(prepared.due_in)
         return outgoing.id
+
+    def flush(self) -> None:
+        """Write the buffered sends into the receive's transaction: one statement per destination."""
+        for target, messages in self._pending_sends.values():
+            self._batch.send_batch(target, messages)
+        for store_delayed in self._pending_delayed:
+            store_delayed()
+        self._pending_sends.clear()
+        self._pending_delayed.clear()
 
     def reply(
         self,

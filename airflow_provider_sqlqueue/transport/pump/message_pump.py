@@ -24,6 +24,7 @@ from ..queue.startup import (
     purge_expired_at_start,
 )
 from ..recoverability import CircuitBreaker, CircuitBreakerSettings, CriticalErrorCallback, FailureStore
+from .batching import MAX_BATCH_SIZE, BatchReceiver
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
@@ -50,7 +51,11 @@ class MessagePump:
     :param queue: the input queue (from :meth:`Transport.queue`).
     :param handler: ``handler(message)`` or ``handler(message, context)``; a callable or
         ``"module:function"``. Raising rolls the message back for another attempt.
-    :param max_concurrency: most messages in flight at once (the seeds' ``MaximumConcurrencyLevel``).
+    :param max_concurrency: most receives in flight at once (the seeds' ``MaximumConcurrencyLevel``); each
+        handles its messages one after another, so this is also the most handlers running at once.
+    :param batch_size: most messages per receive transaction (default 1, one message per transaction). Above
+        1, a receive takes up to that many, runs the handler on each in turn (a failing one is retried in
+        place, then moved to the error queue), and commits once; a crash returns the whole batch.
     :param strategy: ``monitor`` (default), ``adaptive`` or ``fixed``.
     :param transaction_mode: the core's transaction mode (default ``sends_atomic_with_receive``).
     :param immediate_retries: attempts after the first before a message goes to the error queue (none
@@ -83,6 +88,7 @@ class MessagePump:
         handler: Handler | str,
         *,
         max_concurrency: int = 1,
+        batch_size: int = 1,
         strategy: Strategy | str = Strategy.MONITOR,
         transaction_mode: TransactionMode | str | None = None,
         immediate_retries: int = 5,
@@ -108,6 +114,10 @@ class MessagePump:
             raise ConfigurationError(f"max_concurrency must be an int, not {max_concurrency!r}")
         if not 1 <= max_concurrency <= MAX_CONCURRENCY:
             raise ConfigurationError(f"max_concurrency must be 1 to {MAX_CONCURRENCY}, not {max_concurrency}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise ConfigurationError(f"batch_size must be an int, not {batch_size!r}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ConfigurationError(f"batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch_size}")
         try:
             self.strategy = Strategy(strategy)
         except ValueError:
@@ -164,6 +174,7 @@ class MessagePump:
         self.audit_queue = None if audit_queue is None else self.transport.resolve(audit_queue)
         self.handler = load_handler(handler)
         self.max_concurrency = max_concurrency
+        self.batch_size = batch_size
         self.immediate_retries = immediate_retries
         self.idle_delay = float(idle_delay)
         self.stop_timeout = stop_timeout
@@ -185,6 +196,7 @@ class MessagePump:
         )
         self.failures = FailureStore()
         self._processor = MessageProcessor(self)
+        self._batches = BatchReceiver(self, self._processor)
         self.counters = Counters()
         self._budget = MessageBudget(None)
         self._until_empty = False
@@ -208,7 +220,8 @@ class MessagePump:
         return self.transport.dialect
 
     def __repr__(self) -> str:
-        return f"<MessagePump {self.queue.address} {self.strategy.value} x{self.max_concurrency}>"
+        batch = f" batch {self.batch_size}" if self.batch_size > 1 else ""
+        return f"<MessagePump {self.queue.address} {self.strategy.value} x{self.max_concurrency}{batch}>"
 
     def __enter__(self) -> MessagePump:
         if self._started_at is None:
@@ -435,7 +448,8 @@ class MessagePump:
                     return
                 self._idle_wait()
                 continue
-            current = MonitorRound(pending)
+            per_task = self._batch_for(pending)
+            current = MonitorRound(-(-pending // per_task), per_task)
             while current.allowed > 0 and not current.cancelled and not self._halt.is_set():
                 if not self._take_slot():
                     break
@@ -446,6 +460,12 @@ class MessagePump:
                     break
                 self._work.put(current)
             current.wait(self._halt)
+
+    def _batch_for(self, pending: int) -> int:
+        """A monitor task's batch: the peek's messages spread over the slots, at most ``batch_size``."""
+        if self.batch_size == 1:
+            return 1
+        return max(1, min(self.batch_size, -(-pending // self.max_concurrency)))
 
     def _take_slot(self) -> bool:
         while not self._halt.is_set():
@@ -460,7 +480,7 @@ class MessagePump:
                 return
             try:
                 while True:
-                    outcome = self._receive_one(current.received)
+                    outcome = self._receive_one(current.received, current.batch_size)
                     self._settle(outcome)
                     if outcome not in (MESSAGE, CONSUMED) or self._halt.is_set():
                         break
@@ -477,7 +497,7 @@ class MessagePump:
                     return
                 self._budget.wait(self.idle_delay)
                 continue
-            outcome = self._receive_one()
+            outcome = self._receive_one(size=self.batch_size)
             self._settle(outcome)
             if outcome == EMPTY:
                 self.counters.add("idle_rounds")
@@ -505,8 +525,9 @@ class MessagePump:
             self._finish("limit")
 
     # ---- one receive ---------------------------------------------------------------------------
-    def _receive_one(self, on_received: Callable[[bool], None] | None = None) -> str:
-        """Receive one message in its own transaction and handle it; return the outcome.
+    def _receive_one(self, on_received: Callable[[bool], None] | None = None, size: int = 1) -> str:
+        """Receive one message (or, with ``size`` above 1, a batch) in its own transaction and handle it;
+        return the outcome.
 
         ``on_received(found_a_row)`` is called exactly once, as soon as the receive statement has run.
         """
@@ -524,6 +545,8 @@ class MessagePump:
         try:
             if self._halt.is_set():
                 return SKIPPED
+            if size > 1:
+                return self._batches.receive(size, received)
             after_commit: list[Callable[[], None]] = []
             self.counters.add("receives")
             with self.queue.receive(1, transaction_mode=self.transaction_mode) as batch:

@@ -33,6 +33,24 @@ class MessageBudget:
             self.reserved += 1
             return True
 
+    def reserve_up_to(self, count: int) -> int:
+        """Reserve as many of ``count`` more messages as the limit leaves (a batch's beyond its first)."""
+        with self._changed:
+            granted = (
+                count if self.limit is None else max(0, min(count, self.limit - self.used - self.reserved))
+            )
+            self.reserved += granted
+            return granted
+
+    def settle_many(self, reserved: int, used: int) -> None:
+        """Give back what :meth:`reserve_up_to` reserved, counting ``used`` of it as handled."""
+        if reserved <= 0:
+            return
+        with self._changed:
+            self.reserved -= reserved
+            self.used += used
+            self._changed.notify_all()
+
     def settle(self, used: bool) -> None:
         with self._changed:
             self.reserved -= 1
@@ -57,8 +75,9 @@ class MonitorRound:
     handing its slot back to the monitor: one thread hand-off per round rather than one per message.
     """
 
-    def __init__(self, allowed: int = 0) -> None:
+    def __init__(self, allowed: int = 0, batch_size: int = 1) -> None:
         self.allowed = allowed
+        self.batch_size = batch_size
         self.pending = 0
         self.cancelled = False
         self._done = threading.Condition()

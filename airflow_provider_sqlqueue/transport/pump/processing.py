@@ -19,6 +19,7 @@ from ..queue import ReceivedBatch, TransactionMode
 from ..recoverability import FailureInfo, failure_headers_text
 from .context import MessageContext
 from .handler import takes_context
+from .stats import Counters
 
 if TYPE_CHECKING:
     from .message_pump import MessagePump
@@ -58,15 +59,16 @@ class MessageProcessor:
         receive has already committed, so the message goes to the error queue after its first failure.
         """
         pump = self._pump
+        counters = pump.counters
         destination = message.headers.get(h.FORWARD_DESTINATION)
-        if destination and self._forward(message, batch, destination):
+        if destination and self._forward(message, batch, destination, counters):
             return
         # Delayed delivery moved it here with its header text unchanged; a copy keeping the header would be
         # sent back here by a .NET receiver of the error or audit queue.
         drop_forward = bool(destination) and self._names_this_queue(destination)
         info = pump.failures.get(message.id)
         if info is not None and info.count > pump.immediate_retries:
-            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward))
+            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
             return
         attempt = 1 + (info.count if info is not None else 0)
         started = datetime.now(timezone.utc)
@@ -86,7 +88,7 @@ class MessageProcessor:
                     pump.name, message.id, type(error).__name__, error,
                 )  # fmt: skip
                 self._move_to_error_queue(
-                    message, batch, pump.failures.get(message.id), _copy_text(message, drop_forward)
+                    message, batch, pump.failures.get(message.id), _copy_text(message, drop_forward), counters
                 )
                 return
             log.warning(
@@ -98,9 +100,76 @@ class MessageProcessor:
             raise Rollback  # stop() gave up waiting for this handler
         after_commit.extend(context.after_commit)
         if pump.audit_queue is not None:
-            self._audit(message, batch, started, _copy_text(message, drop_forward))
+            self._audit(message, batch, started, _copy_text(message, drop_forward), counters)
         pump.failures.clear(message.id)
-        pump.counters.add("processed")
+        counters.add("processed")
+
+    def handle_in_batch(
+        self,
+        message: ReceivedMessage,
+        batch: ReceivedBatch,
+        after_commit: list[Callable[[], None]],
+        counters: Counters,
+    ) -> None:
+        """Handle one message of a batch inside the batch's transaction, retrying a failing handler in place.
+
+        A failed attempt's sends were buffered and are dropped with it; after ``immediate_retries`` more
+        attempts the message goes to the error queue in the same transaction, so the rest of the batch still
+        commits. Raising (a database error while writing the sends, or :class:`Rollback` when the stop gave
+        up on this handler) rolls the whole batch back. ``counters`` are added to the pump's after the commit.
+        """
+        pump = self._pump
+        destination = message.headers.get(h.FORWARD_DESTINATION)
+        if destination and self._forward(message, batch, destination, counters):
+            return
+        drop_forward = bool(destination) and self._names_this_queue(destination)
+        info = pump.failures.get(message.id)  # failures from earlier batches that rolled back
+        if info is not None and info.count > pump.immediate_retries:
+            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
+            return
+        attempt = 1 + (info.count if info is not None else 0)
+        started = datetime.now(timezone.utc)
+        while True:
+            context = MessageContext(pump, message, batch, attempt, buffered=True)
+            try:
+                if self._pass_context:
+                    pump.handler(message, context)
+                else:
+                    pump.handler(message)
+                break
+            except Exception as error:
+                count = pump.failures.record(message.id, error)
+                if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
+                    self._move_to_error_queue(
+                        message,
+                        batch,
+                        pump.failures.get(message.id),
+                        _copy_text(message, drop_forward),
+                        counters,
+                    )
+                    return
+                log.warning(
+                    "%s: handler failed on message %s (attempt %d of %d), retrying it in its batch: %s: %s",
+                    pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
+                )  # fmt: skip
+                counters.add("retried")
+                attempt += 1
+            if pump.abandoned:
+                raise Rollback
+        if pump.abandoned:
+            raise Rollback  # stop() gave up waiting for this batch: every message of it comes back
+        try:
+            context.flush()
+        except Exception as error:
+            pump.failures.record(
+                message.id, error
+            )  # a message whose sends always fail reaches the error queue
+            raise
+        after_commit.extend(context.after_commit)
+        if pump.audit_queue is not None:
+            self._audit(message, batch, started, _copy_text(message, drop_forward), counters)
+        pump.failures.clear(message.id)
+        counters.add("processed")
 
     def _names_this_queue(self, destination: str) -> bool:
         try:
@@ -108,7 +177,9 @@ class MessageProcessor:
         except InvalidQueueName:
             return False
 
-    def _forward(self, message: ReceivedMessage, batch: ReceivedBatch, destination: str) -> bool:
+    def _forward(
+        self, message: ReceivedMessage, batch: ReceivedBatch, destination: str, counters: Counters
+    ) -> bool:
         """A message moved here by a .NET endpoint's delayed delivery: send it on, without the handler."""
         pump = self._pump
         try:
@@ -121,7 +192,13 @@ class MessageProcessor:
         if info is not None:
             failed_queue = str(pump.transport.canonical(address))
             self._move_to_error_queue(
-                message, batch, info, _stored_text(message), failed_queue=failed_queue, forwarding=True
+                message,
+                batch,
+                info,
+                _stored_text(message),
+                counters,
+                failed_queue=failed_queue,
+                forwarding=True,
             )
             return True
         try:
@@ -132,7 +209,7 @@ class MessageProcessor:
             log.error("%s: forwarding message %s to %s failed: %s", pump.name, message.id, address, error)
             pump.failures.record(message.id, error)
             raise Rollback from error
-        pump.counters.add("forwarded")
+        counters.add("forwarded")
         return True
 
     def _move_to_error_queue(
@@ -141,6 +218,7 @@ class MessageProcessor:
         batch: ReceivedBatch,
         info: FailureInfo | None,
         stored: str,
+        counters: Counters,
         failed_queue: str | None = None,
         forwarding: bool = False,
     ) -> None:
@@ -162,9 +240,16 @@ class MessageProcessor:
             pump.error_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
         pump.failures.clear(message.id)
-        pump.counters.add("failed")
+        counters.add("failed")
 
-    def _audit(self, message: ReceivedMessage, batch: ReceivedBatch, started: datetime, stored: str) -> None:
+    def _audit(
+        self,
+        message: ReceivedMessage,
+        batch: ReceivedBatch,
+        started: datetime,
+        stored: str,
+        counters: Counters,
+    ) -> None:
         """Send the audit copy: the stored header text with the processing headers set, as a new row."""
         pump = self._pump
         audit_headers = {
@@ -177,7 +262,7 @@ class MessageProcessor:
         batch.send_in_receive_transaction(
             pump.audit_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
-        pump.counters.add("audited")
+        counters.add("audited")
 
 
 def _copy_text(message: ReceivedMessage, drop_forward: bool) -> str:

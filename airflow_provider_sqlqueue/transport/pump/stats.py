@@ -50,5 +50,11 @@ class Counters:
         with self._lock:
             self.values[name] = self.values.get(name, 0) + amount
 
+    def merge(self, other: Counters) -> None:
+        """Add ``other``'s counts (a batch's, once its transaction committed)."""
+        with self._lock:
+            for name, amount in other.values.items():
+                self.values[name] = self.values.get(name, 0) + amount
+
     def get(self, name: str) -> int:
         return self.values.get(name, 0)

@@ -256,7 +256,7 @@ class AdaptiveStrategy:
                     continue
                 self.slow_handlers.begin(token)
                 try:
-                    outcome = pump._receive_one()
+                    outcome = pump._receive_one(size=pump.batch_size)
                 finally:
                     self.slow_handlers.end(token)
                 pump._settle(outcome)

@@ -1,0 +1,71 @@
+"""A batching pump's receive: up to ``batch_size`` messages in one transaction, handled one after another,
+committed once.
+
+Per message the guarantees are the transaction mode's (see
+:meth:`~.processing.MessageProcessor.handle_in_batch`); what changes is what a failure of the whole batch
+returns: a crash, a lost connection or a failed write rolls every message of the batch back, to be received
+again (at least once, as before, just more of it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .processing import CONSUMED, EMPTY, MESSAGE, MessageProcessor
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from .message_pump import MessagePump
+
+__all__ = ["BatchReceiver"]
+
+MAX_BATCH_SIZE = 1000
+
+
+class BatchReceiver:
+    """Receives and handles one batch for a pump; the pump's loops decide when and how large."""
+
+    def __init__(self, pump: MessagePump, processor: MessageProcessor) -> None:
+        self._pump = pump
+        self._processor = processor
+
+    def receive(self, size: int, received: Callable[[bool], None]) -> str:
+        """Receive up to ``size`` messages (fewer when the run's message budget has less room) and handle
+        them; return the outcome. The caller reserved one message of the budget; the rest is reserved here.
+
+        Counts reach the pump's counters only once the batch committed, so a batch that rolls back is not
+        counted as processed.
+        """
+        pump = self._pump
+        extra = pump._budget.reserve_up_to(size - 1) if size > 1 else 0
+        handled = 0
+        try:
+            counters = Counters()
+            after_commit: list[Callable[[], None]] = []
+            pump.counters.add("receives")
+            with pump.queue.receive(1 + extra, transaction_mode=pump.transaction_mode) as batch:
+                received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
+                pump.receive_breaker.success()
+                for message in batch:
+                    self._processor.handle_in_batch(message, batch, after_commit, counters)
+                    handled += 1
+            pump.counters.merge(counters)
+            if batch.expired:
+                pump.counters.add("expired", batch.expired)
+            if batch.poisoned:
+                pump.counters.add("poisoned", batch.poisoned)
+        except BaseException:
+            handled = 0  # rolled back: nothing of the batch was used
+            raise
+        else:
+            for action in after_commit:
+                action()
+            if batch:
+                return MESSAGE
+            if batch.expired or batch.poisoned:
+                return CONSUMED
+            pump.counters.add("empty_receives")
+            return EMPTY
+        finally:
+            pump._budget.settle_many(extra, max(0, handled - 1))
