@@ -1,0 +1,182 @@
+"""Failed-message management: messages a failing handler sent to the error queue are listed in groups,
+retried to their source queue after the handler is fixed and processed there exactly once, Ids kept."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+
+import pytest
+import rawsql
+
+from airflow_provider_sqlqueue.transport import ConfigurationError, MessagePump, TableQueue, Transport
+from airflow_provider_sqlqueue.transport.failed import (
+    FailureFilter,
+    delete_failed,
+    failed_groups,
+    retry_failed,
+    show_failed,
+)
+from airflow_provider_sqlqueue.transport.headers import decode_headers
+
+FAST = {"idle_delay": 0.1}
+FAILURE_HEADERS = (
+    "NServiceBus.FailedQ",
+    "NServiceBus.TimeOfFailure",
+    "NServiceBus.ExceptionInfo.",
+)
+
+
+class Handler:
+    """Fails ``v*`` bodies with ValueError and ``k*`` bodies with KeyError until fixed; counts the rest."""
+
+    def __init__(self) -> None:
+        self.broken = True
+        self.seen: Counter[str] = Counter()
+        self.message_ids: dict[str, str | None] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, message, context) -> None:
+        if self.broken and message.body.startswith(b"v"):
+            raise ValueError("database down")
+        if self.broken and message.body.startswith(b"k"):
+            raise KeyError("customer")
+        with self.lock:
+            self.seen[str(message.id)] += 1
+            self.message_ids[str(message.id)] = message.message_id
+
+
+def drain(queue: TableQueue, handler: Handler) -> None:
+    MessagePump(queue, handler, transaction_mode="none", **FAST).run(until_empty=True, timeout=30)
+
+
+def stored_rows(queue: TableQueue) -> dict[str, dict[str, str | None]]:
+    from airflow_provider_sqlqueue.transport.browse import browse
+
+    return {message.id: message.headers for message in browse(queue, 1000)}
+
+
+@pytest.fixture
+def failed(transport: Transport) -> tuple[Transport, Handler, dict[str, set[str]]]:
+    """orders and invoices, whose broken handler sent 3 + 2 orders and 2 invoices to the error queue."""
+    transport.queue("error").create()
+    sent: dict[str, set[str]] = {}
+    handler = Handler()
+    for name, bodies in (("orders", [b"v1", b"v2", b"v3", b"k1", b"k2"]), ("invoices", [b"v4", b"v5"])):
+        queue = transport.queue(name)
+        queue.create()
+        sent[name] = {str(message_id) for message_id in queue.send_batch(bodies)}
+        drain(queue, handler)
+    assert not handler.seen
+    return transport, handler, sent
+
+
+def test_failed_messages_are_grouped_retried_after_the_fix_and_processed_once_with_their_ids(failed) -> None:
+    transport, handler, sent = failed
+    error = transport.queue("error")
+    orders = transport.canonical(transport.queue("orders").address)
+    invoices = transport.canonical(transport.queue("invoices").address)
+    before = stored_rows(error)
+    assert {headers["NServiceBus.MessageId"] for headers in before.values()} == sent["orders"] | sent[
+        "invoices"
+    ]
+    error.send(b"v-lost", headers={"NServiceBus.FailedQ": "gone", "NServiceBus.ExceptionInfo.Message": "x"})
+
+    groups = failed_groups(error)
+    summary = {(g.failed_queue, g.exception_type, g.exception_message): g.count for g in groups}
+    assert summary == {
+        (str(orders), "ValueError", "database down"): 3,
+        (str(orders), "KeyError", "'customer'"): 2,
+        (str(invoices), "ValueError", "database down"): 2,
+        ("gone", None, "x"): 1,
+    }
+    for group in groups[:3]:
+        assert group.first_failure is not None and group.first_failure <= group.last_failure
+
+    handler.broken = False
+    outcome = retry_failed(error, batch_size=3)
+    assert sorted(outcome.done) == sorted(before)
+    [refusal] = outcome.refused
+    lost_id = refusal.id
+    assert "gone does not exist" in refusal.reason and refusal.missing_queue and lost_id not in outcome.done
+    assert set(stored_rows(error)) == {lost_id}
+
+    retried = stored_rows(transport.queue("orders")) | stored_rows(transport.queue("invoices"))
+    assert set(retried) == set(before)
+    for message_id, headers in retried.items():
+        kept = {k: v for k, v in before[message_id].items() if not k.startswith(FAILURE_HEADERS)}
+        assert headers == kept and headers["NServiceBus.ProcessingMachine"]
+        assert headers["NServiceBus.MessageId"] == before[message_id]["NServiceBus.MessageId"]
+
+    for name in ("orders", "invoices"):
+        drain(transport.queue(name), handler)
+    assert set(handler.seen) == set(before) and set(handler.seen.values()) == {1}
+    assert {handler.message_ids[i] for i in handler.seen} == sent["orders"] | sent["invoices"]
+    assert all(handler.message_ids[i] == before[i]["NServiceBus.MessageId"] for i in handler.seen)
+    assert transport.queue("orders").count() == 0 and set(stored_rows(error)) == {lost_id}
+
+
+def test_one_message_or_a_group_is_retried_or_deleted_and_the_rest_stay(failed) -> None:
+    transport, _handler, sent = failed
+    error = transport.queue("error")
+    orders = transport.queue("orders")
+    key_errors = next(g for g in failed_groups(error) if g.exception_type == "KeyError")
+    assert key_errors.count == 2
+    one = next(i for i, hs in stored_rows(error).items() if hs["NServiceBus.MessageId"] in sent["invoices"])
+
+    assert retry_failed(error, FailureFilter(ids=[one.upper()])).done == [one]
+    assert set(stored_rows(transport.queue("invoices"))) == {one}
+
+    deleted = delete_failed(error, FailureFilter(group=key_errors.key))
+    assert len(deleted.done) == 2 and not deleted.refused
+    remaining = {(g.exception_type, g.count) for g in failed_groups(error)}
+    assert remaining == {("ValueError", 3), ("ValueError", 1)}
+    assert len(stored_rows(error)) == 4 and orders.count() == 0
+
+    by_queue = retry_failed(error, FailureFilter(failed_queue="orders"))
+    assert len(by_queue.done) == 3 and orders.count() == 3 and len(stored_rows(error)) == 1
+
+
+def test_show_returns_headers_and_body_and_bad_ids_are_refused(failed) -> None:
+    transport, _handler, sent = failed
+    error = transport.queue("error")
+    message_id = next(
+        i for i, hs in stored_rows(error).items() if hs["NServiceBus.MessageId"] in sent["invoices"]
+    )
+    [shown] = show_failed(error, message_id)
+    assert shown.id == message_id and shown.body in (b"v4", b"v5")
+    assert "Traceback" in shown.headers["NServiceBus.ExceptionInfo.StackTrace"]
+    assert decode_headers(shown.raw_headers) == shown.headers
+    assert show_failed(error, str(uuid.uuid4())) == []
+    with pytest.raises(ConfigurationError, match="not a UUID"):
+        show_failed(error, "nope")
+    with pytest.raises(ConfigurationError, match="not a UUID"):
+        FailureFilter(ids=["nope"])
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        retry_failed(error, batch_size=0)
+
+
+def test_a_batch_that_fails_midway_rolls_back_whole_and_unreadable_rows_are_refused(failed) -> None:
+    """An INSERT that the source table refuses undoes its batch's deletes too: nothing lost, none doubled."""
+    transport, _handler, _sent = failed
+    error = transport.queue("error")
+    orders = transport.queue("orders")
+    rawsql.execute(transport, f"CREATE TABLE {rawsql.table_of(transport.queue('narrow'))} (Id varchar(40))")
+    narrow = str(transport.canonical(transport.queue("narrow").address))
+    error.send(b"v-narrow", headers={"NServiceBus.FailedQ": narrow})
+    unreadable = str(rawsql.insert_foreign_row(error, "{not json"))
+    before = stored_rows(error)
+
+    with pytest.raises(Exception) as raised:
+        retry_failed(error, batch_size=100)
+    assert not isinstance(raised.value, AssertionError)
+    assert stored_rows(error) == before and orders.count() == 0
+
+    outcome = retry_failed(error, FailureFilter(failed_queue=str(transport.canonical(orders.address))))
+    assert len(outcome.done) == 5 and orders.count() == 5 and not outcome.refused
+    outcome = retry_failed(error, FailureFilter(ids=[unreadable]))
+    [refusal] = outcome.refused
+    assert refusal.id == unreadable and "headers cannot be read" in refusal.reason and not outcome.done
+    assert not refusal.missing_queue
+    assert unreadable in stored_rows(error)
