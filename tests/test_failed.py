@@ -3,6 +3,7 @@ retried to their source queue after the handler is fixed and processed there exa
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import Counter
@@ -10,6 +11,8 @@ from collections import Counter
 import pytest
 import rawsql
 
+from airflow_provider_sqlqueue import cli
+from airflow_provider_sqlqueue.cli import Exit
 from airflow_provider_sqlqueue.transport import ConfigurationError, MessagePump, TableQueue, Transport
 from airflow_provider_sqlqueue.transport.failed import (
     FailureFilter,
@@ -180,3 +183,64 @@ def test_a_batch_that_fails_midway_rolls_back_whole_and_unreadable_rows_are_refu
     assert refusal.id == unreadable and "headers cannot be read" in refusal.reason and not outcome.done
     assert not refusal.missing_queue
     assert unreadable in stored_rows(error)
+
+
+# ---- the command line ------------------------------------------------------------------------------
+def sqlqueue(target, capsys, *args: str, stdin: str | None = None) -> tuple[int, list[dict], str]:
+    """``sqlqueue failed ACTION`` in-process against the target, with --json; (exit code, records, stderr)."""
+    action, *rest = args
+    database = ["--url", target.url] + (["--schema", target.schema] if target.schema else [])
+    capsys.readouterr()
+    code = cli.main(["failed", action, *database, "--json", *rest])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, [json.loads(line) for line in captured.out.splitlines() if line.strip()], captured.err
+
+
+def test_cli_lists_shows_retries_and_deletes_with_json_and_exit_codes(failed, target, capsys) -> None:
+    transport, handler, sent = failed
+    error = transport.queue("error")
+    error.send(b"\xff\xfe" * 3000, headers={"NServiceBus.FailedQ": "gone"})
+
+    code, groups, _ = sqlqueue(target, capsys, "list")
+    assert code == Exit.OK
+    counts = {(g["failed_queue"], g["exception_type"]): g["count"] for g in groups}
+    orders = str(transport.canonical(transport.queue("orders").address))
+    assert counts[(orders, "ValueError")] == 3 and counts[(orders, "KeyError")] == 2
+    assert counts[("gone", None)] == 1 and sum(counts.values()) == 8
+    key_errors = next(g for g in groups if g["exception_type"] == "KeyError")
+    assert (
+        key_errors["first_failure"].endswith("Z")
+        and key_errors["last_failure"] >= key_errors["first_failure"]
+    )
+    code, only_orders, _ = sqlqueue(target, capsys, "list", "--queue", "orders")
+    assert sum(g["count"] for g in only_orders) == 5
+
+    lost = next(i for i, hs in stored_rows(error).items() if hs.get("NServiceBus.FailedQ") == "gone")
+    code, [shown], _ = sqlqueue(target, capsys, "show", lost, "--max-body-bytes", "16")
+    assert code == Exit.OK and shown["body_encoding"] == "hex" and shown["body"] == "fffe" * 8
+    assert shown["body_bytes"] == 6000 and shown["body_truncated"]
+    one = next(
+        i for i, hs in stored_rows(error).items() if hs.get("NServiceBus.MessageId") in sent["invoices"]
+    )
+    code, [shown], _ = sqlqueue(target, capsys, "show", one)
+    assert shown["body"] in ("v4", "v5") and "Traceback" in shown["stack_trace"]
+    assert sqlqueue(target, capsys, "show", str(uuid.uuid4()))[0] == Exit.EMPTY
+    assert sqlqueue(target, capsys, "retry")[0] == Exit.USAGE  # no selection: nothing retried by accident
+
+    code, records, err = sqlqueue(target, capsys, "delete", "--group", key_errors["group"])
+    assert code == Exit.USAGE and not records and "--yes" in err  # no terminal to confirm on
+    assert len(stored_rows(error)) == 8
+    code, [deleted], _ = sqlqueue(target, capsys, "delete", "--group", key_errors["group"], "--yes")
+    assert code == Exit.OK and len(deleted["done"]) == 2 and len(stored_rows(error)) == 6
+
+    handler.broken = False
+    code, [retried], _ = sqlqueue(target, capsys, "retry", "--all", "--batch-size", "2")
+    assert code == Exit.QUEUE_MISSING  # the message from "gone" was refused; the rest moved
+    assert len(retried["done"]) == 5 and retried["batches"] == 3
+    [refused] = retried["refused"]
+    assert refused["id"] == lost and refused["missing_queue"] and "gone does not exist" in refused["reason"]
+    assert set(stored_rows(error)) == {lost}
+    for name in ("orders", "invoices"):
+        drain(transport.queue(name), handler)
+    assert len(handler.seen) == 5 and set(handler.seen.values()) == {1}
