@@ -244,3 +244,32 @@ def test_cli_lists_shows_retries_and_deletes_with_json_and_exit_codes(failed, ta
     for name in ("orders", "invoices"):
         drain(transport.queue(name), handler)
     assert len(handler.seen) == 5 and set(handler.seen.values()) == {1}
+
+
+# ---- the operator ----------------------------------------------------------------------------------
+def test_operator_retries_a_group_and_fails_naming_a_refused_message(failed, target, monkeypatch) -> None:
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_sqlqueue.operators.failed import RetryFailedMessagesOperator
+
+    for key, value in target.airflow_env().items():
+        monkeypatch.setenv(key, value)
+    transport, handler, _sent = failed
+    error = transport.queue("error")
+    with pytest.raises(ValueError, match="retry_all=True"):
+        RetryFailedMessagesOperator(task_id="unbounded")
+    value_errors = next(g for g in failed_groups(error) if g.exception_type == "ValueError" and g.count == 3)
+
+    result = RetryFailedMessagesOperator(task_id="group", group=value_errors.key, batch_size=2).execute({})
+    assert len(result["done"]) == 3 and result["refused"] == [] and result["batches"] == 2
+    assert transport.queue("orders").count() == 3 and len(stored_rows(error)) == 4
+
+    error.send(b"v-lost", headers={"NServiceBus.FailedQ": "gone"})
+    with pytest.raises(AirflowException, match="1 failed message"):
+        RetryFailedMessagesOperator(task_id="all", retry_all=True).execute({})
+    assert transport.queue("invoices").count() == 2 and len(stored_rows(error)) == 1
+    handler.broken = False
+    for name in ("orders", "invoices"):
+        drain(transport.queue(name), handler)
+    assert len(handler.seen) == 7 and set(handler.seen.values()) == {1}

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ._support import CliError, Exit, connected, existing_queue, iso, note, print_json
+from ._support import CliError, Exit, connected, existing_queue, iso, note, positive_int, print_json
 
 
 def _selection(args: argparse.Namespace, *, require: bool) -> Any:
@@ -195,3 +197,80 @@ def _empty() -> Any:
     from ..transport.failed import FailureOutcome
 
     return FailureOutcome()
+
+
+def add_failed_commands(
+    commands: argparse._SubParsersAction,
+    common: argparse.ArgumentParser,
+    command: Callable[..., argparse.ArgumentParser],
+    run: Callable[[str], Callable[[argparse.Namespace, Console, Console], int]],
+) -> None:
+    """``sqlqueue failed list|show|retry|delete``: ``command`` and ``run`` are the main parser's helpers."""
+    failed = commands.add_parser(
+        "failed",
+        help="list, show, retry or delete the messages of an error queue",
+        description=textwrap.fill(
+            "Failed messages: the error queue's messages grouped by the queue they failed in "
+            "(NServiceBus.FailedQ) and their exception; retry moves them back there with the same Id and "
+            "without the failure headers, one transaction per batch.",
+            100,
+        ),
+    )
+    failed_commands = failed.add_subparsers(dest="failed_command", required=True, metavar="ACTION")
+
+    def failed_action(name: str, summary: str, examples: str) -> argparse.ArgumentParser:
+        action = command(
+            failed_commands, name, common, summary, summary[0].upper() + summary[1:] + ".", examples
+        )
+        action.add_argument(
+            "--error-queue", default="error", metavar="QUEUE", help="the error queue (default error)"
+        )
+        action.add_argument("--json", action="store_true", help="JSON lines for scripts")
+        return action
+
+    def failed_selection(action: argparse.ArgumentParser, *, ids: bool = True) -> None:
+        choose = action.add_argument_group("which messages")
+        if ids:
+            choose.add_argument("ids", nargs="*", metavar="ID", help="message Ids (the Id column)")
+        choose.add_argument("--group", metavar="KEY", help="a group key from 'sqlqueue failed list'")
+        choose.add_argument("--queue", metavar="QUEUE", help="the queue they failed in (NServiceBus.FailedQ)")
+        choose.add_argument(
+            "--exception-type", metavar="TYPE", help="NServiceBus.ExceptionInfo.ExceptionType"
+        )
+        choose.add_argument("--exception-message", metavar="TEXT", help="NServiceBus.ExceptionInfo.Message")
+
+    p = failed_action(
+        "list",
+        "failed messages grouped by source queue and exception, with counts and first and last failure",
+        "  sqlqueue failed list --url sqlite:///queues.db\n"
+        "  sqlqueue failed list --error-queue error --json\n",
+    )
+    failed_selection(p, ids=False)
+    p.set_defaults(run=run("failed_list"))
+
+    p = failed_action(
+        "show",
+        "one failed message: headers, body preview and stack trace",
+        "  sqlqueue failed show 6f1c...e2 --url sqlite:///queues.db\n",
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument(
+        "--max-body-bytes", type=positive_int, default=4096, metavar="N", help="body preview size (4096)"
+    )
+    p.set_defaults(run=run("failed_show"))
+
+    for name, verb in (("retry", "move back to the queue they failed in"), ("delete", "delete for good")):
+        p = failed_action(
+            name,
+            f"{verb}: the given Ids, a group, or --all",
+            f"  sqlqueue failed {name} --group 3f2a9c1b7d40 --url sqlite:///queues.db\n"
+            f"  sqlqueue failed {name} --queue orders --json{' --yes' if name == 'delete' else ''}\n",
+        )
+        failed_selection(p)
+        p.add_argument("--all", action="store_true", help="every message of the error queue")
+        p.add_argument(
+            "--batch-size", type=positive_int, default=100, metavar="N", help="messages per transaction (100)"
+        )
+        if name == "delete":
+            p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+        p.set_defaults(run=run(f"failed_{name}"))
