@@ -217,6 +217,10 @@ def test_cli_lists_shows_retries_and_deletes_with_json_and_exit_codes(failed, ta
     assert sum(g["count"] for g in only_orders) == 5
 
     lost = next(i for i, hs in stored_rows(error).items() if hs.get("NServiceBus.FailedQ") == "gone")
+    code, [listed], _ = sqlqueue(target, capsys, "list", "--messages", "--queue", "gone")
+    assert code == Exit.OK and listed["id"] == lost and listed["group"] == groups[-1]["group"]
+    code, listed, _ = sqlqueue(target, capsys, "list", "--messages", "--group", key_errors["group"])
+    assert len(listed) == 2 and all(m["exception_message"] == "'customer'" for m in listed)
     code, [shown], _ = sqlqueue(target, capsys, "show", lost, "--max-body-bytes", "16")
     assert code == Exit.OK and shown["body_encoding"] == "hex" and shown["body"] == "fffe" * 8
     assert shown["body_bytes"] == 6000 and shown["body_truncated"]

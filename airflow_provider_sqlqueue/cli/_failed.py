@@ -47,10 +47,41 @@ def _group_record(error_queue: str, group: Any) -> dict[str, Any]:
     }
 
 
+def _list_messages(args: argparse.Namespace, out: Console, transport: Any) -> int:
+    """One line per message (Id, group, source, exception, time), read page by page as it prints."""
+    from ..transport.failed import failed_rows
+
+    error_queue = existing_queue(transport, args.error_queue)
+    selection = _selection(args, require=False)
+    for row in failed_rows(error_queue):
+        if not selection.matches(row, lambda name: str(transport.canonical(name))):
+            continue
+        record = {
+            "id": row.id,
+            "group": row.group_key,
+            "failed_queue": row.failed_queue,
+            "exception_type": row.exception_type,
+            "exception_message": row.exception_message,
+            "time_of_failure": iso(row.time_of_failure),
+        }
+        if args.json:
+            print_json(record)
+        else:
+            out.print(
+                f"{row.id}  {row.group_key}  {row.failed_queue or '(unknown)'}  "
+                f"{row.exception_type or ''}: {(row.exception_message or '')[:80]}",
+                markup=False,
+                highlight=False,
+            )
+    return Exit.OK
+
+
 def failed_list(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..transport.failed import failed_groups
 
     with connected(args) as transport:
+        if args.messages:
+            return _list_messages(args, out, transport)
         error_queue = existing_queue(transport, args.error_queue)
         groups = failed_groups(error_queue, _selection(args, require=False))
     name = str(error_queue.address)
@@ -106,7 +137,7 @@ def failed_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise CliError(
             Exit.EMPTY,
             f"no message {args.id} in {error_queue.address}",
-            "list the Ids with: sqlqueue failed list --json, then browse with sqlqueue peek",
+            "list the Ids with: sqlqueue failed list --messages",
         )
     for message in messages:
         record: dict[str, Any] = {
@@ -246,6 +277,7 @@ def add_failed_commands(
         "  sqlqueue failed list --error-queue error --json\n",
     )
     failed_selection(p, ids=False)
+    p.add_argument("--messages", action="store_true", help="one line per message (with its Id), not groups")
     p.set_defaults(run=run("failed_list"))
 
     p = failed_action(

@@ -162,7 +162,7 @@ class FailureFilter:
                     canonical.append(str(uuid.UUID(str(value))))
                 except ValueError:
                     raise ConfigurationError(
-                        f"message Id {value!r} is not a UUID; copy it from 'sqlqueue failed list --json'"
+                        f"message Id {value!r} is not a UUID; copy it from 'sqlqueue failed list --messages'"
                     ) from None
             object.__setattr__(self, "ids", tuple(canonical))
 
@@ -288,7 +288,7 @@ def show_failed(error_queue: TableQueue, message_id: str) -> list[BrowsedMessage
         wanted = uuid.UUID(str(message_id))
     except ValueError:
         raise ConfigurationError(
-            f"message Id {message_id!r} is not a UUID; copy it from 'sqlqueue failed list --json'"
+            f"message Id {message_id!r} is not a UUID; copy it from 'sqlqueue failed list --messages'"
         ) from None
     dialect = error_queue.dialect
     try:
