@@ -277,3 +277,32 @@ def test_operator_retries_a_group_and_fails_naming_a_refused_message(failed, tar
     for name in ("orders", "invoices"):
         drain(transport.queue(name), handler)
     assert len(handler.seen) == 7 and set(handler.seen.values()) == {1}
+
+
+def test_a_retry_ends_at_the_rows_there_when_it_started_even_as_failures_keep_coming(failed) -> None:
+    """Messages that fail again while a retry runs land behind it in the error queue; the retry takes each
+    message once and ends, instead of chasing them (a retry of a still-broken handler would never end)."""
+    transport, handler, _sent = failed
+    error = transport.queue("error")
+    before = set(stored_rows(error))
+    orders = transport.queue("orders")
+    pump = MessagePump(orders, handler, transaction_mode="none", **FAST)
+    pump.start()
+    try:
+        outcome = retry_failed(error, FailureFilter(failed_queue="orders"), batch_size=1)
+    finally:
+        pump.stop()
+    assert len(outcome.done) == len(set(outcome.done)) == 5 and set(outcome.done) <= before
+
+
+def test_a_message_whose_failed_queue_is_the_error_queue_is_refused_not_moved_in_a_circle(failed) -> None:
+    transport, _handler, _sent = failed
+    error = transport.queue("error")
+    itself = str(transport.canonical(error.address))
+    looping = str(
+        error.send(b"v-loop", headers={"NServiceBus.FailedQ": itself, "NServiceBus.TimeOfFailure": "x"})
+    )
+    outcome = retry_failed(error, FailureFilter(failed_queue="error"))
+    assert outcome.done == [] and [r.id for r in outcome.refused] == [looping]
+    assert "this error queue itself" in outcome.refused[0].reason
+    assert stored_rows(error)[looping]["NServiceBus.TimeOfFailure"] == "x"

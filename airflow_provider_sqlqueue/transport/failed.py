@@ -223,9 +223,12 @@ def _require(queue: TableQueue, error: Exception) -> None:
         raise QueueNotFound(f"error queue {queue.address} does not exist") from error
 
 
-def failed_rows(error_queue: TableQueue, page_size: int = PAGE_SIZE) -> Iterator[FailedRow]:
+def failed_rows(
+    error_queue: TableQueue, page_size: int = PAGE_SIZE, up_to: int | None = None
+) -> Iterator[FailedRow]:
     """Every row of ``error_queue`` (Id and headers, no body) in RowVersion order, read in keyset pages
-    of ``page_size`` rows, each page its own short read-only statement."""
+    of ``page_size`` rows, each page its own short read-only statement; with ``up_to`` only the rows up
+    to that RowVersion."""
     dialect = error_queue.dialect
     statement = dialect.failed_page(error_queue.address)
     after = 0
@@ -236,6 +239,8 @@ def failed_rows(error_queue: TableQueue, page_size: int = PAGE_SIZE) -> Iterator
             _require(error_queue, error)
             raise
         for row_version, message_id, raw_headers in rows:
+            if up_to is not None and int(row_version) > up_to:
+                return
             raw = _text(raw_headers)
             try:
                 headers, problem = dict(h.decode_headers(raw)), None
@@ -260,9 +265,22 @@ def _canonical_names(transport: Transport) -> Callable[[str], str]:
     return canonical
 
 
-def _selected(error_queue: TableQueue, selection: FailureFilter | None) -> Iterator[FailedRow]:
+def _selected(
+    error_queue: TableQueue, selection: FailureFilter | None, *, bounded: bool = False
+) -> Iterator[FailedRow]:
+    """The selected rows; ``bounded``: only those there when it starts, so that a retry or delete ends
+    even while the pump keeps moving messages (perhaps the ones just retried) into the error queue."""
     canonical = _canonical_names(error_queue.transport)
-    for row in failed_rows(error_queue):
+    up_to = None
+    if bounded:
+        try:
+            _oldest, up_to = error_queue.peek_bounds()
+        except Exception as error:
+            _require(error_queue, error)
+            raise
+        if up_to is None:
+            return
+    for row in failed_rows(error_queue, up_to=up_to):
         if selection is None or selection.matches(row, canonical):
             yield row
 
@@ -368,7 +386,9 @@ def retry_failed(
             except (InvalidQueueName, ValueError) as error:
                 known = f"its {h.FAILED_QUEUE} {name!r} is not a queue address ({error})", False
             else:
-                if queue.exists():
+                if transport.canonical(queue.address) == transport.canonical(error_queue.address):
+                    known = f"its {h.FAILED_QUEUE} is this error queue itself", False
+                elif queue.exists():
                     known = queue
                 else:
                     known = f"its source queue {name} does not exist; create it, then retry", True
@@ -378,7 +398,7 @@ def retry_failed(
     outcome = FailureOutcome()
     dialect = error_queue.dialect
     take = dialect.take_failed_row(error_queue.address)
-    for batch in _batches(_selected(error_queue, selection), batch_size):
+    for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
         moves: list[tuple[FailedRow, TableQueue]] = []
         for row in batch:
             source = source_of(row)
@@ -424,7 +444,7 @@ def delete_failed(
     outcome = FailureOutcome()
     dialect = error_queue.dialect
     take = dialect.take_failed_row(error_queue.address)
-    for batch in _batches(_selected(error_queue, selection), batch_size):
+    for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
         deleted = []
         with error_queue.transport.connection(error_queue.address) as connection:
             cursor = connection.cursor()
