@@ -191,3 +191,32 @@ async def _with_timeout(events: AsyncIterator[Any], seconds: float) -> AsyncIter
     async with asyncio.timeout(seconds):
         async for event in events:
             yield event
+
+
+@pytest.mark.slow
+def test_failed_messages_of_one_queue_are_retried_by_the_operator_in_a_dag(
+    airflow_db: Path,  # noqa: F811
+    target: EngineTarget,
+) -> None:
+    """dag.test() of RetryFailedMessagesOperator: the ValueErrors of orders go back, the rest stay."""
+    from test_failed import Handler, drain
+
+    handler = Handler()
+    with target.open() as transport:
+        transport.queue("error").create()
+        for name, bodies in (("orders", [b"v1", b"v2", b"v3", b"k1"]), ("invoices", [b"v4"])):
+            transport.queue(name).create()
+            transport.queue(name).send_batch(bodies)
+            drain(transport.queue(name), handler)
+
+    run = run_dag(target, "sqlqueue_test_failed_retry", {"failed_queue": "orders"}, env=TEST_DAGS)
+
+    assert_succeeded(run, target)
+    [returned] = re.findall(r"^retry returned (\{.*\})", run.output, flags=re.MULTILINE)
+    result = json.loads(returned)
+    assert len(result["done"]) == 3 and result["refused"] == [] and result["batches"] == 2
+    handler.broken = False
+    with target.open() as transport:
+        assert transport.queue("invoices").count() == 0
+        drain(transport.queue("orders"), handler)
+    assert sorted(handler.seen) == sorted(result["done"]) and set(handler.seen.values()) == {1}

@@ -324,6 +324,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per queue")
     p.set_defaults(run=_run("purge_expired"))
 
+    from ._failed import add_failed_commands
+
+    add_failed_commands(commands, common, _command, _run)
+
     p = _command(
         commands,
         "script",
@@ -405,6 +409,10 @@ _COMMAND_MODULES = {
     "stats": "_monitor",
     "purge_expired": "_purge",
     "consume": "_consume",
+    "failed_list": "_failed",
+    "failed_show": "_failed",
+    "failed_retry": "_failed",
+    "failed_delete": "_failed",
 }
 
 

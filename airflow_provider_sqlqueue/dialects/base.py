@@ -269,6 +269,25 @@ class Dialect(ABC):
         """Query listing (schema, table) of the tables in ``schema`` shaped like queue tables."""
         raise NotImplementedError(f"{self.display_name} cannot list queue tables")
 
+    # Failed-message management (``transport.failed``): read in keyset pages, move or delete row by row.
+    def failed_page(self, address: QueueAddress) -> str:
+        """SELECT of RowVersion, Id and Headers of the rows after a RowVersion, in RowVersion order, at most
+        N of them; parameters from :meth:`failed_page_params`. Read-only, no lasting locks."""
+        raise NotImplementedError(f"{self.display_name} cannot page through failed messages")
+
+    def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
+        return (after, size)
+
+    def failed_messages(self, address: QueueAddress) -> str:
+        """SELECT of the rows whose Id is the parameter (an error queue may hold a message more than
+        once), as Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires, oldest first."""
+        raise NotImplementedError(f"{self.display_name} cannot read failed messages")
+
+    def take_failed_row(self, address: QueueAddress) -> str:
+        """DELETE of the row whose RowVersion is the parameter, returning its Id, CorrelationId,
+        ReplyToAddress, Headers and Body (no row when another session took it first)."""
+        raise NotImplementedError(f"{self.display_name} cannot take failed messages")
+
     @abstractmethod
     def purge_expired_batch(self, address: QueueAddress) -> str:
         """DELETE of up to N expired rows that no receiver holds (one parameter: N)."""

@@ -292,6 +292,24 @@ class PostgresDialect(Dialect):
             "ORDER BY RowVersion LIMIT %s"
         )
 
+    def failed_page(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
+            "WHERE RowVersion > %s ORDER BY RowVersion LIMIT %s"
+        )
+
+    def failed_messages(self, address: QueueAddress) -> str:
+        return (
+            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
+            f"FROM {self.qualified_name(address)} WHERE Id = %s ORDER BY RowVersion"
+        )
+
+    def take_failed_row(self, address: QueueAddress) -> str:
+        return (
+            f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion = %s "
+            "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body"
+        )
+
     def count_expired(self, address: QueueAddress) -> str:
         return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires <= statement_timestamp()"
 

@@ -226,6 +226,24 @@ class SqliteDialect(Dialect):
             (schema, schema or "main"),
         )
 
+    def failed_page(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
+            "WHERE RowVersion > ? ORDER BY RowVersion LIMIT ?"
+        )
+
+    def failed_messages(self, address: QueueAddress) -> str:
+        return (
+            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
+            f"FROM {self.qualified_name(address)} WHERE Id = ? ORDER BY RowVersion"
+        )
+
+    def take_failed_row(self, address: QueueAddress) -> str:
+        return (
+            f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion = ? "
+            "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body"
+        )
+
     def purge_expired_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
         return (

@@ -244,6 +244,31 @@ class SqlServerDialect(Dialect):
             "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]"
         )
 
+    def failed_page(self, address: QueueAddress) -> str:
+        # As browse: READPAST skips rows another session holds (a retry in flight) instead of waiting.
+        return (
+            "SELECT TOP (?) [RowVersion], [Id], [Headers] "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
+            "WHERE [RowVersion] > ? ORDER BY [RowVersion]"
+        )
+
+    def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
+        return (size, after)
+
+    def failed_messages(self, address: QueueAddress) -> str:
+        return (
+            "SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
+            "WHERE [Id] = ? ORDER BY [RowVersion]"
+        )
+
+    def take_failed_row(self, address: QueueAddress) -> str:
+        return (
+            f"DELETE FROM {self.qualified_name(address)} WITH (ROWLOCK) "
+            "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Headers], "
+            "deleted.[Body] WHERE [RowVersion] = ?"
+        )
+
     def count_expired(self, address: QueueAddress) -> str:
         return (
             f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST) "

@@ -1,0 +1,461 @@
+"""Failed messages in an error queue: list them in groups, show one, retry them to where they failed, or
+delete them.
+
+A message the pump gives up on lands in the error queue with NServiceBus's failure headers
+(:mod:`.recoverability`): ``NServiceBus.FailedQ`` names the queue it failed in, the
+``NServiceBus.ExceptionInfo.*`` headers say why and ``NServiceBus.TimeOfFailure`` when. The headers are
+parsed here in Python, the same on every engine; the error table is read with read-only keyset pages by
+RowVersion, so an error queue of any size is never loaded at once.
+
+A retry moves each message back to its ``FailedQ`` queue in one transaction per batch (DELETE from the
+error queue returning the row, INSERT into the source, same connection), so a process that dies mid-retry
+leaves every message in exactly one of the two tables. The Id column and the ``NServiceBus.MessageId``
+header stay as they were; the failure headers are removed as ServiceControl's retry removes them
+(``NServiceBus.Retries*``, ``NServiceBus.FailedQ``, ``NServiceBus.TimeOfFailure``,
+``NServiceBus.ExceptionInfo.*``, ``NServiceBus.Timeout.Expire``), every other header stays byte for byte.
+A message whose ``FailedQ`` is missing or unreadable, or whose source queue does not exist, is refused and
+left where it is; the rest are retried.
+
+::
+
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.failed import FailureFilter, failed_groups, retry_failed
+
+    with open_transport("sqlite:///queues.db") as transport:
+        for group in failed_groups(transport.queue("error")):
+            print(group.key, group.failed_queue, group.exception_type, group.count)
+        result = retry_failed(transport.queue("error"), FailureFilter(failed_queue="orders"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from ..model.address import QueueAddress
+from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
+from . import headers as h
+from .browse import BrowsedMessage, _canonical_id, _text
+from .queue.rows import as_utc
+
+if TYPE_CHECKING:
+    from .connection import Transport
+    from .queue import TableQueue
+
+__all__ = [
+    "RETRY_REMOVED_PREFIXES",
+    "FailedGroup",
+    "FailedRow",
+    "FailureFilter",
+    "FailureOutcome",
+    "Refusal",
+    "delete_failed",
+    "failed_groups",
+    "failed_rows",
+    "retry_failed",
+    "show_failed",
+]
+
+EXCEPTION_TYPE = f"{h.EXCEPTION_INFO_PREFIX}ExceptionType"
+EXCEPTION_MESSAGE = f"{h.EXCEPTION_INFO_PREFIX}Message"
+STACK_TRACE = f"{h.EXCEPTION_INFO_PREFIX}StackTrace"
+# The header names (prefixes) ServiceControl's retry takes out of a failed message before it sends it back.
+RETRY_REMOVED_PREFIXES = (
+    h.DELAYED_RETRIES,
+    h.FAILED_QUEUE,
+    h.TIME_OF_FAILURE,
+    h.EXCEPTION_INFO_PREFIX,
+    "NServiceBus.Timeout.Expire",
+)
+PAGE_SIZE = 500
+MAX_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class FailedRow:
+    """One row of an error queue as the grouping reads it: no body."""
+
+    row_version: int
+    id: str
+    headers: dict[str, str | None]
+    raw_headers: str
+    header_error: str | None
+
+    @property
+    def failed_queue(self) -> str | None:
+        return self.headers.get(h.FAILED_QUEUE) or None
+
+    @property
+    def exception_type(self) -> str | None:
+        return self.headers.get(EXCEPTION_TYPE)
+
+    @property
+    def exception_message(self) -> str | None:
+        return self.headers.get(EXCEPTION_MESSAGE)
+
+    @property
+    def time_of_failure(self) -> datetime | None:
+        text = self.headers.get(h.TIME_OF_FAILURE)
+        if not text:
+            return None
+        try:
+            return h.parse_timestamp(text)
+        except (ValueError, HeaderFormatError):
+            return None
+
+    @property
+    def group_key(self) -> str:
+        return group_key(self.failed_queue, self.exception_type, self.exception_message)
+
+
+def group_key(failed_queue: str | None, exception_type: str | None, exception_message: str | None) -> str:
+    """A short stable name of a group, to pick it on a command line (the same on every run and engine)."""
+    text = "\x00".join(part or "" for part in (failed_queue, exception_type, exception_message))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass
+class FailedGroup:
+    """Failed messages that share the queue they failed in and their exception's type and message."""
+
+    key: str
+    failed_queue: str | None
+    exception_type: str | None
+    exception_message: str | None
+    count: int = 0
+    first_failure: datetime | None = None
+    last_failure: datetime | None = None
+
+    def add(self, row: FailedRow) -> None:
+        self.count += 1
+        moment = row.time_of_failure
+        if moment is not None:
+            if self.first_failure is None or moment < self.first_failure:
+                self.first_failure = moment
+            if self.last_failure is None or moment > self.last_failure:
+                self.last_failure = moment
+
+
+@dataclass(frozen=True)
+class FailureFilter:
+    """Which failed messages an operation takes: all that match every given field (none given: all).
+
+    ``group`` is a :attr:`FailedGroup.key`; ``ids`` are message Ids (the Id column).
+    """
+
+    failed_queue: str | None = None
+    exception_type: str | None = None
+    exception_message: str | None = None
+    group: str | None = None
+    ids: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.ids is not None:
+            canonical = []
+            for value in self.ids:
+                try:
+                    canonical.append(str(uuid.UUID(str(value))))
+                except ValueError:
+                    raise ConfigurationError(
+                        f"message Id {value!r} is not a UUID; copy it from 'sqlqueue failed list --messages'"
+                    ) from None
+            object.__setattr__(self, "ids", tuple(canonical))
+
+    def matches(self, row: FailedRow, canonical: Callable[[str], str] = str) -> bool:
+        """Whether ``row`` is selected; ``canonical`` spells queue names alike (``orders`` and
+        ``orders@[public]`` are one queue) before ``failed_queue`` is compared."""
+        if self.ids is not None and row.id not in self.ids:
+            return False
+        if self.group is not None and row.group_key != self.group:
+            return False
+        if self.failed_queue is not None and (
+            row.failed_queue is None or canonical(row.failed_queue) != canonical(self.failed_queue)
+        ):
+            return False
+        if self.exception_type is not None and row.exception_type != self.exception_type:
+            return False
+        return self.exception_message is None or row.exception_message == self.exception_message
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A message a retry left in the error queue: its Id, why, and whether its source queue is missing."""
+
+    id: str
+    reason: str
+    missing_queue: bool = False
+
+
+@dataclass
+class FailureOutcome:
+    """What a retry or delete did: the Ids moved (or deleted) and the messages refused."""
+
+    done: list[str] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+    batches: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "done": list(self.done),
+            "refused": [
+                {"id": r.id, "reason": r.reason, "missing_queue": r.missing_queue} for r in self.refused
+            ],
+            "batches": self.batches,
+        }
+
+
+def _query(queue: TableQueue, statement: str, params: tuple[Any, ...]) -> list[Any]:
+    with queue.transport.connection(queue.address) as connection:
+        cursor = connection.cursor()
+        cursor.execute(statement, params)
+        rows = queue.dialect.fetch_rows(cursor)
+        connection.commit()
+    return rows
+
+
+def _require(queue: TableQueue, error: Exception) -> None:
+    if isinstance(error, QueueNotFound) or not queue.exists():
+        raise QueueNotFound(f"error queue {queue.address} does not exist") from error
+
+
+def failed_rows(
+    error_queue: TableQueue, page_size: int = PAGE_SIZE, up_to: int | None = None
+) -> Iterator[FailedRow]:
+    """Every row of ``error_queue`` (Id and headers, no body) in RowVersion order, read in keyset pages
+    of ``page_size`` rows, each page its own short read-only statement; with ``up_to`` only the rows up
+    to that RowVersion."""
+    dialect = error_queue.dialect
+    statement = dialect.failed_page(error_queue.address)
+    after = 0
+    while True:
+        try:
+            rows = _query(error_queue, statement, dialect.failed_page_params(after, page_size))
+        except Exception as error:
+            _require(error_queue, error)
+            raise
+        for row_version, message_id, raw_headers in rows:
+            if up_to is not None and int(row_version) > up_to:
+                return
+            raw = _text(raw_headers)
+            try:
+                headers, problem = dict(h.decode_headers(raw)), None
+            except HeaderFormatError as error:
+                headers, problem = {}, str(error)
+            yield FailedRow(int(row_version), _canonical_id(message_id), headers, raw, problem)
+        if len(rows) < page_size:
+            return
+        after = int(rows[-1][0])
+
+
+def _canonical_names(transport: Transport) -> Callable[[str], str]:
+    """A queue name as the transport writes it in headers (a name that is no address stays as given)."""
+
+    @lru_cache(maxsize=1024)
+    def canonical(name: str) -> str:
+        try:
+            return str(transport.canonical(name))
+        except (InvalidQueueName, ValueError):
+            return name
+
+    return canonical
+
+
+def _selected(
+    error_queue: TableQueue, selection: FailureFilter | None, *, bounded: bool = False
+) -> Iterator[FailedRow]:
+    """The selected rows; ``bounded``: only those there when it starts, so that a retry or delete ends
+    even while the pump keeps moving messages (perhaps the ones just retried) into the error queue."""
+    canonical = _canonical_names(error_queue.transport)
+    up_to = None
+    if bounded:
+        try:
+            _oldest, up_to = error_queue.peek_bounds()
+        except Exception as error:
+            _require(error_queue, error)
+            raise
+        if up_to is None:
+            return
+    for row in failed_rows(error_queue, up_to=up_to):
+        if selection is None or selection.matches(row, canonical):
+            yield row
+
+
+def failed_groups(error_queue: TableQueue, selection: FailureFilter | None = None) -> list[FailedGroup]:
+    """The failed messages of ``error_queue`` grouped by FailedQ, exception type and message, largest
+    group first."""
+    groups: dict[str, FailedGroup] = {}
+    for row in _selected(error_queue, selection):
+        key = row.group_key
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = FailedGroup(
+                key, row.failed_queue, row.exception_type, row.exception_message
+            )
+        group.add(row)
+    return sorted(groups.values(), key=lambda g: (-g.count, g.failed_queue or "", g.key))
+
+
+def show_failed(error_queue: TableQueue, message_id: str) -> list[BrowsedMessage]:
+    """The rows of ``error_queue`` with this Id (usually one), headers and body as stored."""
+    try:
+        wanted = uuid.UUID(str(message_id))
+    except ValueError:
+        raise ConfigurationError(
+            f"message Id {message_id!r} is not a UUID; copy it from 'sqlqueue failed list --messages'"
+        ) from None
+    dialect = error_queue.dialect
+    try:
+        rows = _query(error_queue, dialect.failed_messages(error_queue.address), (dialect.row_id(wanted),))
+    except Exception as error:
+        _require(error_queue, error)
+        raise
+    found = []
+    for message_id_value, _correlation, _reply_to, raw_headers, body, row_version, expires in rows:
+        raw = _text(raw_headers)
+        try:
+            headers, problem = dict(h.decode_headers(raw)), None
+        except HeaderFormatError as error:
+            headers, problem = {}, str(error)
+        found.append(
+            BrowsedMessage(
+                id=_canonical_id(message_id_value),
+                headers=headers,
+                body=b"" if body is None else bytes(body),
+                row_version=int(row_version),
+                expires=as_utc(expires),
+                raw_headers=raw,
+                header_error=problem,
+            )
+        )
+    return found
+
+
+def retry_headers_text(raw_headers: str, headers: dict[str, str | None]) -> str:
+    """The stored header text without the failure headers; every other member exactly as stored."""
+    removed = [key for key in headers if key.startswith(RETRY_REMOVED_PREFIXES)]
+    return h.edit_headers_text(raw_headers, None, removed)
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
+        raise ConfigurationError(f"batch_size must be an int between 1 and {MAX_BATCH:,}, not {batch_size!r}")
+
+
+def _batches(rows: Iterator[FailedRow], size: int) -> Iterator[list[FailedRow]]:
+    batch: list[FailedRow] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def retry_failed(
+    error_queue: TableQueue, selection: FailureFilter | None = None, batch_size: int = 100
+) -> FailureOutcome:
+    """Move the selected failed messages back to their ``FailedQ`` queues, ``batch_size`` per transaction.
+
+    Refused (left in the error queue, reported in :attr:`FailureOutcome.refused`): a message without a
+    readable ``FailedQ`` header, or whose source queue does not exist. A message another session moved
+    or deleted meanwhile is skipped.
+    """
+    _check_batch_size(batch_size)
+    transport = error_queue.transport
+    sources: dict[str, TableQueue | tuple[str, bool]] = {}
+
+    def source_of(row: FailedRow) -> TableQueue | tuple[str, bool]:
+        if row.header_error is not None:
+            return f"its headers cannot be read ({row.header_error}); fix or delete it", False
+        name = row.failed_queue
+        if name is None:
+            return (
+                f"it has no {h.FAILED_QUEUE} header, so the queue it came from is unknown; delete it",
+                False,
+            )
+        known = sources.get(name)
+        if known is None:
+            try:
+                queue = transport.queue(QueueAddress.parse(name), error_queue=None)
+            except (InvalidQueueName, ValueError) as error:
+                known = f"its {h.FAILED_QUEUE} {name!r} is not a queue address ({error})", False
+            else:
+                if transport.canonical(queue.address) == transport.canonical(error_queue.address):
+                    known = f"its {h.FAILED_QUEUE} is this error queue itself", False
+                elif queue.exists():
+                    known = queue
+                else:
+                    known = f"its source queue {name} does not exist; create it, then retry", True
+            sources[name] = known
+        return known
+
+    outcome = FailureOutcome()
+    dialect = error_queue.dialect
+    take = dialect.take_failed_row(error_queue.address)
+    for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
+        moves: list[tuple[FailedRow, TableQueue]] = []
+        for row in batch:
+            source = source_of(row)
+            if isinstance(source, tuple):
+                reason, missing = source
+                text = f"message {row.id} stays in {error_queue.address}: {reason}"
+                outcome.refused.append(Refusal(row.id, text, missing))
+            else:
+                moves.append((row, source))
+        if not moves:
+            continue
+        moved = []
+        with transport.connection(error_queue.address) as connection:
+            cursor = connection.cursor()
+            begin = dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            for row, source in moves:
+                cursor.execute(take, (row.row_version,))
+                taken = dialect.fetch_rows(cursor)
+                if not taken:
+                    continue  # another session retried or deleted it meanwhile
+                message_id, correlation_id, reply_to, raw_headers, body = taken[0]
+                headers_text = retry_headers_text(_text(raw_headers), row.headers)
+                with_recoverable = source._has_recoverable(cursor)
+                with source._recoverable_guard():
+                    cursor.execute(
+                        source._sql.insert_raw_for(with_recoverable),
+                        (message_id, correlation_id, reply_to, headers_text, body),
+                    )
+                moved.append(row.id)
+            connection.commit()
+        outcome.done.extend(moved)
+        outcome.batches += 1
+    return outcome
+
+
+def delete_failed(
+    error_queue: TableQueue, selection: FailureFilter | None = None, batch_size: int = 100
+) -> FailureOutcome:
+    """Delete the selected failed messages for good, ``batch_size`` per transaction."""
+    _check_batch_size(batch_size)
+    outcome = FailureOutcome()
+    dialect = error_queue.dialect
+    take = dialect.take_failed_row(error_queue.address)
+    for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
+        deleted = []
+        with error_queue.transport.connection(error_queue.address) as connection:
+            cursor = connection.cursor()
+            begin = dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            for row in batch:
+                cursor.execute(take, (row.row_version,))
+                if dialect.fetch_rows(cursor):
+                    deleted.append(row.id)
+            connection.commit()
+        outcome.done.extend(deleted)
+        outcome.batches += 1
+    return outcome
