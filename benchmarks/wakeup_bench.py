@@ -316,10 +316,12 @@ def run_case(
         processes = [consumer, sender]
         try:
             consumer.start()
-            _wait_for(events, "ready", processes)
-            idle_from = time.monotonic()
-            sender.start()
-            _wait_for(events, "ready", processes)
+            sender.start()  # it connects while the consumer starts, then waits for ``go``
+            idle_from: float | None = None
+            for _ in processes:
+                if _wait_for(events, "ready", processes)[1] == "consumer":
+                    idle_from = time.monotonic()
+            assert idle_from is not None
             _sleep_until(idle_from + settings["idle_s"])
             go.set()
             results: dict[str, dict[int, float]] = {}
