@@ -11,7 +11,14 @@ synchronous=FULL), and on each, round after round:
   send_batch, receive and receive_batch with 1 and 4 consumers);
 - this project's MessagePump (monitor strategy, concurrency 4, no-op handler) draining a queue;
 - the peers installed in this environment (benchmarks/setup.sh installs them): pgqueuer, procrastinate,
-  kombu's SQLAlchemy transport, persist-queue; each sends N messages of 1 KB and drains them, checked.
+  kombu's SQLAlchemy transport, persist-queue; each sends N messages of 1 KB and drains them, checked;
+- handler throughput (section ``handlers``): the pump with batch 1 and batch 100 beside pgqueuer's consumer
+  and procrastinate's worker, each calling a no-op handler per message, and the raw receive_batch they are
+  judged against, all at one N;
+- wake-up latency (section ``wakeup``, wakeup_bench.py): commit to handler call for an idle consumer.
+
+``--only handlers,wakeup`` runs only those sections and, with ``--json`` naming an existing results file,
+keeps its other sections.
 
 Every figure is the median of the rounds, with min-max. ``--scale`` instead measures deep queues (10k,
 100k, 1M rows), storage left behind, peek_estimate against count(), and the consumer's memory. Results

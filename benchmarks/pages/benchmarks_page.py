@@ -357,11 +357,15 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
         "",
         "```sh",
         "bash benchmarks/setup.sh     # builds benchmarks/.venv: this project + the peers + matplotlib",
-        "benchmarks/.venv/bin/python benchmarks/run.py --json docs/benchmarks/results.json       # 10-15 min",
+        "benchmarks/.venv/bin/python benchmarks/run.py --json docs/benchmarks/results.json  # every section",
+        "benchmarks/.venv/bin/python benchmarks/run.py --only handlers,wakeup "
+        "--json docs/benchmarks/results.json",
         "benchmarks/.venv/bin/python benchmarks/run.py --scale --json docs/benchmarks/scale.json # 1M rows",
         "benchmarks/.venv/bin/python benchmarks/render.py   # this page and docs/images/benchmarks.png",
         "```",
         "",
+        "`--only handlers,wakeup` refreshes the handler-throughput and wake-up sections in an existing "
+        "results file and keeps the others (each section records its own commit). "
         "`--quick` makes a smoke run of a minute; `--peers none` measures this project and the raw driver "
         "only; `--engines sqlite` one engine. Peers that are not installed are skipped with a note.",
         "",
