@@ -1,14 +1,17 @@
 """Smoke test of the benchmark runner (benchmarks/run.py) and its renderer (benchmarks/render.py).
 
 Runs the runner in its quickest mode on SQLite and PostgreSQL (a throwaway cluster of its own), for this
-project and the raw driver; peer libraries that are not importable here are skipped by the runner with a
-note (benchmarks/setup.sh installs them in benchmarks/.venv). Checks the JSON has every case with positive
-throughputs and that the page renders to a temporary folder. Nothing about the speed is asserted.
+project and the raw driver, with the handler-throughput and wake-up sections; peer libraries that are not
+importable here are skipped by the runner with a note (benchmarks/setup.sh installs them in
+benchmarks/.venv). Checks the JSON has every case with positive throughputs (or, for a pump parameter this
+build lacks, the reason instead of a figure) and that the page renders to a temporary folder. Nothing about
+the speed is asserted.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -16,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from postgres_cluster import find_postgres_bindir
+
+from airflow_provider_sqlqueue.transport.pump import MessagePump
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -62,6 +67,33 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
         pump = [row for row in doc["pump"] if row["engine"] == engine]
         assert len(pump) == 1 and _positive(pump[0]["msgs_per_s"]["median"])
         assert _positive(pump[0]["ratio_to_raw_receive_4c"]["median"])
+
+    # handler throughput and wake-up latency: every row measured, or (a pump parameter this build lacks,
+    # a peer not installed) reported with its reason, never a figure from something else
+    parameters = set(inspect.signature(MessagePump).parameters)
+    for engine in engines:
+        handlers = {row["case"]: row for row in doc["handlers"]["rows"] if row["engine"] == engine}
+        assert {"raw_receive_batch", "pump_batch_1", "pump_batch_100"} <= set(handlers), engine
+        for row in handlers.values():
+            if row["available"]:
+                assert row["n"] == doc["meta"]["n_handlers"] and _positive(row["msgs_per_s"]["median"])
+            else:
+                assert row["reason"] and not row["rounds"], row["case"]
+        assert handlers["raw_receive_batch"]["available"] and handlers["pump_batch_1"]["available"]
+        assert handlers["pump_batch_100"]["available"] is ("batch_size" in parameters)
+        wakeup = {row["case"]: row for row in doc["wakeup"]["rows"] if row["engine"] == engine}
+        poll = wakeup["pump_poll"]
+        assert (
+            poll["available"]
+            and len(poll["latencies_ms"]) == poll["sends"] == doc["wakeup"]["settings"]["sends"]
+        )
+        assert 0 <= poll["p50_ms"] <= poll["p95_ms"] <= poll["max_ms"] < 5_000
+        if engine == "postgresql":
+            assert wakeup["pump_push"]["available"] is ("wake_up" in parameters)
+        else:
+            assert "pump_push" not in wakeup  # SQLite: polling only
+    for section in ("handlers", "wakeup"):
+        assert doc[section]["meta"]["commit"] == doc["meta"]["commit"] and doc[section]["meta"]["seconds"] > 0
 
     # peers: measured when importable, otherwise skipped with a note in the output and the JSON
     sys.path.insert(0, str(BENCHMARKS))
@@ -119,7 +151,15 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
         str(image),
     )
     page = out.read_text(encoding="utf-8")
-    for heading in ("## Throughput", "## Targets", "## Scale", "## Machine and versions", "## How to run"):
+    for heading in (
+        "## Throughput",
+        "## Handler throughput",
+        "## Wake-up latency",
+        "## Targets",
+        "## Scale",
+        "## Machine and versions",
+        "## How to run",
+    ):
         assert heading in page
     assert f"| commit measured | {doc['meta']['commit']} |" in page
     assert "## Tuning: before and after" in page and "(performance.md)" in page

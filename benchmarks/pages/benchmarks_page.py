@@ -14,9 +14,13 @@ from pages.throughput import (
     ENGINE_LABELS,
     PEER_NAMES,
     compute_targets,
+    handler_rows,
     pump_row,
     ratio_text,
     side_spread,
+    value_text,
+    wakeup_rows,
+    wanted_text,
 )
 
 
@@ -85,10 +89,92 @@ def targets_table(targets: list[dict[str, Any]]) -> list[str]:
     for target in targets:
         mark = {"PASS": "✅ PASS", "MISS": "❌ MISS"}.get(target["status"], target["status"])
         lines.append(
-            f"| {target['target']} | {ratio_text(target['value'])} | {target['op']} {target['threshold']}x | "
-            f"{mark} | {target['detail']} |"
+            f"| {target['target']} | {value_text(target)} | {wanted_text(target)} | {mark} | "
+            f"{target['detail']} |"
         )
     return lines
+
+
+REFRESH = (
+    "benchmarks/.venv/bin/python benchmarks/run.py --only handlers,wakeup --json docs/benchmarks/results.json"
+)
+
+
+def _section_provenance(section: dict[str, Any]) -> str:
+    meta = section["meta"]
+    return (
+        f"Measured on {meta['date']} at commit {meta['commit']} (`{meta['command']}`, "
+        f"{meta['seconds']:.0f} s; "
+        f"1-minute load average {meta['load_average_before'][0]:.2f} at the start)."
+    )
+
+
+def handlers_section(doc: dict[str, Any]) -> list[str]:
+    """Handler throughput: the pump, pgqueuer's consumer and procrastinate's worker, each calling a no-op
+    handler per message, beside the bare raw receive_batch, all at the same N in one run."""
+    section = doc.get("handlers")
+    if not section:
+        return ["Not measured in this run; `" + REFRESH + "` adds it to the results file.", ""]
+    lines = [
+        "Every row drains the same N messages on the same server, round after round in a rotating order. "
+        "*level*: **handler** rows call a no-op handler once per message (the pump's records the Id; "
+        "pgqueuer's entrypoint and procrastinate's task are async no-ops); the **bare receive** row "
+        "fetches and deletes the rows and calls nothing: it is what the handler rows are judged against, "
+        "never a peer's consumer. The pump: `MessagePump(queue, handler, max_concurrency=4, "
+        'strategy="monitor", batch_size=100)` for the batching row (the batch-1 row passes no batch_size: '
+        "one message per transaction, as before), a transport pool of 8. " + _section_provenance(section),
+        "",
+        "| engine | what | level | N | per txn | concurrency | msgs/s (median) | min-max |",
+        "|---|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for engine in ("postgresql", "sqlite"):
+        for row in handler_rows(doc, engine).values():
+            if row["case"] == "raw_receive_batch":
+                who = "raw driver `receive_batch` (1 process)"
+            elif row["case"] in PEER_NAMES:
+                who = row["label"]
+            else:
+                who = f"**sqlqueue** {row['label']}"
+            if row.get("available"):
+                spread = row["msgs_per_s"]
+                figures = f"{spread['median']:,.0f} | {spread['min']:,.0f}-{spread['max']:,.0f}"
+            else:
+                figures = f"{row.get('reason', 'not run')} | "
+            lines.append(
+                f"| {ENGINE_LABELS[engine]} | {who} | {row['level']} | {row['n']:,} | "
+                f"{row.get('batch', '-')} | "
+                f"{row.get('concurrency', '-')} | {figures} |"
+            )
+    return [*lines, ""]
+
+
+def wakeup_section(doc: dict[str, Any]) -> list[str]:
+    """Wake-up latency: commit to handler call for an idle consumer, push against polling and pgqueuer."""
+    section = doc.get("wakeup")
+    if not section:
+        return ["Not measured in this run; `" + REFRESH + "` adds it to the results file.", ""]
+    settings = section["settings"]
+    lines = [
+        f"A consumer starts and stays idle for {settings['idle_s']:g} s; then another process sends "
+        f"{settings['sends']} single messages, one commit each, {settings['spacing_s'] * 1000:g} ms apart. "
+        "The sender notes the monotonic clock right after each commit, the handler on entry (one clock "
+        "for all processes of the machine); the latency is the difference, per message. The pump: "
+        '`MessagePump(queue, handler, max_concurrency=4, strategy="monitor", wake_up=...)`, polling with '
+        "the default idle delay (1 s); pgqueuer's consumer wakes by its own LISTEN/NOTIFY. SQLite has no "
+        "push across processes: polling only. " + _section_provenance(section),
+        "",
+        "| engine | consumer | messages | p50 ms | p95 ms | max ms |",
+        "|---|---|--:|--:|--:|--:|",
+    ]
+    for engine in ("postgresql", "sqlite"):
+        for row in wakeup_rows(doc, engine).values():
+            who = row["label"] if row["system"] == "pgqueuer" else f"**sqlqueue** {row['label']}"
+            if row.get("available"):
+                figures = f"{row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['max_ms']:.1f}"
+            else:
+                figures = f"{row.get('reason', 'not run')} | | "
+            lines.append(f"| {ENGINE_LABELS[engine]} | {who} | {row['sends']} | {figures} |")
+    return [*lines, ""]
 
 
 def machine_section(doc: dict[str, Any], scale: dict[str, Any] | None) -> list[str]:
@@ -175,6 +261,8 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
         ]
     if charted:
         lines += [f"![Throughput: this project, the raw driver and the peers]({image_link})", ""]
+    elif not doc.get("core"):
+        lines += ["(No chart: this results file holds no project-vs-raw throughput section.)", ""]
     else:
         lines += ["(No chart: matplotlib is not installed here; benchmarks/setup.sh installs it.)", ""]
     lines += [
@@ -195,12 +283,22 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
     if doc.get("skipped"):
         lines.append("")
     lines += [
+        "## Handler throughput",
+        "",
+        *handlers_section(doc),
+        "## Wake-up latency",
+        "",
+        *wakeup_section(doc),
         "## Targets",
         "",
         "Ratios within this run. Against the raw driver: the median of the per-round ratios (the *vs raw* "
         "column above, with its range); against a peer: this project's median divided by the peer's "
-        "median; the peek target from the scale run. On a shared 2-CPU machine a ratio near its threshold "
-        "can land on either side from one run to the next: read the ranges.",
+        "median; the peek target from the scale run. Every comparison with a peer is made at one level: "
+        "bare send or receive against the peer's bare send or receive (kombu's `get` + `ack`), a handler "
+        "called per message against the peer's consumer calling its entrypoint. Wake-up targets are "
+        "milliseconds, not ratios. A target whose feature this build lacks says so. On a shared 2-CPU "
+        "machine a ratio near its threshold can land on either side from one run to the next: read the "
+        "ranges.",
         "",
         *targets_table(targets),
         "",
@@ -259,11 +357,15 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
         "",
         "```sh",
         "bash benchmarks/setup.sh     # builds benchmarks/.venv: this project + the peers + matplotlib",
-        "benchmarks/.venv/bin/python benchmarks/run.py --json docs/benchmarks/results.json       # 10-15 min",
+        "benchmarks/.venv/bin/python benchmarks/run.py --json docs/benchmarks/results.json  # every section",
+        "benchmarks/.venv/bin/python benchmarks/run.py --only handlers,wakeup "
+        "--json docs/benchmarks/results.json",
         "benchmarks/.venv/bin/python benchmarks/run.py --scale --json docs/benchmarks/scale.json # 1M rows",
         "benchmarks/.venv/bin/python benchmarks/render.py   # this page and docs/images/benchmarks.png",
         "```",
         "",
+        "`--only handlers,wakeup` refreshes the handler-throughput and wake-up sections in an existing "
+        "results file and keeps the others (each section records its own commit). "
         "`--quick` makes a smoke run of a minute; `--peers none` measures this project and the raw driver "
         "only; `--engines sqlite` one engine. Peers that are not installed are skipped with a note.",
         "",
@@ -278,7 +380,7 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
 
 def render(doc: dict[str, Any], scale: dict[str, Any] | None, out: Path, image: Path) -> str:
     """Write the page (and the chart, when matplotlib is installed); return the page's text."""
-    charted = chart_available()
+    charted = chart_available() and bool(doc.get("core"))
     if charted:
         draw_chart(doc, image)
     text = page_text(doc, scale, Path(os.path.relpath(image, out.parent)).as_posix(), charted)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from pages.blocks import ROOT, load_data
-from pages.throughput import compute_targets, ratio_text
+from pages.throughput import compute_targets, ratio_text, value_text, wanted_text
 from pages.transcribed_text import block_lines
 
 SOURCE = "docs/data/performance.json"
@@ -44,8 +44,8 @@ def current_table(data: dict[str, Any]) -> list[str]:
     for target in last:
         before = earlier.get(target["target"])
         lines.append(
-            f"| {target['target']} | {ratio_text(before['value']) if before else '-'} | "
-            f"**{ratio_text(target['value'])}** | {target['op']} {target['threshold']}x | "
+            f"| {target['target']} | {value_text(before) if before else '-'} | "
+            f"**{value_text(target)}** | {wanted_text(target)} | "
             f"{target['status']} | {target['detail']} |"
         )
     return lines

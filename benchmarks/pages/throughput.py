@@ -45,6 +45,24 @@ def pump_row(doc: dict[str, Any] | None, engine: str) -> dict[str, Any] | None:
     return None
 
 
+def handler_rows(doc: dict[str, Any] | None, engine: str) -> dict[str, dict[str, Any]]:
+    """The handler-throughput section's rows of ``engine`` by case (raw_receive_batch, pump_batch_1, ...)."""
+    return {
+        row["case"]: row
+        for row in ((doc or {}).get("handlers") or {}).get("rows", [])
+        if row["engine"] == engine
+    }
+
+
+def wakeup_rows(doc: dict[str, Any] | None, engine: str) -> dict[str, dict[str, Any]]:
+    """The wake-up section's rows of ``engine`` by case (pump_push, pump_poll, pgqueuer)."""
+    return {
+        row["case"]: row
+        for row in ((doc or {}).get("wakeup") or {}).get("rows", [])
+        if row["engine"] == engine
+    }
+
+
 def peek_rows(scale: dict[str, Any] | None, engine: str) -> dict[int, dict[str, Any]]:
     for result in (scale or {}).get("scale", []):
         if result["engine"] == engine:
@@ -66,9 +84,18 @@ def compute_targets(doc: dict[str, Any] | None, scale: dict[str, Any] | None) ->
     """Every target of issue 7 as a ratio within one run: value, threshold, PASS / MISS / not measured."""
     targets: list[dict[str, Any]] = []
 
-    def add(name: str, value: float | None, threshold: float, detail: str, at_most: bool = False) -> None:
+    def add(
+        name: str,
+        value: float | None,
+        threshold: float,
+        detail: str,
+        at_most: bool = False,
+        unit: str = "x",
+        unavailable: str = "",
+    ) -> None:
         if value is None:
-            status = "not measured"
+            status = "not available in this build" if unavailable else "not measured"
+            detail = unavailable.removeprefix("not available in this build: ") or detail
         else:
             status = "PASS" if (value <= threshold if at_most else value >= threshold) else "MISS"
         targets.append(
@@ -79,8 +106,46 @@ def compute_targets(doc: dict[str, Any] | None, scale: dict[str, Any] | None) ->
                 "op": "<=" if at_most else ">=",
                 "status": status,
                 "detail": detail,
+                "unit": unit,
             }
         )
+
+    def handler_ratio(engine: str, case: str, against: str) -> tuple[float | None, str, str]:
+        """(value, detail, why not available) of a handler-section row against another of its rows: the
+        median of per-round ratios against raw receive_batch (run in the same round), medians against a
+        peer (their runs are not paired)."""
+        rows = handler_rows(doc, engine)
+        ours, theirs = rows.get(case), rows.get(against)
+        if ours is None or theirs is None:
+            return None, "", ""
+        if not ours.get("available"):
+            return None, "", ours.get("reason", "")
+        if not theirs.get("available"):
+            return None, f"{against}: {theirs.get('reason', 'not run')}", ""
+        mine, other = ours["msgs_per_s"]["median"], theirs["msgs_per_s"]["median"]
+        if against == "raw_receive_batch":
+            ratios = [
+                a["msgs_per_s"] / b["msgs_per_s"]
+                for a, b in zip(ours["rounds"], theirs["rounds"], strict=False)
+            ]
+            ratios.sort()
+            middle = len(ratios) // 2
+            value = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+            return (
+                value,
+                (
+                    f"pump {mine:,.0f} / raw receive_batch {other:,.0f} msgs/s, N={ours['n']:,} "
+                    f"(rounds {ratios[0]:.2f}-{ratios[-1]:.2f})"
+                ),
+                "",
+            )
+        raw = rows.get("raw_receive_batch")
+        ceiling = (
+            f"; ceiling: raw receive_batch, no handler, reaches {raw['msgs_per_s']['median'] / other:.2f}x"
+            if raw and raw.get("available")
+            else ""
+        )
+        return mine / other, f"pump {mine:,.0f} / {against} {other:,.0f} msgs/s, N={ours['n']:,}{ceiling}", ""
 
     def core_ratio(engine: str, case: str) -> tuple[float | None, str]:
         row = core_row(doc, engine, case)
@@ -127,8 +192,42 @@ def compute_targets(doc: dict[str, Any] | None, scale: dict[str, Any] | None) ->
             0.8,
             detail,
         )
-    value, detail = peer_ratio("postgresql", "receive_batch_1c", "pgqueuer", "receive")
-    add("PostgreSQL batch receive (100), 1 consumer, vs pgqueuer batch-100 consume", value, 8.0, detail)
+    if (doc or {}).get("handlers"):
+        value, detail, unavailable = handler_ratio("postgresql", "pump_batch_100", "pgqueuer")
+        add(
+            "PostgreSQL batching pump (batch 100, concurrency 4) vs pgqueuer's consumer (batch 100), "
+            "handler to handler",
+            value,
+            2.0,
+            detail,
+            unavailable=unavailable,
+        )
+        for engine in ("postgresql", "sqlite"):
+            value, detail, unavailable = handler_ratio(engine, "pump_batch_100", "raw_receive_batch")
+            add(
+                f"{ENGINE_LABELS[engine]} batching pump (batch 100, concurrency 4) vs raw "
+                "receive_batch (100)",
+                value,
+                0.5,
+                detail,
+                unavailable=unavailable,
+            )
+    if (doc or {}).get("wakeup"):
+        push = wakeup_rows(doc, "postgresql").get("pump_push") or {}
+        measured = bool(push.get("available"))
+        for key, wanted in (("p50_ms", 20.0), ("p95_ms", 50.0)):
+            add(
+                f'PostgreSQL wake-up, commit to handler, {key[:3]} with push (wake_up="auto")',
+                push[key] if measured else None,
+                wanted,
+                f"{push['sends']} sends from another process after {push['idle_s']:g} s idle; max "
+                f"{push['max_ms']:.1f} ms"
+                if measured
+                else "",
+                at_most=True,
+                unit="ms",
+                unavailable="" if measured else push.get("reason", ""),
+            )
     value, detail = core_ratio("postgresql", "receive_4c")
     add("PostgreSQL single-message receive, 4 consumers, vs raw", value, 0.9, detail)
     for engine in ("postgresql", "sqlite"):
@@ -190,6 +289,19 @@ def compute_targets(doc: dict[str, Any] | None, scale: dict[str, Any] | None) ->
     return targets
 
 
+def value_text(target: dict[str, Any]) -> str:
+    """A target's measured value: a ratio (``0.80x``, rounded down) or milliseconds (rounded up, so a
+    latency shown as 20.0 ms never misses 20)."""
+    if target.get("unit") == "ms":
+        return "-" if target["value"] is None else f"{math.ceil(target['value'] * 10) / 10:.1f} ms"
+    return ratio_text(target["value"])
+
+
+def wanted_text(target: dict[str, Any]) -> str:
+    unit = " ms" if target.get("unit") == "ms" else "x"
+    return f"{target['op']} {target['threshold']}{unit}"
+
+
 def ratio_text(value: float | None) -> str:
     if value is None:
         return "-"
@@ -207,6 +319,7 @@ def summary_text(doc: dict[str, Any]) -> str:
             )
         for skipped in doc.get("skipped", []):
             lines.append(f"  skipped {skipped['peer']} on {skipped['engine']}: {skipped['reason']}")
+        lines += wakeup_text(doc)
         targets = compute_targets(doc, None)
     else:
         for result in doc["scale"]:
@@ -222,8 +335,8 @@ def summary_text(doc: dict[str, Any]) -> str:
     for target in targets:
         if target["status"] != "not measured":
             lines.append(
-                f"  {target['status']:<5} {target['target']}: {ratio_text(target['value'])} "
-                f"({target['op']} {target['threshold']}x) {target['detail']}"
+                f"  {target['status']:<5} {target['target']}: {value_text(target)} "
+                f"({wanted_text(target)}) {target['detail']}"
             )
     return "\n".join(lines)
 
@@ -244,4 +357,22 @@ def figures(doc: dict[str, Any]) -> list[tuple[str, dict[str, float]]]:
             if peer["engine"] == engine:
                 rows.append((f"{name} {PEER_NAMES[peer['peer']]} send", peer["send_msgs_per_s"]))
                 rows.append((f"{name} {PEER_NAMES[peer['peer']]} receive", peer["receive_msgs_per_s"]))
+        for row in handler_rows(doc, engine).values():
+            if row.get("available"):
+                rows.append((f"{name} handlers: {row['label']} ({row['level']})", row["msgs_per_s"]))
     return rows
+
+
+def wakeup_text(doc: dict[str, Any]) -> list[str]:
+    """The wake-up section for the terminal."""
+    lines = []
+    for engine in ("postgresql", "sqlite"):
+        for row in wakeup_rows(doc, engine).values():
+            if row.get("available"):
+                lines.append(
+                    f"  {ENGINE_LABELS[engine]} {row['label']:<50} p50 {row['p50_ms']:7.1f}  p95 "
+                    f"{row['p95_ms']:7.1f}  max {row['max_ms']:7.1f} ms"
+                )
+            else:
+                lines.append(f"  {ENGINE_LABELS[engine]} {row['label']:<50} {row.get('reason', 'not run')}")
+    return ["wake-up latency, commit to handler:", *lines] if lines else []
