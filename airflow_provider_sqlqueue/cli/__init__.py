@@ -390,6 +390,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--audit-queue", default=None)
     p.add_argument("--immediate-retries", type=int, default=5)
     p.add_argument("--idle-delay", type=float, default=1.0, help="seconds, at least 0.1 (above 10 it warns)")
+    p.add_argument(
+        "--wake-up",
+        choices=["auto", "poll"],
+        default="auto",
+        help="auto: wake on a committed send where the engine pushes it (PostgreSQL); poll: idle delay only",
+    )
     p.add_argument("--stop-timeout", type=float, default=30.0, help="seconds handlers get on stop")
     p.add_argument("--log-level", default="WARNING")
     p.set_defaults(run=_run("consume"))

@@ -61,6 +61,7 @@ def consume(args: argparse.Namespace, out: Console, console: Console) -> int:
                 immediate_retries=args.immediate_retries,
                 audit_queue=args.audit_queue,
                 idle_delay=args.idle_delay,
+                wake_up=args.wake_up,
                 stop_timeout=args.stop_timeout,
             )
         except ConfigurationError as error:

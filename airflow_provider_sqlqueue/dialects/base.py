@@ -389,6 +389,25 @@ class Dialect(ABC):
     def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """Release the lock of :meth:`try_lock_delayed_mover` (closing the session releases it too)."""
 
+    # ---- push wake-up -------------------------------------------------------------------------
+    def wake_up_channel(self, address: QueueAddress) -> str | None:
+        """The channel a committed send to ``address`` notifies, or None where the engine has no push
+        notification (receivers poll)."""
+        return None
+
+    def notify_statement(self, address: QueueAddress) -> str | None:
+        """A statement that notifies the queue's receivers when its transaction commits (for writes that
+        cannot carry the notification themselves, such as a bulk copy or the delayed mover's move)."""
+        return None
+
+    def listen_statement(self, address: QueueAddress) -> str | None:
+        """The statement a wake-up listener runs on its own connection to hear sends to ``address``."""
+        return None
+
+    def wait_for_notification(self, connection: Any, timeout: float) -> bool:
+        """Block on a listening connection until a notification arrives (True) or ``timeout`` passes."""
+        raise NotImplementedError(f"{self.display_name} has no push notification")
+
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:
         """Convert a uuid.UUID to what the driver binds for the Id column."""

@@ -67,9 +67,15 @@ class _Pyodbc:
 
 
 class PostgresOverOdbc(_Pyodbc, PostgresDialect):
-    """PostgreSQL's statements with ``?`` parameters, for psqlODBC."""
+    """PostgreSQL's statements with ``?`` parameters, for psqlODBC.
+
+    Its sends notify like psycopg's, but ODBC has no way to wait for a notification: receivers poll.
+    """
 
     placeholder = "?"
+
+    def listen_statement(self, address: QueueAddress) -> None:
+        return None
 
     def __getattribute__(self, name: str) -> Any:
         value = super().__getattribute__(name)

@@ -14,6 +14,7 @@ receive transaction still computes Expires from the moment it runs.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -74,6 +75,15 @@ _TRANSIENT_SQLSTATES = {
     "57P03": "server not accepting connections yet",
     "53300": "too many connections",
 }
+
+
+def _notifying(insert: str, channel: str) -> str:
+    """``insert`` as one statement that also queues one NOTIFY on ``channel`` when it inserted a row: the
+    notification is delivered when the transaction commits, and never for one that rolls back."""
+    return (
+        f"WITH sent AS ({insert} RETURNING 1) "
+        f"SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM sent LIMIT 1) AS any_sent"
+    )
 
 
 def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
@@ -196,11 +206,30 @@ class PostgresDialect(Dialect):
     # ---- runtime -------------------------------------------------------------------------------
     def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         columns, row = _insert_shape(with_recoverable)
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
+        insert = f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
+        return _notifying(insert, self.wake_up_channel(address))
 
     def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
         columns, row = _insert_shape(with_recoverable)
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
+        insert = f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
+        return _notifying(insert, self.wake_up_channel(address))
+
+    def wake_up_channel(self, address: QueueAddress) -> str:
+        # A hash of the qualified table name: at most 63 bytes for any name, and only [a-z0-9_], so it is
+        # safe as a literal and as an identifier.
+        digest = hashlib.sha256(self.qualified_name(address).encode("utf-8")).hexdigest()[:24]
+        return f"sqlqueue_{digest}"
+
+    def notify_statement(self, address: QueueAddress) -> str:
+        return f"SELECT pg_notify('{self.wake_up_channel(address)}', '')"
+
+    def listen_statement(self, address: QueueAddress) -> str:
+        return f'LISTEN "{self.wake_up_channel(address)}"'
+
+    def wait_for_notification(self, connection: Any, timeout: float) -> bool:
+        for _ in connection.notifies(timeout=timeout, stop_after=1):
+            return True
+        return False
 
     def send_params(
         self,
@@ -246,12 +275,14 @@ class PostgresDialect(Dialect):
                 copy.set_types(_COPY_TYPES_WITHOUT_RECOVERABLE)
                 for message_id, correlation_id, reply_to_address, _, headers, body in rows:
                     copy.write_row((message_id, correlation_id, reply_to_address, headers, body))
+        cursor.execute(self.notify_statement(address))
         return True
 
     def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
         values = "(%s, %s, %s, true, NULL, %s, %s)" if with_recoverable else "(%s, %s, %s, NULL, %s, %s)"
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
+        insert = f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
+        return _notifying(insert, self.wake_up_channel(address))
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)

@@ -529,6 +529,9 @@ class DelayedMover:
                         f"another writer changed the rows moved from {self.address} to {address} "
                         f"(row counts {counts}); the move was rolled back"
                     )
+            notify = self.dialect.notify_statement(queue.address)
+            if notify:
+                cursor.execute(notify, ())
         if failed:
             self._fail_rows(connection, cursor, failed)
 

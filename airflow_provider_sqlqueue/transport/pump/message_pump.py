@@ -24,7 +24,9 @@ from ..queue.startup import (
     purge_expired_at_start,
 )
 from ..recoverability import CircuitBreaker, CircuitBreakerSettings, CriticalErrorCallback, FailureStore
-from .batching import MAX_BATCH_SIZE, BatchReceiver
+from ..wakeup import WakeUpListener
+from .arguments import check_pump_arguments
+from .batching import BatchReceiver
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
@@ -39,10 +41,6 @@ __all__ = ["MessagePump", "check_pool_size"]
 
 # The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.pump.
 log = logging.getLogger(__package__)
-
-MIN_IDLE_DELAY = 0.1
-MAX_IDLE_DELAY = 10.0
-MAX_CONCURRENCY = 1000
 
 
 class MessagePump:
@@ -65,6 +63,9 @@ class MessagePump:
     :param audit_queue: where a copy of every processed message goes; None (default) for no audit.
     :param idle_delay: seconds to wait when the queue is empty (at least 0.1, default 1); above 10 s it
         logs a warning, as the reference's peek delay does.
+    :param wake_up: ``auto`` (default): where the engine pushes notifications (PostgreSQL), an idle pump
+        wakes as soon as a send commits, and the idle delay is only the fallback; ``poll``: the idle delay
+        alone.
     :param circuit_breaker: the breaker's times (defaults 30 s to trigger, 1 s and 10 s back-off).
     :param on_critical_error: ``callback(message, error)`` when a breaker triggers (default: log it and
         keep trying).
@@ -95,6 +96,7 @@ class MessagePump:
         error_queue: str | QueueAddress | object | None = ...,
         audit_queue: str | QueueAddress | None = None,
         idle_delay: float = 1.0,
+        wake_up: str = "auto",
         circuit_breaker: CircuitBreakerSettings | None = None,
         on_critical_error: CriticalErrorCallback | None = None,
         success_threshold: int = 5,
@@ -110,52 +112,17 @@ class MessagePump:
     ) -> None:
         if not isinstance(queue, TableQueue):
             raise ConfigurationError(f"queue must be a TableQueue (transport.queue(...)), not {queue!r}")
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-            raise ConfigurationError(f"max_concurrency must be an int, not {max_concurrency!r}")
-        if not 1 <= max_concurrency <= MAX_CONCURRENCY:
-            raise ConfigurationError(f"max_concurrency must be 1 to {MAX_CONCURRENCY}, not {max_concurrency}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise ConfigurationError(f"batch_size must be an int, not {batch_size!r}")
-        if not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ConfigurationError(f"batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch_size}")
-        try:
-            self.strategy = Strategy(strategy)
-        except ValueError:
-            names = ", ".join(s.value for s in Strategy)
-            raise ConfigurationError(f"strategy must be one of {names}, not {strategy!r}") from None
-        try:
-            self.transaction_mode = TransactionMode(
-                transaction_mode or TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
-            )
-        except ValueError:
-            modes = ", ".join(m.value for m in TransactionMode)
-            raise ConfigurationError(
-                f"transaction_mode must be one of {modes}, not {transaction_mode!r}"
-            ) from None
-        if (
-            isinstance(immediate_retries, bool)
-            or not isinstance(immediate_retries, int)
-            or immediate_retries < 0
-        ):
-            raise ConfigurationError(f"immediate_retries must be an int >= 0, not {immediate_retries!r}")
-        if isinstance(idle_delay, bool) or not isinstance(idle_delay, int | float):
-            raise ConfigurationError(f"idle_delay must be seconds, not {idle_delay!r}")
-        if not idle_delay >= MIN_IDLE_DELAY:  # also refuses NaN
-            raise ConfigurationError(
-                f"idle_delay must be at least {MIN_IDLE_DELAY} seconds (recommended up to {MAX_IDLE_DELAY}), "
-                f"not {idle_delay}"
-            )
-        if idle_delay > threading.TIMEOUT_MAX:
-            raise ConfigurationError(
-                f"idle_delay must be at most {threading.TIMEOUT_MAX:g} seconds (recommended up to "
-                f"{MAX_IDLE_DELAY}), not {idle_delay}"
-            )
-        if idle_delay > MAX_IDLE_DELAY:  # the reference's peek delay warns above 10 s, it does not refuse
-            log.warning(
-                "idle_delay of %g s is above the recommended %g to %g s: an idle pump notices new messages "
-                "that late",
-                idle_delay, MIN_IDLE_DELAY, MAX_IDLE_DELAY,
-            )  # fmt: skip
+        self.strategy, self.transaction_mode = check_pump_arguments(
+            max_concurrency=max_concurrency,
+            batch_size=batch_size,
+            strategy=strategy,
+            transaction_mode=transaction_mode,
+            immediate_retries=immediate_retries,
+            idle_delay=idle_delay,
+            wake_up=wake_up,
+        )
+        self.wake_up = wake_up
+        self._listener: WakeUpListener | None = None
         for switch, value in (
             ("inspect_on_start", inspect_on_start),
             ("purge_expired_on_start", purge_expired_on_start),
@@ -267,6 +234,8 @@ class MessagePump:
             inspect_at_start(self.queue, purging=self.purge_expired_on_start)
         self._budget = MessageBudget(max_messages)
         self._until_empty = until_empty
+        if self.wake_up == "auto" and WakeUpListener.supported(self.transport, self.queue.address):
+            self._listener = WakeUpListener(self.transport, self.queue.address, self.name).start()
         self._started_at = time.monotonic()
         check_pool_size(self.transport, self.required_connections(), str(self))
         if self.strategy is Strategy.MONITOR:
@@ -373,6 +342,8 @@ class MessagePump:
                     thread.join(max(0.1, deadline - time.monotonic()))
         self.peek_breaker.close()
         self.receive_breaker.close()
+        if self._listener is not None:
+            self._listener.stop()
         if self._stopped_at is None:
             self._stopped_at = time.monotonic()
             log.info("%s stopped (%s): %s", self.name, self.stop_reason, self.stats().as_dict())
@@ -504,12 +475,12 @@ class MessagePump:
                 if self._until_empty and self._in_flight == 0:
                     self._finish("empty")
                     return
-                self._halt.wait(self.idle_delay)
+                self.idle_sleep(self.idle_delay)
 
     def _idle_wait(self) -> None:
         """Sleep the idle delay; with ``until_empty``, wake as soon as nothing is in flight."""
         if not self._until_empty:
-            self._halt.wait(self.idle_delay)
+            self.idle_sleep(self.idle_delay)
             return
         deadline = time.monotonic() + self.idle_delay
         with self._flight:
@@ -518,6 +489,13 @@ class MessagePump:
                 if remaining <= 0:
                     return
                 self._flight.wait(min(remaining, 0.05))
+
+    def idle_sleep(self, seconds: float) -> None:
+        """Sleep after finding the queue empty: until a pushed wake-up, a stop, or ``seconds``."""
+        if self._listener is not None:
+            self._listener.wait(seconds, self._halt)
+        else:
+            self._halt.wait(seconds)
 
     def _settle(self, outcome: str) -> None:
         self._budget.settle(outcome in (MESSAGE, CONSUMED))

@@ -233,7 +233,7 @@ class AdaptiveStrategy:
         controller = RampUpController(
             success_threshold=self.success_threshold, failure_threshold=self.failure_threshold
         )
-        back_off = BoundedBackOff(pump.idle_delay, pump._halt.wait)
+        back_off = BoundedBackOff(pump.idle_delay, pump.idle_sleep)
         token = object()
         retired = False
         try:
