@@ -9,9 +9,12 @@ again (at least once, as before, just more of it).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..queue import TransactionMode
 from .processing import CONSUMED, EMPTY, MESSAGE, MessageProcessor
 from .stats import Counters
 
@@ -29,6 +32,17 @@ class BatchReceiver:
     def __init__(self, pump: MessagePump, processor: MessageProcessor) -> None:
         self._pump = pump
         self._processor = processor
+        self._writer = threading.Lock()
+
+    def _one_writer(self) -> contextlib.AbstractContextManager[object]:
+        """On an engine with one writer at a time (SQLite), a batch's transaction holds the write lock from
+        its receive to its commit, so the pump's other receives could only wait for it; they wait here, on
+        a lock handed over at once, instead of in the engine's busy handler, which sleeps in growing steps
+        (up to 100 ms) while the lock may already be free."""
+        pump = self._pump
+        if pump.dialect.single_writer and pump.transaction_mode is not TransactionMode.NONE:
+            return self._writer
+        return contextlib.nullcontext()
 
     def receive(self, size: int, received: Callable[[bool], None]) -> str:
         """Receive up to ``size`` messages (fewer when the run's message budget has less room) and handle
@@ -44,7 +58,10 @@ class BatchReceiver:
             counters = Counters()
             after_commit: list[Callable[[], None]] = []
             pump.counters.add("receives")
-            with pump.queue.receive(1 + extra, transaction_mode=pump.transaction_mode) as batch:
+            with (
+                self._one_writer(),
+                pump.queue.receive(1 + extra, transaction_mode=pump.transaction_mode) as batch,
+            ):
                 received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
                 pump.receive_breaker.success()
                 for message in batch:

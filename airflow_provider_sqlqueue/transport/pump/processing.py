@@ -128,11 +128,12 @@ class MessageProcessor:
             self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
             return
         attempt = 1 + (info.count if info is not None else 0)
-        started = datetime.now(timezone.utc)
+        started = datetime.now(timezone.utc) if pump.audit_queue is not None else None
+        context: MessageContext | None = None
         while True:
-            context = MessageContext(pump, message, batch, attempt, buffered=True)
             try:
                 if self._pass_context:
+                    context = MessageContext(pump, message, batch, attempt, buffered=True)
                     pump.handler(message, context)
                 else:
                     pump.handler(message)
@@ -140,13 +141,8 @@ class MessageProcessor:
             except Exception as error:
                 count = pump.failures.record(message.id, error)
                 if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
-                    self._move_to_error_queue(
-                        message,
-                        batch,
-                        pump.failures.get(message.id),
-                        _copy_text(message, drop_forward),
-                        counters,
-                    )
+                    info, copy = pump.failures.get(message.id), _copy_text(message, drop_forward)
+                    self._move_to_error_queue(message, batch, info, copy, counters)
                     return
                 log.warning(
                     "%s: handler failed on message %s (attempt %d of %d), retrying it in its batch: %s: %s",
@@ -158,17 +154,17 @@ class MessageProcessor:
                 raise Rollback
         if pump.abandoned:
             raise Rollback  # stop() gave up waiting for this batch: every message of it comes back
-        try:
-            context.flush()
-        except Exception as error:
-            pump.failures.record(
-                message.id, error
-            )  # a message whose sends always fail reaches the error queue
-            raise
-        after_commit.extend(context.after_commit)
-        if pump.audit_queue is not None:
+        if context is not None:
+            try:
+                context.flush()
+            except Exception as error:
+                pump.failures.record(message.id, error)  # a message whose sends always fail gets moved
+                raise
+            after_commit.extend(context.after_commit)
+        if started is not None:
             self._audit(message, batch, started, _copy_text(message, drop_forward), counters)
-        pump.failures.clear(message.id)
+        if attempt > 1:
+            pump.failures.clear(message.id)
         counters.add("processed")
 
     def _names_this_queue(self, destination: str) -> bool:
