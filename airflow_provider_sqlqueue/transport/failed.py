@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
 from . import headers as h
-from .browse import BrowsedMessage, _canonical_id, _text
+from .browse import BrowsedMessage, _canonical_id, _query, _text
 from .queue.rows import as_utc
 
 if TYPE_CHECKING:
@@ -207,15 +207,6 @@ class FailureOutcome:
             ],
             "batches": self.batches,
         }
-
-
-def _query(queue: TableQueue, statement: str, params: tuple[Any, ...]) -> list[Any]:
-    with queue.transport.connection(queue.address) as connection:
-        cursor = connection.cursor()
-        cursor.execute(statement, params)
-        rows = queue.dialect.fetch_rows(cursor)
-        connection.commit()
-    return rows
 
 
 def _require(queue: TableQueue, error: Exception) -> None:
