@@ -60,17 +60,10 @@ class MessageProcessor:
         """
         pump = self._pump
         counters = pump.counters
-        destination = message.headers.get(h.FORWARD_DESTINATION)
-        if destination and self._forward(message, batch, destination, counters):
+        prepared = self._prepare(message, batch, counters)
+        if prepared is None:
             return
-        # Delayed delivery moved it here with its header text unchanged; a copy keeping the header would be
-        # sent back here by a .NET receiver of the error or audit queue.
-        drop_forward = bool(destination) and self._names_this_queue(destination)
-        info = pump.failures.get(message.id)
-        if info is not None and info.count > pump.immediate_retries:
-            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
-            return
-        attempt = 1 + (info.count if info is not None else 0)
+        drop_forward, attempt = prepared
         started = datetime.now(timezone.utc)
         context = MessageContext(pump, message, batch, attempt)
         try:
@@ -119,15 +112,10 @@ class MessageProcessor:
         up on this handler) rolls the whole batch back. ``counters`` are added to the pump's after the commit.
         """
         pump = self._pump
-        destination = message.headers.get(h.FORWARD_DESTINATION)
-        if destination and self._forward(message, batch, destination, counters):
+        prepared = self._prepare(message, batch, counters)
+        if prepared is None:
             return
-        drop_forward = bool(destination) and self._names_this_queue(destination)
-        info = pump.failures.get(message.id)  # failures from earlier batches that rolled back
-        if info is not None and info.count > pump.immediate_retries:
-            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
-            return
-        attempt = 1 + (info.count if info is not None else 0)
+        drop_forward, attempt = prepared
         started = datetime.now(timezone.utc) if pump.audit_queue is not None else None
         context: MessageContext | None = None
         while True:
@@ -166,6 +154,24 @@ class MessageProcessor:
         if attempt > 1:
             pump.failures.clear(message.id)
         counters.add("processed")
+
+    def _prepare(
+        self, message: ReceivedMessage, batch: ReceivedBatch, counters: Counters
+    ) -> tuple[bool, int] | None:
+        """What comes before the handler: forward the message, or move it to the error queue once its
+        earlier receives (rolled back) spent its retries; None when that settled it. Otherwise whether
+        its error and audit copies drop ``ForwardDestination``, and the attempt about to run."""
+        destination = message.headers.get(h.FORWARD_DESTINATION)
+        if destination and self._forward(message, batch, destination, counters):
+            return None
+        # Delayed delivery moved it here with its header text unchanged; a copy keeping the header would be
+        # sent back here by a .NET receiver of the error or audit queue.
+        drop_forward = bool(destination) and self._names_this_queue(destination)
+        info = self._pump.failures.get(message.id)
+        if info is not None and info.count > self._pump.immediate_retries:
+            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
+            return None
+        return drop_forward, 1 + (info.count if info is not None else 0)
 
     def _names_this_queue(self, destination: str) -> bool:
         try:
