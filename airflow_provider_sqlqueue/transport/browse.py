@@ -57,13 +57,7 @@ class BrowsedMessage:
     @property
     def time_sent(self) -> datetime | None:
         """The sender's ``NServiceBus.TimeSent`` header as an aware UTC time, None if absent or unreadable."""
-        text = self.headers.get(h.TIME_SENT)
-        if not text:
-            return None
-        try:
-            return h.parse_timestamp(text)
-        except (ValueError, HeaderFormatError):
-            return None
+        return h.timestamp_or_none(self.headers.get(h.TIME_SENT))
 
 
 def _text(value: Any) -> str:

@@ -100,13 +100,7 @@ class FailedRow:
 
     @property
     def time_of_failure(self) -> datetime | None:
-        text = self.headers.get(h.TIME_OF_FAILURE)
-        if not text:
-            return None
-        try:
-            return h.parse_timestamp(text)
-        except (ValueError, HeaderFormatError):
-            return None
+        return h.timestamp_or_none(self.headers.get(h.TIME_OF_FAILURE))
 
     @property
     def group_key(self) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "format_time_span",
     "format_timestamp",
     "parse_timestamp",
+    "timestamp_or_none",
 ]
 
 MESSAGE_ID = "NServiceBus.MessageId"
@@ -337,3 +338,13 @@ def parse_timestamp(text: str) -> datetime:
         return datetime.strptime(text, _TIMESTAMP_FORMAT).replace(tzinfo=timezone.utc)
     except ValueError as error:
         raise HeaderFormatError(f"{text!r} is not an NServiceBus timestamp: {error}") from error
+
+
+def timestamp_or_none(text: str | None) -> datetime | None:
+    """A timestamp header read for display: None when it is absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return parse_timestamp(text)
+    except HeaderFormatError:
+        return None
