@@ -79,6 +79,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "queues": ["airflow_provider_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"],
+        "plugins": [{"name": "sqlqueue", "plugin-class": "airflow_provider_sqlqueue.plugins.SqlQueuePlugin"}],
         "connection-types": [
             {
                 "connection-type": "sqlqueue",

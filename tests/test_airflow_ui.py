@@ -1,8 +1,9 @@
 """The Airflow UI check (tests/browser/airflow_ui_check.py, docs/airflow-ui.md) as a pytest test.
 
 It starts a throwaway Airflow with the example DAGs and drives Debian's headless Chromium through the
-connection form and a deferred sensor run. Skipped when /usr/bin/chromium or the ``playwright`` package is
-missing. Screenshots go to the test's temporary folder (``.ci/ui-check`` refreshes docs/images instead).
+connection form, a deferred sensor run and the provider's Queues page (as admin and as a viewer).
+Skipped when /usr/bin/chromium or the ``playwright`` package is missing. Screenshots go to the
+test's temporary folder (``.ci/ui-check`` refreshes docs/images instead).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytestmark = [
 ]
 
 
-def test_airflow_ui_connection_form_and_deferred_sensor(tmp_path: Path) -> None:
+def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Path) -> None:
     home = tmp_path / "airflow-home"
     command = [
         sys.executable,
@@ -64,4 +65,4 @@ def test_airflow_ui_connection_form_and_deferred_sensor(tmp_path: Path) -> None:
     print(output)
     assert process.returncode == 0, f"the UI check failed (exit {process.returncode}):\n{output[-6000:]}"
     shots = sorted(p.name for p in (tmp_path / "images").glob("airflow-ui-*.png"))
-    assert len(shots) == 5, shots
+    assert len(shots) == 8, shots

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._support import Exit, connected, existing_queue, human_age, json_line, note, now
+from ..transport.overview import human_age
+from ._support import Exit, connected, existing_queue, json_line, note, now
 
 
 def depth(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -291,22 +291,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def human_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = max(seconds, 0.0)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours:02d}h"
-
-
 # ---- the database --------------------------------------------------------------------------------------
 def database_choice(args: argparse.Namespace) -> tuple[str, str] | None:
     """``("url", URL)`` or ``("conn_id", ID)`` from the options, then the environment; None if neither."""

@@ -51,8 +51,17 @@ def wait_for(what: str, condition: Callable[[], Any], timeout: float, interval: 
 
 
 class AirflowStack:
-    def __init__(self, home: Path, dags_folder: Path = REPO / "dags_examples", log=print) -> None:
+    def __init__(
+        self,
+        home: Path,
+        dags_folder: Path = REPO / "dags_examples",
+        log=print,
+        users: dict[str, str] | None = None,
+    ) -> None:
         self.home = home
+        self.users = dict(users or {"admin": "ADMIN", "viewer": "VIEWER"})
+        self.passwords = {name: secrets.token_urlsafe(12) for name in self.users}
+        self._tokens: dict[str, str] = {}
         self.dags_folder = dags_folder
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -62,6 +71,7 @@ class AirflowStack:
         self.env = self._environment()
 
     def _environment(self) -> dict[str, str]:
+        users_roles = self.users.items()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
         env.update(
             {
@@ -74,7 +84,9 @@ class AirflowStack:
                 "AIRFLOW__CORE__AUTH_MANAGER": (
                     "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
                 ),
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in users_roles),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
                 "AIRFLOW__API__HOST": "127.0.0.1",
@@ -96,6 +108,8 @@ class AirflowStack:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def migrate(self) -> None:
+        (self.home / "passwords.json").write_text(json.dumps(self.passwords) + "\n")
+        self.log(f"airflow: accounts {', '.join(f'{u} ({r})' for u, r in self.users.items())}")
         self.log("airflow: migrating the metadata database")
         started = time.monotonic()
         result = subprocess.run(
@@ -159,7 +173,7 @@ class AirflowStack:
     def wait_until_ready(self, timeout: float = 120) -> None:
         def healthy() -> bool:
             self.check_alive()
-            health = self.api("GET", "/api/v2/monitor/health")
+            health = self._call("GET", "/api/v2/monitor/health", None, {})
             components = ("metadatabase", "scheduler", "triggerer", "dag_processor")
             return all((health.get(c) or {}).get("status") == "healthy" for c in components)
 
@@ -181,10 +195,24 @@ class AirflowStack:
         kill_leftovers(self.home)
 
     # ---- REST API (a cross-check; the UI is what the check looks at) -----------------------------
-    def api(self, method: str, path: str, body: Any = None) -> Any:
+    def token(self, user: str | None = None) -> str:
+        """A JWT of ``user`` (default: the first account) from the simple auth manager's token endpoint."""
+        user = user or next(iter(self.users))
+        if user not in self._tokens:
+            body = {"username": user, "password": self.passwords[user]}
+            self._tokens[user] = self._call("POST", "/auth/token", body, {})["access_token"]
+        return self._tokens[user]
+
+    def api(self, method: str, path: str, body: Any = None, user: str | None = None) -> Any:
+        return self._call(method, path, body, {"Authorization": f"Bearer {self.token(user)}"})
+
+    def _call(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", **headers},
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             text = response.read().decode()

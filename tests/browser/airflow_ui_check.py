@@ -8,7 +8,14 @@ browser:
     fills in a SQLite queue file and saves the connection as ``sqlqueue_default``;
 (b) triggers ``sqlqueue_sensor_example`` from its Trigger dialog with ``min_messages`` above what its
     producer sends, waits until the run page shows the sensor ``Deferred``, sends the missing messages
-    and waits until the page shows the task, the consumer and the run ``Success``.
+    and waits until the page shows the task, the consumer and the run ``Success``;
+(c) opens the provider's Queues page from the navigation (Browse → Queues), sees a queue's depth change
+    after a send, sees the failed-message group a broken handler left in the error queue, retries it with
+    one click and sees the messages back in their queue; then, logged in as a viewer, sees the same page
+    without a Retry button and is refused (403) when posting a retry all the same.
+
+Everything runs logged in through Airflow's login page, as ``admin`` and then ``viewer`` (simple auth
+manager accounts with random passwords; see airflow_stack.py).
 
 States are read from the page; the REST API only cross-checks them. Screenshots go to ``--images``
 (default docs/images). On failure the page is saved as ``airflow-ui-failure.png`` next to the Airflow logs
@@ -54,6 +61,9 @@ QUEUE = "orders"
 PRODUCED = 10  # what the DAG's producer sends
 THRESHOLD = 15  # the min_messages the check triggers with, so the sensor has to defer
 CONN_ID = "sqlqueue_default"
+FAILING_QUEUE = "payments"
+FAILING = 4  # messages a broken handler sends to the error queue in (c)
+SENT_TO_ORDERS = 3  # messages (c) sends to watch the depth change
 # Standard connection fields: form input name -> the label Airflow gives it when not relabelled.
 STANDARD_FIELDS = {
     "description": "Description",
@@ -286,6 +296,15 @@ def check_sensor_run(page: Any, stack: AirflowStack, queue_file: Path, images: P
     page.screenshot(path=str(images / "airflow-ui-sensor-deferred.png"))
     log("screenshot airflow-ui-sensor-deferred.png")
 
+    # The worker that deferred reports "success" to the executor when it exits, seconds later. A trigger
+    # that fires before the scheduler took that report makes Airflow fail the resumed task as "changed
+    # externally" (apache/airflow#66374, #67287, #72716), so the missing messages go out after it.
+    defer_exit = f"state success for task instance TaskInstanceKey(dag_id='{DAG_ID}', task_id='{SENSOR}'"
+    wait_for(
+        "the scheduler to take the deferring worker's exit (apache/airflow#72716)",
+        lambda: defer_exit in (stack.home / "scheduler.log").read_text(errors="replace"),
+        60,
+    )
     with open_transport(f"sqlite:///{queue_file}") as transport:
         queue = transport.queue(QUEUE)
         depth = queue.peek_estimate()
@@ -327,6 +346,129 @@ def check_sensor_run(page: Any, stack: AirflowStack, queue_file: Path, images: P
     log(f"REST cross-check: run success, consume returned {summary}")
 
 
+# ---- (c) the Queues page ------------------------------------------------------------------------
+def log_in(page: Any, stack: AirflowStack, user: str) -> None:
+    page.goto(f"{stack.base_url}/", wait_until="domcontentloaded")
+    page.locator('input[name="username"]').fill(user)
+    page.locator('input[name="password"]').fill(stack.passwords[user])
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+    log(f"logged in as {user} ({stack.users[user]})")
+
+
+def queue_depth(frame: Any, queue: str) -> str:
+    cell = frame.locator(f'#queues tr[data-queue="{queue}"] td.depth')
+    return cell.inner_text().strip() if cell.count() == 1 else f"(no row for {queue})"
+
+
+def broken(message: Any, context: Any) -> None:
+    raise ConnectionError("payment service unreachable")
+
+
+def fail_messages(queue_file: Path, send: int) -> dict[str, str | None]:
+    """Send ``send`` messages to FAILING_QUEUE, let a broken handler move all it holds to the error queue,
+    and return the error queue's rows as {row Id: NServiceBus.MessageId}."""
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.browse import browse
+    from airflow_provider_sqlqueue.transport.pump import MessagePump
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        queue = transport.queue(FAILING_QUEUE)
+        queue.create()
+        if send:
+            queue.send_batch(f"payment {n}" for n in range(send))
+        MessagePump(queue, broken, transaction_mode="none", idle_delay=0.1).run(until_empty=True, timeout=60)
+        expect(queue.count() == 0, f"{FAILING_QUEUE} still holds {queue.count()} message(s)")
+        return {m.id: m.headers.get("NServiceBus.MessageId") for m in browse(transport.queue("error"), 100)}
+
+
+def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="Queues").click()
+    page.wait_for_url(re.compile(r"/plugin/sqlqueue-queues"), timeout=30_000)
+    frame = page.frame_locator("iframe")
+    frame.locator("#queues").wait_for(timeout=30_000)
+    before = queue_depth(frame, QUEUE)
+    expect(before == "0", f"the Queues page shows {QUEUE} with {before!r} messages after the run drained it")
+    log(f"Queues page (Browse → Queues) shows {QUEUE} with {before} messages")
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        transport.queue(QUEUE).send_batch(f"order {n}" for n in range(SENT_TO_ORDERS))
+    frame.locator("#refresh").click()
+    wait_page(
+        page,
+        f"{QUEUE} at {SENT_TO_ORDERS} messages",
+        lambda: queue_depth(frame, QUEUE) == str(SENT_TO_ORDERS) or queue_depth(frame, QUEUE),
+        30,
+        reload_every=1000,
+    )
+    log(f"after sending {SENT_TO_ORDERS}, the page shows {QUEUE} with {queue_depth(frame, QUEUE)}")
+
+    failed = fail_messages(queue_file, FAILING)
+    expect(len(failed) == FAILING, f"the error queue holds {failed}, not the {FAILING} the handler failed")
+    frame.locator("#refresh").click()
+    group = frame.locator("#failed tr[data-group]").filter(has_text=FAILING_QUEUE)
+    wait_page(page, "the failed group on the page", lambda: group.count() == 1, 30, reload_every=1000)
+    text = group.inner_text()
+    expect(
+        "ConnectionError" in text and "payment service unreachable" in text and str(FAILING) in text,
+        f"the failed group reads {text!r}",
+    )
+    page.screenshot(path=str(images / "airflow-ui-queues.png"))
+    log(f"screenshot airflow-ui-queues.png (group: {' | '.join(text.split())})")
+
+    group.get_by_role("button", name=re.compile("Retry")).click()
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        "the retry's outcome",
+        lambda: outcome.inner_text().startswith(f"Retried {FAILING} message(s)") or outcome.inner_text(),
+        30,
+        reload_every=1000,
+    )
+    frame.locator("#no-failed").wait_for(timeout=30_000)
+    depth = queue_depth(frame, FAILING_QUEUE)
+    expect(depth == str(FAILING), f"after the retry the page shows {FAILING_QUEUE} with {depth!r}")
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        from airflow_provider_sqlqueue.transport.browse import browse
+
+        payments = browse(transport.queue(FAILING_QUEUE), 100)
+        back = {m.id: m.headers.get("NServiceBus.MessageId") for m in payments}
+        expect(back == failed, f"{FAILING_QUEUE} holds {back}, the error queue held {failed}")
+        expect(transport.queue("error").count() == 0, "the error queue is not empty after the retry")
+    page.screenshot(path=str(images / "airflow-ui-queues-retried.png"))
+    log(f"retried with one click: {outcome.inner_text()!r}; {FAILING_QUEUE} holds them, Ids kept")
+
+
+def check_viewer(context: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    expect(len(fail_messages(queue_file, 0)) == FAILING, "the retried messages did not fail again")
+    context.clear_cookies()  # the admin's session ends here
+    page = context.new_page()
+    log_in(page, stack, "viewer")
+    page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
+    frame = page.frame_locator("iframe")
+    frame.locator("#failed").wait_for(timeout=30_000)
+    expect(frame.locator("button.retry").count() == 0, "the viewer is offered a Retry button")
+    frame.locator("#retry-not-allowed").wait_for(timeout=10_000)
+    group = frame.locator("#failed tr[data-group]").first.get_attribute("data-group")
+    answer = page.request.post(
+        f"{stack.base_url}/sqlqueue/api/retry",
+        data=json.dumps({"conn_id": CONN_ID, "group": group}),
+        headers={"Content-Type": "application/json", "Origin": stack.base_url},
+    )
+    expect(answer.status == 403, f"the viewer's retry was answered {answer.status}: {answer.text()[:200]}")
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        left = transport.queue("error").count()
+    expect(left == FAILING, f"the error queue holds {left} after the viewer's refused retry, not {FAILING}")
+    page.screenshot(path=str(images / "airflow-ui-queues-viewer.png"))
+    log("screenshot airflow-ui-queues-viewer.png (viewer: no Retry button; a posted retry is refused 403)")
+    page.close()
+
+
 # ---- main --------------------------------------------------------------------------------------
 def run_check(images: Path, home: Path) -> None:
     from playwright.sync_api import sync_playwright
@@ -353,12 +495,17 @@ def run_check(images: Path, home: Path) -> None:
                 stack.wait_until_ready(180)
                 timings["airflow up"] = time.monotonic() - t0
                 log(f"Airflow is up at {stack.base_url} after {timings['airflow up']:.1f} s")
+                log_in(page, stack, "admin")
                 t1 = time.monotonic()
                 check_connection_form(page, stack, queue_file, images)
                 timings["connection form"] = time.monotonic() - t1
                 t1 = time.monotonic()
                 check_sensor_run(page, stack, queue_file, images)
                 timings["sensor run"] = time.monotonic() - t1
+                t1 = time.monotonic()
+                check_queues_page(page, stack, queue_file, images)
+                check_viewer(context, stack, queue_file, images)
+                timings["queues page"] = time.monotonic() - t1
             except BaseException:
                 shot = home / "airflow-ui-failure.png"
                 try:

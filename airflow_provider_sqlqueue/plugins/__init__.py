@@ -1,0 +1,30 @@
+"""This provider's Airflow plugin: the Queues page (docs/operating.md, "The Queues page").
+
+Airflow 3 loads it through the provider's metadata (``plugins`` in ``get_provider_info``). It adds a
+FastAPI app, which the API server mounts at ``/sqlqueue``, and a "Queues" entry under Browse in the UI's
+navigation, which shows that app's page in the UI's frame at ``/plugin/sqlqueue-queues``.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from .queues_app import create_app
+
+__all__ = ["SqlQueuePlugin"]
+
+URL_PREFIX = "/sqlqueue"
+
+
+class SqlQueuePlugin(AirflowPlugin):
+    name = "sqlqueue"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "SQL Queue: Queues"}]
+    external_views = [
+        {
+            "name": "Queues",
+            "href": f"{URL_PREFIX}/queues",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "sqlqueue-queues",
+        }
+    ]
