@@ -85,3 +85,18 @@ def killed_once(messages: DataFrame) -> DataFrame:
     exception, no cleanup): Spark sees a crashed worker and retries the task."""
     checked = F.udf(_order_id_killing_once, LongType())
     return order_rows(messages).withColumn("order_id", checked(F.col("order_id")))
+
+
+def _order_id_slowly(order_id):
+    """Each row takes a few milliseconds; the first row of each Python worker notes its pid."""
+    if not getattr(_order_id_slowly, "noted", False):
+        _order_id_slowly.noted = True  # type: ignore[attr-defined]
+        note_fault("slow_rows")
+    time.sleep(0.004)
+    return order_id
+
+
+def slow_rows(messages: DataFrame) -> DataFrame:
+    """order_rows at a few milliseconds a row, so a test can kill an executor while partitions run."""
+    slowed = F.udf(_order_id_slowly, LongType())
+    return order_rows(messages).withColumn("order_id", slowed(F.col("order_id")))

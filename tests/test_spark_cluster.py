@@ -1,0 +1,227 @@
+"""The Spark bridge on a real cluster manager: a standalone master and two workers on loopback
+(tests/spark_cluster.py), jobs submitted in client deploy mode, the provider shipped to the executors as a
+``--py-files`` zip and nothing else of it installed there.
+
+- the drain job drains SQLite and PostgreSQL queues through the cluster's executors;
+- without the zip the executors cannot import the provider, the job fails, and every message is back in
+  the queue (shipping is what makes it work, and a failed job loses nothing);
+- SqlQueueSparkSubmitOperator does the same from a DAG through ``dag.test()``;
+- a worker killed (with its executor and Python workers) in the middle of a drain: the job finishes on
+  the other worker and every message is in the table exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
+
+from spark_cluster import SparkStandalone, base_python, install_executor_site
+from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
+from test_spark_jobs import ORDER_COLUMNS, drain_args, order_ids_in_table, send_orders, staged
+
+from airflow_provider_sqlqueue.spark import DRAIN_JOB, package_zip
+from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
+from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
+
+REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+FAULTS = HERE / "spark_faults.py"
+SUBMIT_TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def executor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_executor_site(tmp_path_factory.mktemp("executor-site"), REPO / ".ci" / "constraints.txt")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    standalone = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"))
+    try:
+        standalone.start()
+        yield standalone
+    finally:
+        standalone.stop()
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The provider as the executors get it: a zip for ``--py-files``."""
+    return Path(package_zip(tmp_path_factory.mktemp("ship") / "airflow_provider_sqlqueue.zip"))
+
+
+@pytest.fixture
+def orders(target) -> Iterator:
+    with target.open() as transport:
+        for name in ("orders", "error"):
+            transport.queue(name).create()
+        create_bridge_tables(transport, "orders")
+        create_sink_table(transport, "order_rows", ORDER_COLUMNS)
+        yield transport
+
+
+def submit(
+    cluster: SparkStandalone,
+    executor_site: Path,
+    url: str,
+    args: list[str],
+    py_files: list[Path],
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+    bindir = Path(sys.executable).parent
+    stripped, password = split_credentials(url)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        URL_ENV: stripped,
+        **({PASSWORD_ENV: password} if password else {}),
+    }
+    env.pop("PYSPARK_PYTHON", None)
+    command = [str(bindir / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client"]
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.pyspark.python": base_python(),
+        "spark.executorEnv.PYTHONPATH": str(executor_site),
+        "spark.task.maxFailures": "4",
+    }
+    for key, value in (extra_env or {}).items():
+        conf[f"spark.executorEnv.{key}"] = value
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    if py_files:
+        command += ["--py-files", ",".join(str(p) for p in py_files)]
+    return subprocess.Popen(
+        [*command, DRAIN_JOB, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str, dict | None]:
+    output, _ = process.communicate(timeout=SUBMIT_TIMEOUT)
+    summary = None
+    for line in output.splitlines():
+        if line.startswith("SQLQUEUE_SPARK_SUMMARY "):
+            summary = json.loads(line.split(" ", 1)[1])
+    return process.returncode, output, summary
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped(
+    cluster: SparkStandalone, executor_site: Path, shipped: Path, target, orders
+) -> None:
+    sent = send_orders(orders, 1500)
+    process = submit(cluster, executor_site, target.url, drain_args(target, "cluster-1"), [shipped])
+    code, output, summary = finish(process)
+    assert code == 0, output[-6000:]
+    assert summary is not None and summary["state"] == "committed" and summary["written"] == len(sent)
+    assert sorted(order_ids_in_table(orders)) == sorted(json.loads(m.body)["order_id"] for m in sent)
+    assert orders.queue("orders").count() == 0 and staged(orders) == 0
+    assert cluster.master_url in output or "StandaloneSchedulerBackend" in output or summary["tasks"]
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_without_the_shipped_zip_the_executors_cannot_import_it_and_nothing_is_lost(
+    cluster: SparkStandalone, executor_site: Path, target, orders
+) -> None:
+    sent = send_orders(orders, 300)
+    code, output, _ = finish(submit(cluster, executor_site, target.url, drain_args(target, "unshipped"), []))
+    assert code != 0
+    assert "No module named 'airflow_provider_sqlqueue'" in output, output[-6000:]
+    assert orders.queue("orders").count() == len(sent) and staged(orders) == 0
+    assert order_ids_in_table(orders) == []
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
+    cluster: SparkStandalone, executor_site: Path, shipped: Path, target, orders, tmp_path: Path
+) -> None:
+    sent = send_orders(orders, 2000)
+    fault_log = tmp_path / "faults.log"
+    fault_log.touch()
+    args = drain_args(target, "cluster-kill")
+    args[args.index("--transform") + 1] = "spark_faults.slow_rows"
+    process = submit(
+        cluster,
+        executor_site,
+        target.url,
+        [*args, "--read-slice-rows", "500"],
+        [shipped, FAULTS],
+        {"SQLQUEUE_SPARK_FAULT_LOG": str(fault_log)},
+    )
+    killed = None
+    try:
+        deadline = time.monotonic() + 180
+        while killed is None and time.monotonic() < deadline and process.poll() is None:
+            for line in fault_log.read_text().splitlines():
+                pid = int(line.rsplit("pid=", 1)[1])
+                index = cluster.worker_of(pid)
+                if index is not None:
+                    cluster.kill_worker(index)
+                    killed = index
+                    break
+            time.sleep(0.2)
+        code, output, summary = finish(process)
+    finally:
+        if killed is not None:
+            cluster.start_worker(killed)
+    assert killed is not None, "no executor of the cluster started a slow partition"
+    assert code == 0, output[-6000:]
+    assert summary is not None and summary["state"] == "committed"
+    order_ids = order_ids_in_table(orders)
+    expected = sorted(json.loads(m.body)["order_id"] for m in sent)
+    assert sorted(set(order_ids)) == expected, "lost messages"
+    assert len(order_ids) == len(expected), "duplicated messages"
+    assert orders.queue("orders").count() == 0 and staged(orders) == 0
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_the_operator_drains_on_the_cluster_through_dag_test(
+    airflow_db: Path,  # noqa: F811
+    cluster: SparkStandalone,
+    executor_site: Path,
+    shipped: Path,
+    target,
+) -> None:
+    with target.open() as transport:
+        for name in ("orders", "error"):
+            transport.queue(name).create()
+        sent = send_orders(transport, 800)
+    host, port = cluster.master_url.rsplit(":", 1)
+    env = {
+        "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(
+            {"conn_type": "spark", "host": host, "port": int(port), "extra": {"deploy-mode": "client"}}
+        ),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags"),
+        "SQLQUEUE_TEST_PY_FILES": str(shipped),
+        "SQLQUEUE_TEST_EXECUTOR_PYTHON": base_python(),
+        "SQLQUEUE_TEST_EXECUTOR_PATH": str(executor_site),
+    }
+    run = run_dag(target, "sqlqueue_test_spark_cluster", env=env)
+    assert_succeeded(run, target)
+    assert cluster.master_url in run.output
+    with target.open() as transport:
+        assert sorted(order_ids_in_table(transport)) == sorted(json.loads(m.body)["order_id"] for m in sent)
+        assert transport.queue("orders").count() == 0 and staged(transport) == 0
