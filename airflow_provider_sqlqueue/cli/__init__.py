@@ -300,10 +300,13 @@ def _parser() -> argparse.ArgumentParser:
         "A table of queues: depth estimate, exact messages, expired messages waiting for a purge, and the "
         "age of the oldest message (from its NServiceBus.TimeSent header). Without QUEUE: every table of "
         "the schema (--schema, or the default) that has a queue table's columns.",
-        "  sqlqueue stats --url sqlite:///queues.db\n  sqlqueue stats orders error --json\n",
+        "  sqlqueue stats --url sqlite:///queues.db\n  sqlqueue stats orders error --json\n"
+        "  sqlqueue stats --watch --interval 5\n",
     )
     p.add_argument("queues", nargs="*", metavar="QUEUE")
-    p.add_argument("--json", action="store_true", help="one JSON object per queue")
+    p.add_argument("--json", action="store_true", help="one JSON object per queue (per round with --watch)")
+    p.add_argument("--watch", action="store_true", help="read again every --interval seconds until Ctrl-C")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between rounds of --watch (2)")
     p.set_defaults(run=_run("stats"))
 
     p = _command(

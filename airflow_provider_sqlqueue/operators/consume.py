@@ -9,7 +9,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
+from ..metrics import PumpReporter, emit_queue_gauges
 from ..transport import MessagePump, load_handler
+from ..transport.overview import queue_gauges
 
 
 class ConsumeMessagesOperator(BaseOperator):
@@ -89,7 +91,13 @@ class ConsumeMessagesOperator(BaseOperator):
             self._pump = pump
             if self._killed:  # on_kill came before the pump existed
                 pump.stop(0)
-            stats = pump.run(max_messages=self.max_messages, until_empty=True, timeout=self.timeout)
+            reporter = PumpReporter(self.sqlqueue_conn_id, str(pump.queue.address), pump.stats)
+            reporter.start()
+            try:
+                stats = pump.run(max_messages=self.max_messages, until_empty=True, timeout=self.timeout)
+            finally:
+                reporter.finish(pump.stats())
+            self._emit_gauges(pump.queue)
         finally:
             self._pump = None
             hook.close()
@@ -108,6 +116,13 @@ class ConsumeMessagesOperator(BaseOperator):
                 f"{stats.abandoned} handler(s) were still running and roll back, the rest stay in the queue"
             )
         return counts
+
+    def _emit_gauges(self, queue: Any) -> None:
+        """The queue's gauges as the pump left it, for Airflow's metrics; never fails the task."""
+        try:
+            emit_queue_gauges(self.sqlqueue_conn_id, queue_gauges(queue))
+        except Exception as error:
+            self.log.warning("metrics of %s not sent: %s", self.queue_name, error)
 
     def on_kill(self) -> None:
         """Stop the pump: no new receive; the handlers in flight get ``on_kill_timeout`` seconds to finish

@@ -18,8 +18,9 @@ from .failed import FailedGroup, failed_groups
 
 if TYPE_CHECKING:
     from .connection import Transport
+    from .queue import TableQueue
 
-__all__ = ["QueueState", "QueuesOverview", "human_age", "queues_overview"]
+__all__ = ["QueueGauges", "QueueState", "QueuesOverview", "human_age", "queue_gauges", "queues_overview"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,41 @@ class QueuesOverview:
     checked_at: datetime
 
 
-def queue_state(transport: Transport, address: QueueAddress | str, checked_at: datetime) -> QueueState:
-    queue = transport.queue(address, error_queue=None)
+def _oldest(queue: TableQueue, checked_at: datetime) -> tuple[datetime | None, float | None]:
     oldest = browse(queue, 1)
     sent = oldest[0].time_sent if oldest else None
-    age = round((checked_at - sent).total_seconds(), 3) if sent else None
+    return sent, round((checked_at - sent).total_seconds(), 3) if sent else None
+
+
+def queue_state(transport: Transport, address: QueueAddress | str, checked_at: datetime) -> QueueState:
+    queue = transport.queue(address, error_queue=None)
+    sent, age = _oldest(queue, checked_at)
     return QueueState(queue.address, queue.count(), sent, age)
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """What a dashboard plots for one queue: its depth, its oldest message's age and how many messages wait
+    in its error queue (None when that queue does not exist)."""
+
+    queue: str
+    depth: int
+    oldest_age_seconds: float | None
+    error_queue: str | None
+    failed: int | None
+
+
+def queue_gauges(queue: TableQueue, depth: int | None = None) -> QueueGauges:
+    """``queue``'s gauges by plain ``SELECT``s: an exact count (unless the caller has just counted, and
+    passes ``depth``), the oldest row by RowVersion, and a count of its error queue."""
+    _, age = _oldest(queue, datetime.now(timezone.utc))
+    failed = None
+    error_name = None
+    if queue.error_queue is not None:
+        errors = queue.transport.queue(queue.error_queue, error_queue=None)
+        error_name = str(errors.address)
+        failed = errors.count() if errors.exists() else None
+    return QueueGauges(str(queue.address), queue.count() if depth is None else depth, age, error_name, failed)
 
 
 def queues_overview(

@@ -25,7 +25,9 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
 from ..hooks.sqlqueue import SqlQueueHook
+from ..metrics import emit_queue_gauges
 from ..transport import ConfigurationError, TransientDatabaseError
+from ..transport.overview import queue_gauges
 
 COUNT_MODES = ("estimate", "exact")
 
@@ -83,6 +85,16 @@ class PendingMessagesTrigger(BaseTrigger):
     def _event(self, status: str, **payload: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "queue": self.queue_name, **payload})
 
+    async def _emit_gauges(self, hook: SqlQueueHook, depth: int) -> None:
+        """The queue's gauges for Airflow's metrics (docs/operating.md, "Metrics"): the depth this poll saw,
+        the oldest message's age and the error queue's count. Never fails the trigger."""
+        try:
+            queue = hook.get_queue(self.queue_name)
+            gauges = await asyncio.to_thread(queue_gauges, queue, depth)
+            emit_queue_gauges(self.sqlqueue_conn_id, gauges)
+        except Exception as error:
+            self.log.debug("metrics of %s not sent: %s", self.queue_name, error)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
@@ -95,6 +107,7 @@ class PendingMessagesTrigger(BaseTrigger):
                     self.log.warning("polling %s failed, will retry: %s", self.queue_name, error)
                 else:
                     self.log.debug("%s holds %d message(s) (%s)", self.queue_name, depth, self.count_mode)
+                    await self._emit_gauges(hook, depth)
                     if depth >= self.min_messages:
                         yield self._event("success", depth=depth, count_mode=self.count_mode)
                         return
