@@ -68,12 +68,16 @@ class Recorder:
 
 
 class _CountingCursor:
-    def __init__(self, cursor: Any, counter: ReceiveCounter) -> None:
+    def __init__(self, cursor: Any, counter: ReceiveCounter, loan: _CountingConnection) -> None:
         self._cursor = cursor
         self._counter = counter
+        self._loan = loan
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        if sql == self._counter.statement:
+        # One receive per loan: on PostgreSQL a pick after the low-water mark that comes back short is
+        # topped up from the start of the queue in the same transaction, a second statement.
+        if sql in self._counter.statements and not self._loan.received:
+            self._loan.received = True
             with self._counter.lock:
                 self._counter.count += 1
         return self._cursor.execute(sql, params)
@@ -89,21 +93,24 @@ class _CountingConnection:
     def __init__(self, connection: Any, counter: ReceiveCounter) -> None:
         self._connection = connection
         self._counter = counter
+        self.received = False
 
     def cursor(self) -> _CountingCursor:
         # The loan's one cursor, as the transport's own statements use (shared_cursor): a new cursor per
         # statement leaves earlier results open, which FreeTDS refuses on one connection.
-        return _CountingCursor(shared_cursor(self._connection), self._counter)
+        return _CountingCursor(shared_cursor(self._connection), self._counter, self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
 
 
 class ReceiveCounter:
-    """Counts the receive statements a transport sends to the driver for one queue."""
+    """Counts the receives a transport runs on one queue: the connection loans that sent a receive."""
 
     def __init__(self, transport: Transport, queue: TableQueue) -> None:
-        self.statement = transport.dialect.receive_batch(queue.address)
+        # the receive from the start of the queue, and on PostgreSQL the one after its low-water mark
+        after = transport.dialect.receive_batch_after(queue.address)
+        self.statements = {transport.dialect.receive_batch(queue.address), *([after] if after else [])}
         self.count = 0
         self.lock = threading.Lock()
 

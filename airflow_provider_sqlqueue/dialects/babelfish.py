@@ -90,9 +90,14 @@ class BabelfishDialect(SqlServerDialect):
         )
 
     def receive_rows(
-        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+        self,
+        cursor: Any,
+        address: QueueAddress,
+        statement: str,
+        max_messages: int,
+        after: int | None = None,
     ) -> list[Any]:
-        cursor.execute(statement, (max_messages,))
+        cursor.execute(statement, (max_messages,) if after is None else (after, max_messages))
         return [
             (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
             for row in self.fetch_rows(cursor)

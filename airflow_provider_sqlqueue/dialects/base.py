@@ -236,11 +236,23 @@ class Dialect(ABC):
     def receive_batch(self, address: QueueAddress) -> str:
         """DELETE of the oldest unlocked rows (one parameter: how many), returning them as :class:`Row`."""
 
+    def receive_batch_after(self, address: QueueAddress) -> str | None:
+        """:meth:`receive_batch` that picks only rows after a RowVersion (parameters: that RowVersion, how
+        many), for engines whose deleted rows linger in the index (see ``transport/queue/low_water.py``);
+        None where a receive never walks deleted rows."""
+        return None
+
     def receive_rows(
-        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+        self,
+        cursor: Any,
+        address: QueueAddress,
+        statement: str,
+        max_messages: int,
+        after: int | None = None,
     ) -> list[Any]:
-        """Run the receive (``statement`` is :meth:`receive_batch`'s text) and return the deleted rows."""
-        cursor.execute(statement, (max_messages,))
+        """Run the receive (``statement`` is :meth:`receive_batch`'s text, or :meth:`receive_batch_after`'s
+        with ``after``) and return the deleted rows."""
+        cursor.execute(statement, (max_messages,) if after is None else (after, max_messages))
         return self.fetch_rows(cursor)
 
     @abstractmethod

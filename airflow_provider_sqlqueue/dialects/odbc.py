@@ -208,6 +208,7 @@ _STATEMENT_METHODS = {
     "send_batch",
     "insert_raw",
     "receive_batch",
+    "receive_batch_after",
     "peek_estimate",
     "peek_bounds",
     "count_exact",

@@ -292,6 +292,15 @@ class PostgresDialect(Dialect):
             _RETURNING,
         )
 
+    def receive_batch_after(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return _delete_taken(
+            table,
+            f"SELECT RowVersion FROM {table} WHERE RowVersion > %s "
+            "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
+            _RETURNING,
+        )
+
     def peek_estimate(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
         return (
@@ -501,13 +510,19 @@ class PostgresDialect(Dialect):
 
     # ---- driver glue ---------------------------------------------------------------------------
     def receive_rows(
-        self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
+        self,
+        cursor: Any,
+        address: QueueAddress,
+        statement: str,
+        max_messages: int,
+        after: int | None = None,
     ) -> list[Any]:
         if not type(cursor).__module__.startswith("psycopg"):  # psqlODBC, or a wrapper around a cursor
-            return super().receive_rows(cursor, address, statement, max_messages)
+            return super().receive_rows(cursor, address, statement, max_messages, after)
         # Binary results: bodies come as their bytes instead of hex text twice their size, which the
         # server would encode and the client decode (about 1.5 µs of client CPU per 1 KB message).
-        cursor.execute(statement, (max_messages,), binary=True)
+        params = (max_messages,) if after is None else (after, max_messages)
+        cursor.execute(statement, params, binary=True)
         return self.fetch_rows(cursor)
 
     def fetch_rows(self, cursor: Any) -> list[Any]:

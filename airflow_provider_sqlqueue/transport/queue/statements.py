@@ -32,6 +32,7 @@ class QueueStatements:
         self.send_batch_full = dialect.send_batch(address, dialect.send_batch_rows)
         self.insert_raw = dialect.insert_raw(address)
         self.receive_batch = dialect.receive_batch(address)
+        self.receive_batch_after = dialect.receive_batch_after(address)
         self.peek_estimate = dialect.peek_estimate(address)
         self.peek_bounds = dialect.peek_bounds(address)
         self.count_exact = dialect.count_exact(address)

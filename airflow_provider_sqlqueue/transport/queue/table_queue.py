@@ -39,6 +39,7 @@ from ..headers import default_headers_text, time_sent_now
 from ..lease import shared_cursor
 from ..message import OutgoingMessage, new_message_ids
 from .batch import ReceivedBatch
+from .low_water import LowWaterMark
 from .provisioning import (
     create_table,
     drop_table,
@@ -49,7 +50,7 @@ from .provisioning import (
     table_options,
     table_script,
 )
-from .rows import PoisonRow, decode_rows, display_id
+from .rows import ROW_VERSION, PoisonRow, decode_rows, display_id
 from .statements import LockingStatements, QueueStatements
 from .transaction_mode import TransactionMode
 
@@ -85,6 +86,7 @@ class TableQueue:
         self._recoverable: bool | None = None
         self._row_locks: bool | None = None
         self._bulk_send: bool | None = None
+        self._low_water = LowWaterMark()
 
     def __repr__(self) -> str:
         return f"<TableQueue {self.address} on {self.transport.description}>"
@@ -372,8 +374,7 @@ class TableQueue:
                 begin = self.dialect.begin_write()
                 if begin:
                     cursor.execute(begin, ())
-                statement = self._sql.locking(self._uses_row_locks(cursor)).receive_batch
-                raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
+                raw = self._pick(cursor, max_messages)
                 if len(raw) > max_messages:
                     raise SqlQueueError(
                         f"a receive of at most {max_messages} from {self.address} deleted {len(raw)} rows; "
@@ -390,6 +391,7 @@ class TableQueue:
                     connection.commit()
             except BaseException:
                 # A driver may delete rows and then fail to hand them over: never keep such a DELETE.
+                self._low_water.reset()
                 self._rollback_quietly(connection)
                 raise
             try:
@@ -405,9 +407,33 @@ class TableQueue:
                             ", ".join(str(m.id) for m in messages),
                         )
                 else:
+                    self._low_water.reset()  # its messages are back, behind the mark
                     self._rollback_quietly(connection)
                 raise
-            connection.commit()
+            try:
+                connection.commit()
+            except BaseException:
+                self._low_water.reset()
+                raise
+
+    def _pick(self, cursor: Any, max_messages: int) -> list[Any]:
+        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py).
+
+        A pick after the mark that comes back short is topped up from the start of the queue in the same
+        transaction, so a message left behind the mark never makes a receive look empty."""
+        row_locks = self._uses_row_locks(cursor)
+        after = self._low_water.position() if row_locks and self._sql.receive_batch_after else None
+        statement = self._sql.locking(row_locks).receive_batch
+        if after is None:
+            raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
+            self._low_water.taken(max(map(ROW_VERSION, raw)) if raw else None, max_messages, len(raw))
+            return raw
+        after_mark = self._sql.receive_batch_after or statement
+        raw = self.dialect.receive_rows(cursor, self.address, after_mark, max_messages, after)
+        self._low_water.taken(max(map(ROW_VERSION, raw)) if raw else None, max_messages, len(raw))
+        if len(raw) < max_messages:
+            raw += self.dialect.receive_rows(cursor, self.address, statement, max_messages - len(raw))
+        return raw
 
     def _rollback_quietly(self, connection: Any) -> None:
         """Roll back after a failure in the block; keep the block's own error as the one raised."""
