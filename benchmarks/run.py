@@ -519,9 +519,18 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
             meta["versions"][engine] = bench.version()
             print(f"{ENGINE_LABELS[engine]} {meta['versions'][engine]}: scale", flush=True)
             started = time.monotonic()
+            sizes = list(args.scale_sizes)
+            if args.deep and engine == "postgresql":
+                sizes.append(scale.DEEP_SIZE)
             result = scale.scale_engine(
-                context, bench, args.scale_sizes, args.peek_sizes, args.autovacuum_off
+                context, bench, sizes, args.peek_sizes, args.autovacuum_off, args.storage_wait
             )
+            if args.mixed_seconds and engine == "postgresql":
+                print(f"  {ENGINE_LABELS[engine]}: mixed run, {args.mixed_seconds:.0f} s", flush=True)
+                result["mixed"] = scale.mixed_run(
+                    context, bench, args.mixed_seconds, args.mixed_rate, args.mixed_backlog
+                )
+                print(f"  mixed: {result['mixed']['windows']}", flush=True)
             result["seconds"] = time.monotonic() - started
             engines.append(result)
     return {"scale": engines}
@@ -602,6 +611,23 @@ def main(argv: list[str] | None = None) -> int:
         type=sizes,
         help="PostgreSQL sizes drained again with autovacuum off for the table [the largest size]",
     )
+    parser.add_argument(
+        "--deep", action="store_true", help=f"--scale: also drain {scale.DEEP_SIZE:,} rows on PostgreSQL"
+    )
+    parser.add_argument(
+        "--storage-wait",
+        type=float,
+        default=180.0,
+        help="--scale: seconds to watch a PostgreSQL table's size after a drain (autovacuum) [180]",
+    )
+    parser.add_argument(
+        "--mixed-seconds",
+        type=float,
+        default=0.0,
+        help="--scale: run senders and receivers together on PostgreSQL for this long [0: not]",
+    )
+    parser.add_argument("--mixed-rate", type=int, default=10_000, help="msgs/s sent and received [10000]")
+    parser.add_argument("--mixed-backlog", type=int, default=1_000_000, help="queued at the start [1000000]")
     parser.add_argument("--json", type=Path, help="result file [benchmarks/results/<name>.json]")
     args = parser.parse_args(argv)
     quick = args.quick

@@ -11,6 +11,13 @@ tuples (with autovacuum on, the server's default, and once with autovacuum off f
 plain ``VACUUM``; on SQLite the page count and the freelist, then after a refill of a tenth of the rows (do
 freed pages get reused?). ``peek_estimate()`` and ``count()`` are timed on queues of 1,000 and 1,000,000
 rows.
+
+On PostgreSQL, after each drain with autovacuum on, the table's size is polled every few seconds for up
+to ``storage_wait`` seconds (``--storage-wait``) to see whether autovacuum gives the storage back without a
+manual VACUUM, and how long that takes. ``--deep`` adds a 10,000,000-row queue on PostgreSQL.
+``--mixed-seconds N`` runs senders and receivers together for N seconds at a steady backlog and notes the
+receive rate and the receive's latency every ten seconds (does a queue that runs for a long time hold its
+rate?).
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from core_bench import BATCH, BODY, EngineBench, raw_connect, run_processes
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 RSS_EVERY = 100  # receives between RSS samples
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
+DEEP_SIZE = 10_000_000  # PostgreSQL only, with --deep
+STORAGE_POLL = 5.0  # seconds between size checks after a drain
+BACK_FRACTION = 0.02  # the storage counts as given back at 2 % of its size before the drain (or 1 MiB)
 DEFAULT_PEEK_SIZES = (1_000, 1_000_000)
 QUICK_SIZES = (1_000, 5_000)
 QUICK_PEEK_SIZES = (1_000, 5_000)
@@ -167,6 +177,30 @@ def storage(bench: EngineBench, table: str, name: str) -> dict[str, Any]:
     }
 
 
+def storage_return(bench: EngineBench, table: str, name: str, before: int, wait: float) -> dict[str, Any]:
+    """Poll the table's size after a drain until autovacuum gave it back or ``wait`` seconds passed."""
+    threshold = max(1 << 20, int(before * BACK_FRACTION))
+    started = time.monotonic()
+    samples: list[tuple[float, int, int]] = []
+    back_after = None
+    while True:
+        figures = storage(bench, table, name)
+        at = round(time.monotonic() - started, 1)
+        samples.append((at, figures["total_bytes"], figures["autovacuum_count"]))
+        if figures["total_bytes"] <= threshold:
+            back_after = at
+            break
+        if at >= wait:
+            break
+        time.sleep(STORAGE_POLL)
+    return {
+        "wait_seconds": wait,
+        "threshold_bytes": threshold,
+        "back_after_seconds": back_after,
+        "samples": samples,
+    }
+
+
 def time_calls(function: Any, calls: int) -> dict[str, float]:
     seconds = []
     for _ in range(calls):
@@ -206,6 +240,7 @@ def scale_engine(
     sizes: list[int],
     peek_sizes: list[int],
     autovacuum_off_sizes: list[int],
+    storage_wait: float = 0.0,
 ) -> dict[str, Any]:
     """All scale measurements on one engine."""
     result: dict[str, Any] = {"engine": bench.engine, "drains": [], "peek": []}
@@ -265,6 +300,10 @@ def scale_engine(
             after=storage(bench, table, name),
         )
         if bench.engine == "postgresql":
+            if autovacuum and storage_wait > 0:
+                before_bytes = drain["before"]["total_bytes"]
+                drain["storage_return"] = storage_return(bench, table, name, before_bytes, storage_wait)
+                print(f"  {label} storage after the drain of {rows:,}: {drain['storage_return']}", flush=True)
             bench.admin.execute(f"VACUUM {table}")
             drain["after_vacuum"] = storage(bench, table, name)
         else:
@@ -286,3 +325,118 @@ def scale_engine(
             with contextlib.suppress(sqlite3.Error):
                 bench.admin.execute("VACUUM")  # give the file back before the next size
     return result
+
+
+# ---- senders and receivers together at a steady backlog ------------------------------------------------
+MIXED_WINDOW = 10.0  # seconds per reported window
+
+
+def mixed_runner(task: dict[str, Any]) -> Any:
+    """A paced sender (``role`` send) or receiver (``role`` receive) on one queue for ``seconds``."""
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    transport = open_transport(task["url"])
+    queue = transport.queue(task["table"])
+    _ = queue._sql
+    with transport.connection():
+        pass
+    per_call = BATCH / task["rate"]  # seconds per batch of 100 at this process's rate
+    info: dict[str, Any] = {"role": task["role"]}
+
+    def run() -> list[Any]:
+        started = time.monotonic()
+        windows: list[dict[str, Any]] = []
+        count, latencies, window_start = 0, [], started
+        due = started
+        while True:
+            now = time.monotonic()
+            if now - started >= task["seconds"]:
+                break
+            if now < due:
+                time.sleep(due - now)
+            due += per_call
+            call = time.monotonic()
+            if task["role"] == "send":
+                queue.send_batch([BODY] * BATCH)
+                count += BATCH
+            else:
+                with queue.receive(max_messages=BATCH) as batch:
+                    count += len(batch)
+            latencies.append(time.monotonic() - call)
+            if time.monotonic() - window_start >= MIXED_WINDOW:
+                end = time.monotonic()
+                windows.append(
+                    {
+                        "at": round(end - started, 1),
+                        "msgs_per_s": count / (end - window_start),
+                        "p50_ms": statistics.median(latencies) * 1e3,
+                        "p95_ms": sorted(latencies)[int(len(latencies) * 0.95) - 1] * 1e3,
+                    }
+                )
+                count, latencies, window_start = 0, [], end
+        info["windows"] = windows
+        return []
+
+    return run, transport.close, info
+
+
+def mixed_run(
+    context: Any, bench: EngineBench, seconds: float, rate: int, backlog: int, receivers: int = 2
+) -> dict[str, Any]:
+    """A queue filled with ``backlog`` messages, then one sender at ``rate`` msgs/s and ``receivers``
+    receivers sharing the same rate, for ``seconds``: the backlog stays where it was, the queue's dead
+    rows pile up behind the receivers, and every window notes the receive rate and latency."""
+    name = "scale_mixed"
+    statements, _ = bench.provision(name, 0)
+    table = statements["table"]
+    fill(bench, table, backlog)
+    bench.settle(table)
+    before = storage(bench, table, name)
+    tasks = [
+        {
+            "runner": "scale:mixed_runner",
+            "url": bench.url,
+            "table": name,
+            "role": "send",
+            "rate": rate,
+            "seconds": seconds,
+        }
+    ]
+    tasks += [
+        {
+            "runner": "scale:mixed_runner",
+            "url": bench.url,
+            "table": name,
+            "role": "receive",
+            "rate": rate / receivers,
+            "seconds": seconds,
+        }
+        for _ in range(receivers)
+    ]
+    elapsed, _, infos = run_processes(context, tasks)
+    left = bench.count(table)
+    after = storage(bench, table, name)
+    windows = [info["windows"] for info in infos if info["role"] == "receive"]
+    merged = []
+    for index in range(min(len(w) for w in windows)):
+        merged.append(
+            {
+                "at": windows[0][index]["at"],
+                "receive_msgs_per_s": sum(w[index]["msgs_per_s"] for w in windows),
+                "receive_p50_ms": statistics.median(w[index]["p50_ms"] for w in windows),
+                "receive_p95_ms": max(w[index]["p95_ms"] for w in windows),
+            }
+        )
+    sends = next(info["windows"] for info in infos if info["role"] == "send")
+    bench.drop(name)
+    return {
+        "seconds": elapsed,
+        "rate": rate,
+        "backlog": backlog,
+        "receivers": receivers,
+        "left": left,
+        "before": before,
+        "after": after,
+        "windows": merged,
+        "send_msgs_per_s": [w["msgs_per_s"] for w in sends],
+    }
