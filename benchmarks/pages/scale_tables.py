@@ -40,6 +40,19 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
             + ("memory stays flat." if growth < 8 * 2**20 else "memory grows with the drain.")
         )
         if result["engine"] == "postgresql":
+            ratios = ", ".join(
+                f"{min(d['decile_msgs_per_s']) / d['decile_msgs_per_s'][0]:.2f}x at {d['rows']:,}"
+                for d in drains
+            )
+            found.append(f"- {name}: the slowest tenth of each drain against its first tenth: {ratios}.")
+            returns = [d for d in drains if d.get("storage_return")]
+            if returns:
+                found.append(
+                    f"- {name}: without a manual `VACUUM`, the drained table's storage came back (to 2 % of "
+                    "its size, or 1 MiB) " + ", ".join(_returned(d) for d in returns) + "."
+                )
+            if result.get("mixed"):
+                found.append(f"- {name}: {_mixed_finding(result['mixed'])}")
             after, vacuumed = deepest["after"], deepest["after_vacuum"]
             runs = after["autovacuum_count"] - deepest["before"]["autovacuum_count"]
             found.append(
@@ -68,6 +81,60 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
     return found
 
 
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def _returned(drain: dict[str, Any]) -> str:
+    back = drain["storage_return"]
+    if back["back_after_seconds"] is None:
+        last = back["samples"][-1]
+        return (
+            f"not within {back['wait_seconds']:.0f} s at {drain['rows']:,} rows (still {_mib(last[1])}, "
+            f"{last[2] - drain['before']['autovacuum_count']} autovacuum run(s))"
+        )
+    return f"{back['back_after_seconds']:.0f} s after the drain of {drain['rows']:,} rows"
+
+
+def _mixed_finding(mixed: dict[str, Any]) -> str:
+    windows = mixed["windows"]
+    rates = [w["receive_msgs_per_s"] for w in windows]
+    p50 = [w["receive_p50_ms"] for w in windows]
+    return (
+        f"senders and receivers together for {mixed['seconds']:.0f} s at {mixed['rate']:,} msgs/s "
+        f"over a backlog of {mixed['backlog']:,}: the receivers took {min(rates):,.0f}-{max(rates):,.0f} "
+        f"msgs/s in each of the {len(windows)} ten-second windows, a receive of 100 taking {p50[0]:.1f} ms "
+        "(median) "
+        f"in the first window, {max(p50):.1f} ms at most, {p50[-1]:.1f} ms in the last; "
+        f"{mixed['left']:,} messages were queued at the end."
+    )
+
+
+def mixed_section(mixed: dict[str, Any]) -> list[str]:
+    lines = [
+        "### Senders and receivers together at a steady backlog",
+        "",
+        f"PostgreSQL: a queue filled with {mixed['backlog']:,} messages, then one sender at "
+        f"{mixed['rate']:,} msgs/s (batches of 100) and {mixed['receivers']} receivers sharing that rate "
+        f"(`receive(max_messages=100)`), for {mixed['seconds']:.0f} s, so the backlog stays and the deleted "
+        "rows pile up behind the receivers. Every minute's first ten-second window: the receive rate and the "
+        "receive's latency (median and 95th percentile across the receivers).",
+        "",
+        "| at s | receive msgs/s | receive p50 ms | receive p95 ms |",
+        "|--:|--:|--:|--:|",
+    ]
+    windows = mixed["windows"]
+    for index, window in enumerate(windows):
+        if index % 6 and index != len(windows) - 1:
+            continue
+        lines.append(
+            f"| {window['at']:.0f} | {window['receive_msgs_per_s']:,.0f} | {window['receive_p50_ms']:.1f} | "
+            f"{window['receive_p95_ms']:.1f} |"
+        )
+    lines += ["", f"At the end {mixed['left']:,} messages were queued.", ""]
+    return lines
+
+
 def scale_section(scale: dict[str, Any] | None) -> list[str]:
     if not scale:
         return [
@@ -91,8 +158,8 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
         "### Receive throughput against queue depth",
         "",
         "| engine | queued rows | autovacuum | fill rows/s | drain msgs/s | first tenth | last tenth | "
-        "slowest tenth | receives |",
-        "|---|--:|:-:|--:|--:|--:|--:|--:|--:|",
+        "slowest tenth | slowest ÷ first | receives |",
+        "|---|--:|:-:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for result in scale["scale"]:
         for drain in result["drains"]:
@@ -101,7 +168,8 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
             lines.append(
                 f"| {ENGINE_LABELS[result['engine']]} | {drain['rows']:,} | {autovacuum} | "
                 f"{drain['fill_rows_per_s']:,.0f} | **{drain['msgs_per_s']:,.0f}** | {deciles[0]:,.0f} | "
-                f"{deciles[-1]:,.0f} | {min(deciles):,.0f} | {drain['receives']:,} |"
+                f"{deciles[-1]:,.0f} | {min(deciles):,.0f} | {min(deciles) / deciles[0]:.2f}x | "
+                f"{drain['receives']:,} |"
             )
     lines += ["", "### Storage before and after the drain", ""]
     postgres = [(r, d) for r in scale["scale"] if r["engine"] == "postgresql" for d in r["drains"]]
@@ -127,6 +195,31 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
                 f"{vacuumed['dead_tuples']:,} |"
             )
         lines.append("")
+        returns = [d for _, d in postgres if d.get("storage_return")]
+        if returns:
+            lines += [
+                "Without a manual `VACUUM`: the table's size (`pg_total_relation_size`) polled every 5 s "
+                "after the drain, with the server's autovacuum settings (`autovacuum_naptime` 1 min).",
+                "",
+                "| queued rows | size after drain | back to | back after | autovacuum runs by then |",
+                "|--:|--:|--:|--:|--:|",
+            ]
+            for drain in returns:
+                back = drain["storage_return"]
+                last = back["samples"][-1]
+                after = (
+                    f"{back['back_after_seconds']:.0f} s"
+                    if back["back_after_seconds"] is not None
+                    else f"not within {back['wait_seconds']:.0f} s"
+                )
+                lines.append(
+                    f"| {drain['rows']:,} | {_mib(back['samples'][0][1])} | {_mib(last[1])} | {after} | "
+                    f"{last[2] - drain['before']['autovacuum_count']} |"
+                )
+            lines.append("")
+    for result in scale["scale"]:
+        if result.get("mixed"):
+            lines += mixed_section(result["mixed"])
     sqlite = [(r, d) for r in scale["scale"] if r["engine"] == "sqlite" for d in r["drains"]]
     if sqlite:
         lines += [
@@ -184,36 +277,83 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def vacuum_paragraph(scale: dict[str, Any]) -> list[str]:
-    """docs/dba.md's case for vacuuming often: the deepest PostgreSQL drain, with and without autovacuum."""
+def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
+    """docs/dba.md's measured deep drains on PostgreSQL: flat or not, and the storage coming back."""
     (result,) = [result for result in scale["scale"] if result["engine"] == "postgresql"]
-    deepest = max(drain["rows"] for drain in result["drains"])
-    on, *off = [drain for drain in result["drains"] if drain["rows"] == deepest]
-    runs = on["after"]["autovacuum_count"] - on["before"]["autovacuum_count"]
-    text = (
-        f"[Measured](benchmarks.md#scale) ({scale['meta']['date'][:10]}): one consumer draining "
-        f"{deepest:,} queued rows ran at {on['decile_msgs_per_s'][0]:,.0f} messages/s over the first tenth "
-        f"and {on['decile_msgs_per_s'][-1]:,.0f} over the last, autovacuum running {runs} time(s) on the "
-        f"table during the {on['seconds']:.0f} s drain"
-    )
-    for drain in off:
-        text += (
-            f" (with autovacuum off for the table: {drain['decile_msgs_per_s'][0]:,.0f} and "
-            f"{drain['decile_msgs_per_s'][-1]:,.0f})"
+    meta = scale["meta"]
+    drains = [drain for drain in result["drains"] if drain["autovacuum"]]
+    lines = [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
+        "`benchmarks/run.py --scale --deep`), one consumer draining each queue with "
+        "`receive(max_messages=100)`, autovacuum on with the server's settings:",
+        "",
+    ]
+    for drain in drains:
+        deciles = drain["decile_msgs_per_s"]
+        back = drain.get("storage_return")
+        text = (
+            f"- {drain['rows']:,} rows: {deciles[0]:,.0f} msgs/s over the first tenth, "
+            f"{min(deciles):,.0f} over the slowest ({min(deciles) / deciles[0]:.2f}x), "
+            f"{drain['msgs_per_s']:,.0f} over the whole {_seconds(drain['seconds'])} drain"
         )
-    text += (
-        f"; a plain `VACUUM` afterwards shrank the {_mib(on['after']['total_bytes'])} table to "
-        f"{_mib(on['after_vacuum']['total_bytes'])}."
-    )
-    return [text]
+        if back:
+            text += "; " + _returned(drain).replace(f" at {drain['rows']:,} rows", "")
+            if back["back_after_seconds"] is not None:
+                text += " (storage back without a manual `VACUUM`)"
+        lines.append(text + ".")
+    if result.get("mixed"):
+        lines.append(f"- Then {_mixed_finding(result['mixed'])}")
+    if before:
+        (old,) = [r for r in before["scale"] if r["engine"] == "postgresql"]
+        deepest = max((d for d in old["drains"] if d["autovacuum"]), key=lambda d: d["rows"])
+        deciles = deepest["decile_msgs_per_s"]
+        lines += [
+            "",
+            f"Before the mark ({before['meta']['date'][:10]}, the run committed in c687d42, "
+            "`docs/data/raw/scale-c687d42.json`), "
+            f"the {deepest['rows']:,}-row drain ran at {deciles[0]:,.0f} msgs/s over its first tenth and "
+            f"{min(deciles):,.0f} over its slowest ({min(deciles) / deciles[0]:.2f}x), and autovacuum ran "
+            f"{deepest['after']['autovacuum_count'] - deepest['before']['autovacuum_count']} time(s) during "
+            f"the {deepest['seconds']:.0f} s drain.",
+        ]
+    return lines
+
+
+def deep_explain_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md's evidence: the pages the receive's pick reads over a drain, from the start and after
+    the low-water mark (benchmarks/explain_drain.py)."""
+    meta, drain = doc["meta"], doc["drain"]
+    points = drain["points"]
+    lines = [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"`{meta['command']}`): a queue of {drain['rows']:,} rows drained through the package, and at three "
+        "points `EXPLAIN (ANALYZE, BUFFERS)` of the pick of 100 (rolled back):",
+        "",
+        "| messages taken | dead tuples | autovacuum runs | pick from the start: pages, ms | "
+        "pick after the mark: pages, ms |",
+        "|--:|--:|--:|--:|--:|",
+    ]
+    for point in points:
+        after = point["after_mark"]
+        lines.append(
+            f"| {point['received']:,} | {point['dead_tuples']:,} | {point['autovacuum_count']} | "
+            f"{point['from_start']['pages']:,}, {point['from_start']['ms']:.2f} | "
+            + (f"{after['pages']:,}, {after['ms']:.2f} |" if after else "- |")
+        )
+    return lines
 
 
 def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     from pages.blocks import ROOT
     from pages.transcribed_text import data_blocks
 
-    scale = json.loads((ROOT / "docs" / "benchmarks" / "scale.json").read_text(encoding="utf-8"))
+    folder = ROOT / "docs" / "benchmarks"
+    scale = json.loads((folder / "scale.json").read_text(encoding="utf-8"))
+    before_path = ROOT / "docs" / "data" / "raw" / "scale-c687d42.json"
+    before = json.loads(before_path.read_text(encoding="utf-8")) if before_path.exists() else None
+    explained = json.loads((folder / "deep-explain.json").read_text(encoding="utf-8"))
     return {
-        "dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale)),
+        "dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale, before)),
+        "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
         **data_blocks("babelfish.json"),
     }
