@@ -138,7 +138,7 @@ def test_hand_measured_figures_in_prose_come_from_their_data(render) -> None:
     losses and performance.md's notes are rendered from docs/data/*.json: a figure typed into a page is
     found."""
     for page_name, old, new in (
-        ("airflow-ui.md", "driver process is 300 MB", "driver process is 200 MB"),
+        ("airflow-ui.md", "peak memory was 298 MB", "peak memory was 200 MB"),
         ("concurrency.md", "≈ 4.5 s, 10,008 receives", "≈ 3.5 s, 10,008 receives"),
         ("reliability.md", "failed 1 time in 3 (11,109 lost)", "failed 1 time in 3 (11,100 lost)"),
         ("reliability.md", "about 62,000 messages each, lost 0", "about 62,000 messages each, lost 1"),

@@ -29,10 +29,17 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 from spark_cluster import SparkStandalone, base_python, install_executor_site
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
-from test_spark_jobs import ORDER_COLUMNS, drain_args, order_ids_in_table, send_orders, staged
+from test_spark_jobs import (
+    ORDER_COLUMNS,
+    drain_args,
+    finish,
+    order_ids_in_table,
+    send_orders,
+    spark_submit,
+    staged,
+)
 
 from airflow_provider_sqlqueue.spark import DRAIN_JOB, package_zip
-from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
 from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
@@ -40,7 +47,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "spark_faults.py"
-SUBMIT_TIMEOUT = 300
 
 
 @pytest.fixture(scope="module")
@@ -80,50 +86,19 @@ def submit(
     url: str,
     args: list[str],
     py_files: list[Path],
-    extra_env: dict[str, str] | None = None,
+    executor_env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    bindir = Path(sys.executable).parent
-    stripped, password = split_credentials(url)
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        URL_ENV: stripped,
-        **({PASSWORD_ENV: password} if password else {}),
-    }
-    env.pop("PYSPARK_PYTHON", None)
-    command = [str(bindir / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client"]
+    """The drain job on the cluster in client mode, its executors on the base Python with only the
+    dependencies in ``executor_site``; the provider reaches them only through ``py_files``."""
     conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
+        "spark.submit.deployMode": "client",
         "spark.pyspark.driver.python": sys.executable,
         "spark.pyspark.python": base_python(),
         "spark.executorEnv.PYTHONPATH": str(executor_site),
         "spark.task.maxFailures": "4",
+        **{f"spark.executorEnv.{key}": value for key, value in (executor_env or {}).items()},
     }
-    for key, value in (extra_env or {}).items():
-        conf[f"spark.executorEnv.{key}"] = value
-    for key, value in conf.items():
-        command += ["--conf", f"{key}={value}"]
-    if py_files:
-        command += ["--py-files", ",".join(str(p) for p in py_files)]
-    return subprocess.Popen(
-        [*command, DRAIN_JOB, *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def finish(process: subprocess.Popen) -> tuple[int, str, dict | None]:
-    output, _ = process.communicate(timeout=SUBMIT_TIMEOUT)
-    summary = None
-    for line in output.splitlines():
-        if line.startswith("SQLQUEUE_SPARK_SUMMARY "):
-            summary = json.loads(line.split(" ", 1)[1])
-    return process.returncode, output, summary
+    return spark_submit(DRAIN_JOB, args, url, master=cluster.master_url, py_files=py_files, conf=conf)
 
 
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)

@@ -57,21 +57,14 @@ from airflow_provider_sqlqueue.spark.tables import (
     create_bridge_tables,
     create_sink_table,
 )
+from airflow_provider_sqlqueue.spark.transforms import ORDER_ROW_COLUMNS
 from airflow_provider_sqlqueue.transport import ConfigurationError, OutgoingMessage, PermissionDenied
 
 HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "spark_faults.py"
 FAULT_LOG_ENV = "SQLQUEUE_SPARK_FAULT_LOG"  # spark_faults.note_fault appends to it
 FAULT_LOG = Path(tempfile.gettempdir()) / f"sqlqueue-spark-faults-{os.getpid()}.log"
-ORDER_COLUMNS = [
-    ("message_id", "string", False),
-    ("order_id", "long", True),
-    ("customer", "string", True),
-    ("amount", "double", True),
-    ("currency", "string", True),
-    ("items", "int", True),
-    ("time_sent", "timestamp", True),
-]
+ORDER_COLUMNS = ORDER_ROW_COLUMNS
 SPARK_SUBMIT_TIMEOUT = 240
 pytest_plugins = ["reliability_figures"]  # the figures fixture
 
@@ -643,22 +636,36 @@ def test_fill_sends_each_batch_once_across_retries_and_reruns(spark, target, bri
 
 # ---- spark-submit ------------------------------------------------------------------------------------
 def spark_submit(
-    job: str, args: list[str], url: str, *, master: str = "local[2,4]", py_files: Path | None = None
+    job: str,
+    args: list[str],
+    url: str,
+    *,
+    master: str = "local[2,4]",
+    py_files: Path | list[Path] | None = None,
+    conf: dict[str, str] | None = None,
 ) -> subprocess.Popen:
+    """``spark-submit`` of a shipped job with the credentials in its environment. A local master's Python
+    workers run this Python; for a cluster give ``conf`` (deploy mode, the executors' Python, ...)."""
     bindir = Path(sys.executable).parent
     stripped, password = split_credentials(url)
     env = {
         **os.environ,
         "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         URL_ENV: stripped,
         **({PASSWORD_ENV: password} if password else {}),
     }
+    if master.startswith("local"):
+        env["PYSPARK_PYTHON"] = sys.executable
+    else:
+        env.pop("PYSPARK_PYTHON", None)
     command = [str(bindir / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false"]
     command += ["--conf", "spark.sql.shuffle.partitions=2"]
+    for key, value in (conf or {}).items():
+        command += ["--conf", f"{key}={value}"]
     if py_files:
-        command += ["--py-files", str(py_files)]
+        files = py_files if isinstance(py_files, list) else [py_files]
+        command += ["--py-files", ",".join(str(path) for path in files)]
     return subprocess.Popen(
         [*command, job, *args],
         env=env,

@@ -22,6 +22,19 @@ def identity(messages: DataFrame) -> DataFrame:
     return messages
 
 
+# The columns of order_rows' result, as ProvisionSparkBridgeOperator / create_sink_table take them:
+# (name, logical type, nullable).
+ORDER_ROW_COLUMNS = [
+    ("message_id", "string", False),
+    ("order_id", "long", True),
+    ("customer", "string", True),
+    ("amount", "double", True),
+    ("currency", "string", True),
+    ("items", "int", True),
+    ("time_sent", "timestamp", True),
+]
+
+
 def order_rows(messages: DataFrame) -> DataFrame:
     """One row per order message: its message id and the parsed order (for table and file sinks)."""
     from pyspark.sql import functions as F

@@ -14,20 +14,11 @@ from airflow_provider_sqlqueue.operators.spark_submit import (
     ProvisionSparkBridgeOperator,
     SqlQueueSparkSubmitOperator,
 )
-
-ORDER_COLUMNS = [
-    ("message_id", "string", False),
-    ("order_id", "long", True),
-    ("customer", "string", True),
-    ("amount", "double", True),
-    ("currency", "string", True),
-    ("items", "int", True),
-    ("time_sent", "timestamp", True),
-]
+from airflow_provider_sqlqueue.spark.transforms import ORDER_ROW_COLUMNS
 
 with DAG(dag_id="sqlqueue_test_spark_cluster", schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
     provision = ProvisionSparkBridgeOperator(
-        task_id="provision", queue_name="orders", sink_table="order_rows", sink_columns=ORDER_COLUMNS
+        task_id="provision", queue_name="orders", sink_table="order_rows", sink_columns=ORDER_ROW_COLUMNS
     )
     drain = SqlQueueSparkSubmitOperator(
         task_id="drain",
