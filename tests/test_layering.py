@@ -46,10 +46,14 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"model", "dialects", "transport"},
     # The command line reads an Airflow connection through the hook when Airflow is installed.
     "cli": {"model", "dialects", "transport", "hooks"},
-    "triggers": {"model", "dialects", "transport", "hooks"},
+    # The Airflow side of metrics: the deployment's metrics backend fed with the core's figures.
+    "metrics": {"model", "transport"},
+    "triggers": {"model", "dialects", "transport", "hooks", "metrics"},
     "sensors": {"model", "dialects", "transport", "hooks", "triggers"},
     "queues": {"model", "dialects", "transport", "hooks", "triggers"},
-    "operators": {"model", "dialects", "transport", "handlers", "hooks", "spark"},
+    "operators": {"model", "dialects", "transport", "handlers", "hooks", "spark", "metrics"},
+    # The Airflow plugin (the Queues page): a web app over the hook and the core.
+    "plugins": {"model", "dialects", "transport", "hooks"},
     # The package's __init__ and get_provider_info (the Airflow entry point) import nothing below them.
     "root": set(),
 }
