@@ -1,6 +1,7 @@
-"""``df.write.format("sqlqueue")`` on SQLite and PostgreSQL: rows become messages, one transaction per
-partition with its marker row, so a failed task sends nothing, a retried or duplicate attempt of a committed
-partition sends nothing, and a re-run with the same runId sends only what did not commit.
+"""``df.write.format("sqlqueue")`` on SQLite, PostgreSQL and SQL Server (Babelfish): rows become messages,
+one transaction per partition with its marker row, so a failed task sends nothing, a retried or duplicate
+attempt of a committed partition sends nothing, and a re-run with the same runId sends only what did not
+commit.
 
 Spark runs in the shared local[2,4] session of tests/test_spark_jobs.py (2 threads, 4 attempts per task).
 The writer's checks run where Spark plans the write; they are also called directly here, without a job.
@@ -24,7 +25,9 @@ from airflow_provider_sqlqueue.spark.source.writer import PartitionSent, SqlQueu
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+# SQL Server: Babelfish through FreeTDS, where the Spark writes take 20-60 s each
+ENGINES = ["sqlite", "postgresql", pytest.param("sqlserver", marks=pytest.mark.slow)]
+pytestmark = pytest.mark.parametrize("target", ENGINES, indirect=True)
 spark = jobs.spark  # the module's local[2,4] session (its own instance here)
 bridge = jobs.bridge  # the orders, error and results queues and the bridge's tables
 FAULT_LOG, rows_of, table = jobs.FAULT_LOG, jobs.rows_of, jobs.table
