@@ -20,6 +20,7 @@ import pytest
 import test_spark_jobs as jobs
 
 from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
+from airflow_provider_sqlqueue.spark.fill import FillConfig, fill_queue
 from airflow_provider_sqlqueue.spark.rows import ID_NAMESPACE
 from airflow_provider_sqlqueue.spark.source.writer import PartitionSent, SqlQueueDataSourceWriter
 from airflow_provider_sqlqueue.transport import ConfigurationError
@@ -274,6 +275,14 @@ def test_a_refused_write_reaches_save_and_sends_nothing(sqlqueue, target, bridge
     with pytest.raises(Exception, match=r"nowhere.* does not exist"):
         write(frame.select("body"), target, queue="nowhere")
     assert bridge.queue("results").count() == 0
+
+
+def test_the_fill_job_refuses_the_same_frames_before_sending(sqlqueue, target, bridge) -> None:
+    frame = sqlqueue.range(0, 10).selectExpr("id AS order_id", "CAST(id AS string) AS body")
+    config = FillConfig(url=target.url, default_schema=target.schema, queue="results", run_id="fill-bad")
+    with pytest.raises(ConfigurationError, match="order_id would be dropped"):
+        fill_queue(sqlqueue, frame, config)
+    assert bridge.queue("results").count() == 0 and markers(bridge, "fill-bad") == []
 
 
 def test_credentials_come_from_the_environment_and_stay_out_of_reprs_and_errors(
