@@ -316,3 +316,38 @@ def test_credentials_come_from_the_environment_and_stay_out_of_reprs_and_errors(
         with pytest.raises(ConfigurationError) as missing:
             SqlQueueDataSourceWriter({**base, "url": target.url, "queue": "nowhere"}, schema)
         assert password not in str(missing.value)
+
+
+SUBMITTED_WRITE = """
+import sys
+from pyspark.sql import SparkSession
+try:
+    from airflow_provider_sqlqueue.spark.source import SqlQueueDataSource
+except ImportError:
+    from sqlqueue_write_source import WriteOnlySqlQueueSource as SqlQueueDataSource
+
+spark = SparkSession.builder.getOrCreate()
+spark.dataSource.register(SqlQueueDataSource)
+writer = spark.range(0, 100, numPartitions=2).selectExpr("id AS order_id").write.format("sqlqueue")
+if sys.argv[1]:
+    writer = writer.option("defaultSchema", sys.argv[1])
+writer.option("queue", "results").option("runId", "submitted").mode("append").save()
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_spark_submit_takes_the_credentials_from_the_environment_only(target, bridge, tmp_path) -> None:
+    """A spark-submit whose write names no URL: the driver's SQLQUEUE_URL and SQLQUEUE_PASSWORD (the
+    password only there on PostgreSQL and SQL Server) reach the executors, and the output never shows it."""
+    job = tmp_path / "write_job.py"
+    job.write_text(SUBMITTED_WRITE)
+    shipped = [HERE / "sqlqueue_write_source.py", HERE / "spark_faults.py"]
+    process = jobs.spark_submit(str(job), [target.schema or ""], target.url, py_files=shipped)
+    code, output, _ = jobs.finish(process)
+    assert code == 0, output[-5000:]
+    assert markers(bridge, "submitted") == [(0, 50), (1, 50)]
+    assert sorted(json.loads(m.body)["order_id"] for m in receive_all(bridge)) == list(range(100))
+    password = split_credentials(target.url)[1]
+    if password:
+        assert password not in output
