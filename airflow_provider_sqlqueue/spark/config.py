@@ -26,6 +26,7 @@ __all__ = [
     "safe_path_part",
     "split_credentials",
     "url_from_environment",
+    "url_from_option",
 ]
 
 URL_ENV = "SQLQUEUE_URL"
@@ -109,6 +110,22 @@ def url_from_environment(environ: dict[str, str] | None = None) -> str:
             "takes no credentials on its command line"
         )
     return join_credentials(url, env.get(PASSWORD_ENV) or None)
+
+
+def url_from_option(url: str | None, environ: dict[str, str] | None = None) -> str:
+    """The full URL from an option that may be absent or lack its password (the ``sqlqueue`` data source).
+
+    No URL: as :func:`url_from_environment`. A URL without a password takes ``SQLQUEUE_PASSWORD`` if set;
+    a URL with one is used as it is.
+    """
+    if not url:
+        return url_from_environment(environ)
+    env = os.environ if environ is None else environ
+    try:
+        stripped, password = split_credentials(url)
+    except (ArgumentError, ValueError):
+        raise ConfigurationError("the url option is not a database URL or ODBC connection string") from None
+    return join_credentials(stripped, password or env.get(PASSWORD_ENV) or None)
 
 
 @dataclass(frozen=True)

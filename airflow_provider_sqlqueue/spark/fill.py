@@ -6,26 +6,22 @@ earlier attempt committed, and a re-run of the same run id sends only what is mi
 attempt to see the same rows in the same order: the source is checkpointed first (``checkpoint=True``),
 unless it is known to be deterministic (files, tables read without a shuffle).
 
-Row -> message: a ``body`` column (binary or string) is the body, else the whole row as JSON; optional
-columns ``headers`` (map), ``message_id`` (a UUID string) and ``time_to_be_received_seconds``. Without a
-``message_id`` column the Id is derived from (run id, partition, position), so that the same row gets the
-same Id in every attempt and consumers can deduplicate even across run ids they re-use.
+Rows become messages as :mod:`.rows` maps them (shared with the ``sqlqueue`` data source's writer): a
+``body`` column or the row as JSON, optional ``headers``, ``message_id`` and ``time_to_be_received_seconds``;
+without a ``message_id`` the Id is derived from (run id, partition, position).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..transport import ConfigurationError, OutgoingMessage, Transport, open_transport
-from ..transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
+from ..transport import ConfigurationError, Transport, open_transport
+from .rows import check_message_columns, row_message
 from .tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
 
 if TYPE_CHECKING:
@@ -34,10 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_sqlqueue.spark.fill")
 
 __all__ = ["FillConfig", "InjectedFault", "fill_queue", "read_source"]
-
-ID_NAMESPACE = uuid.UUID("7f6c0b1e-5d0b-4c55-9a55-3a6a3c1f2f10")
-RUN_ID_HEADER = "SqlQueue.Spark.RunId"
-SPECIAL_COLUMNS = ("body", "headers", "message_id", "time_to_be_received_seconds")
 
 
 class InjectedFault(RuntimeError):
@@ -68,42 +60,6 @@ class FillConfig:
         return open_transport(self.url, default_schema=self.default_schema, **options)
 
 
-def _jsonable(value: Any) -> Any:
-    from .tables import _jsonable as convert
-
-    return convert(value)
-
-
-def row_message(config: FillConfig, part: int, position: int, row: dict[str, Any]) -> OutgoingMessage:
-    """One DataFrame row as a message (see the module's doc for the columns it reads)."""
-    headers: dict[str, str | None] = {RUN_ID_HEADER: config.run_id}
-    if config.message_type:
-        headers[ENCLOSED_MESSAGE_TYPES] = config.message_type
-    given = row.get("message_id")
-    try:
-        message_id = uuid.UUID(str(given)) if given else None
-    except ValueError:
-        message_id = None
-    if message_id is None:
-        message_id = uuid.uuid5(ID_NAMESPACE, f"{config.run_id}/{part}/{position}")
-    if row.get("body") is not None:
-        body = row["body"]
-        body = bytes(body) if isinstance(body, bytearray | memoryview) else body
-    else:
-        payload = {key: value for key, value in row.items() if key not in SPECIAL_COLUMNS}
-        body = json.dumps(_jsonable(payload), ensure_ascii=False, separators=(",", ":"))
-        headers[CONTENT_TYPE] = "application/json"
-    if isinstance(row.get("headers"), dict):
-        headers.update({str(k): None if v is None else str(v) for k, v in row["headers"].items()})
-    ttbr = row.get("time_to_be_received_seconds")
-    return OutgoingMessage(
-        body,
-        headers,
-        timedelta(seconds=float(ttbr)) if ttbr else None,
-        message_id,
-    )
-
-
 def fill_partition(config: FillConfig, index: int, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Executor side: send this partition's rows in batches, skipping batches already marked sent."""
     from pyspark import TaskContext
@@ -125,7 +81,12 @@ def fill_partition(config: FillConfig, index: int, rows: Iterable[Any]) -> Itera
             if batch_number in done:
                 stats["skipped"] += len(items)
                 return
-            messages = [row_message(config, index, pos, row.asDict(recursive=True)) for pos, row in items]
+            messages = [
+                row_message(
+                    config.run_id, index, pos, row.asDict(recursive=True), message_type=config.message_type
+                )
+                for pos, row in items
+            ]
             try:
                 with transport.connection(target.address) as connection:
                     cursor = connection.cursor()
@@ -194,6 +155,7 @@ def fill_queue(
     """Send every row of ``frame`` to the queue, each batch exactly once per run id; return a summary."""
     say = echo or (lambda text: log.info("%s", text))
     started = time.monotonic()
+    check_message_columns(frame.schema)
     with config.open(pool_size=1, max_overflow=1) as transport:
         target = transport.queue(config.queue)
         if not target.exists():

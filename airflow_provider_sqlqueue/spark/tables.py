@@ -10,7 +10,8 @@ Three control tables live beside the input queue (same database and schema), nam
 - ``<prefix>_staging``: received messages that belong to a run and are not in its output yet, keyed by
   (run id, RowVersion of the input row). A receive's DELETE and the INSERT here commit together.
 - ``<prefix>_fill``: one row per batch that the fill job sent, keyed by (run id, partition, batch), written
-  with the batch, so that a retried task skips what an earlier attempt committed.
+  with the batch, so that a retried task skips what an earlier attempt committed; the ``sqlqueue`` data
+  source's writer marks each partition it sent there as batch 0.
 
 All statements use the driver's parameter style of the engine. Nothing here imports Airflow or Spark: the
 executors run it.
