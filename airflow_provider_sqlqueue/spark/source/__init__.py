@@ -1,0 +1,38 @@
+"""The ``sqlqueue`` Spark data source (PySpark's Python Data Source API): ``spark.read``, ``spark.readStream``
+and ``DataFrame.write`` with ``format("sqlqueue")``. Guarantees and options are in docs/spark.md.
+
+One module per part:
+
+- ``options.py``: :class:`SourceOptions`, the options and credentials;
+- ``datasource.py``: :class:`SqlQueueDataSource`, the format;
+- ``batch.py``: the batch reader, :func:`ack_read` and :func:`release_read`;
+- ``stream.py``: the stream reader, offsets as staging positions;
+- ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
+- ``rows.py``: the columns of the rows it returns.
+
+PySpark is imported when one of these is first used, not when the package is imported.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .options import SourceOptions
+
+if TYPE_CHECKING:
+    from .batch import ack_read, release_read
+    from .datasource import SqlQueueDataSource
+
+__all__ = ["SourceOptions", "SqlQueueDataSource", "ack_read", "release_read"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqlQueueDataSource":
+        from .datasource import SqlQueueDataSource
+
+        return SqlQueueDataSource
+    if name in ("ack_read", "release_read"):
+        from . import batch
+
+        return getattr(batch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
