@@ -172,23 +172,34 @@ def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
     with parsed.open(pool_size=1, max_overflow=0) as transport:
         sql = bridge_sql(transport, parsed)
         queue = transport.queue(parsed.queue)
-        with transport.connection() as connection:
-            cursor = connection.cursor()
-            begin_write(transport, cursor)
-            params = (to_state, run_id)
-            if rows_changed(transport, cursor, sql.counted(sql.set_state((READ, RECEIVING))), params) != 1:
-                connection.rollback()
-                row = _run_row(transport, sql, run_id)
-                if row is not None and row[0] == to_state:
-                    return 0  # ended before: the call is idempotent
-                state = "unknown" if row is None else row[0]
-                raise ConfigurationError(f"run {run_id} is {state}: it cannot become {to_state}")
-            cursor.execute(sql.staged_stats(), (run_id,))
-            count = int(transport.dialect.fetch_rows(cursor)[0][0] or 0)
-            if to_state == ABORTED:
-                cursor.execute(sql.restore(queue.address), (run_id,))
-            cursor.execute(sql.delete_staging(), (run_id,))
-            connection.commit()
+        count = _end_run_in_one_transaction(transport, sql, queue, run_id, to_state)
+        if count is None:
+            row = _run_row(transport, sql, run_id)
+            if row is not None and row[0] == to_state:
+                return 0  # ended before: the call is idempotent
+            state = "unknown" if row is None else row[0]
+            raise ConfigurationError(f"run {run_id} is {state}: it cannot become {to_state}")
+    return count
+
+
+def _end_run_in_one_transaction(
+    transport: Transport, sql: BridgeSql, queue: Any, run_id: str, to_state: str
+) -> int | None:
+    """Change the run's state, put back (release) its staged messages and delete them, in one transaction;
+    None if the run was not receiving or read."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        begin_write(transport, cursor)
+        params = (to_state, run_id)
+        if rows_changed(transport, cursor, sql.counted(sql.set_state((READ, RECEIVING))), params) != 1:
+            connection.rollback()
+            return None
+        cursor.execute(sql.staged_stats(), (run_id,))
+        count = int(transport.dialect.fetch_rows(cursor)[0][0] or 0)
+        if to_state == ABORTED:
+            cursor.execute(sql.restore(queue.address), (run_id,))
+        cursor.execute(sql.delete_staging(), (run_id,))
+        connection.commit()
     return count
 
 
