@@ -10,7 +10,8 @@ One module per part:
 - ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
 - ``rows.py``: the columns of the rows it returns.
 
-PySpark is imported when one of these is first used, not when the package is imported.
+``SqlQueueDataSource`` is exported by ``airflow_provider_sqlqueue.spark``. PySpark is imported when the
+data source, ``ack_read`` or ``release_read`` is first used, not when the package is imported.
 """
 
 from __future__ import annotations
@@ -21,16 +22,11 @@ from .options import SourceOptions
 
 if TYPE_CHECKING:
     from .batch import ack_read, release_read
-    from .datasource import SqlQueueDataSource
 
-__all__ = ["SourceOptions", "SqlQueueDataSource", "ack_read", "release_read"]
+__all__ = ["SourceOptions", "ack_read", "release_read"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "SqlQueueDataSource":
-        from .datasource import SqlQueueDataSource
-
-        return SqlQueueDataSource
     if name in ("ack_read", "release_read"):
         from . import batch
 
