@@ -79,11 +79,11 @@ def queues(target):
 def source_options(target, **extra: str) -> dict[str, str]:
     """The data source's options for ``target``: the URL without its password, the password apart."""
     url, password = split_credentials(target.url)
-    options = {"url": url, "queue": "orders", "batch_size": "40"}
+    options = {"url": url, "queue": "orders", "batchSize": "40"}
     if password:
         options["password"] = password
     if target.schema:
-        options["default_schema"] = target.schema
+        options["defaultSchema"] = target.schema
     return options | extra
 
 
@@ -157,7 +157,7 @@ def test_batch_read_of_a_failed_job_loses_nothing(spark, target, queues) -> None
     from pyspark.sql import functions as F
 
     sent = send_orders(queues, 120)
-    options = source_options(target, run_id="fails", max_messages="100")
+    options = source_options(target, runId="fails", maxMessages="100")
     broken = F.udf(lambda _: 1 / 0, "double")
     with pytest.raises(Exception, match="ZeroDivisionError"):
         reader(spark, options).select(broken("body")).collect()
@@ -166,12 +166,12 @@ def test_batch_read_of_a_failed_job_loses_nothing(spark, target, queues) -> None
     assert again == message_ids(sent)[:100]
     assert release_read(options) == 100 and release_read(options) == 0
     assert staged_under(queues, "fails") == 0 and queues.queue("orders").count() == 120
-    retry = source_options(target, run_id="fails")  # a released run id receives anew
+    retry = source_options(target, runId="fails")  # a released run id receives anew
     received = [row.message_id for row in reader(spark, retry).collect()]
     assert sorted(received) == sorted(message_ids(sent))
     assert ack_read(retry) == 120
     assert queues.queue("orders").count() == 0
-    with pytest.raises(Exception, match="run_id"):
+    with pytest.raises(Exception, match="runId"):
         reader(spark, source_options(target)).count()
 
 

@@ -68,9 +68,10 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> SourceOptions:
-        """Build from Spark's options (keys in any case) and the environment."""
+        """Build from Spark's options and the environment. Keys are Spark's camelCase (``runId``,
+        ``maxMessagesPerTrigger``) in any case, or snake_case (``run_id``): underscores are ignored."""
         env = os.environ if environ is None else environ
-        lowered = {str(key).lower(): value for key, value in options.items()}
+        lowered = {str(key).lower().replace("_", ""): value for key, value in options.items()}
         queue = str(lowered.get("queue") or "").strip()
         if not queue:
             raise ConfigurationError('the sqlqueue data source needs option("queue", <the input queue>)')
@@ -92,26 +93,26 @@ class SourceOptions:
         password = lowered.get("password") or env.get(PASSWORD_ENV) or None
         if password:
             url = join_credentials(url, str(password))
-        run_id = lowered.get("run_id")
+        run_id = lowered.get("runid")
         if run_id is not None:
             check_run_id(str(run_id))
-        stream_id = str(lowered.get("stream_id") or f"stream:{queue}")
+        stream_id = str(lowered.get("streamid") or f"stream:{queue}")
         check_run_id(stream_id)
-        error_queue = lowered.get("error_queue", "error")
+        error_queue = lowered.get("errorqueue", "error")
         return cls(
             url=url,
             queue=queue,
-            default_schema=lowered.get("default_schema") or None,
+            default_schema=lowered.get("defaultschema") or None,
             error_queue=error_queue or None,
             prefix=str(lowered.get("prefix") or DEFAULT_PREFIX),
             run_id=None if run_id is None else str(run_id),
             stream_id=stream_id,
-            batch_size=_positive(lowered, "batch_size", 1000) or 1000,
-            max_messages=_positive(lowered, "max_messages", None),
+            batch_size=_positive(lowered, "batchsize", 1000) or 1000,
+            max_messages=_positive(lowered, "maxmessages", None),
             receivers=_positive(lowered, "receivers", 1) or 1,
             partitions=_positive(lowered, "partitions", 2) or 2,
             max_messages_per_trigger=_positive(lowered, "maxmessagespertrigger", None),
-            create_tables=_flag(lowered, "create_tables"),
+            create_tables=_flag(lowered, "createtables"),
         )
 
     def open(self, **options: Any) -> Transport:

@@ -45,7 +45,7 @@ def bridge_sql(transport: Transport, options: SourceOptions, *, check: bool = Fa
         if not options.create_tables:
             raise ConfigurationError(
                 f"the bridge's tables beside {options.queue} do not exist: create them in the provisioning "
-                'step (create_bridge_tables) or set option("create_tables", "true")'
+                'step (create_bridge_tables) or set option("createTables", "true")'
             )
         create_bridge_tables(transport, options.queue, options.prefix)
     return BridgeSql(transport, tables)
@@ -104,7 +104,7 @@ def stage_stream_batch(
             if changed != 1:
                 raise StreamConflict(
                     f"stream {stream_id} moved past position {last} in another query: one stream id "
-                    "belongs to one streaming query (set option stream_id); nothing was received"
+                    "belongs to one streaming query (set option streamId); nothing was received"
                 )
             params = []
             for offset, message in enumerate(batch, start=1):

@@ -74,7 +74,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if state != STREAMING or input_queue != queue.name:
                     raise ConfigurationError(
                         f"stream id {self.stream_id} is used by a {state} run on {input_queue}; "
-                        "choose another stream_id"
+                        "choose another streamId"
                     )
                 return int(json.loads(summary)["position"])
             try:
