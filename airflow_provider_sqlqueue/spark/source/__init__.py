@@ -8,7 +8,8 @@ One module per part:
 - ``batch.py``: the batch reader, :func:`ack_read` and :func:`release_read`;
 - ``stream.py``: the stream reader, offsets as staging positions;
 - ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
-- ``rows.py``: the columns of the rows it returns.
+- ``rows.py``: the columns of the rows it returns;
+- ``writer.py``: the write side (``df.write``).
 
 ``SqlQueueDataSource`` is exported by ``airflow_provider_sqlqueue.spark``. PySpark is imported when the
 data source, ``ack_read`` or ``release_read`` is first used, not when the package is imported.
