@@ -175,6 +175,41 @@ def test_batch_read_of_a_failed_job_loses_nothing(spark, target, queues) -> None
         reader(spark, source_options(target)).count()
 
 
+# ---- the stream reader's calls, without a query ---------------------------------------------------------
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(target, queues) -> None:
+    """latestOffset receives up to the limit into staging, hands out rows already staged beyond start
+    before receiving more, read returns them by position, commit deletes through the end; a receive that
+    starts from a stale position (another query moved the stream) rolls back, its messages still queued."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.staging import StreamConflict, bridge_sql, stage_stream_batch
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = send_orders(queues, 25)
+    options = SourceOptions.parse(source_options(target, maxMessagesPerTrigger="10", batchSize="4"))
+    stream_reader = SqlQueueStreamReader(options)
+    start = stream_reader.initialOffset()
+    assert start == {"position": 0}
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    assert end == {"position": 10} and queues.queue("orders").count() == 15
+    assert stream_reader.latestOffset(start, ReadMaxRows(6)) == {"position": 6}  # staged rows first
+    assert queues.queue("orders").count() == 15
+    partitions = stream_reader.partitions(start, end)
+    rows = [row for partition in partitions for row in stream_reader.read(partition)]
+    assert [row[0] for row in rows] == message_ids(sent)[:10] and [row[2] for row in rows] == list(
+        range(1, 11)
+    )
+    stream_reader.commit(end)
+    assert staged_under(queues, "stream:orders") == 0
+    queue = queues.queue("orders")
+    with pytest.raises(StreamConflict, match="one stream id belongs to one streaming query"):
+        stage_stream_batch(queues, queue, bridge_sql(queues, options), "stream:orders", 5, 3)
+    assert queue.count() == 15 and staged_under(queues, "stream:orders") == 0
+    assert stream_reader.latestOffset(end, ReadMaxRows(100)) == {"position": 25}
+    assert queue.count() == 0
+
+
 # ---- streams -----------------------------------------------------------------------------------------------
 def stream(spark, options: dict[str, str]):
     stream_reader = spark.readStream.format("sqlqueue")
