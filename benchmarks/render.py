@@ -29,6 +29,7 @@ from pages import (
     reliability_page,
     scale_tables,
     spark_drain,
+    spark_source,
     transcribed_text,
 )
 from pages.blocks import ROOT, replace_blocks
@@ -46,7 +47,7 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "reliability.md": reliability_page.blocks,
     ROOT / "docs" / "performance.md": performance_page.blocks,
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
-    ROOT / "docs" / "spark.md": spark_drain.spark_page_blocks,
+    ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
     ROOT / "docs" / "dba.md": scale_tables.dba_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
     ROOT / "docs" / "concurrency.md": transcribed_text.concurrency_blocks,

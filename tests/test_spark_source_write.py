@@ -36,18 +36,23 @@ FAULT_LOG, rows_of, table = jobs.FAULT_LOG, jobs.rows_of, jobs.table
 
 @pytest.fixture(scope="module")
 def sqlqueue(spark):
-    """The session with the ``sqlqueue`` data source registered: the package's, else the test's writer."""
+    """The session with the package's ``sqlqueue`` data source registered, and the tests' failing column
+    shipped to the workers."""
+    from airflow_provider_sqlqueue.spark import SqlQueueDataSource
+
     spark.sparkContext.addPyFile(str(HERE / "sqlqueue_write_source.py"))
-    try:
-        from airflow_provider_sqlqueue.spark.source import SqlQueueDataSource  # type: ignore[attr-defined]
-    except ImportError:
-        from sqlqueue_write_source import WriteOnlySqlQueueSource as SqlQueueDataSource
     spark.dataSource.register(SqlQueueDataSource)
     return spark
 
 
+def credential_options(target: Any) -> dict[str, str]:
+    """The URL without its password and the password apart, as Spark's options must hold them."""
+    url, password = split_credentials(target.url)
+    return {"url": url, **({"password": password} if password else {})}
+
+
 def write(frame: Any, target: Any, **options: str) -> None:
-    writer = frame.write.format("sqlqueue").mode("append").option("url", target.url)
+    writer = frame.write.format("sqlqueue").mode("append").options(**credential_options(target))
     if target.schema:
         writer = writer.option("defaultSchema", target.schema)
     for key, value in options.items():
@@ -76,7 +81,7 @@ def derived(run_id: str, part: int, position: int) -> uuid.UUID:
 def writer_for(target: Any, schema: Any = None, **options: str) -> SqlQueueDataSourceWriter:
     from pyspark.sql.types import LongType, StructField, StructType
 
-    given = {"url": target.url, "queue": "results", **options}
+    given = {**credential_options(target), "queue": "results", **options}
     if target.schema:
         given["defaultSchema"] = target.schema
     return SqlQueueDataSourceWriter(given, schema or StructType([StructField("order_id", LongType())]))
@@ -123,7 +128,8 @@ def test_rows_become_messages_with_their_bodies_headers_and_ids(sqlqueue, target
 
     # without a body column the row is the JSON body; save(<queue>) names the queue
     orders = sqlqueue.range(0, 30, numPartitions=3).selectExpr("id AS order_id", "id % 4 AS customer")
-    writer = orders.write.format("sqlqueue").mode("append").option("url", target.url).option("runId", "w-2")
+    writer = orders.write.format("sqlqueue").mode("append").options(**credential_options(target))
+    writer = writer.option("runId", "w-2")
     if target.schema:
         writer = writer.option("defaultSchema", target.schema)
     writer.save("results")
@@ -257,7 +263,7 @@ def test_bad_options_and_frames_are_refused_before_anything_is_sent(target, brid
     headers = T.StructType([T.StructField("headers", T.MapType(T.StringType(), T.LongType()))])
     refused("headers must be map<string,string>", headers)
     with pytest.raises(ConfigurationError, match="only appended to"):
-        SqlQueueDataSourceWriter({"url": target.url, "queue": "results"}, body_long, True)
+        SqlQueueDataSourceWriter({**credential_options(target), "queue": "results"}, body_long, True)
     assert bridge.queue("results").count() == 0
 
     # the marker table: missing is an error unless createTables lets the writer create it
@@ -274,6 +280,11 @@ def test_a_refused_write_reaches_save_and_sends_nothing(sqlqueue, target, bridge
         write(frame, target, queue="results")
     with pytest.raises(Exception, match=r"nowhere.* does not exist"):
         write(frame.select("body"), target, queue="nowhere")
+    overwrite = frame.select("body").write.format("sqlqueue").mode("overwrite").option("queue", "results")
+    if target.schema:
+        overwrite = overwrite.option("defaultSchema", target.schema)
+    with pytest.raises(Exception, match="only appended to"):
+        overwrite.options(**credential_options(target)).save()
     assert bridge.queue("results").count() == 0
 
 
@@ -297,7 +308,7 @@ def test_credentials_come_from_the_environment_and_stay_out_of_reprs_and_errors(
     base = {"queue": "results", **({"defaultSchema": target.schema} if target.schema else {})}
     monkeypatch.delenv(URL_ENV, raising=False)
     monkeypatch.delenv(PASSWORD_ENV, raising=False)
-    with pytest.raises(ConfigurationError, match=f"set {URL_ENV}"):
+    with pytest.raises(ConfigurationError, match=f"option url .*or {URL_ENV}"):
         SqlQueueDataSourceWriter(base, schema)
     if password:
         with pytest.raises(Exception) as no_password:
@@ -314,17 +325,17 @@ def test_credentials_come_from_the_environment_and_stay_out_of_reprs_and_errors(
             assert password not in repr(writer)
     if password:
         with pytest.raises(ConfigurationError) as missing:
-            SqlQueueDataSourceWriter({**base, "url": target.url, "queue": "nowhere"}, schema)
-        assert password not in str(missing.value)
+            SqlQueueDataSourceWriter({**base, **credential_options(target), "queue": "nowhere"}, schema)
+        assert "nowhere" in str(missing.value) and password not in str(missing.value)
+        with pytest.raises(ConfigurationError, match="holds a password") as in_url:
+            SqlQueueDataSourceWriter({**base, "url": target.url}, schema)
+        assert password not in str(in_url.value)
 
 
 SUBMITTED_WRITE = """
 import sys
 from pyspark.sql import SparkSession
-try:
-    from airflow_provider_sqlqueue.spark.source import SqlQueueDataSource
-except ImportError:
-    from sqlqueue_write_source import WriteOnlySqlQueueSource as SqlQueueDataSource
+from airflow_provider_sqlqueue.spark import SqlQueueDataSource
 
 spark = SparkSession.builder.getOrCreate()
 spark.dataSource.register(SqlQueueDataSource)

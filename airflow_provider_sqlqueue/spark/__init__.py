@@ -2,15 +2,21 @@
 
 ``drain_job.py`` and ``fill_job.py`` are files that ``spark-submit`` runs directly; on executors they use only
 the transport core and the database driver (no Airflow). ``SqlQueueSparkSubmitOperator`` submits them from a
-DAG. Delivery guarantees and the protocol are in docs/spark.md.
+DAG. :class:`SqlQueueDataSource` is the ``sqlqueue`` format for ``spark.read``, ``spark.readStream`` and
+``DataFrame.write`` (imported with PySpark on first use). Delivery guarantees and the protocol are in
+docs/spark.md.
 """
 
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["DRAIN_JOB", "FILL_JOB", "package_zip"]
+if TYPE_CHECKING:
+    from .source.datasource import SqlQueueDataSource
+
+__all__ = ["DRAIN_JOB", "FILL_JOB", "SqlQueueDataSource", "package_zip"]
 
 _HERE = Path(__file__).resolve().parent
 DRAIN_JOB = str(_HERE / "drain_job.py")
@@ -29,3 +35,11 @@ def package_zip(destination: str | Path) -> str:
         for path in sorted(root.rglob("*.py")):
             archive.write(path, Path(root.name) / path.relative_to(root))
     return str(destination)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SqlQueueDataSource":
+        from .source.datasource import SqlQueueDataSource
+
+        return SqlQueueDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.engine import URL, make_url
@@ -112,19 +113,34 @@ def url_from_environment(environ: dict[str, str] | None = None) -> str:
     return join_credentials(url, env.get(PASSWORD_ENV) or None)
 
 
-def url_from_option(url: str | None, environ: dict[str, str] | None = None) -> str:
-    """The full URL from an option that may be absent or lack its password (the ``sqlqueue`` data source).
+def url_from_option(
+    url: str | None, password: str | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    """The full URL for the ``sqlqueue`` data source, from its ``url`` and ``password`` options.
 
-    No URL: as :func:`url_from_environment`. A URL without a password takes ``SQLQUEUE_PASSWORD`` if set;
-    a URL with one is used as it is.
+    Spark shows a data source's options in query plans and its UI, and redacts only the values of keys
+    that look secret (``password``), so a URL holding a password is refused. No URL: ``SQLQUEUE_URL``, as
+    the shipped jobs read it. The password: the ``password`` option, else ``SQLQUEUE_PASSWORD``.
     """
-    if not url:
-        return url_from_environment(environ)
     env = os.environ if environ is None else environ
-    try:
-        stripped, password = split_credentials(url)
-    except (ArgumentError, ValueError):
-        raise ConfigurationError("the url option is not a database URL or ODBC connection string") from None
+    if url:
+        try:
+            stripped, embedded = split_credentials(url)
+        except (ArgumentError, ValueError):
+            raise ConfigurationError(
+                "the url option is not a database URL or ODBC connection string"
+            ) from None
+        if embedded:
+            raise ConfigurationError(
+                "option url holds a password, and Spark shows options in query plans: give the URL "
+                f"without it and the password in option password or {PASSWORD_ENV}"
+            )
+    else:
+        stripped = env.get(URL_ENV) or ""
+        if not stripped:
+            raise ConfigurationError(
+                f"set option url (without its password) or {URL_ENV} to the queue database's URL"
+            )
     return join_credentials(stripped, password or env.get(PASSWORD_ENV) or None)
 
 

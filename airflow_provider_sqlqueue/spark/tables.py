@@ -49,6 +49,10 @@ PROCESSING = "processing"
 COMMITTED = "committed"
 ABORTED = "aborted"
 ACTIVE_STATES = (RECEIVING, PROCESSING)
+# states of the data source's runs (spark/source/): a batch read whose messages Spark was handed and that
+# waits for its ack or release, and a stream (never orphaned: its staged rows wait for the query)
+READ = "read"
+STREAMING = "streaming"
 
 # logical column types -> engine types, for sink tables the bridge creates
 _TYPES = {
@@ -218,6 +222,14 @@ class BridgeSql:
             f"VALUES ({p}, {p}, {p}, '{RECEIVING}', 1, {self.now}, {self.now})"
         )
 
+    def insert_stream(self) -> str:
+        """A stream's row: run id, queue, sink, Summary (its last position, as JSON)."""
+        p = self.p
+        return (
+            f"INSERT INTO {self.runs} (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, "
+            f"Summary) VALUES ({p}, {p}, {p}, '{STREAMING}', 1, {self.now}, {self.now}, {p})"
+        )
+
     def restart_run(self) -> str:
         """A new job attempt on a run id: back to ``receiving`` after an abort, else keep the state."""
         p = self.p
@@ -383,6 +395,19 @@ class BridgeSql:
 
     def delete_staging(self) -> str:
         return f"DELETE FROM {self.staging} WHERE RunId = {self.p}"
+
+    def delete_staged_through(self) -> str:
+        """Drop a stream's staged rows up to a position (its ``commit(end)``)."""
+        p = self.p
+        return f"DELETE FROM {self.staging} WHERE RunId = {p} AND RowVersion <= {p}"
+
+    def set_summary_if(self) -> str:
+        """Compare-and-set of a run's Summary (a stream keeps its last position there)."""
+        p = self.p
+        return (
+            f"UPDATE {self.runs} SET Summary = {p}, HeartbeatAt = {self.now} "
+            f"WHERE RunId = {p} AND Summary = {p}"
+        )
 
     def restore(self, queue: QueueAddress) -> str:
         """Put a run's staged messages back at the end of ``queue``, in their order, Expires kept."""

@@ -1,1 +1,35 @@
-"""The ``sqlqueue`` Spark data source: ``spark.read.format("sqlqueue")``, ``df.write.format("sqlqueue")``."""
+"""The ``sqlqueue`` Spark data source (PySpark's Python Data Source API): ``spark.read``, ``spark.readStream``
+and ``DataFrame.write`` with ``format("sqlqueue")``. Guarantees and options are in docs/spark.md.
+
+One module per part:
+
+- ``options.py``: :class:`SourceOptions`, the options and credentials;
+- ``datasource.py``: :class:`SqlQueueDataSource`, the format;
+- ``batch.py``: the batch reader, :func:`ack_read` and :func:`release_read`;
+- ``stream.py``: the stream reader, offsets as staging positions;
+- ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
+- ``rows.py``: the columns of the rows it returns;
+- ``writer.py``: the write side (``df.write``).
+
+``SqlQueueDataSource`` is exported by ``airflow_provider_sqlqueue.spark``. PySpark is imported when the
+data source, ``ack_read`` or ``release_read`` is first used, not when the package is imported.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .options import SourceOptions
+
+if TYPE_CHECKING:
+    from .batch import ack_read, release_read
+
+__all__ = ["SourceOptions", "ack_read", "release_read"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ack_read", "release_read"):
+        from . import batch
+
+        return getattr(batch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

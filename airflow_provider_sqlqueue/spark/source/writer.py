@@ -13,9 +13,10 @@ re-run of the same job is). Without ``runId`` each write gets a fresh one, so th
 task attempts of that write. Ids not given in a ``message_id`` column are derived from (run id, partition,
 position), the same in every attempt.
 
-The writer is built where the write is planned (on the driver): the options are checked, the URL's
-password is taken from ``SQLQUEUE_PASSWORD`` there, and the queue and the marker table must exist, all
-before any task starts. Only then is it shipped to the executors, where each task opens its own connection.
+The writer is built where the write is planned (on the driver): the options are checked, the password is
+taken from the ``password`` option or ``SQLQUEUE_PASSWORD`` there, and the queue and the marker table must
+exist, all before any task starts. Only then is it shipped to the executors, where each task opens its
+own connection.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ __all__ = ["WRITE_OPTIONS", "PartitionSent", "SqlQueueDataSourceWriter"]
 log = logging.getLogger("airflow_provider_sqlqueue.spark.source.writer")
 
 WRITE_OPTIONS = {
-    "url": "the queue database's URL (else SQLQUEUE_URL); its password, if not in it, from SQLQUEUE_PASSWORD",
+    "url": "the queue database's URL without its password (else SQLQUEUE_URL)",
+    "password": "the database password (else SQLQUEUE_PASSWORD); never inside url: Spark shows it in plans",
     "queue": "the destination queue's address (or save(<address>))",
     "runId": "names the write: a re-run with the same runId sends only the partitions that did not commit",
     "defaultSchema": "the schema of names given without one",
@@ -103,7 +105,7 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
         self.default_schema = given.get("defaultschema") or None
         self.message_type = given.get("messagetype") or None
         self.prefix = given.get("prefix") or DEFAULT_PREFIX
-        self._url = url_from_option(given.get("url"))
+        self._url = url_from_option(given.get("url"), given.get("password"))
         check_message_columns(schema)
         self._prepare(create_tables=_flag("createTables", given.get("createtables", "false")))
 

@@ -1,0 +1,215 @@
+"""``spark.read.format("sqlqueue")``: a batch read that stages what it receives under a run id, hands Spark
+the staged rows, and keeps them staged until the application acknowledges or releases the run.
+
+A receive deletes the message, so a batch read cannot simply be repeated; but Spark evaluates a DataFrame
+again for every action and re-runs failed tasks. So planning (``partitions()``, on the driver) receives
+into staging once per run id: every later plan of the same run id, in this job or a re-run of it, reads the
+same staged rows and receives nothing. What ends a run:
+
+- :func:`ack_read` once the results are safely written: the staged rows are deleted (the run is committed);
+- :func:`release_read` to give up: the staged messages go back to the end of the input queue.
+
+Until then nothing is lost and nothing goes back by itself: a failed job leaves its messages staged under
+its run id, and a new read with that run id returns them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from ...transport import ConfigurationError, SqlQueueError, Transport
+from ..drain.runs import Heartbeat
+from ..drain.transactions import begin_write, execute, execute_counted, rows_changed
+from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
+from .options import SourceOptions
+from .staging import bridge_sql, read_staged, stage_batch
+
+__all__ = ["SqlQueueBatchReader", "StagedSlice", "ack_read", "release_read"]
+
+READ_SINK = "spark.read"
+SLICE_ROWS = 20_000
+HEARTBEAT_SECONDS = 30.0
+
+
+class StagedSlice(InputPartition):
+    """Staged rows of one run with ``low <= RowVersion < high``."""
+
+    def __init__(self, low: int, high: int) -> None:
+        super().__init__((low, high))
+        self.low = low
+        self.high = high
+
+
+def _run_id(options: SourceOptions) -> str:
+    if not options.run_id:
+        raise ConfigurationError(
+            'a batch read of sqlqueue needs option("runId", ...): the messages it receives stay staged '
+            "under that id until ack_read or release_read, and a re-run with the same id reads them again"
+        )
+    return options.run_id
+
+
+def _run_row(transport: Transport, sql: BridgeSql, run_id: str) -> tuple | None:
+    rows = execute(transport, sql.get_run(), (run_id,), write=False)
+    return tuple(rows[0]) if rows else None
+
+
+def _start(transport: Transport, sql: BridgeSql, queue: Any, run_id: str) -> str:
+    """Register the run, or resume it; return its state (``receiving`` or ``read``)."""
+    row = _run_row(transport, sql, run_id)
+    if row is None:
+        try:
+            execute(transport, sql.insert_run(), (run_id, queue.name, READ_SINK))
+            return RECEIVING
+        except SqlQueueError:
+            row = _run_row(transport, sql, run_id)  # inserted by a concurrent read
+            if row is None:
+                raise
+    state, _, input_queue, _ = row
+    if input_queue != queue.name:
+        raise ConfigurationError(f"run id {run_id} belongs to queue {input_queue}, not {queue.name}")
+    if state == COMMITTED:
+        raise ConfigurationError(
+            f"run id {run_id} was acknowledged: its messages were read and deleted. Use a new run id"
+        )
+    if state == ABORTED:
+        changed = execute_counted(transport, sql.counted(sql.restart_run()), (READ_SINK, run_id))
+        return RECEIVING if changed else _start(transport, sql, queue, run_id)
+    if state not in (RECEIVING, READ):
+        raise ConfigurationError(f"run id {run_id} is a {state} run of the drain job, not a batch read")
+    return state
+
+
+def _receive(transport: Transport, sql: BridgeSql, queue: Any, options: SourceOptions, run_id: str) -> None:
+    """Receive into staging with ``receivers`` competing threads (one connection each) until the queue is
+    empty or ``max_messages`` were taken (counting what an earlier attempt of the run staged)."""
+    quota: int | None = None
+    if options.max_messages is not None:
+        count = int(execute(transport, sql.staged_stats(), (run_id,), write=False)[0][0] or 0)
+        quota = max(options.max_messages - count, 0)
+    lock = threading.Lock()
+
+    def take(size: int) -> int:
+        nonlocal quota
+        with lock:
+            if quota is None:
+                return size
+            granted = min(size, quota)
+            quota -= granted
+            return granted
+
+    def give_back(count: int) -> None:
+        nonlocal quota
+        with lock:
+            if quota is not None:
+                quota += count
+
+    def receiver(part: int) -> None:
+        while True:
+            size = take(options.batch_size)
+            if size == 0:
+                return
+            taken = stage_batch(transport, queue, sql, run_id, size, part)
+            if taken is None or taken == 0:
+                give_back(size)
+                return
+            give_back(size - taken)
+
+    heartbeat = Heartbeat(transport, sql, run_id, HEARTBEAT_SECONDS)
+    heartbeat.start()
+    try:
+        with ThreadPoolExecutor(options.receivers, thread_name_prefix="sqlqueue-read") as pool:
+            for future in [pool.submit(receiver, part) for part in range(options.receivers)]:
+                future.result()
+    finally:
+        heartbeat.stopped.set()
+    changed = execute_counted(transport, sql.counted(sql.set_state((RECEIVING,))), (READ, run_id))
+    if changed != 1:
+        raise ConfigurationError(f"run {run_id} was released while it received; read it again")
+
+
+class SqlQueueBatchReader(DataSourceReader):
+    """Plans a batch read on the driver (receiving into staging once per run id) and reads staged slices on
+    the executors. Holds only the options: it is pickled to the executors, where each read opens its own
+    connection."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[StagedSlice]:
+        options = self.options
+        run_id = _run_id(options)
+        with options.open(pool_size=options.receivers + 1, max_overflow=1) as transport:
+            sql = bridge_sql(transport, options, check=True)
+            queue = transport.queue(options.queue)
+            if not queue.exists():
+                raise ConfigurationError(f"queue {queue.name} does not exist")
+            if _start(transport, sql, queue, run_id) == RECEIVING:
+                _receive(transport, sql, queue, options, run_id)
+            count, low, high = execute(transport, sql.staged_stats(), (run_id,), write=False)[0]
+        count = int(count or 0)
+        if not count:
+            return []
+        low, high = int(low), int(high)
+        slices = min(max(options.partitions, math.ceil(count / SLICE_ROWS)), high - low + 1)
+        edges = [low + ((high - low + 1) * i) // slices for i in range(slices)] + [high + 1]
+        return [StagedSlice(edges[i], edges[i + 1]) for i in range(slices)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, StagedSlice)
+        yield from read_staged(self.options, _run_id(self.options), partition.low, partition.high)
+
+
+def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
+    parsed = options if isinstance(options, SourceOptions) else SourceOptions.parse(options)
+    run_id = _run_id(parsed)
+    with parsed.open(pool_size=1, max_overflow=0) as transport:
+        sql = bridge_sql(transport, parsed)
+        queue = transport.queue(parsed.queue)
+        count = _end_run_in_one_transaction(transport, sql, queue, run_id, to_state)
+        if count is None:
+            row = _run_row(transport, sql, run_id)
+            if row is not None and row[0] == to_state:
+                return 0  # ended before: the call is idempotent
+            state = "unknown" if row is None else row[0]
+            raise ConfigurationError(f"run {run_id} is {state}: it cannot become {to_state}")
+    return count
+
+
+def _end_run_in_one_transaction(
+    transport: Transport, sql: BridgeSql, queue: Any, run_id: str, to_state: str
+) -> int | None:
+    """Change the run's state, put back (release) its staged messages and delete them, in one transaction;
+    None if the run was not receiving or read."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        begin_write(transport, cursor)
+        params = (to_state, run_id)
+        if rows_changed(transport, cursor, sql.counted(sql.set_state((READ, RECEIVING))), params) != 1:
+            connection.rollback()
+            return None
+        cursor.execute(sql.staged_stats(), (run_id,))
+        count = int(transport.dialect.fetch_rows(cursor)[0][0] or 0)
+        if to_state == ABORTED:
+            cursor.execute(sql.restore(queue.address), (run_id,))
+        cursor.execute(sql.delete_staging(), (run_id,))
+        connection.commit()
+    return count
+
+
+def ack_read(options: SourceOptions | Mapping[str, str]) -> int:
+    """End a batch read whose results are safe: delete its staged messages (the read's options, with
+    ``run_id``). Returns how many; 0 if it was acknowledged before."""
+    return _end_run(options, COMMITTED)
+
+
+def release_read(options: SourceOptions | Mapping[str, str]) -> int:
+    """Give a batch read up: its staged messages go back to the end of the input queue, in their order.
+    Returns how many; 0 if it was released before."""
+    return _end_run(options, ABORTED)

@@ -1,0 +1,105 @@
+"""The ``sqlqueue`` data source's options, checked once on the driver, before anything is received.
+
+Spark shows a data source's options in query plans and the UI, and redacts only keys that look secret
+(``password``). So the ``url`` option must not hold a password: it comes from the ``password`` option or
+from ``SQLQUEUE_PASSWORD``, as the shipped jobs read it; without a ``url`` option the URL comes from
+``SQLQUEUE_URL``. The resolved options are pickled to the executors with the readers (plain values only).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...transport import ConfigurationError, Transport, open_transport
+from ..config import url_from_option
+from ..tables import DEFAULT_PREFIX, check_run_id
+
+__all__ = ["SourceOptions"]
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no", ""}
+
+
+def _positive(options: Mapping[str, str], key: str, default: int | None) -> int | None:
+    text = options.get(key)
+    if text is None or str(text).strip() == "":
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ConfigurationError(f"option {key} must be a positive integer, not {text!r}") from None
+    if value < 1:
+        raise ConfigurationError(f"option {key} must be a positive integer, not {text!r}")
+    return value
+
+
+def _flag(options: Mapping[str, str], key: str) -> bool:
+    text = str(options.get(key, "")).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(f"option {key} must be true or false, not {options.get(key)!r}")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What one ``spark.read`` / ``spark.readStream`` of ``format("sqlqueue")`` asks for.
+
+    ``url`` holds the credentials and stays out of ``repr``.
+    """
+
+    url: str = field(repr=False)
+    queue: str
+    default_schema: str | None = None
+    error_queue: str | None = "error"
+    prefix: str = DEFAULT_PREFIX
+    run_id: str | None = None
+    stream_id: str | None = None
+    batch_size: int = 1000
+    max_messages: int | None = None
+    receivers: int = 1
+    partitions: int = 2
+    max_messages_per_trigger: int | None = None
+    create_tables: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> SourceOptions:
+        """Build from Spark's options and the environment. Keys are Spark's camelCase (``runId``,
+        ``maxMessagesPerTrigger``) in any case, or snake_case (``run_id``): underscores are ignored."""
+        env = os.environ if environ is None else environ
+        lowered = {str(key).lower().replace("_", ""): value for key, value in options.items()}
+        queue = str(lowered.get("queue") or "").strip()
+        if not queue:
+            raise ConfigurationError('the sqlqueue data source needs option("queue", <the input queue>)')
+        password = lowered.get("password")
+        url = url_from_option(lowered.get("url"), None if password is None else str(password), env)
+        run_id = lowered.get("runid")
+        if run_id is not None:
+            check_run_id(str(run_id))
+        stream_id = str(lowered.get("streamid") or f"stream:{queue}")
+        check_run_id(stream_id)
+        error_queue = lowered.get("errorqueue", "error")
+        return cls(
+            url=url,
+            queue=queue,
+            default_schema=lowered.get("defaultschema") or None,
+            error_queue=error_queue or None,
+            prefix=str(lowered.get("prefix") or DEFAULT_PREFIX),
+            run_id=None if run_id is None else str(run_id),
+            stream_id=stream_id,
+            batch_size=_positive(lowered, "batchsize", 1000) or 1000,
+            max_messages=_positive(lowered, "maxmessages", None),
+            receivers=_positive(lowered, "receivers", 1) or 1,
+            partitions=_positive(lowered, "partitions", 2) or 2,
+            max_messages_per_trigger=_positive(lowered, "maxmessagespertrigger", None),
+            create_tables=_flag(lowered, "createtables"),
+        )
+
+    def open(self, **options: Any) -> Transport:
+        return open_transport(
+            self.url, default_schema=self.default_schema, error_queue=self.error_queue, **options
+        )

@@ -1,0 +1,65 @@
+"""The rows the ``sqlqueue`` data source returns: the drain's messages columns (same names, same meaning),
+plus the correlation id and reply-to address, each built on the executors from one staged row."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
+from ..drain.messages import TEXT_TYPES_PATTERN, message_row, messages_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+__all__ = ["source_row", "source_schema", "staged_rows"]
+
+_TEXT = re.compile(TEXT_TYPES_PATTERN)
+
+
+def source_schema() -> StructType:
+    """``messages_schema()`` with ``correlation_id`` and ``reply_to_address`` after ``row_version``."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    fields = list(messages_schema().fields)
+    extra = [
+        StructField("correlation_id", StringType(), True),
+        StructField("reply_to_address", StringType(), True),
+    ]
+    return StructType(fields[:3] + extra + fields[3:])
+
+
+def source_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
+    """One staged row (RowVersion, Id, Headers, Body, Expires) as the columns of :func:`source_schema`."""
+    (message_id, native, position, headers, body_bytes, content_type, message_type, time_sent, expiry) = (
+        message_row(row_version, native_id, headers_text, body, expires)
+    )
+    body_text = None
+    if body_bytes is not None and _TEXT.search((content_type or "").lower()):
+        body_text = body_bytes.decode("utf-8", errors="replace")
+    return (
+        message_id,
+        native,
+        position,
+        headers.get(CORRELATION_ID),
+        headers.get(REPLY_TO_ADDRESS),
+        headers,
+        body_bytes,
+        content_type,
+        message_type,
+        body_text,
+        time_sent,
+        expiry,
+    )
+
+
+def staged_rows(cursor: Any, statement: str, params: tuple) -> Iterator[tuple]:
+    """Run a staged-slice SELECT and yield its rows as :func:`source_row` tuples."""
+    cursor.execute(statement, params)
+    while True:
+        rows = cursor.fetchmany(2000)
+        if not rows:
+            return
+        for row in rows:
+            yield source_row(*row)

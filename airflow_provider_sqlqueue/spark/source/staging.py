@@ -1,0 +1,125 @@
+"""The data source's staging: receives whose DELETE commits together with the INSERT into the bridge's staging
+table (the drain's tables, ``spark/tables.py``), and reads of staged rows by position.
+
+A batch read stages under its run id with the queue's RowVersions (as the drain does). A stream stages under
+its stream id with positions of its own: consecutive numbers after the stream's last position, kept in the
+stream's row of the runs table and advanced by a compare-and-set in the receive's transaction, so positions
+only grow in commit order and two queries on one stream id cannot both stage (the loser rolls back: its
+messages stay queued).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ...transport import ConfigurationError, Transport
+from ..drain.transactions import rows_changed, table_exists
+from ..tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
+from .options import SourceOptions
+from .rows import staged_rows
+
+__all__ = [
+    "StreamConflict",
+    "bridge_sql",
+    "position_summary",
+    "read_staged",
+    "stage_batch",
+    "stage_stream_batch",
+]
+
+
+class StreamConflict(ConfigurationError):
+    """Another query moved the stream's position: two queries share one stream id."""
+
+
+def position_summary(position: int) -> str:
+    return json.dumps({"position": position})
+
+
+def bridge_sql(transport: Transport, options: SourceOptions, *, check: bool = False) -> BridgeSql:
+    """The bridge's statements for the input queue; with ``check``, create or require its tables."""
+    tables = bridge_tables(transport, options.queue, options.prefix)
+    if check and not table_exists(transport, tables.staging):
+        if not options.create_tables:
+            raise ConfigurationError(
+                f"the bridge's tables beside {options.queue} do not exist: create them in the provisioning "
+                'step (create_bridge_tables) or set option("createTables", "true")'
+            )
+        create_bridge_tables(transport, options.queue, options.prefix)
+    return BridgeSql(transport, tables)
+
+
+def _stage(cursor: Any, sql: BridgeSql, params: list[tuple]) -> None:
+    chunk = sql.stage_rows_per_statement
+    for start in range(0, len(params), chunk):
+        part = params[start : start + chunk]
+        cursor.execute(sql.stage_rows(len(part)), [value for row in part for value in row])
+
+
+class _Stopped(Exception):
+    """The run left ``receiving`` (released by another process): the open batch rolls back."""
+
+
+def stage_batch(
+    transport: Transport, queue: Any, sql: BridgeSql, run_id: str, size: int, part: int
+) -> int | None:
+    """One receive of a batch read into staging; None when the run is no longer receiving (that batch
+    rolled back: its messages are still queued).
+
+    Expired messages are dropped and unreadable ones moved to the error queue, as every receive does; they
+    count as taken (the return value is how many the receive took, staged or not: 0 means empty).
+    """
+    try:
+        with queue.receive(size) as batch:
+            cursor = batch.connection.cursor()
+            cursor.execute(sql.run_state_shared(), (run_id,))
+            rows = transport.dialect.fetch_rows(cursor)
+            if not rows or rows[0][0] != RECEIVING:
+                raise _Stopped()
+            _stage(cursor, sql, [sql.stage_params(run_id, 1, part, message) for message in batch])
+    except _Stopped:
+        return None
+    return len(batch) + batch.expired + batch.poisoned
+
+
+def stage_stream_batch(
+    transport: Transport, queue: Any, sql: BridgeSql, stream_id: str, size: int, last: int
+) -> tuple[int, int]:
+    """One receive of a stream: the messages get positions ``last + 1 ...``; returns (taken, new last).
+
+    ``taken`` counts expired and unreadable messages too (so an empty queue is ``taken == 0``).
+    """
+    with queue.receive(size) as batch:
+        cursor = batch.connection.cursor()
+        new_last = last + len(batch)
+        if len(batch):
+            changed = rows_changed(
+                transport,
+                cursor,
+                sql.counted(sql.set_summary_if()),
+                (position_summary(new_last), stream_id, position_summary(last)),
+            )
+            if changed != 1:
+                raise StreamConflict(
+                    f"stream {stream_id} moved past position {last} in another query: one stream id "
+                    "belongs to one streaming query (set option streamId); nothing was received"
+                )
+            params = []
+            for offset, message in enumerate(batch, start=1):
+                row = list(sql.stage_params(stream_id, 1, 0, message))
+                row[1] = last + offset
+                params.append(tuple(row))
+            _stage(cursor, sql, params)
+    return len(batch) + batch.expired + batch.poisoned, new_last
+
+
+def read_staged(options: SourceOptions, run_id: str, low: int, high: int) -> Iterator[tuple]:
+    """The staged rows of ``run_id`` with ``low <= RowVersion < high``, in order, as source rows."""
+    with options.open(pool_size=1, max_overflow=0) as transport:
+        sql = bridge_sql(transport, options)
+        with transport.connection() as connection:
+            cursor = connection.cursor()
+            yield from staged_rows(cursor, sql.staged_slice(), (run_id, low, high))
+            connection.commit()

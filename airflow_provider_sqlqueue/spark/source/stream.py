@@ -1,0 +1,159 @@
+"""``spark.readStream.format("sqlqueue")``: offsets are positions in the stream's staging rows.
+
+- ``latestOffset(start, limit)`` receives from the queue into staging (each batch's DELETE and INSERT in one
+  transaction, the positions consecutive after the stream's last one) and returns the new end, at most
+  ``limit`` positions after ``start``. Rows staged beyond ``start`` by a run that died before Spark wrote
+  its offset log count first, so they are never skipped.
+- ``partitions(start, end)`` splits ``(start, end]``; ``read`` selects those staged rows on the executors.
+- ``commit(end)`` deletes the staged rows up to ``end``: Spark calls it only once the batch is in its commit
+  log, so a restarted query re-reads every batch it had not committed, from the same staged rows.
+
+So the query's checkpoint and the staging table together hold every received message until the sink's batch
+is committed: with a sink that writes each batch id once (the file sink, ``foreachBatch`` keyed by batch id)
+every message reaches it exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from ...transport import ConfigurationError, SqlQueueError, Transport
+from ..drain.transactions import execute
+from ..tables import STREAMING, BridgeSql
+from .options import SourceOptions
+from .staging import bridge_sql, position_summary, read_staged, stage_stream_batch
+
+__all__ = ["PositionRange", "SqlQueueStreamReader"]
+
+STREAM_SINK = "spark.readStream"
+
+
+class PositionRange(InputPartition):
+    """Staged rows of one stream with ``low < position <= high``."""
+
+    def __init__(self, low: int, high: int) -> None:
+        super().__init__((low, high))
+        self.low = low
+        self.high = high
+
+
+def _position(offset: dict) -> int:
+    try:
+        return int(offset["position"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigurationError(f"not an offset of the sqlqueue source: {offset!r}") from None
+
+
+class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream's reader. Spark keeps one instance on the driver for the query's life (offsets and commits)
+    and pickles it to the executors for ``read``; it holds only the options and the Trigger.AvailableNow
+    budget, and opens a connection per call."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.stream_id = str(options.stream_id)
+        self.budget: int | None = None  # Trigger.AvailableNow: how many messages may still be received
+
+    # ---- the stream's row ----------------------------------------------------------------------
+    def _last(self, transport: Transport, sql: BridgeSql, queue: Any) -> int:
+        """The stream's last position; creates the stream's row at 0 the first time."""
+        for _ in range(2):
+            rows = execute(transport, sql.get_run(), (self.stream_id,), write=False)
+            if rows:
+                state, _, input_queue, summary = rows[0]
+                if state != STREAMING or input_queue != queue.name:
+                    raise ConfigurationError(
+                        f"stream id {self.stream_id} is used by a {state} run on {input_queue}; "
+                        "choose another streamId"
+                    )
+                return int(json.loads(summary)["position"])
+            try:
+                execute(
+                    transport,
+                    sql.insert_stream(),
+                    (self.stream_id, queue.name, STREAM_SINK, position_summary(0)),
+                )
+            except SqlQueueError:
+                continue  # created concurrently
+        raise ConfigurationError(f"stream {self.stream_id}: its row could not be created")
+
+    def _open(self) -> Transport:
+        return self.options.open(pool_size=1, max_overflow=0)
+
+    # ---- Spark's calls on the driver -------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        """A new query starts before the oldest row still staged (none: at the stream's last position)."""
+        with self._open() as transport:
+            sql = bridge_sql(transport, self.options, check=True)
+            queue = transport.queue(self.options.queue)
+            last = self._last(transport, sql, queue)
+            count, low, _ = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
+        return {"position": int(low) - 1 if count else last}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_messages_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Receive no more than the messages queued now, so the query ends while senders go on."""
+        with self._open() as transport:
+            self.budget = transport.queue(self.options.queue).count()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        low = _position(start)
+        wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        with self._open() as transport:
+            sql = bridge_sql(transport, self.options)
+            queue = transport.queue(self.options.queue)
+            last = self._last(transport, sql, queue)
+            if last < low:
+                raise ConfigurationError(
+                    f"stream {self.stream_id} is at position {last}, behind the checkpoint's {low}: the "
+                    "checkpoint belongs to another stream id or database"
+                )
+            while wanted is None or last - low < wanted:
+                size = self.options.batch_size
+                if wanted is not None:
+                    size = min(size, wanted - (last - low))
+                if self.budget is not None:
+                    size = min(size, self.budget)
+                if size <= 0:
+                    break
+                taken, last = stage_stream_batch(transport, queue, sql, self.stream_id, size, last)
+                if self.budget is not None:
+                    self.budget -= taken
+                if taken < size:
+                    break
+        end = last if wanted is None else min(last, low + wanted)
+        return {"position": end}
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> list[PositionRange]:
+        low, high = _position(start), _position(end)
+        if high <= low:
+            return []
+        slices = min(self.options.partitions, high - low)
+        edges = [low + ((high - low) * i) // slices for i in range(slices)] + [high]
+        return [PositionRange(edges[i], edges[i + 1]) for i in range(slices)]
+
+    def commit(self, end: dict) -> None:
+        with self._open() as transport:
+            sql = bridge_sql(transport, self.options)
+            execute(transport, sql.delete_staged_through(), (self.stream_id, _position(end)))
+
+    # ---- the executors ---------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        assert isinstance(partition, PositionRange)
+        yield from read_staged(self.options, self.stream_id, partition.low + 1, partition.high + 1)

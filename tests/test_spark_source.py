@@ -1,0 +1,359 @@
+"""The ``sqlqueue`` Spark data source's read side on real engines: batch reads staged under a run id until
+acknowledged or released, streams whose offsets are staging positions, restarted from their checkpoints, and
+spark-submit applications killed at each point of a micro-batch.
+
+Accounting is exact: every message sent is, at the end, in the output exactly once (stream sinks keyed by
+batch id, and the file sink), or still staged / queued where the test says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
+
+from reliability_figures import counted
+from sqlalchemy.engine import make_url
+from test_spark_jobs import finish, rows_of, scalar, send_orders, spark_submit, table
+
+from airflow_provider_sqlqueue.spark import SqlQueueDataSource
+from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
+from airflow_provider_sqlqueue.spark.source import SourceOptions, ack_read, release_read
+from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
+from airflow_provider_sqlqueue.transport import ConfigurationError
+
+HERE = Path(__file__).resolve().parent
+APP = HERE / "spark_source_app.py"
+KILL_POINTS = ("after_receive", "mid_batch", "after_sink", "before_commit")
+# SQL Server: Babelfish through FreeTDS (its bed starts once per session, its Spark reads are slow)
+ENGINES = ["sqlite", "postgresql", pytest.param("sqlserver", marks=pytest.mark.slow)]
+pytest_plugins = ["reliability_figures"]  # the figures fixture
+
+
+# ---- fixtures and helpers ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark():
+    """One local[2,4] session for the module with the ``sqlqueue`` format registered."""
+    saved = {key: os.environ.get(key) for key in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("sqlqueue-source-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(SqlQueueDataSource)
+    yield session
+    session.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def queues(target):
+    """``orders`` and ``error`` queues and the bridge's tables."""
+    with target.open() as transport:
+        for name in ("orders", "error"):
+            transport.queue(name).create()
+        create_bridge_tables(transport, "orders")
+        yield transport
+
+
+def source_options(target, **extra: str) -> dict[str, str]:
+    """The data source's options for ``target``: the URL without its password, the password apart."""
+    url, password = split_credentials(target.url)
+    options = {"url": url, "queue": "orders", "batchSize": "40"}
+    if password:
+        options["password"] = password
+    if target.schema:
+        options["defaultSchema"] = target.schema
+    return options | extra
+
+
+def reader(spark, options: dict[str, str]):
+    frame_reader = spark.read.format("sqlqueue")
+    for key, value in options.items():
+        frame_reader = frame_reader.option(key, value)
+    return frame_reader.load()
+
+
+def staged_under(transport, run_id: str) -> int:
+    staging = table(transport, "sqlqueue_spark_staging")
+    p = transport.dialect.placeholder
+    return int(scalar(transport, f"SELECT count(*) FROM {staging} WHERE RunId = {p}", (run_id,)))
+
+
+def message_ids(sent) -> list[str]:
+    return [str(message.id) for message in sent]
+
+
+# ---- options, without Spark ----------------------------------------------------------------------------
+def test_options_keep_the_password_out_of_the_url_option() -> None:
+    with pytest.raises(ConfigurationError, match="holds a password"):
+        SourceOptions.parse({"url": "postgresql://app:s3cret@db/sales", "queue": "orders"})
+    with pytest.raises(ConfigurationError, match="queue"):
+        SourceOptions.parse({"url": "sqlite:////tmp/q.db"})
+    with pytest.raises(ConfigurationError, match="SQLQUEUE_URL"):
+        SourceOptions.parse({"queue": "orders"}, environ={})
+    parsed = SourceOptions.parse(
+        {"queue": "orders", "maxMessagesPerTrigger": "7", "Batch_Size": "5"},
+        environ={URL_ENV: "postgresql://app@db/sales", PASSWORD_ENV: "s3cret"},
+    )
+    assert make_url(parsed.url).password == "s3cret" and "s3cret" not in repr(parsed)
+    assert (parsed.max_messages_per_trigger, parsed.batch_size, parsed.stream_id) == (7, 5, "stream:orders")
+    with pytest.raises(ConfigurationError, match="positive integer"):
+        SourceOptions.parse({"url": "sqlite:////tmp/q.db", "queue": "orders", "batch_size": "0"})
+
+
+# ---- batch reads -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_batch_read_drains_the_queue_into_staged_rows_until_ack(spark, target, queues) -> None:
+    """A batch read receives everything (two competing receivers), every action reads the same staged
+    rows, the columns carry the messages, and ack_read deletes them; the run id cannot be read again."""
+    sent = send_orders(queues, 230)
+    options = source_options(target, run_id="nightly-1", receivers="2", partitions="3")
+    frame = reader(spark, options)
+    rows = frame.collect()
+    assert sorted(row.message_id for row in rows) == sorted(message_ids(sent))
+    assert queues.queue("orders").count() == 0 and staged_under(queues, "nightly-1") == 230
+    by_id = {str(m.id): m for m in sent}
+    for row in rows[:20]:
+        message = by_id[row.message_id]
+        assert bytes(row.body) == message.body
+        assert json.loads(row.body_text) == json.loads(message.body)
+        assert row.headers["NServiceBus.MessageId"] == row.message_id == row.native_id.lower()
+        assert row.content_type == "application/json" and row.time_sent is not None
+        assert row.correlation_id == row.headers.get("NServiceBus.CorrelationId")
+    assert frame.count() == 230  # a second action: the same staged rows, nothing received
+    send_orders(queues, 5)
+    assert reader(spark, options).count() == 230 and queues.queue("orders").count() == 5
+    assert ack_read(options) == 230 and ack_read(options) == 0
+    assert staged_under(queues, "nightly-1") == 0
+    with pytest.raises(Exception, match="was acknowledged"):
+        reader(spark, options).count()
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_batch_read_of_a_failed_job_loses_nothing(spark, target, queues) -> None:
+    """The job's action fails after the receive: the messages stay staged, a re-read of the run id returns
+    the same messages, release_read puts them back in order, and a later read takes them again."""
+    from pyspark.sql import functions as F
+
+    sent = send_orders(queues, 120)
+    options = source_options(target, runId="fails", maxMessages="100")
+    broken = F.udf(lambda _: 1 / 0, "double")
+    with pytest.raises(Exception, match="ZeroDivisionError"):
+        reader(spark, options).select(broken("body")).collect()
+    assert staged_under(queues, "fails") == 100 and queues.queue("orders").count() == 20
+    again = [row.message_id for row in reader(spark, options).orderBy("row_version").collect()]
+    assert again == message_ids(sent)[:100]
+    assert release_read(options) == 100 and release_read(options) == 0
+    assert staged_under(queues, "fails") == 0 and queues.queue("orders").count() == 120
+    retry = source_options(target, runId="fails")  # a released run id receives anew
+    received = [row.message_id for row in reader(spark, retry).collect()]
+    assert sorted(received) == sorted(message_ids(sent))
+    assert ack_read(retry) == 120
+    assert queues.queue("orders").count() == 0
+    with pytest.raises(Exception, match="runId"):
+        reader(spark, source_options(target)).count()
+
+
+# ---- the stream reader's calls, without a query ---------------------------------------------------------
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(target, queues) -> None:
+    """latestOffset receives up to the limit into staging, hands out rows already staged beyond start
+    before receiving more, read returns them by position, commit deletes through the end; a receive that
+    starts from a stale position (another query moved the stream) rolls back, its messages still queued."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.staging import StreamConflict, bridge_sql, stage_stream_batch
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = send_orders(queues, 25)
+    options = SourceOptions.parse(source_options(target, maxMessagesPerTrigger="10", batchSize="4"))
+    stream_reader = SqlQueueStreamReader(options)
+    start = stream_reader.initialOffset()
+    assert start == {"position": 0}
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    assert end == {"position": 10} and queues.queue("orders").count() == 15
+    assert stream_reader.latestOffset(start, ReadMaxRows(6)) == {"position": 6}  # staged rows first
+    assert queues.queue("orders").count() == 15
+    partitions = stream_reader.partitions(start, end)
+    rows = [row for partition in partitions for row in stream_reader.read(partition)]
+    assert [row[0] for row in rows] == message_ids(sent)[:10] and [row[2] for row in rows] == list(
+        range(1, 11)
+    )
+    stream_reader.commit(end)
+    assert staged_under(queues, "stream:orders") == 0
+    queue = queues.queue("orders")
+    with pytest.raises(StreamConflict, match="one stream id belongs to one streaming query"):
+        stage_stream_batch(queues, queue, bridge_sql(queues, options), "stream:orders", 5, 3)
+    assert queue.count() == 15 and staged_under(queues, "stream:orders") == 0
+    assert stream_reader.latestOffset(end, ReadMaxRows(100)) == {"position": 25}
+    assert queue.count() == 0
+
+
+# ---- streams -----------------------------------------------------------------------------------------------
+def stream(spark, options: dict[str, str]):
+    stream_reader = spark.readStream.format("sqlqueue")
+    for key, value in options.items():
+        stream_reader = stream_reader.option(key, value)
+    return stream_reader.load()
+
+
+def run_available_now(writer) -> list[int]:
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None
+    return [progress["numInputRows"] for progress in query.recentProgress]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_stream_into_files_with_a_read_limit_restarts_from_its_checkpoint(
+    spark, target, queues, tmp_path
+) -> None:
+    """availableNow with maxMessagesPerTrigger into a Parquet sink, stopped and restarted from the
+    checkpoint with more messages sent in between: every message once in the files, batches within the
+    limit, and the staged rows of committed batches deleted."""
+    first = send_orders(queues, 130)
+    options = source_options(target, maxMessagesPerTrigger="50")
+
+    def writer():
+        return (
+            stream(spark, options)
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        )
+
+    assert run_available_now(writer()) == [50, 50, 30]
+    second = send_orders(queues, 70)
+    assert run_available_now(writer()) == [50, 20]
+    written = [row.message_id for row in spark.read.parquet(str(tmp_path / "out")).collect()]
+    accounted = counted(message_ids(first + second), written)
+    assert accounted == {"lost": 0, "duplicated": 0} and len(written) == 200
+    assert queues.queue("orders").count() == 0
+    assert staged_under(queues, "stream:orders") <= 20  # at most the last batch, until the next commit
+
+
+def write_batch_idempotently(transport, table_name: str):
+    """A foreachBatch sink keyed by batch id: one transaction replaces the batch id's rows."""
+    target_table = table(transport, table_name)
+    p = transport.dialect.placeholder
+
+    def write(frame, batch_id: int) -> None:
+        rows = [(batch_id, row.message_id, row.native_id) for row in frame.collect()]
+        with transport.connection() as connection:
+            cursor = connection.cursor()
+            begin = transport.dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            cursor.execute(f"DELETE FROM {target_table} WHERE batch_id = {p}", (batch_id,))
+            if rows:
+                cursor.executemany(
+                    f"INSERT INTO {target_table} (batch_id, message_id, native_id) VALUES ({p}, {p}, {p})",
+                    rows,
+                )
+            connection.commit()
+
+    return write
+
+
+SINK_TABLE_COLUMNS = [
+    ("batch_id", "long", False),
+    ("message_id", "string", False),
+    ("native_id", "string", False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_stream_foreach_batch_table_sink_restarts_exactly_once(spark, target, queues, tmp_path) -> None:
+    """foreachBatch into a table keyed by batch id, two runs on one checkpoint; a second stream id on the
+    same queue competes for messages without taking any twice."""
+    create_sink_table(queues, "stream_out", SINK_TABLE_COLUMNS)
+    sent = send_orders(queues, 90)
+    options = source_options(target, maxMessagesPerTrigger="40", partitions="3")
+
+    def writer():
+        return (
+            stream(spark, options)
+            .writeStream.foreachBatch(write_batch_idempotently(queues, "stream_out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        )
+
+    assert run_available_now(writer()) == [40, 40, 10]
+    sent += send_orders(queues, 45)
+    assert run_available_now(writer()) == [40, 5]
+    written = [row[0] for row in rows_of(queues, f"SELECT message_id FROM {table(queues, 'stream_out')}")]
+    assert counted(message_ids(sent), written) == {"lost": 0, "duplicated": 0}
+    assert len(written) == 135 and queues.queue("orders").count() == 0
+
+
+# ---- killed applications --------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("point", KILL_POINTS)
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_stream_killed_at_each_point_then_restarted_delivers_exactly_once(
+    target, queues, tmp_path, point: str, figures
+) -> None:
+    """SIGKILL the whole spark-submit application (driver, JVM, Python workers) at one point of its second
+    micro-batch, then run it again on the same checkpoint: the foreachBatch table sink keyed by batch id
+    holds every message exactly once, and nothing is left queued or staged but the last batch's rows."""
+    create_sink_table(queues, "stream_out", SINK_TABLE_COLUMNS)
+    count, limit = 200, 60
+    sent = send_orders(queues, count)
+    note = tmp_path / "killed.log"
+    args = ["--queue", "orders", "--sink-table", "stream_out", "--limit", str(limit)]
+    args += ["--checkpoint", str(tmp_path / "checkpoint")]
+    if target.schema:
+        args += ["--default-schema", target.schema]
+    started = time.monotonic()
+    code, output, _ = finish(
+        spark_submit(str(APP), [*args, "--kill", point, "--note", str(note)], target.url)
+    )
+    assert code == -signal.SIGKILL, output[-5000:]
+    assert note.read_text().startswith(f"killed {point}"), output[-5000:]
+    staged_when_killed = staged_under(queues, "stream:orders")
+    in_sink_when_killed = int(scalar(queues, f"SELECT count(*) FROM {table(queues, 'stream_out')}"))
+    if point in ("after_receive", "mid_batch"):  # batch 0 in the sink, batch 1 staged only
+        assert in_sink_when_killed == limit and staged_when_killed >= limit
+    if point in ("after_sink", "before_commit"):
+        assert in_sink_when_killed == 2 * limit
+    code, output, _ = finish(spark_submit(str(APP), args, target.url))
+    assert code == 0, output[-5000:]
+    written = [row[0] for row in rows_of(queues, f"SELECT message_id FROM {table(queues, 'stream_out')}")]
+    accounted = counted(message_ids(sent), written)
+    assert accounted == {"lost": 0, "duplicated": 0} and len(written) == count
+    assert queues.queue("orders").count() == 0
+    assert staged_under(queues, "stream:orders") <= limit
+    figures(
+        engine=target.engine,
+        killed_at=point,
+        messages=count,
+        faults_injected=1,
+        staged_when_killed=staged_when_killed,
+        in_sink_when_killed=in_sink_when_killed,
+        **accounted,
+        seconds=round(time.monotonic() - started, 1),
+    )
