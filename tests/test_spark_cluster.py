@@ -7,7 +7,10 @@
   the queue (shipping is what makes it work, and a failed job loses nothing);
 - SqlQueueSparkSubmitOperator does the same from a DAG through ``dag.test()``;
 - a worker killed (with its executor and Python workers) in the middle of a drain: the job finishes on
-  the other worker and every message is in the table exactly once.
+  the other worker and every message is in the table exactly once;
+- the ``sqlqueue`` data source (tests/spark_source_cluster_app.py): a batch read and an ``availableNow``
+  streaming query read in the cluster's executors, and a worker killed mid-stream loses and duplicates
+  nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
+from reliability_figures import counted
 from spark_cluster import SparkStandalone, base_python, install_executor_site
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
 from test_spark_jobs import (
@@ -34,9 +38,11 @@ from test_spark_jobs import (
     drain_args,
     finish,
     order_ids_in_table,
+    rows_of,
     send_orders,
     spark_submit,
     staged,
+    table,
 )
 
 from airflow_provider_sqlqueue.spark import DRAIN_JOB, package_zip
@@ -47,6 +53,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark_cluster]
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "spark_faults.py"
+SOURCE_APP = HERE / "spark_source_cluster_app.py"
+SOURCE_SINK_COLUMNS = [("batch_id", "long", False), ("message_id", "string", False)]
+pytest_plugins = ["reliability_figures"]  # the figures fixture
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +96,11 @@ def submit(
     args: list[str],
     py_files: list[Path],
     executor_env: dict[str, str] | None = None,
+    app: Path | str = DRAIN_JOB,
 ) -> subprocess.Popen:
-    """The drain job on the cluster in client mode, its executors on the base Python with only the
-    dependencies in ``executor_site``; the provider reaches them only through ``py_files``."""
+    """An application (the drain job unless ``app`` says otherwise) on the cluster in client mode, its
+    executors on the base Python with only the dependencies in ``executor_site``; the provider reaches
+    them only through ``py_files``."""
     conf = {
         "spark.submit.deployMode": "client",
         "spark.pyspark.driver.python": sys.executable,
@@ -98,7 +109,24 @@ def submit(
         "spark.task.maxFailures": "4",
         **{f"spark.executorEnv.{key}": value for key, value in (executor_env or {}).items()},
     }
-    return spark_submit(DRAIN_JOB, args, url, master=cluster.master_url, py_files=py_files, conf=conf)
+    return spark_submit(str(app), args, url, master=cluster.master_url, py_files=py_files, conf=conf)
+
+
+def kill_the_worker_that_noted(
+    cluster: SparkStandalone, process: subprocess.Popen, fault_log: Path
+) -> int | None:
+    """Wait for a Python worker of the cluster to note itself in ``fault_log`` (spark_faults.note_fault),
+    then SIGKILL the Spark worker it runs under; the killed worker's index, or None if none noted itself
+    while the application ran (3 minutes at most)."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        for line in fault_log.read_text().splitlines():
+            index = cluster.worker_of(int(line.rsplit("pid=", 1)[1]))
+            if index is not None:
+                cluster.kill_worker(index)
+                return index
+        time.sleep(0.2)
+    return None
 
 
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
@@ -146,16 +174,7 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
     )
     killed = None
     try:
-        deadline = time.monotonic() + 180
-        while killed is None and time.monotonic() < deadline and process.poll() is None:
-            for line in fault_log.read_text().splitlines():
-                pid = int(line.rsplit("pid=", 1)[1])
-                index = cluster.worker_of(pid)
-                if index is not None:
-                    cluster.kill_worker(index)
-                    killed = index
-                    break
-            time.sleep(0.2)
+        killed = kill_the_worker_that_noted(cluster, process, fault_log)
         code, output, summary = finish(process)
     finally:
         if killed is not None:
@@ -200,3 +219,91 @@ def test_the_operator_drains_on_the_cluster_through_dag_test(
     with target.open() as transport:
         assert sorted(order_ids_in_table(transport)) == sorted(json.loads(m.body)["order_id"] for m in sent)
         assert transport.queue("orders").count() == 0 and staged(transport) == 0
+
+
+# ---- the sqlqueue data source ------------------------------------------------------------------------------
+def source_args(target, mode: str, sink: str, *extra: str) -> list[str]:
+    args = [mode, "--queue", "orders", "--sink-table", sink, *extra]
+    return [*args, "--default-schema", target.schema] if target.schema else args
+
+
+def message_ids_in(transport, sink: str) -> list[str]:
+    return [str(row[0]) for row in rows_of(transport, f"SELECT message_id FROM {table(transport, sink)}")]
+
+
+def source_summary(output: str) -> dict | None:
+    lines = [line for line in output.splitlines() if line.startswith("SQLQUEUE_SOURCE_SUMMARY ")]
+    return json.loads(lines[-1].split(" ", 1)[1]) if lines else None
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_the_data_source_reads_in_batch_and_streams_on_the_cluster(
+    cluster: SparkStandalone, executor_site: Path, shipped: Path, target, orders, tmp_path: Path
+) -> None:
+    """spark.read and spark.readStream of format("sqlqueue") with the provider shipped as a zip: the reads
+    run in the executors; the batch read is acknowledged, the stream runs availableNow in several batches,
+    and each sink holds every message it was sent exactly once."""
+    create_sink_table(orders, "batch_rows", SOURCE_SINK_COLUMNS)
+    create_sink_table(orders, "stream_rows", SOURCE_SINK_COLUMNS)
+    read_in_batch = [str(m.id) for m in send_orders(orders, 1200)]
+    args = source_args(target, "batch", "batch_rows", "--run-id", "cluster-read", "--partitions", "3")
+    code, output, _ = finish(submit(cluster, executor_site, target.url, args, [shipped], app=SOURCE_APP))
+    assert code == 0, output[-6000:]
+    assert source_summary(output) == {"read": 1200, "acknowledged": 1200}
+    assert counted(read_in_batch, message_ids_in(orders, "batch_rows")) == {"lost": 0, "duplicated": 0}
+    assert orders.queue("orders").count() == 0 and staged(orders) == 0
+
+    streamed = [str(m.id) for m in send_orders(orders, 900)]
+    args = source_args(target, "stream", "stream_rows", "--checkpoint", str(tmp_path / "checkpoint"))
+    code, output, _ = finish(
+        submit(cluster, executor_site, target.url, [*args, "--limit", "300"], [shipped], app=SOURCE_APP)
+    )
+    assert code == 0, output[-6000:]
+    summary = source_summary(output)
+    assert summary is not None and len(summary["batches"]) == 3, output[-6000:]
+    assert counted(streamed, message_ids_in(orders, "stream_rows")) == {"lost": 0, "duplicated": 0}
+    assert orders.queue("orders").count() == 0 and staged(orders) <= 300
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_worker_killed_mid_stream_loses_and_duplicates_nothing(
+    cluster: SparkStandalone, executor_site: Path, shipped: Path, target, orders, tmp_path: Path, figures
+) -> None:
+    """A slowed availableNow stream of the data source; the worker running one of its partitions is killed
+    with everything under it. Spark runs the partition again on the other worker from the same staged rows,
+    and the foreachBatch sink keyed by batch id holds every message exactly once."""
+    create_sink_table(orders, "stream_rows", SOURCE_SINK_COLUMNS)
+    sent = [str(m.id) for m in send_orders(orders, 600)]
+    fault_log = tmp_path / "faults.log"
+    fault_log.touch()
+    args = source_args(target, "stream", "stream_rows", "--checkpoint", str(tmp_path / "checkpoint"))
+    args += ["--limit", "200", "--slow", "0.02"]
+    started = time.monotonic()
+    process = submit(
+        cluster,
+        executor_site,
+        target.url,
+        args,
+        [shipped, FAULTS],
+        {"SQLQUEUE_SPARK_FAULT_LOG": str(fault_log)},
+        app=SOURCE_APP,
+    )
+    killed = None
+    try:
+        killed = kill_the_worker_that_noted(cluster, process, fault_log)
+        code, output, _ = finish(process)
+    finally:
+        if killed is not None:
+            cluster.start_worker(killed)
+    assert killed is not None, "no executor of the cluster started a slow partition"
+    assert code == 0, output[-6000:]
+    accounted = counted(sent, message_ids_in(orders, "stream_rows"))
+    assert accounted == {"lost": 0, "duplicated": 0}
+    assert orders.queue("orders").count() == 0 and staged(orders) <= 200
+    figures(
+        engine=target.engine,
+        messages=len(sent),
+        workers_killed=1,
+        **accounted,
+        seconds=round(time.monotonic() - started, 1),
+    )
