@@ -8,8 +8,9 @@ never the other way round. Statements use the parameter style of the engine's DB
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
@@ -18,6 +19,38 @@ from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, SqlQueueError
 
 Layout = Literal["clustered", "heap"]
+StorageParameters = tuple[tuple[str, str], ...]
+
+_STORAGE_PARAMETER_NAME = re.compile(r"(toast\.)?[a-z][a-z0-9_]*")
+_STORAGE_PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def storage_parameters(given: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> StorageParameters:
+    """``given`` as validated ``(name, value)`` pairs. DDL cannot bind values, so a name must be a plain
+    lower-case word (``toast.`` allowed) and a value a number, a boolean or a plain word."""
+    pairs = list(given.items()) if isinstance(given, Mapping) else list(given)
+    result = []
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise ValueError(f"storage_parameters takes a mapping of name to value, not {given!r}")
+        name, value = pair
+        if not isinstance(name, str) or not _STORAGE_PARAMETER_NAME.fullmatch(name):
+            raise ValueError(f"storage parameter name {name!r} is not a plain lower-case name")
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            text = repr(value)
+        elif isinstance(value, str) and _STORAGE_PARAMETER_VALUE.fullmatch(value):
+            text = value
+        else:
+            raise ValueError(
+                f"storage parameter {name} takes a number, a boolean or a plain word, not {value!r}"
+            )
+        result.append((name, text))
+    names = [name for name, _ in result]
+    if len(set(names)) != len(names):
+        raise ValueError(f"storage_parameters names a parameter twice: {names}")
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -28,15 +61,23 @@ class TableOptions:
     RowVersion index, ``heap`` the reference's later non-clustered RowVersion index with a filtered Expires
     index; ``unicode_headers=False`` gives the seeds' ``varchar(max)`` Headers. ``body_string`` adds the
     human-readable computed ``BodyString`` column on every engine.
+
+    ``storage_parameters`` matter on PostgreSQL only: the table's ``WITH (...)`` storage parameters. None
+    (the default) gives the dialect's ``default_storage_parameters`` (on PostgreSQL autovacuum then vacuums
+    the table after every 1,000 dead rows, unthrottled, so a drained table's storage comes back by itself);
+    a mapping replaces them, ``{}`` creates the table with none. Other engines have none and ignore them.
     """
 
     layout: Layout = "clustered"
     unicode_headers: bool = True
     body_string: bool = False
+    storage_parameters: StorageParameters | Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in ("clustered", "heap"):
             raise ValueError(f"layout must be 'clustered' or 'heap', not {self.layout!r}")
+        if self.storage_parameters is not None:
+            object.__setattr__(self, "storage_parameters", storage_parameters(self.storage_parameters))
 
 
 @dataclass(frozen=True)
@@ -93,6 +134,8 @@ class Dialect(ABC):
     send_batch_rows: ClassVar[int]
     placeholder: ClassVar[str]
     single_writer: ClassVar[bool] = False
+    # The storage parameters (``WITH (...)``) a new queue table gets unless TableOptions names its own.
+    default_storage_parameters: ClassVar[StorageParameters] = ()
 
     # ---- names ---------------------------------------------------------------------------------
     @abstractmethod
