@@ -99,6 +99,24 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class TableStorage:
+    """What a queue table takes on disk and what deleted rows left in it, with the maintenance that calls
+    for. PostgreSQL's figures only: elsewhere ``applicable`` is False and ``note`` says why nothing is to be
+    scheduled. A figure this role may not read is None, and ``note`` says which and why."""
+
+    applicable: bool
+    note: str = ""
+    storage_parameters: StorageParameters | None = None
+    live_tuples: int | None = None
+    dead_tuples: int | None = None
+    last_vacuum: datetime | None = None
+    last_autovacuum: datetime | None = None
+    table_bytes: int | None = None
+    index_bytes: int | None = None
+    advice: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Row:
     """A deleted queue row as every dialect returns it."""
 
@@ -372,6 +390,25 @@ class Dialect(ABC):
     @abstractmethod
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         """Check the indexes and column types of an existing table; never raises for a finding."""
+
+    # ---- storage: what deleted rows leave behind (PostgreSQL's vacuum) -------------------------
+    # Why a queue table on this engine needs no scheduled vacuum; empty where it may (PostgreSQL).
+    storage_note: ClassVar[str] = ""
+
+    def table_storage(self, cursor: Any, address: QueueAddress) -> TableStorage:
+        """Storage figures and maintenance advice for an existing table, read from the catalog and the
+        statistics views; never raises for what the role may not read."""
+        return TableStorage(applicable=False, note=self.storage_note)
+
+    def vacuum_table(self, address: QueueAddress) -> str | None:
+        """The plain (not FULL) vacuum of one table, run outside a transaction; None where the engine
+        gives deleted rows' storage back by itself."""
+        return None
+
+    def vacuum_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """Query returning (may this role vacuum the table, its size in bytes with indexes); None where
+        :meth:`vacuum_table` is None."""
+        return None
 
     def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
         """Whether RowVersion leads a clustered index (SQL Server's ``clustered`` layout), read from the

@@ -27,7 +27,8 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .base import Dialect, Finding, IndexSpec, StorageParameters, TableOptions
+from .base import Finding, IndexSpec, StorageParameters, TableOptions
+from .postgres_storage import PostgresStorage
 
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _RETURNING = (
@@ -93,7 +94,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(PostgresStorage):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"
@@ -171,12 +172,6 @@ class PostgresDialect(Dialect):
         if not parameters:
             return ""
         return " WITH (\n" + ",\n".join(f"    {name} = {value}" for name, value in parameters) + "\n)"
-
-    def set_storage_parameters(self, address: QueueAddress, parameters: StorageParameters) -> str:
-        """``ALTER TABLE ... SET (...)``: gives an existing table the storage parameters (no rewrite, takes
-        only a brief SHARE UPDATE EXCLUSIVE lock for the autovacuum ones)."""
-        settings = ", ".join(f"{name} = {value}" for name, value in parameters)
-        return f"ALTER TABLE {self.qualified_name(address)} SET ({settings})"
 
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
         table = self.qualified_name(address)
@@ -290,8 +285,9 @@ class PostgresDialect(Dialect):
         if not type(cursor).__module__.startswith("psycopg") or any(row[3] is not None for row in rows):
             return False
         columns = _COPY_COLUMNS if with_recoverable else _COPY_COLUMNS_WITHOUT_RECOVERABLE
+        # COPY runs without parameters, so psycopg leaves '%%' as it is: the name is written plain.
         with cursor.copy(
-            f"COPY {self.qualified_name(address)} ({columns}) FROM STDIN (FORMAT BINARY)"
+            f"COPY {self.display_sql(self.qualified_name(address))} ({columns}) FROM STDIN (FORMAT BINARY)"
         ) as copy:
             if with_recoverable:
                 copy.set_types(_COPY_TYPES)
