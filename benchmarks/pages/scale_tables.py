@@ -319,6 +319,55 @@ def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> li
     return lines
 
 
+def storage_return_paragraph(doc: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """docs/dba.md's bound: how long after a drain a table created with the package's storage parameters
+    took to give its storage back without a manual VACUUM, beside the run with the server's defaults."""
+    (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
+    meta = doc["meta"]
+    drains = [drain for drain in result["drains"] if drain["autovacuum"] and drain.get("storage_return")]
+    parameters = ", ".join(f"`{entry}`" for entry in drains[0]["before"]["storage_parameters"]) or "none"
+    load = meta["load_average_before"][0]
+    busy = "; other work shared the CPUs" if load > meta["machine"]["cpus"] else ""
+    lines = [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
+        f"`{meta['command']}`, kept as `docs/benchmarks/storage-return.json`; load average {load:.1f} at the "
+        f"start{busy}), queues created by the package (storage parameters "
+        f"{parameters}), one consumer draining each with `receive(max_messages=100)`, the server's "
+        "`autovacuum_naptime` of 1 min, then the table's size polled every 5 s with no manual `VACUUM`:",
+        "",
+        "| queued rows | size after the drain | autovacuum runs during the drain | storage back after | "
+        "back to | with the server's defaults |",
+        "|--:|--:|--:|--:|--:|--:|",
+    ]
+    (old,) = [r for r in defaults["scale"] if r["engine"] == "postgresql"]
+    before = {d["rows"]: d for d in old["drains"] if d["autovacuum"] and d.get("storage_return")}
+    for drain in drains:
+        back = drain["storage_return"]
+        last = back["samples"][-1]
+        during = drain["after"]["autovacuum_count"] - drain["before"]["autovacuum_count"]
+        after = (
+            f"**{back['back_after_seconds']:.0f} s**"
+            if back["back_after_seconds"] is not None
+            else f"not within {back['wait_seconds']:.0f} s"
+        )
+        default = before.get(drain["rows"])
+        lines.append(
+            f"| {drain['rows']:,} | {_mib(back['samples'][0][1])} | {during} | {after} | {_mib(last[1])} | "
+            + (_returned(default).replace(f" at {drain['rows']:,} rows", "") if default else "-")
+            + " |"
+        )
+    longest = max(
+        (d["storage_return"]["back_after_seconds"] for d in drains if d["storage_return"]["back_after_seconds"]),
+        default=None,
+    )
+    if longest is not None and all(d["storage_return"]["back_after_seconds"] is not None for d in drains):
+        lines += [
+            "",
+            f"Every drain's storage came back within {longest:.0f} s, up to {drains[-1]['rows']:,} rows.",
+        ]
+    return lines
+
+
 def deep_explain_paragraph(doc: dict[str, Any]) -> list[str]:
     """docs/dba.md's evidence: the pages the receive's pick reads over a drain, from the start and after
     the low-water mark (benchmarks/explain_drain.py)."""
@@ -352,8 +401,13 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     before_path = ROOT / "docs" / "data" / "raw" / "scale-c687d42.json"
     before = json.loads(before_path.read_text(encoding="utf-8")) if before_path.exists() else None
     explained = json.loads((folder / "deep-explain.json").read_text(encoding="utf-8"))
+    returned = json.loads((folder / "storage-return.json").read_text(encoding="utf-8"))
     return {
         "dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale, before)),
+        "dba-storage-return": (
+            "docs/benchmarks/storage-return.json",
+            storage_return_paragraph(returned, scale),
+        ),
         "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
         **data_blocks("babelfish.json"),
     }
