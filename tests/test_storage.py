@@ -234,3 +234,15 @@ def test_other_engines_say_there_is_nothing_to_schedule(target: EngineTarget) ->
     assert not storage.applicable and storage.note.startswith("not applicable")
     assert storage.dead_tuples is None and storage.advice == ()
     assert not result.ran and result.note == storage.note
+
+
+def test_the_provision_operator_passes_storage_parameters_and_refuses_bad_ones_when_parsed() -> None:
+    from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
+
+    operator = ProvisionQueuesOperator(
+        task_id="provision", endpoint="Sales", storage_parameters={"autovacuum_vacuum_threshold": 50}
+    )
+    assert operator.options.storage_parameters == (("autovacuum_vacuum_threshold", "50"),)
+    assert ProvisionQueuesOperator(task_id="default", endpoint="Sales").options.storage_parameters is None
+    with pytest.raises(ValueError, match="storage parameter"):
+        ProvisionQueuesOperator(task_id="bad", endpoint="Sales", storage_parameters={"x); --": 1})

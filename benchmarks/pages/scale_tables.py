@@ -356,14 +356,12 @@ def storage_return_paragraph(doc: dict[str, Any], defaults: dict[str, Any]) -> l
             + (_returned(default).replace(f" at {drain['rows']:,} rows", "") if default else "-")
             + " |"
         )
-    longest = max(
-        (d["storage_return"]["back_after_seconds"] for d in drains if d["storage_return"]["back_after_seconds"]),
-        default=None,
-    )
-    if longest is not None and all(d["storage_return"]["back_after_seconds"] is not None for d in drains):
+    backs = [drain["storage_return"]["back_after_seconds"] for drain in drains]
+    if backs and None not in backs:
         lines += [
             "",
-            f"Every drain's storage came back within {longest:.0f} s, up to {drains[-1]['rows']:,} rows.",
+            f"Every drain's storage came back within {max(backs):.0f} s of its end, up to "
+            f"{drains[-1]['rows']:,} rows.",
         ]
     return lines
 
