@@ -20,7 +20,8 @@ from .base import Dialect, StorageParameters, TableStorage
 DEAD_ROWS_WORTH_A_VACUUM = 1000
 
 _CATALOG = (
-    "SELECT c.oid, c.reloptions, pg_table_size(c.oid), pg_indexes_size(c.oid), "
+    # The reloptions as text, one per line: drivers differ in what they make of a text[] (psqlODBC: '{...}').
+    "SELECT c.oid, array_to_string(c.reloptions, chr(10)), pg_table_size(c.oid), pg_indexes_size(c.oid), "
     "has_table_privilege('pg_catalog.pg_stat_user_tables', 'SELECT') "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
@@ -30,9 +31,10 @@ _STATISTICS = (
 )
 
 
-def parse_reloptions(reloptions: Sequence[str] | None) -> StorageParameters:
-    """``pg_class.reloptions`` (``name=value`` strings) as pairs."""
-    return tuple(tuple(entry.split("=", 1)) for entry in reloptions or ())  # type: ignore[misc]
+def parse_reloptions(reloptions: str | None) -> StorageParameters:
+    """``pg_class.reloptions`` (``name=value`` lines) as pairs."""
+    lines = (reloptions or "").splitlines()
+    return tuple((name, value) for name, _, value in (line.partition("=") for line in lines if line))
 
 
 class PostgresStorage(Dialect):
