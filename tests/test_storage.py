@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from airflow_provider_sqlqueue.transport import (
     PermissionDenied,
+    QueueNotFound,
     TableOptions,
     TableQueue,
     TableStorage,
@@ -232,6 +233,7 @@ def test_other_engines_say_there_is_nothing_to_schedule(target: EngineTarget) ->
         assert queue.count() == 10
 
     assert not storage.applicable and storage.note.startswith("not applicable")
+    assert "Babelfish" in storage.note if target.babelfish else "Babelfish" not in storage.note
     assert storage.dead_tuples is None and storage.advice == ()
     assert not result.ran and result.note == storage.note
 
@@ -246,3 +248,13 @@ def test_the_provision_operator_passes_storage_parameters_and_refuses_bad_ones_w
     assert ProvisionQueuesOperator(task_id="default", endpoint="Sales").options.storage_parameters is None
     with pytest.raises(ValueError, match="storage parameter"):
         ProvisionQueuesOperator(task_id="bad", endpoint="Sales", storage_parameters={"x); --": 1})
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_storage_and_vacuum_of_a_missing_queue_say_so(target: EngineTarget) -> None:
+    with target.open() as transport:
+        missing = transport.queue("nope")
+        with pytest.raises(QueueNotFound):
+            missing.storage()
+        with pytest.raises(QueueNotFound):
+            missing.vacuum()

@@ -39,8 +39,8 @@ class VacuumResult:
 
 def table_storage(transport: Transport, address: QueueAddress) -> TableStorage:
     """The table's storage figures and maintenance advice (read-only; the runtime role may run it)."""
-    dialect = transport.dialect
     with transport.connection(address) as connection:
+        dialect = transport.dialect  # read once connected: the engine's variant is known from then on
         cursor = connection.cursor()
         if not table_exists_on(cursor, dialect, address):
             raise QueueNotFound(f"queue {address} does not exist")
@@ -58,15 +58,19 @@ def vacuum_table(transport: Transport, address: QueueAddress) -> VacuumResult:
     the pages back needs a moment's exclusive lock, which the vacuum skips if they hold the table). Needs
     the table's owner (or, on PostgreSQL 17, the MAINTAIN privilege): PermissionDenied otherwise.
     """
-    dialect = transport.dialect
-    statement, check = dialect.vacuum_table(address), dialect.vacuum_check(address)
+    with transport.connection(address) as connection:
+        dialect = transport.dialect  # read once connected: the engine's variant is known from then on
+        cursor = connection.cursor()
+        if not table_exists_on(cursor, dialect, address):
+            raise QueueNotFound(f"queue {address} does not exist")
+        statement, check = dialect.vacuum_table(address), dialect.vacuum_check(address)
+        rows = []
+        if statement is not None and check is not None:
+            cursor.execute(*check)
+            rows = dialect.fetch_rows(cursor)
+        connection.commit()
     if statement is None or check is None:
         return VacuumResult(str(address), ran=False, note=dialect.storage_note)
-    with transport.connection(address) as connection:
-        cursor = connection.cursor()
-        cursor.execute(*check)
-        rows = dialect.fetch_rows(cursor)
-        connection.commit()
     if not rows:
         raise QueueNotFound(f"queue {address} does not exist")
     allowed, bytes_before = rows[0]
