@@ -258,3 +258,34 @@ def test_storage_and_vacuum_of_a_missing_queue_say_so(target: EngineTarget) -> N
             missing.storage()
         with pytest.raises(QueueNotFound):
             missing.vacuum()
+
+
+@postgres_only
+def test_a_vacuum_that_cannot_take_the_table_keeps_its_pages_and_inspect_still_advises_one(
+    target: EngineTarget, postgres_server: PostgresServer
+) -> None:
+    """A reader holding the table while the vacuum asks for its brief exclusive lock: the dead rows go, the
+    empty pages stay, and no autovacuum would come for them (no dead rows left to count)."""
+    import psycopg
+
+    with target.open() as transport:
+        queue = transport.queue("orders")
+        queue.create(NO_AUTOVACUUM)
+        queue.send_batch([b"x" * 1024] * 10_000)
+        while True:
+            with queue.receive(1000) as batch:
+                if not batch:
+                    break
+        dsn = make_url(target.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn) as reader:
+            reader.execute(f'SELECT 1 FROM "{target.schema}"."orders" LIMIT 0')  # holds ACCESS SHARE
+            kept = queue.vacuum()
+        storage = queue.storage()
+        given_back = queue.vacuum()
+
+    assert kept.ran and kept.bytes_after is not None and kept.bytes_after > kept.bytes_before / 2, kept
+    assert storage.dead_tuples == 0 and storage.live_tuples == 0, storage
+    assert " table pages hold 0 live rows: the empty pages stay" in storage.advice[-1]
+    assert storage.advice[-1].endswith(f'run: VACUUM "{target.schema}"."orders"')
+    assert given_back.bytes_after is not None and given_back.bytes_after < kept.bytes_after / 10
+    assert heap_bytes(postgres_server, target, "orders") == 0

@@ -18,11 +18,14 @@ from .base import Dialect, StorageParameters, TableStorage
 # Dead rows above which, when they outnumber the live ones, inspect advises a VACUUM (the same number as
 # the autovacuum threshold queue tables get).
 DEAD_ROWS_WORTH_A_VACUUM = 1000
+# Table pages (8 MiB of the default 8 KiB pages) from which mostly empty ones are worth a VACUUM.
+EMPTY_PAGES_WORTH_A_VACUUM = 1024
 
 _CATALOG = (
     # The reloptions as text, one per line: drivers differ in what they make of a text[] (psqlODBC: '{...}').
     "SELECT c.oid, array_to_string(c.reloptions, chr(10)), pg_table_size(c.oid), pg_indexes_size(c.oid), "
-    "has_table_privilege('pg_catalog.pg_stat_user_tables', 'SELECT') "
+    "has_table_privilege('pg_catalog.pg_stat_user_tables', 'SELECT'), "
+    "pg_relation_size(c.oid) / current_setting('block_size')::int "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
@@ -68,7 +71,7 @@ class PostgresStorage(Dialect):
         found = cursor.fetchall()
         if not found:
             return TableStorage(applicable=True, note=f"queue table {address} not found")
-        oid, reloptions, table_bytes, index_bytes, may_read_statistics = found[0]
+        oid, reloptions, table_bytes, index_bytes, may_read_statistics, heap_pages = found[0]
         parameters = parse_reloptions(reloptions)
         statistics: Sequence[Any] = (None, None, None, None)
         note = ""
@@ -95,11 +98,16 @@ class PostgresStorage(Dialect):
             last_autovacuum=last_autovacuum,
             table_bytes=int(table_bytes),
             index_bytes=int(index_bytes),
-            advice=self._storage_advice(address, parameters, live, dead),
+            advice=self._storage_advice(address, parameters, live, dead, int(heap_pages)),
         )
 
     def _storage_advice(
-        self, address: QueueAddress, parameters: StorageParameters, live: int | None, dead: int | None
+        self,
+        address: QueueAddress,
+        parameters: StorageParameters,
+        live: int | None,
+        dead: int | None,
+        heap_pages: int,
     ) -> tuple[str, ...]:
         table = self.display_sql(self.qualified_name(address))
         settings = dict(parameters)
@@ -120,5 +128,13 @@ class PostgresStorage(Dialect):
             advice.append(
                 f"{int(dead):,} dead rows against {int(live or 0):,} live: their storage comes back at the "
                 f"next vacuum; to have it now, run: VACUUM {table}"
+            )
+        elif live is not None and heap_pages >= EMPTY_PAGES_WORTH_A_VACUUM and heap_pages > 4 * max(live, 1):
+            # Even at one row a page, the live rows fill under a quarter of the pages: the rest are empty,
+            # and no autovacuum will come for them, since no dead rows are left to count (a vacuum that
+            # could not take the table's lock for a moment kept them for reuse).
+            advice.append(
+                f"{heap_pages:,} table pages hold {int(live):,} live rows: the empty pages stay until a "
+                f"vacuum gives them back, and autovacuum will not run for them; run: VACUUM {table}"
             )
         return tuple(advice)
