@@ -29,6 +29,7 @@ PACKAGE_PARAMETERS = [
     "autovacuum_vacuum_scale_factor=0",
     "autovacuum_vacuum_threshold=1000",
     "autovacuum_vacuum_cost_delay=0",
+    "vacuum_index_cleanup=on",
 ]
 # Autovacuum off for the tables whose dead rows a test counts: it must not clean them up first.
 NO_AUTOVACUUM = TableOptions(storage_parameters={"autovacuum_enabled": False})
@@ -288,4 +289,34 @@ def test_a_vacuum_that_cannot_take_the_table_keeps_its_pages_and_inspect_still_a
     assert " table pages hold 0 live rows: the empty pages stay" in storage.advice[-1]
     assert storage.advice[-1].endswith(f'run: VACUUM "{target.schema}"."orders"')
     assert given_back.bytes_after is not None and given_back.bytes_after < kept.bytes_after / 10
+    assert heap_bytes(postgres_server, target, "orders") == 0
+
+
+def receive_all_but(queue: TableQueue, left: int) -> None:
+    while queue.count() > left:
+        with queue.receive(min(1000, queue.count() - left)):
+            pass
+
+
+@postgres_only
+@pytest.mark.parametrize("made", ["by the package", "without its settings"])
+def test_the_last_rows_of_a_drain_do_not_pin_its_pages(
+    target: EngineTarget, postgres_server: PostgresServer, made: str
+) -> None:
+    """A vacuum that finds few dead rows on a large table skips the indexes unless told not to, and leaves
+    the rows' line pointers in their pages, which then cannot be given back. The tables' own setting covers
+    autovacuum (a plain VACUUM here stands for it); ``vacuum()`` asks for the index cleanup itself."""
+    table = f'"{target.schema}"."orders"'
+    with target.open() as transport:
+        queue = transport.queue("orders")
+        queue.create(storage_parameters=None if made == "by the package" else {})
+        queue.send_batch([b"x" * 1024] * 20_000)
+        receive_all_but(queue, 200)
+        postgres_server.execute(f"VACUUM {table}")  # during the drain: the head's rows go
+        receive_all_but(queue, 0)  # the last 1 %: a vacuum would skip the indexes for so few
+        if made == "by the package":
+            postgres_server.execute(f"VACUUM {table}")
+        else:
+            queue.vacuum()
+
     assert heap_bytes(postgres_server, target, "orders") == 0

@@ -106,10 +106,13 @@ class PostgresDialect(PostgresStorage):
     # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
     # and runs on it unthrottled: a drained table's pages are all empty, and the vacuum that follows gives
     # them back to the file system by itself (docs/dba.md, "Deep queues on PostgreSQL", has the figures).
+    # Index cleanup always: a vacuum that finds few dead rows on a large table otherwise skips the indexes
+    # and leaves the rows' line pointers in the pages, which are then not empty and never given back.
     default_storage_parameters = (
         ("autovacuum_vacuum_scale_factor", "0"),
         ("autovacuum_vacuum_threshold", "1000"),
         ("autovacuum_vacuum_cost_delay", "0"),
+        ("vacuum_index_cleanup", "on"),
     )
 
     def quote(self, identifier: str) -> str:
