@@ -360,10 +360,10 @@ def test_inspect_shows_the_storage_and_advises_vacuum_after_a_drain(run, queues)
     assert storage["storage_parameters"] == {"autovacuum_enabled": "off"}
     assert storage["live_tuples"] == 0 and storage["dead_tuples"] == 3000
     assert storage["table_bytes"] > 3000 * 1024 and storage["last_vacuum"] is None
-    assert storage["advice"][-1].endswith(f"run: VACUUM {table}")
+    assert storage["advice"][-1].endswith(f"run: VACUUM (INDEX_CLEANUP ON) {table}")
     text = " ".join(human.out.split())
     assert "storage parameters: autovacuum_enabled=off" in text and "3,000 dead" in text
-    assert "advice: 3,000 dead rows against 0 live" in text and f"VACUUM {table}" in text
+    assert "advice: 3,000 dead rows against 0 live" in text and f"VACUUM (INDEX_CLEANUP ON) {table}" in text
 
 
 def test_create_leaves_an_index_missing_from_an_existing_table_unless_asked(run, queues) -> None:

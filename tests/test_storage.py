@@ -134,7 +134,7 @@ def test_storage_reports_the_dead_rows_of_a_drain_and_advises_vacuum(target: Eng
     off, dead = storage.advice
     assert "autovacuum is off for this table" in off
     assert f"{DRAINED:,} dead rows against 0 live" in dead
-    assert dead.endswith(f'run: VACUUM "{target.schema}"."orders"')
+    assert dead.endswith(f'run: VACUUM (INDEX_CLEANUP ON) "{target.schema}"."orders"')
 
 
 @postgres_only
@@ -164,7 +164,7 @@ def test_vacuum_of_a_queue_with_a_hostile_name(target: EngineTarget, postgres_se
         storage = settled_storage(queue, DRAINED)
         result = queue.vacuum()
 
-    assert storage.advice[-1].endswith(f'run: VACUUM "{target.schema}"."or""ders%s; --"')
+    assert storage.advice[-1].endswith(f'run: VACUUM (INDEX_CLEANUP ON) "{target.schema}"."or""ders%s; --"')
     assert result.ran and result.bytes_after is not None and result.bytes_after < result.bytes_before
     assert heap_bytes(postgres_server, target, name.replace('"', '""')) == 0
 
@@ -287,7 +287,7 @@ def test_a_vacuum_that_cannot_take_the_table_keeps_its_pages_and_inspect_still_a
     assert kept.ran and kept.bytes_after is not None and kept.bytes_after > kept.bytes_before / 2, kept
     assert storage.dead_tuples == 0 and storage.live_tuples == 0, storage
     assert " table pages hold 0 live rows: the empty pages stay" in storage.advice[-1]
-    assert storage.advice[-1].endswith(f'run: VACUUM "{target.schema}"."orders"')
+    assert storage.advice[-1].endswith(f'run: VACUUM (INDEX_CLEANUP ON) "{target.schema}"."orders"')
     assert given_back.bytes_after is not None and given_back.bytes_after < kept.bytes_after / 10
     assert heap_bytes(postgres_server, target, "orders") == 0
 

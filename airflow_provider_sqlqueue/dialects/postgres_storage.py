@@ -111,13 +111,13 @@ class PostgresStorage(Dialect):
         dead: int | None,
         heap_pages: int,
     ) -> tuple[str, ...]:
-        table = self.display_sql(self.qualified_name(address))
+        vacuum = self.display_sql(self.vacuum_table(address) or "")
         settings = dict(parameters)
         advice = []
         if settings.get("autovacuum_enabled", "").lower() in ("false", "off", "no", "0"):
             advice.append(
                 "autovacuum is off for this table: deleted rows' storage comes back only by a VACUUM you "
-                f"schedule (VacuumQueuesOperator, or: VACUUM {table})"
+                f"schedule (VacuumQueuesOperator, or: {vacuum})"
             )
         elif not any(name in settings for name, _ in self.default_storage_parameters):
             advice.append(
@@ -129,7 +129,7 @@ class PostgresStorage(Dialect):
         if dead is not None and dead > DEAD_ROWS_WORTH_A_VACUUM and dead > (live or 0):
             advice.append(
                 f"{int(dead):,} dead rows against {int(live or 0):,} live: their storage comes back at the "
-                f"next vacuum; to have it now, run: VACUUM {table}"
+                f"next vacuum; to have it now, run: {vacuum}"
             )
         elif live is not None and heap_pages >= EMPTY_PAGES_WORTH_A_VACUUM and heap_pages > 4 * max(live, 1):
             # Even at one row a page, the live rows fill under a quarter of the pages: the rest are empty,
@@ -137,6 +137,6 @@ class PostgresStorage(Dialect):
             # could not take the table's lock for a moment kept them for reuse).
             advice.append(
                 f"{heap_pages:,} table pages hold {int(live):,} live rows: the empty pages stay until a "
-                f"vacuum gives them back, and autovacuum will not run for them; run: VACUUM {table}"
+                f"vacuum gives them back, and autovacuum will not run for them; run: {vacuum}"
             )
         return tuple(advice)
