@@ -75,6 +75,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_sqlqueue.operators.purge",
                     "airflow_provider_sqlqueue.operators.send",
                     "airflow_provider_sqlqueue.operators.spark_submit",
+                    "airflow_provider_sqlqueue.operators.vacuum",
                 ],
             }
         ],

@@ -157,8 +157,12 @@ def storage(bench: EngineBench, table: str, name: str) -> dict[str, Any]:
             "SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count FROM pg_stat_user_tables "
             f"WHERE relname = '{name}'"
         )[0]
-        size, heap = bench.query(f"SELECT pg_total_relation_size('{table}'), pg_relation_size('{table}')")[0]
+        size, heap, options = bench.query(
+            f"SELECT pg_total_relation_size('{table}'), pg_relation_size('{table}'), "
+            f"(SELECT reloptions FROM pg_class WHERE oid = '{table}'::regclass)"
+        )[0]
         return {
+            "storage_parameters": list(options or []),
             "total_bytes": int(size),
             "heap_bytes": int(heap),
             "live_tuples": int(live),

@@ -1,8 +1,11 @@
-"""Maintenance: provision an endpoint's queues, then purge expired messages every hour.
+"""Maintenance: provision an endpoint's queues, then every hour purge expired messages and vacuum them.
 
 ``ProvisionQueuesOperator`` creates ``Sales``, ``Sales.<host>``, ``error`` and ``audit`` if missing and logs
 any inspection finding with the statement that fixes it. Run it with a connection that has DDL rights;
 the purge needs only SELECT and DELETE (plus, on PostgreSQL, UPDATE on the Recoverable column).
+``VacuumQueuesOperator`` then runs a plain ``VACUUM`` of each PostgreSQL queue table, so the space of the
+hour's deleted messages comes back even on tables made without the autovacuum settings new queue tables
+get; it needs the tables' owner (the provisioning connection). On SQLite and SQL Server it runs nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator, endpoint_queues
 from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator
+from airflow_provider_sqlqueue.operators.vacuum import VacuumQueuesOperator
 
 ENDPOINT = "Sales"
 SUFFIX = "example-host"
@@ -31,4 +35,5 @@ with DAG(
         batch_size=10_000,
         max_seconds=300,
     )
-    provision >> purge
+    vacuum = VacuumQueuesOperator(task_id="vacuum", queues=endpoint_queues(ENDPOINT, instance_suffix=SUFFIX))
+    provision >> purge >> vacuum

@@ -187,7 +187,7 @@ def test_sensor_example_defers_until_more_orders_arrive_then_consumes_all(
         assert make_url(target.url).password, "the PostgreSQL connection should carry a password"
 
 
-# ---- 3. the maintenance example: provisioning twice, purging expired messages ------------------------
+# ---- 3. the maintenance example: provisioning twice, purging expired messages, vacuuming ------------
 MAINTENANCE_QUEUES = ("Sales", "Sales.example-host", "error", "audit")
 
 
@@ -215,6 +215,12 @@ def test_maintenance_example_provisions_endpoint_queues_idempotently_and_purges_
         for name in MAINTENANCE_QUEUES:
             assert transport.queue(name).exists()
         assert [body for _, _, body in rawsql.all_rows(transport.queue("Sales"))] == [b"fresh"]
+        storage = transport.queue("Sales").storage()
+    if target.engine == "postgresql":  # the vacuum task ran after the purge, on every queue
+        assert "vacuumed Sales: " in second.output and "vacuumed audit: " in second.output
+        assert storage.last_vacuum is not None
+    else:
+        assert f"nothing to vacuum for Sales: {storage.note}" in second.output
 
 
 # ---- PostgreSQL roles for least privilege and secrets ----------------------------------------------

@@ -312,6 +312,60 @@ def test_inspect_reports_findings_with_fixes(run, queues) -> None:
     assert human.err.count(create_index) == 0, "findings are not logged a second time"
 
 
+def test_script_shows_the_postgresql_storage_parameters_and_takes_others(offline) -> None:
+    run = offline
+    default = run("script", "--engine", "postgresql", "orders", database=False)
+    assert default.code == Exit.OK
+    assert (
+        ") WITH (\n    autovacuum_vacuum_scale_factor = 0,\n    autovacuum_vacuum_threshold = 1000,"
+        in default.out
+    )
+    none = run("script", "--engine", "postgresql", "orders", "--no-storage-parameters", database=False)
+    assert none.code == Exit.OK and "WITH" not in none.out
+    own = run(
+        "script", "--engine", "postgresql", "orders", "--storage-parameter", "fillfactor=90", database=False
+    )
+    assert own.code == Exit.OK and "WITH (\n    fillfactor = 90\n)" in own.out and "autovacuum" not in own.out
+    lite = run("script", "--engine", "sqlite", "orders", database=False)
+    assert lite.code == Exit.OK and "WITH" not in lite.out
+    for bad in ("fillfactor", "fillfactor=90);DROP TABLE x"):
+        refused = run(
+            "script", "--engine", "postgresql", "orders", "--storage-parameter", bad, database=False
+        )
+        assert refused.code == Exit.USAGE and "DROP" not in refused.out
+
+
+def test_inspect_shows_the_storage_and_advises_vacuum_after_a_drain(run, queues) -> None:
+    made = run("create", "drained", "--storage-parameter", "autovacuum_enabled=off")
+    assert made.code == Exit.OK
+    drained = queues.queue("drained")
+    drained.send_batch([b"x" * 1024] * 3000)
+    with drained.receive(3000) as batch:
+        assert len(batch) == 3000
+    deadline = time.monotonic() + 30
+    while True:  # the server publishes a backend's row counts about once a second
+        [report] = run("inspect", "drained", "--json").json_lines()
+        storage = report["storage"]
+        if (storage["dead_tuples"] or 0) >= 3000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    human = run("inspect", "drained")
+
+    assert report["ok"] is True and human.code == Exit.OK, "advice is not a finding"
+    if queues.dialect.name != "postgresql":
+        assert storage["applicable"] is False and storage["note"].startswith("not applicable")
+        assert f"storage: {storage['note']}" in " ".join(human.out.split())
+        return
+    table = queues.dialect.display_sql(queues.dialect.qualified_name(drained.address))
+    assert storage["storage_parameters"] == {"autovacuum_enabled": "off"}
+    assert storage["live_tuples"] == 0 and storage["dead_tuples"] == 3000
+    assert storage["table_bytes"] > 3000 * 1024 and storage["last_vacuum"] is None
+    assert storage["advice"][-1].endswith(f"run: VACUUM (INDEX_CLEANUP ON) {table}")
+    text = " ".join(human.out.split())
+    assert "storage parameters: autovacuum_enabled=off" in text and "3,000 dead" in text
+    assert "advice: 3,000 dead rows against 0 live" in text and f"VACUUM (INDEX_CLEANUP ON) {table}" in text
+
+
 def test_create_leaves_an_index_missing_from_an_existing_table_unless_asked(run, queues) -> None:
     orders = queues.queue("orders")
     sqlserver = queues.dialect.name == "sqlserver"

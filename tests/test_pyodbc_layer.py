@@ -46,3 +46,21 @@ def test_odbc_ids_and_bodies_come_back_exactly(transport) -> None:
     assert message.id == chosen
     assert message.body == b"\x00\x01\xfe\xff" * 1000
     assert message.headers["ü"] == "😀/\x00"
+
+
+def test_odbc_storage_report_and_vacuum(transport, target: EngineTarget) -> None:
+    queue = transport.queue("drained")
+    queue.create()
+    queue.send_batch([b"x" * 1024] * 2000)
+    with queue.receive(2000) as batch:
+        assert len(batch) == 2000
+    storage = queue.storage()
+    result = queue.vacuum()
+
+    if target.engine == "sqlite":
+        assert not storage.applicable and not result.ran and result.note == storage.note
+        return
+    assert dict(storage.storage_parameters or ())["autovacuum_vacuum_threshold"] == "1000"
+    assert storage.table_bytes and storage.table_bytes > 2000 * 1024
+    assert result.ran and result.bytes_before and result.bytes_after is not None
+    assert result.bytes_after < result.bytes_before / 10

@@ -103,6 +103,19 @@ def _table_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--body-string", action="store_true", help="add the readable BodyString column")
     group.add_argument("--varchar-headers", action="store_true", help="SQL Server: varchar(max) Headers")
+    storage = group.add_mutually_exclusive_group()
+    storage.add_argument(
+        "--storage-parameter",
+        action="append",
+        metavar="NAME=VALUE",
+        help="PostgreSQL: a WITH (...) storage parameter of new tables, instead of the package's autovacuum "
+        "settings (repeat for several)",
+    )
+    storage.add_argument(
+        "--no-storage-parameters",
+        action="store_true",
+        help="PostgreSQL: create tables without the package's autovacuum settings",
+    )
 
 
 def _output_options(parser: argparse.ArgumentParser, *, file_help: str) -> None:
@@ -351,9 +364,12 @@ def _parser() -> argparse.ArgumentParser:
         commands,
         "inspect",
         common,
-        "check the indexes and column types of queue tables",
+        "check the indexes and column types of queue tables, and their storage",
         f"Check that queue tables have the indexes and column types the transport expects; each finding "
-        f"comes with the statement that fixes it. Exit {int(Exit.FINDINGS)} when there are findings.",
+        f"comes with the statement that fixes it. Exit {int(Exit.FINDINGS)} when there are findings. On "
+        "PostgreSQL also show each table's storage: its storage parameters, live and dead rows, last "
+        "vacuums, table and index size, and the maintenance they call for (advice does not change the "
+        "exit status).",
         "  sqlqueue inspect --url sqlite:///queues.db orders error\n"
         "  sqlqueue inspect --conn-id sqlqueue_default orders --layout heap --json\n",
     )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from typing import Any
@@ -15,14 +16,29 @@ from ._support import CliError, Exit, connected, existing_queue, json_line, note
 
 
 def table_options(args: argparse.Namespace) -> Any:
-    """The table shape the command line asks for (``--layout``, ``--varchar-headers``, ``--body-string``)."""
+    """The table shape the command line asks for (``--layout``, ``--varchar-headers``, ``--body-string``,
+    ``--storage-parameter``, ``--no-storage-parameters``)."""
     from ..transport import TableOptions
 
-    return TableOptions(
-        layout=getattr(args, "layout", "clustered"),
-        unicode_headers=not getattr(args, "varchar_headers", False),
-        body_string=getattr(args, "body_string", False),
-    )
+    storage: dict[str, str] | None = None
+    if getattr(args, "no_storage_parameters", False):
+        storage = {}
+    elif getattr(args, "storage_parameter", None):
+        storage = {}
+        for item in args.storage_parameter:
+            name, equals, value = item.partition("=")
+            if not equals:
+                raise CliError(Exit.USAGE, f"--storage-parameter takes NAME=VALUE, not {item!r}")
+            storage[name.strip()] = value.strip()
+    try:
+        return TableOptions(
+            layout=getattr(args, "layout", "clustered"),
+            unicode_headers=not getattr(args, "varchar_headers", False),
+            body_string=getattr(args, "body_string", False),
+            storage_parameters=storage,
+        )
+    except ValueError as error:
+        raise CliError(Exit.USAGE, str(error)) from None
 
 
 # ---- create / drop -------------------------------------------------------------------------------------
@@ -136,9 +152,54 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
     return Exit.OK
 
 
+def storage_fields(storage: Any) -> dict[str, Any]:
+    """A table's storage report as JSON values (``storage_parameters`` as a name-to-value object)."""
+    fields = dataclasses.asdict(storage)
+    fields["storage_parameters"] = (
+        None if storage.storage_parameters is None else dict(storage.storage_parameters)
+    )
+    for key in ("last_vacuum", "last_autovacuum"):
+        fields[key] = None if fields[key] is None else fields[key].isoformat()
+    fields["advice"] = list(storage.advice)
+    return fields
+
+
+def _storage_lines(storage: Any) -> list[tuple[str, str]]:
+    """The text form of a storage report: (line, style) pairs."""
+    if not storage.applicable:
+        return [(f"  storage: {storage.note}", "")]
+
+    def count(value: int | None) -> str:
+        return "unknown" if value is None else f"{value:,}"
+
+    def when(value: Any) -> str:
+        return "never" if value is None else value.isoformat(timespec="seconds")
+
+    parameters = storage.storage_parameters or ()
+    lines = [
+        (
+            f"  storage: table {(storage.table_bytes or 0) / 2**20:,.1f} MiB, indexes "
+            f"{(storage.index_bytes or 0) / 2**20:,.1f} MiB; {count(storage.live_tuples)} live rows, "
+            f"{count(storage.dead_tuples)} dead; last vacuum {when(storage.last_vacuum)}, last autovacuum "
+            f"{when(storage.last_autovacuum)}",
+            "",
+        ),
+        (
+            "  storage parameters: "
+            + (", ".join(f"{name}={value}" for name, value in parameters) if parameters else "none"),
+            "",
+        ),
+    ]
+    if storage.note:
+        lines.append((f"  note: {storage.note}", "yellow"))
+    lines += [(f"  advice: {line}", "cyan") for line in storage.advice]
+    return lines
+
+
 def inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
     options = table_options(args)
     report: dict[str, list[dict[str, str]]] = {}
+    storages: dict[str, Any] = {}
     queue_logger = logging.getLogger("airflow_provider_sqlqueue.transport.queue")
     with connected(args) as transport:
         for name in dict.fromkeys(args.queues):
@@ -152,17 +213,26 @@ def inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
             report[str(queue.address)] = [
                 {"code": f.code, "message": f.message, "fix": f.fix} for f in findings
             ]
+            storages[str(queue.address)] = queue.storage()
     if args.json:
         for name, findings in report.items():
-            sys.stdout.write(json_line({"queue": name, "ok": not findings, "findings": findings}) + "\n")
+            line = {
+                "queue": name,
+                "ok": not findings,
+                "findings": findings,
+                "storage": storage_fields(storages[name]),
+            }
+            sys.stdout.write(json_line(line) + "\n")
         sys.stdout.flush()
     else:
         for name, findings in report.items():
             if not findings:
                 note(out, f"{name}: ok", "green")
-                continue
-            note(out, f"{name}: {len(findings)} finding(s)", "bold yellow")
+            else:
+                note(out, f"{name}: {len(findings)} finding(s)", "bold yellow")
             for finding in findings:
                 note(out, f"  [{finding['code']}] {finding['message']}")
                 note(out, f"    fix: {finding['fix']}", "cyan")
+            for text, style in _storage_lines(storages[name]):
+                note(out, text, style or None)
     return Exit.FINDINGS if any(report.values()) else Exit.OK

@@ -53,6 +53,10 @@ class BabelfishDialect(SqlServerDialect):
     name = "sqlserver"
     display_name = "SQL Server (Babelfish)"
     variant = "babelfish"
+    storage_note = (
+        "not applicable through Babelfish's TDS port: the table is a PostgreSQL table, whose autovacuum "
+        "gives deleted rows' storage back with the server's settings; inspect it through PostgreSQL"
+    )
     # Each refused sp_getapplock leaves an error entry behind in Babelfish 4.3's server process; the fifth
     # takes the whole server down (PANIC: ERRORDATA_STACK_SIZE exceeded). A session that was refused a
     # lock is therefore closed, which ends that process, instead of asking again.

@@ -8,8 +8,9 @@ never the other way round. Statements use the parameter style of the engine's DB
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
@@ -18,6 +19,38 @@ from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, SqlQueueError
 
 Layout = Literal["clustered", "heap"]
+StorageParameters = tuple[tuple[str, str], ...]
+
+_STORAGE_PARAMETER_NAME = re.compile(r"(toast\.)?[a-z][a-z0-9_]*")
+_STORAGE_PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def storage_parameters(given: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> StorageParameters:
+    """``given`` as validated ``(name, value)`` pairs. DDL cannot bind values, so a name must be a plain
+    lower-case word (``toast.`` allowed) and a value a number, a boolean or a plain word."""
+    pairs = list(given.items()) if isinstance(given, Mapping) else list(given)
+    result = []
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise ValueError(f"storage_parameters takes a mapping of name to value, not {given!r}")
+        name, value = pair
+        if not isinstance(name, str) or not _STORAGE_PARAMETER_NAME.fullmatch(name):
+            raise ValueError(f"storage parameter name {name!r} is not a plain lower-case name")
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            text = repr(value)
+        elif isinstance(value, str) and _STORAGE_PARAMETER_VALUE.fullmatch(value):
+            text = value
+        else:
+            raise ValueError(
+                f"storage parameter {name} takes a number, a boolean or a plain word, not {value!r}"
+            )
+        result.append((name, text))
+    names = [name for name, _ in result]
+    if len(set(names)) != len(names):
+        raise ValueError(f"storage_parameters names a parameter twice: {names}")
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -28,15 +61,23 @@ class TableOptions:
     RowVersion index, ``heap`` the reference's later non-clustered RowVersion index with a filtered Expires
     index; ``unicode_headers=False`` gives the seeds' ``varchar(max)`` Headers. ``body_string`` adds the
     human-readable computed ``BodyString`` column on every engine.
+
+    ``storage_parameters`` matter on PostgreSQL only: the table's ``WITH (...)`` storage parameters. None
+    (the default) gives the dialect's ``default_storage_parameters`` (on PostgreSQL autovacuum then vacuums
+    the table after every 1,000 dead rows, unthrottled, so a drained table's storage comes back by itself);
+    a mapping replaces them, ``{}`` creates the table with none. Other engines have none and ignore them.
     """
 
     layout: Layout = "clustered"
     unicode_headers: bool = True
     body_string: bool = False
+    storage_parameters: StorageParameters | Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in ("clustered", "heap"):
             raise ValueError(f"layout must be 'clustered' or 'heap', not {self.layout!r}")
+        if self.storage_parameters is not None:
+            object.__setattr__(self, "storage_parameters", storage_parameters(self.storage_parameters))
 
 
 @dataclass(frozen=True)
@@ -55,6 +96,24 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.message} Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class TableStorage:
+    """What a queue table takes on disk and what deleted rows left in it, with the maintenance that calls
+    for. PostgreSQL's figures only: elsewhere ``applicable`` is False and ``note`` says why nothing is to be
+    scheduled. A figure this role may not read is None, and ``note`` says which and why."""
+
+    applicable: bool
+    note: str = ""
+    storage_parameters: StorageParameters | None = None
+    live_tuples: int | None = None
+    dead_tuples: int | None = None
+    last_vacuum: datetime | None = None
+    last_autovacuum: datetime | None = None
+    table_bytes: int | None = None
+    index_bytes: int | None = None
+    advice: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,6 +152,8 @@ class Dialect(ABC):
     send_batch_rows: ClassVar[int]
     placeholder: ClassVar[str]
     single_writer: ClassVar[bool] = False
+    # The storage parameters (``WITH (...)``) a new queue table gets unless TableOptions names its own.
+    default_storage_parameters: ClassVar[StorageParameters] = ()
 
     # ---- names ---------------------------------------------------------------------------------
     @abstractmethod
@@ -329,6 +390,25 @@ class Dialect(ABC):
     @abstractmethod
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         """Check the indexes and column types of an existing table; never raises for a finding."""
+
+    # ---- storage: what deleted rows leave behind (PostgreSQL's vacuum) -------------------------
+    # Why a queue table on this engine needs no scheduled vacuum; empty where it may (PostgreSQL).
+    storage_note: ClassVar[str] = ""
+
+    def table_storage(self, cursor: Any, address: QueueAddress) -> TableStorage:
+        """Storage figures and maintenance advice for an existing table, read from the catalog and the
+        statistics views; never raises for what the role may not read."""
+        return TableStorage(applicable=False, note=self.storage_note)
+
+    def vacuum_table(self, address: QueueAddress) -> str | None:
+        """The plain (not FULL) vacuum of one table, run outside a transaction; None where the engine
+        gives deleted rows' storage back by itself."""
+        return None
+
+    def vacuum_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """Query returning (may this role vacuum the table, its size in bytes with indexes); None where
+        :meth:`vacuum_table` is None."""
+        return None
 
     def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
         """Whether RowVersion leads a clustered index (SQL Server's ``clustered`` layout), read from the

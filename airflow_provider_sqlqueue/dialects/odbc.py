@@ -115,6 +115,9 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     def inspect(self, cursor: Any, address: QueueAddress, options: Any) -> Any:
         return super().inspect(_QmarkCursor(cursor), address, options)
 
+    def table_storage(self, cursor: Any, address: QueueAddress) -> Any:
+        return super().table_storage(_QmarkCursor(cursor), address)
+
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import pyodbc
 
@@ -198,6 +201,7 @@ class _QmarkCursor:
 
 _STATEMENT_METHODS = {
     "create_table",
+    "vacuum_check",
     "add_body_string",
     "drop_table",
     "lock_for_create",

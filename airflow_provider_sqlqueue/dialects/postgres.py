@@ -27,7 +27,8 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .base import Dialect, Finding, IndexSpec, TableOptions
+from .base import Finding, IndexSpec, StorageParameters, TableOptions
+from .postgres_storage import PostgresStorage
 
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _RETURNING = (
@@ -93,7 +94,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(PostgresStorage):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"
@@ -102,6 +103,17 @@ class PostgresDialect(Dialect):
     max_body_bytes = 1024**3 - 1024**2  # bytea is capped at 1 GiB; leave room for the protocol message
     send_batch_rows = 1000
     placeholder = "%s"
+    # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
+    # and runs on it unthrottled: a drained table's pages are all empty, and the vacuum that follows gives
+    # them back to the file system by itself (docs/dba.md, "Deep queues on PostgreSQL", has the figures).
+    # Index cleanup always: a vacuum that finds few dead rows on a large table otherwise skips the indexes
+    # and leaves the rows' line pointers in the pages, which are then not empty and never given back.
+    default_storage_parameters = (
+        ("autovacuum_vacuum_scale_factor", "0"),
+        ("autovacuum_vacuum_threshold", "1000"),
+        ("autovacuum_vacuum_cost_delay", "0"),
+        ("vacuum_index_cleanup", "on"),
+    )
 
     def quote(self, identifier: str) -> str:
         # psycopg reads '%' in statement text as a placeholder; every statement runs with a parameter
@@ -149,8 +161,20 @@ class PostgresDialect(Dialect):
             "    Headers text NOT NULL,\n"
             "    Body bytea NULL,\n"
             "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL"
-            f"{body_string}\n)"
+            f"{body_string}\n){self._with_storage(options)}"
         )
+
+    def storage_parameters_of(self, options: TableOptions) -> StorageParameters:
+        """The storage parameters a new table gets: the options' own, else this engine's defaults."""
+        if options.storage_parameters is None:
+            return self.default_storage_parameters
+        return options.storage_parameters  # type: ignore[return-value]  # normalised by TableOptions
+
+    def _with_storage(self, options: TableOptions) -> str:
+        parameters = self.storage_parameters_of(options)
+        if not parameters:
+            return ""
+        return " WITH (\n" + ",\n".join(f"    {name} = {value}" for name, value in parameters) + "\n)"
 
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
         table = self.qualified_name(address)
@@ -264,8 +288,9 @@ class PostgresDialect(Dialect):
         if not type(cursor).__module__.startswith("psycopg") or any(row[3] is not None for row in rows):
             return False
         columns = _COPY_COLUMNS if with_recoverable else _COPY_COLUMNS_WITHOUT_RECOVERABLE
+        # COPY runs without parameters, so psycopg leaves '%%' as it is: the name is written plain.
         with cursor.copy(
-            f"COPY {self.qualified_name(address)} ({columns}) FROM STDIN (FORMAT BINARY)"
+            f"COPY {self.display_sql(self.qualified_name(address))} ({columns}) FROM STDIN (FORMAT BINARY)"
         ) as copy:
             if with_recoverable:
                 copy.set_types(_COPY_TYPES)

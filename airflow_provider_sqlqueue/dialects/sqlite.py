@@ -60,6 +60,11 @@ class SqliteDialect(Dialect):
     send_batch_rows = 500  # 6 parameters a row, well under SQLITE_MAX_VARIABLE_NUMBER
     placeholder = "?"
     single_writer = True
+    storage_note = (
+        "not applicable on SQLite: a deleted row's pages go to the file's freelist and later sends reuse "
+        "them, so the file does not grow; only a VACUUM of the whole file (which holds the write lock "
+        "throughout) would shrink it, and the package does not run one"
+    )
 
     def quote(self, identifier: str) -> str:
         return '"' + identifier.replace('"', '""') + '"'

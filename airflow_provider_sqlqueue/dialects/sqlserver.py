@@ -69,6 +69,10 @@ class SqlServerDialect(Dialect):
     max_body_bytes = 2**31 - 1  # varbinary(max)
     send_batch_rows = 250  # 7 parameters a row, under the 2,100-parameter limit of one statement
     placeholder = "?"
+    storage_note = (
+        "not applicable on SQL Server: the ghost cleanup task removes deleted rows and frees their pages by "
+        "itself; nothing to schedule"
+    )
 
     def quote(self, identifier: str) -> str:
         return "[" + identifier.replace("]", "]]") + "]"

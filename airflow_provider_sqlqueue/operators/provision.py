@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,9 @@ class ProvisionQueuesOperator(BaseOperator):
     :param layout: ``clustered`` (the seeds' layout) or ``heap`` (SQL Server only).
     :param unicode_headers: ``nvarchar(max)`` Headers (SQL Server; False gives the seeds' ``varchar``).
     :param body_string: add the readable ``BodyString`` computed column.
+    :param storage_parameters: PostgreSQL: the new tables' ``WITH (...)`` storage parameters instead of the
+        package's autovacuum settings (``{}``: none); a ValueError when the DAG is parsed if one is not a
+        plain name and value.
     :param add_missing_indexes: also build the indexes missing from queues that already exist. Off by
         default: building an index blocks the receivers using the table (SQL Server builds it offline),
         so the missing ones are reported as findings instead; turn it on for a quiet window.
@@ -92,13 +95,19 @@ class ProvisionQueuesOperator(BaseOperator):
         layout: str = "clustered",
         unicode_headers: bool = True,
         body_string: bool = False,
+        storage_parameters: Mapping[str, Any] | None = None,
         add_missing_indexes: bool = False,
         dry_run: bool = False,
         script_path: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.options = TableOptions(layout=layout, unicode_headers=unicode_headers, body_string=body_string)  # type: ignore[arg-type]
+        self.options = TableOptions(
+            layout=layout,  # type: ignore[arg-type]
+            unicode_headers=unicode_headers,
+            body_string=body_string,
+            storage_parameters=storage_parameters,
+        )
         self.endpoint = endpoint
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.instance_specific_queue = instance_specific_queue

@@ -35,7 +35,15 @@ from .delayed import DelayedMover, DelayedStore
 from .endpoint import Endpoint
 from .message import OutgoingMessage, ReceivedMessage
 from .pump import MessageContext, MessagePump, PumpStats, RampUpController, Strategy, load_handler
-from .queue import Finding, ReceivedBatch, TableOptions, TableQueue, TransactionMode
+from .queue import (
+    Finding,
+    ReceivedBatch,
+    TableOptions,
+    TableQueue,
+    TableStorage,
+    TransactionMode,
+    VacuumResult,
+)
 from .recoverability import CircuitBreakerSettings
 
 __all__ = [
@@ -62,9 +70,11 @@ __all__ = [
     "Strategy",
     "TableOptions",
     "TableQueue",
+    "TableStorage",
     "TransactionMode",
     "TransientDatabaseError",
     "Transport",
+    "VacuumResult",
     "load_handler",
     "open_transport",
 ]

@@ -25,7 +25,7 @@ from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from ...dialects.base import Dialect, Finding, Row, TableOptions
+from ...dialects.base import Dialect, Finding, Row, TableOptions, TableStorage
 from ...model.address import QueueAddress
 from ...model.errors import (
     ConfigurationError,
@@ -52,6 +52,7 @@ from .provisioning import (
 )
 from .rows import ROW_VERSION, PoisonRow, decode_rows, display_id
 from .statements import LockingStatements, QueueStatements
+from .storage import VacuumResult, table_storage, vacuum_table
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
@@ -136,6 +137,15 @@ class TableQueue:
     def inspect(self, options: TableOptions | None = None, **overrides: Any) -> list[Finding]:
         """Check indexes and column types; log a warning with the fixing statement for each finding."""
         return inspect_table(self.transport, self.address, table_options(options, overrides))
+
+    def storage(self) -> TableStorage:
+        """What the table takes on disk and what deleted rows left in it, with the maintenance that calls
+        for (PostgreSQL; elsewhere a note saying nothing is to be scheduled). See storage.py."""
+        return table_storage(self.transport, self.address)
+
+    def vacuum(self) -> VacuumResult:
+        """A plain VACUUM of the table on PostgreSQL (needs its owner); elsewhere nothing. See storage.py."""
+        return vacuum_table(self.transport, self.address)
 
     # ---- sending -------------------------------------------------------------------------------
     def _row_params(self, message: OutgoingMessage) -> tuple[Any, ...]:
