@@ -100,6 +100,14 @@ def _figure(figure: str | dict[str, Any], runs: dict[str, Any], row: int) -> str
     """One figure of a change's evidence: transcribed text as it stands, or read from a run's JSON."""
     if isinstance(figure, str):
         return figure
+    if "part" in figure:
+        if figure.get("run") not in runs or "profile" not in runs[figure["run"]]:
+            raise UnknownFigure(f"change {row}: {figure!r} names no run with a profile in performance.json")
+        profile = json.loads((ROOT / runs[figure["run"]]["profile"]).read_text(encoding="utf-8"))
+        for part in profile["parts"]:
+            if part["key"] == figure["part"]:
+                return f"{part['us']:.2f}"
+        raise UnknownFigure(f"change {row}: run {figure['run']}'s profile has no part {figure['part']!r}")
     if figure.get("run") not in runs or "results" not in runs[figure["run"]]:
         raise UnknownFigure(f"change {row}: {figure!r} names no run with results in performance.json's runs")
     run = runs[figure["run"]]
