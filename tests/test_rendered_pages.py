@@ -203,9 +203,9 @@ def test_the_sqlite_second_pass_tables_are_read_from_the_runs_json(render, tmp_p
     profiled = data["runs"][data["profile_comparisons"]["sqlite-i18"]["after"]]
     profile = json.loads((ROOT / profiled["profile"]).read_text(encoding="utf-8"))
     part = profile["parts"][0]
-    assert f"| **{part['us']}** |" in profile_comparison(data, "sqlite-i18")[2]
+    assert f"| **{part['us']:.2f}** |" in profile_comparison(data, "sqlite-i18")[2]
     part["us"] = 123.456
     changed_profile = tmp_path / "profile.json"
     changed_profile.write_text(json.dumps(profile), encoding="utf-8")
     profiled["profile"] = str(changed_profile)
-    assert "| **123.456** |" in profile_comparison(data, "sqlite-i18")[2]
+    assert "| **123.46** |" in profile_comparison(data, "sqlite-i18")[2]

@@ -206,9 +206,8 @@ def profile_comparison(data: dict[str, Any], name: str) -> list[str]:
     lines = ["| part | unit | before | after |", "|---|---|--:|--:|"]
     for part in documents["after"]["parts"]:
         earlier = before.get(part["key"])
-        lines.append(
-            f"| {part['label']} | {part['unit']} | {earlier['us'] if earlier else '-'} | **{part['us']}** |"
-        )
+        earlier_text = f"{earlier['us']:.2f}" if earlier else "-"
+        lines.append(f"| {part['label']} | {part['unit']} | {earlier_text} | **{part['us']:.2f}** |")
     provenance = "; ".join(
         f"{side}: commit {meta['commit']}, {meta['date']}, 1-minute load average "
         f"{meta['load_average_before'][0]:.2f} at the start (`{runs[comparison[side]]['profile']}`)"
