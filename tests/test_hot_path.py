@@ -9,10 +9,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_sqlqueue.model.errors import TransientDatabaseError
+from airflow_provider_sqlqueue.model.errors import MessageTooLarge, TransientDatabaseError
 from airflow_provider_sqlqueue.transport import headers as h
 from airflow_provider_sqlqueue.transport import open_transport
-from airflow_provider_sqlqueue.transport.message import OutgoingMessage, new_message_ids, uuid_from_int
+from airflow_provider_sqlqueue.transport.message import (
+    OutgoingMessage,
+    new_id_texts,
+    new_message_ids,
+    new_message_ids_and_texts,
+    uuid_from_int,
+)
 
 
 def test_default_header_text_is_what_the_encoder_writes() -> None:
@@ -41,6 +47,29 @@ def test_new_ids_are_random_version_4_uuids() -> None:
     sample = 0x0123456789ABCDEF0123456789ABCDEF
     assert uuid_from_int(sample) == uuid.UUID(int=sample)  # type: ignore[operator]
     assert new_message_ids(0) == []
+
+
+def test_ids_with_their_texts_are_what_uuid_writes() -> None:
+    ids, texts = new_message_ids_and_texts(1000)
+    assert len(set(ids)) == 1000 and len(texts) == 1000
+    for value, text in zip(ids, texts, strict=True):
+        assert isinstance(value, uuid.UUID) and (value.version, value.variant) == (4, uuid.RFC_4122)
+        assert text == str(value) and uuid.UUID(text) == value
+    assert new_message_ids_and_texts(0) == ([], [])
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 100, 3000])
+def test_id_texts_are_random_version_4_uuid_texts(count: int) -> None:
+    texts = new_id_texts(count)
+    assert len(texts) == len(set(texts)) == count
+    for text in texts:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+    if count >= 3000:  # every random digit takes every value it may take (8, 9, a, b for the variant)
+        fixed = {8: {"-"}, 13: {"-"}, 14: {"4"}, 18: {"-"}, 19: set("89ab"), 23: {"-"}}
+        for position in range(36):
+            seen = {text[position] for text in texts}
+            assert seen == fixed.get(position, set("0123456789abcdef")), position
 
 
 def test_default_message_headers_in_order() -> None:
@@ -94,6 +123,32 @@ def test_bare_bodies_are_sent_as_outgoing_messages_would_be(tmp_path) -> None:
         connection.close()
         assert stored[1] == stored[0]
         assert stored[2] == h.encode_headers(h.decode_headers(stored[2]))
+
+
+def test_a_batch_of_bare_bodies_writes_the_rows_of_outgoing_messages(tmp_path) -> None:
+    with open_transport(f"sqlite:///{tmp_path}/q.db", max_body_bytes=64) as transport:
+        queue = transport.queue("q")
+        queue.create()
+        ids = queue.send_batch(tuple(b"%d" % n for n in range(300)))
+        with pytest.raises(MessageTooLarge):
+            queue.send_batch([b"small", b"x" * 65])
+        connection = sqlite3.connect(f"{tmp_path}/q.db")
+        stored = connection.execute(
+            'SELECT Id, CorrelationId, Headers, Body FROM "q" ORDER BY RowVersion'
+        ).fetchall()
+        connection.close()
+    assert [row[3] for row in stored] == [b"%d" % n for n in range(300)]  # the too large batch sent nothing
+    assert [row[0] for row in stored] == [str(value) for value in ids] == [row[1] for row in stored]
+    conversations = set()
+    for (text_id, _, headers, _), value in zip(stored, ids, strict=True):
+        decoded = h.decode_headers(headers)
+        assert list(decoded) == list(OutgoingMessage(b"", id=value).headers)
+        assert decoded[h.MESSAGE_ID] == decoded[h.CORRELATION_ID] == text_id
+        assert decoded[h.MESSAGE_INTENT] == "Send"
+        assert headers == h.encode_headers(decoded)
+        conversations.add(uuid.UUID(decoded[h.CONVERSATION_ID]))
+    assert len(conversations) == 300 and not conversations & set(ids)
+    assert len({h.decode_headers(row[2])[h.TIME_SENT] for row in stored}) == 1  # one TimeSent per call
 
 
 def test_sqlite_peek_reads_the_ends_of_the_rowid_tree(tmp_path) -> None:

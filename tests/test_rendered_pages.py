@@ -179,3 +179,33 @@ def test_the_readme_summary_counts_lost_and_duplicated_from_the_reliability_data
     assert "with lost = 0 and duplicated = 0" in text
     stale = text.replace("with lost = 0 and", "with lost = 1 and")
     assert render.replace_blocks(stale, render.BLOCK_PAGES[readme](), "README.md") == text
+
+
+def test_the_sqlite_second_pass_tables_are_read_from_the_runs_json(render, tmp_path) -> None:
+    """The before/after tables of the SQLite second pass come from the core_bench.py and sqlite_profile.py
+    runs' own JSON: a figure changed in a run's file changes the table, and its verdict follows the ratio."""
+    from pages.performance_page import core_comparison, profile_comparison
+
+    data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
+    comparison = data["core_comparisons"]["sqlite-i18"]
+    after_run = data["runs"][comparison["after"]]
+    document = json.loads((ROOT / after_run["core"]).read_text(encoding="utf-8"))
+    row = next(row for row in document["results"] if row["case"] == "send_batch")
+    line = next(line for line in core_comparison(data, "sqlite-i18") if "send_batch" in line)
+    assert f"**{row['ratio']:.2f}x** [{row['ratio_min']:.2f}-{row['ratio_max']:.2f}]" in line
+    row["ratio"] = 0.123
+    changed = tmp_path / "core.json"
+    changed.write_text(json.dumps(document), encoding="utf-8")
+    after_run["core"] = str(changed)  # an absolute path: ROOT / it is the file itself
+    line = next(line for line in core_comparison(data, "sqlite-i18") if "send_batch" in line)
+    assert "**0.12x**" in line and line.endswith("| MISS |")
+
+    profiled = data["runs"][data["profile_comparisons"]["sqlite-i18"]["after"]]
+    profile = json.loads((ROOT / profiled["profile"]).read_text(encoding="utf-8"))
+    part = profile["parts"][0]
+    assert f"| **{part['us']:.2f}** |" in profile_comparison(data, "sqlite-i18")[2]
+    part["us"] = 123.456
+    changed_profile = tmp_path / "profile.json"
+    changed_profile.write_text(json.dumps(profile), encoding="utf-8")
+    profiled["profile"] = str(changed_profile)
+    assert "| **123.46** |" in profile_comparison(data, "sqlite-i18")[2]

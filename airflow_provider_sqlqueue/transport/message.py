@@ -58,6 +58,44 @@ def new_message_ids(count: int) -> list[uuid.UUID]:
     ]
 
 
+def new_message_ids_and_texts(count: int) -> tuple[list[uuid.UUID], list[str]]:
+    """What :func:`new_message_ids` gives, and each Id's text (``str(id)``) beside it, both cut from one
+    block of random bytes with the version bits set (no ``UUID.__str__`` call per Id)."""
+    block = _random_id_block(count)
+    from_bytes, make = int.from_bytes, uuid_from_int
+    ids = [make(from_bytes(block[start : start + 16])) for start in range(0, 16 * count, 16)]
+    return ids, _id_texts(block, count)  # type: ignore[return-value]
+
+
+def new_id_texts(count: int) -> list[str]:
+    """The texts of ``count`` random (version 4) UUIDs, for Ids only ever written as text (a new
+    conversation's), with no ``uuid.UUID`` made."""
+    return _id_texts(_random_id_block(count), count)
+
+
+def _random_id_block(count: int) -> bytes:
+    """``count`` random version-4 UUIDs' 16 bytes each, end to end, from one read of os.urandom."""
+    known = _id_block_masks.get(count)
+    if known is None:
+        repeat = sum(1 << (128 * index) for index in range(count))
+        known = (_VERSION_4_MASK * repeat, _VERSION_4_BITS * repeat)
+        if len(_id_block_masks) < 64:
+            _id_block_masks[count] = known
+    mask, bits = known
+    return ((int.from_bytes(os.urandom(16 * count)) & mask) | bits).to_bytes(16 * count)
+
+
+_id_block_masks: dict[int, tuple[int, int]] = {}
+
+
+def _id_texts(block: bytes, count: int) -> list[str]:
+    """The UUID texts of a block of Ids: its hexadecimal digits in groups of 4, each followed by "-", cut
+    and joined so each Id keeps its own dashes (8-4-4-4-12)."""
+    text = block.hex("-", 2)
+    return [text[at : at + 4] + text[at + 5 : at + 29] + text[at + 30 : at + 34] + text[at + 35 : at + 39]
+            for at in range(0, 40 * count, 40)]  # fmt: skip
+
+
 def _as_bytes(body: bytes | bytearray | memoryview | str) -> bytes:
     if type(body) is bytes:
         return body

@@ -100,6 +100,14 @@ def _figure(figure: str | dict[str, Any], runs: dict[str, Any], row: int) -> str
     """One figure of a change's evidence: transcribed text as it stands, or read from a run's JSON."""
     if isinstance(figure, str):
         return figure
+    if "part" in figure:
+        if figure.get("run") not in runs or "profile" not in runs[figure["run"]]:
+            raise UnknownFigure(f"change {row}: {figure!r} names no run with a profile in performance.json")
+        profile = json.loads((ROOT / runs[figure["run"]]["profile"]).read_text(encoding="utf-8"))
+        for part in profile["parts"]:
+            if part["key"] == figure["part"]:
+                return f"{part['us']:.2f}"
+        raise UnknownFigure(f"change {row}: run {figure['run']}'s profile has no part {figure['part']!r}")
     if figure.get("run") not in runs or "results" not in runs[figure["run"]]:
         raise UnknownFigure(f"change {row}: {figure!r} names no run with results in performance.json's runs")
     run = runs[figure["run"]]
@@ -132,6 +140,82 @@ def changes_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _core_run(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A core_bench.py run's metadata and its rows by engine and case (``"sqlite:send_batch"``)."""
+    document = json.loads((ROOT / run["core"]).read_text(encoding="utf-8"))
+    return document["meta"], {f"{row['engine']}:{row['case']}": row for row in document["results"]}
+
+
+def _core_cells(row: dict[str, Any] | None, emphasise: bool) -> list[str]:
+    if row is None:
+        return ["-", "-"]
+    ratio = f"{row['ratio']:.2f}x"
+    return [
+        f"{f'**{ratio}**' if emphasise else ratio} [{row['ratio_min']:.2f}-{row['ratio_max']:.2f}]",
+        f"{row['raw_cpu_us_per_msg']:.1f} → {row['project_cpu_us_per_msg']:.1f}",
+    ]
+
+
+def _core_provenance(name: str, run: dict[str, Any], meta: dict[str, Any]) -> str:
+    load = meta["load_average_before"][0]
+    return (
+        f"{name}: commit {meta['commit']}, {meta['date']}, {meta['repeat']} rounds, "
+        f"{meta['seconds']:,} s, 1-minute load average {load:.2f} at the start (`{run['core']}`)"
+    )
+
+
+def core_comparison(data: dict[str, Any], name: str) -> list[str]:
+    """Two core_bench.py runs of the same cases, before and after a change, from their own JSON: the
+    median project/raw ratio of the rounds with its range, and the client CPU per message."""
+    comparison = data["core_comparisons"][name]
+    runs = data["runs"]
+    (before_meta, before), (after_meta, after) = (
+        _core_run(runs[comparison[side]]) for side in ("before", "after")
+    )
+    target = comparison["target"]
+    lines = [
+        "| case | before | CPU µs/msg raw → project | after | CPU µs/msg raw → project "
+        f"| ≥ {target}x (after) |",
+        "|---|--:|--:|--:|--:|:-:|",
+    ]
+    for key in comparison["cases"]:
+        row = after[key]
+        verdict = "PASS" if row["ratio"] >= target else "MISS"
+        lines.append(
+            f"| {row['engine_label']} {row['label']} | "
+            + " | ".join([*_core_cells(before.get(key), False), *_core_cells(row, True)])
+            + f" | {verdict} |"
+        )
+    lines += [
+        "",
+        f"{_core_provenance('Before', runs[comparison['before']], before_meta)}; "
+        f"{_core_provenance('after', runs[comparison['after']], after_meta)}. {comparison['note']}",
+    ]
+    return lines
+
+
+def profile_comparison(data: dict[str, Any], name: str) -> list[str]:
+    """Two sqlite_profile.py runs, before and after a change, part by part, from their own JSON."""
+    comparison = data["profile_comparisons"][name]
+    runs = data["runs"]
+    documents = {
+        side: json.loads((ROOT / runs[comparison[side]]["profile"]).read_text(encoding="utf-8"))
+        for side in ("before", "after")
+    }
+    before = {part["key"]: part for part in documents["before"]["parts"]}
+    lines = ["| part | unit | before | after |", "|---|---|--:|--:|"]
+    for part in documents["after"]["parts"]:
+        earlier = before.get(part["key"])
+        earlier_text = f"{earlier['us']:.2f}" if earlier else "-"
+        lines.append(f"| {part['label']} | {part['unit']} | {earlier_text} | **{part['us']:.2f}** |")
+    provenance = "; ".join(
+        f"{side}: commit {meta['commit']}, {meta['date']}, 1-minute load average "
+        f"{meta['load_average_before'][0]:.2f} at the start (`{runs[comparison[side]]['profile']}`)"
+        for side, meta in ((side, documents[side]["meta"]) for side in ("before", "after"))
+    )
+    return [*lines, "", f"{provenance[0].upper()}{provenance[1:]}. {comparison['note']}"]
+
+
 def blocks() -> dict[str, tuple[str, list[str]]]:
     data = load_data("performance.json")
     run = data["runs"][data["tuning"]["run"]]
@@ -147,4 +231,18 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
         },
         "performance-changes": (f"{SOURCE} and the benchmark runs' JSON it names", changes_table(data)),
         **{name: (SOURCE, block_lines(data, name, SOURCE)) for name in data["blocks"]},
+        **{
+            f"performance-core-{name}": (
+                f"{SOURCE} and the core_bench.py runs' JSON it names",
+                core_comparison(data, name),
+            )
+            for name in data.get("core_comparisons", {})
+        },
+        **{
+            f"performance-profile-{name}": (
+                f"{SOURCE} and the sqlite_profile.py runs' JSON it names",
+                profile_comparison(data, name),
+            )
+            for name in data.get("profile_comparisons", {})
+        },
     }

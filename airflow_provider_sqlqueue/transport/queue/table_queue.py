@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from functools import cached_property
 from itertools import chain
@@ -32,12 +32,11 @@ from ...model.errors import (
     HeaderFormatError,
     MessageTooLarge,
     QueueNotFound,
-    SqlQueueError,
     TransientDatabaseError,
 )
 from ..headers import default_headers_text, time_sent_now
 from ..lease import shared_cursor
-from ..message import OutgoingMessage, new_message_ids
+from ..message import OutgoingMessage, new_id_texts, new_message_ids_and_texts
 from .batch import ReceivedBatch
 from .low_water import LowWaterMark
 from .provisioning import (
@@ -50,7 +49,8 @@ from .provisioning import (
     table_options,
     table_script,
 )
-from .rows import ROW_VERSION, PoisonRow, decode_rows, display_id
+from .receiving import ReceiveBlock
+from .rows import ROW_VERSION, PoisonRow, display_id
 from .statements import LockingStatements, QueueStatements
 from .storage import VacuumResult, table_storage, vacuum_table
 from .transaction_mode import TransactionMode
@@ -175,37 +175,36 @@ class TableQueue:
 
         A bare body (bytes or str) gets what :class:`OutgoingMessage` would give it (a random Id, the five
         standard headers with one TimeSent for the call, the Id mirrored into CorrelationId) without
-        building the object: per message that was most of a batch send's client time.
+        building the object: per message that was most of a batch send's client time. The Ids and their
+        texts, and the conversations' texts, are made for the whole call at once.
         """
         items = messages if isinstance(messages, list | tuple) else list(messages)
-        ids: list[Any] = new_message_ids(len(items))
-        conversations: list[Any] = []
-        rows: list[Any] = []
+        count = len(items)
+        if not count:
+            return [], []
+        ids, texts = new_message_ids_and_texts(count)
+        conversations = new_id_texts(count)
+        time_sent = time_sent_now()
         dialect = self.dialect
         send_params, row_id = dialect.send_params, dialect.row_id
-        id_as_text = self._ids_bind_as_text
+        keys: list[Any] = texts if self._ids_bind_as_text else [row_id(value) for value in ids]
         limit = self.transport.max_body_bytes
-        time_sent = ""
+        if all(type(item) is bytes for item in items) and max(map(len, items)) <= limit:  # type: ignore[arg-type]
+            rows = [
+                send_params(key, text, None, None, default_headers_text(text, time_sent, conversation), body)
+                for key, text, conversation, body in zip(keys, texts, conversations, items, strict=True)
+            ]
+            return rows, ids
+        rows = []
         for index, item in enumerate(items):
             kind = type(item)
             if kind is bytes or kind is str:
                 body = item if kind is bytes else item.encode("utf-8")  # type: ignore[union-attr]
-                message_id = ids[index]
                 if len(body) > limit:
-                    self._row_params(OutgoingMessage(body, id=message_id))  # raises MessageTooLarge
-                text_id = str(message_id)
-                time_sent = time_sent or time_sent_now()
-                conversations = conversations or new_message_ids(len(items))
-                rows.append(
-                    send_params(
-                        text_id if id_as_text else row_id(message_id),
-                        text_id,
-                        None,
-                        None,
-                        default_headers_text(text_id, time_sent, str(conversations[index])),
-                        body,
-                    )
-                )
+                    self._row_params(OutgoingMessage(body, id=ids[index]))  # raises MessageTooLarge
+                text = texts[index]
+                headers = default_headers_text(text, time_sent, conversations[index])
+                rows.append(send_params(keys[index], text, None, None, headers, body))
             else:
                 outgoing = OutgoingMessage.of(item)  # type: ignore[arg-type]
                 ids[index] = outgoing.id
@@ -349,14 +348,14 @@ class TableQueue:
             ) from error
 
     # ---- receiving -----------------------------------------------------------------------------
-    @contextmanager
     def receive(
         self,
         max_messages: int = 1,
         *,
         transaction_mode: TransactionMode | str | None = None,
-    ) -> Iterator[ReceivedBatch]:
-        """Receive up to ``max_messages`` of the oldest messages no other receiver holds.
+    ) -> AbstractContextManager[ReceivedBatch]:
+        """Receive up to ``max_messages`` of the oldest messages no other receiver holds:
+        ``with queue.receive(...) as batch:``.
 
         The batch may be empty. See :class:`TransactionMode` for when the DELETE commits.
         """
@@ -378,53 +377,7 @@ class TableQueue:
             raise ConfigurationError(
                 f"transaction_mode must be one of {modes}, not {transaction_mode!r}"
             ) from None
-        with self.transport.connection(self.address) as connection:
-            cursor = shared_cursor(connection)
-            try:
-                begin = self.dialect.begin_write()
-                if begin:
-                    cursor.execute(begin, ())
-                raw = self._pick(cursor, max_messages)
-                if len(raw) > max_messages:
-                    raise SqlQueueError(
-                        f"a receive of at most {max_messages} from {self.address} deleted {len(raw)} rows; "
-                        "it was rolled back, so every message is still queued. The receive statement does "
-                        "not limit its batch on this database: please report it"
-                    )
-                messages, expired, poison = decode_rows(raw)
-                if expired:
-                    log.info("dropped %d expired message(s) from %s", expired, self.address)
-                if poison:
-                    self._move_poison(cursor, poison)
-                batch = ReceivedBatch(self, connection, messages, expired, len(poison), mode)
-                if mode is TransactionMode.NONE:
-                    connection.commit()
-            except BaseException:
-                # A driver may delete rows and then fail to hand them over: never keep such a DELETE.
-                self._low_water.reset()
-                self._rollback_quietly(connection)
-                raise
-            try:
-                yield batch
-            except BaseException:
-                if mode is TransactionMode.NONE:
-                    if messages:
-                        log.error(
-                            "receive block on %s failed in transaction mode 'none'; %d message(s) were "
-                            "already removed: %s",
-                            self.address,
-                            len(messages),
-                            ", ".join(str(m.id) for m in messages),
-                        )
-                else:
-                    self._low_water.reset()  # its messages are back, behind the mark
-                    self._rollback_quietly(connection)
-                raise
-            try:
-                connection.commit()
-            except BaseException:
-                self._low_water.reset()
-                raise
+        return ReceiveBlock(self, max_messages, mode)
 
     def _pick(self, cursor: Any, max_messages: int) -> list[Any]:
         """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py).
@@ -432,13 +385,16 @@ class TableQueue:
         A pick after the mark that comes back short is topped up from the start of the queue in the same
         transaction, so a message left behind the mark never makes a receive look empty."""
         row_locks = self._uses_row_locks(cursor)
-        after = self._low_water.position() if row_locks and self._sql.receive_batch_after else None
-        statement = self._sql.locking(row_locks).receive_batch
+        sql = self._sql
+        after_mark = sql.receive_batch_after if row_locks else None
+        statement = sql.locking(row_locks).receive_batch
+        if after_mark is None:  # no mark on this engine (or role): nothing to remember
+            return self.dialect.receive_rows(cursor, self.address, statement, max_messages)
+        after = self._low_water.position()
         if after is None:
             raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
             self._low_water.taken(max(map(ROW_VERSION, raw)) if raw else None, max_messages, len(raw))
             return raw
-        after_mark = self._sql.receive_batch_after or statement
         raw = self.dialect.receive_rows(cursor, self.address, after_mark, max_messages, after)
         self._low_water.taken(max(map(ROW_VERSION, raw)) if raw else None, max_messages, len(raw))
         if len(raw) < max_messages:
