@@ -67,6 +67,24 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
         )
         + "."
     ]
+    parent = data.get("parent_same_hour")
+    if parent:
+        (run,) = parent["runs"].values()
+        this = {row["n"]: row for row in rows}
+        for row in parent["rows"]:
+            now = this.get(row["n"])
+            lines.append(
+                f"- **The parent commit in the same hour** (commit {run['commit']}, {run['when']}, 1-minute "
+                f"load average {run['load_average_before'][0]:.1f} before): at {row['n']:,} the drain took "
+                f"{row['drain_s']:.1f} s (receive / read+transform / write+commit "
+                f"{row['drain_receive_s']:.1f} / {row['drain_read_transform_s']:.1f} / "
+                f"{row['drain_write_commit_s']:.1f} s)"
+                + (f" against this commit's {now['drain_s']:.1f} s" if now and "drain_s" in now else "")
+                + f", and the baseline {row['jdbc_s']:.1f} s"
+                + (f" against {now['jdbc_s']:.1f} s" if now and "jdbc_s" in now else "")
+                + f": {_ratio(row)}. The baseline's own spread between the two runs is the noise of "
+                "this shared machine."
+            )
     previous = data.get("previous")
     if previous:
         (run,) = previous["runs"].values()
