@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--also-n", type=int, default=100_000, help="a second, smaller size (0: none)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--data", type=Path, help="also write the figures as the docs' data file (docs/data/spark-drain.json)"
+    )
     parser.add_argument("--jdbc-baseline", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jdbc_baseline:
@@ -256,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
         return 2
     from postgres_bed import throwaway_postgres
+    from run import machine
 
     from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
 
@@ -272,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted({size for size in (args.also_n, args.n) if size})
     results = []
     with throwaway_postgres(durable=True) as cluster, tempfile.TemporaryDirectory() as folder:
+        meta["machine"] = machine(Path(folder))
         stripped, password = split_credentials(cluster.url())
         bindir = str(Path(sys.executable).parent)
         env = {
@@ -308,7 +313,52 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2, default=str) + "\n")
         print(f"wrote {args.json}")
+    if args.data:
+        command = " ".join(["spark_drain_bench.py", *(argv if argv is not None else sys.argv[1:])])
+        args.data.write_text(json.dumps(data_file(meta, results, command), indent=2) + "\n")
+        print(f"wrote {args.data}")
     return 0
+
+
+def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str) -> dict[str, Any]:
+    """The run as docs/data/spark-drain.json, which benchmarks/render.py puts into the docs."""
+    run = {
+        "commit": meta["commit"],
+        "when": meta["date"],
+        "command": command,
+        "machine": meta["machine"],
+        "load_average_before": [round(value, 2) for value in meta["load_average_before"]],
+        "load_average_after": [round(value, 2) for value in meta["load_average_after"]],
+        "seconds": meta["seconds"],
+        "source": f"written by {command}, one run at commit {meta['commit']}",
+    }
+    rows = []
+    for row in results:
+        job = row["drain"]["job"]
+        rows.append(
+            {
+                "n": row["n"],
+                "jdbc_msgs_per_s": row["jdbc_msgs_per_s"],
+                "drain_msgs_per_s": row["drain_msgs_per_s"],
+                "jdbc_s": round(row["jdbc"]["job"]["seconds"], 1),
+                "drain_s": round(job["seconds"], 1),
+                "drain_receive_s": round(job["receive_seconds"], 1),
+                "drain_read_transform_s": round(job["compute_seconds"], 1),
+                "drain_write_commit_s": round(job["commit_seconds"], 1),
+                "jvm_peak_mb_drain": row["drain"]["jvm_mb"],
+                "jvm_peak_mb_jdbc": row["jdbc"]["jvm_mb"],
+                "python_peak_mb_drain": row["drain"]["python_driver_mb"],
+                "python_peak_mb_jdbc": row["jdbc"]["python_driver_mb"],
+                "python_workers_peak_mb_drain": row["drain"]["python_workers_mb"],
+            }
+        )
+    return {
+        "about": "The Spark drain benchmark (benchmarks/spark_drain_bench.py) shown in benchmarks/README.md "
+        "and docs/spark.md, rendered by benchmarks/render.py (pages/spark_drain.py); written by the "
+        "benchmark's --data option.",
+        "runs": {"spark-drain": run},
+        "rows": rows,
+    }
 
 
 if __name__ == "__main__":

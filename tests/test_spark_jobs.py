@@ -273,6 +273,91 @@ def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
     assert rows[0].headers["NServiceBus.ContentType"] == "application/json" and rows[0].time_sent is not None
 
 
+def test_headers_arrow_column_matches_the_item_pairs_form() -> None:
+    import pyarrow as pa
+
+    from airflow_provider_sqlqueue.spark.drain.messages import _arrow_schema, _headers_array
+
+    maps = [{"a": "1", "b": None}, {}, {"NServiceBus.MessageId": "m", "é": "\u2028"}, {"only": ""}]
+    built = _headers_array(maps)
+    assert built.type == _arrow_schema().field("headers").type
+    assert built.equals(pa.array([list(m.items()) for m in maps], type=built.type))
+    assert built.to_pylist() == [list(m.items()) for m in maps]
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_copy_text_chunks_store_what_the_row_path_stores(spark, target) -> None:
+    """The executors' COPY text (table sinks on PostgreSQL) against the driver's row-by-row COPY."""
+    from datetime import date, datetime, timezone
+    from decimal import Decimal
+
+    from pyspark.sql import types as T
+
+    from airflow_provider_sqlqueue.spark.drain.copy_text import copy_chunks
+    from airflow_provider_sqlqueue.spark.drain.sinks import SinkWriter
+    from airflow_provider_sqlqueue.spark.drain.transactions import execute
+
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("text", T.StringType()),
+            T.StructField("small", T.IntegerType()),
+            T.StructField("ratio", T.DoubleType()),
+            T.StructField("single", T.FloatType()),
+            T.StructField("price", T.DecimalType(12, 4)),
+            T.StructField("flag", T.BooleanType()),
+            T.StructField("day", T.DateType()),
+            T.StructField("moment", T.TimestampType()),
+            T.StructField("wall", T.TimestampNTZType()),
+            T.StructField("raw", T.BinaryType()),
+        ]
+    )
+    moment = datetime(2026, 11, 21, 8, 0, 1, 123456, tzinfo=timezone.utc)
+    rows = [
+        (
+            1,
+            "tab\tnew\nline\rcr back\\slash \\N é \u2028 '\"",
+            7,
+            1e300,
+            0.1,
+            Decimal("-12.3456"),
+            True,
+            date(2026, 11, 21),
+            moment,
+            datetime(2026, 1, 2, 3, 4, 5, 600000),
+            b"\x00\xff\\",
+        ),
+        (2, "", -1, float("nan"), float("inf"), Decimal("0.0001"), False, date(1, 1, 1), moment, None, b""),
+        (3, None, None, None, None, None, None, None, None, None, None),
+        (4, "\\N", 0, -0.0, -1.5, Decimal("99999999.9999"), None, None, None, None, None),
+    ]
+    frame = spark.createDataFrame(rows, schema).repartition(2)
+    ddl = (
+        "(id bigint, text text, small integer, ratio double precision, single double precision, "
+        "price numeric(12,4), flag boolean, day date, moment timestamptz, wall timestamp, raw bytea)"
+    )
+    with target.open() as transport:
+        for name in ("by_chunks", "by_rows"):
+            execute(transport, f"CREATE TABLE {table(transport, name)} {ddl}")
+        sql = BridgeSql(transport, bridge_tables(transport, "orders"))
+        chunks = copy_chunks(frame)
+        assert chunks is not None
+        with transport.connection() as connection:
+            cursor = connection.cursor()
+            by_chunks = SinkWriter(transport, sql, config(target, sink="table:by_chunks"), print)
+            written = by_chunks.write_copy_chunks(cursor, frame.columns, chunks.toLocalIterator())
+            by_rows = SinkWriter(transport, sql, config(target, sink="table:by_rows"), print)
+            by_rows.write_table(cursor, frame.columns, frame.toLocalIterator())
+            connection.commit()
+        assert written == 4
+        chunked = rows_of(transport, f"SELECT * FROM {table(transport, 'by_chunks')} ORDER BY id")
+        plain = rows_of(transport, f"SELECT * FROM {table(transport, 'by_rows')} ORDER BY id")
+    assert [tuple(map(str, row)) for row in chunked] == [tuple(map(str, row)) for row in plain]
+    assert chunked[0][1] == rows[0][1] and chunked[0][8] == moment and bytes(chunked[0][10]) == rows[0][10]
+    assert chunked[2] == (3, *[None] * 10) and chunked[3][1] == "\\N"
+    assert copy_chunks(frame.selectExpr("id", "map('k', text) AS headers")) is None  # the row path's
+
+
 # ---- drains on the shared session --------------------------------------------------------------------
 def test_drain_into_a_table_exactly_once_while_receives_fail_and_retry(spark, target, bridge) -> None:
     sent = send_orders(bridge, 600)

@@ -312,6 +312,11 @@ class BridgeSql:
         return self.engine == "postgresql"
 
     @property
+    def reads_binary(self) -> bool:
+        """PostgreSQL (psycopg) sends staged rows in binary: bodies skip bytea's hex text both ways."""
+        return self.engine == "postgresql"
+
+    @property
     def can_move_server_side(self) -> bool:
         """PostgreSQL feeds the receive's ``DELETE ... RETURNING`` straight into the staging INSERT."""
         return self.engine == "postgresql"

@@ -11,9 +11,21 @@ from pages.blocks import load_data
 SOURCE = "docs/data/spark-drain.json"
 
 
+def machine_text(run: dict[str, Any]) -> str:
+    """Where the run was measured: the recorded machine and its load, or the sentence an older run kept."""
+    machine = run["machine"]
+    if isinstance(machine, str):
+        return machine
+    before, after = run["load_average_before"][0], run["load_average_after"][0]
+    return (
+        f"{machine['cpus']} CPUs ({machine['cpu']}, {machine['ram_gib']} GiB), shared with other work: "
+        f"1-minute load average {before:.1f} before the run and {after:.1f} after it"
+    )
+
+
 def provenance(data: dict[str, Any]) -> str:
     (run,) = data["runs"].values()
-    return f"({run['when']}; commit {run['commit']}. Source: {run['source']}.)"
+    return f"({run['when']}; commit {run['commit']}; {machine_text(run)}. Source: {run['source']}.)"
 
 
 def _ratio(row: dict[str, Any]) -> str:
@@ -39,6 +51,52 @@ def spark_drain_table(data: dict[str, Any]) -> list[str]:
     return [*lines, "", provenance(data)]
 
 
+def spark_drain_notes(data: dict[str, Any]) -> list[str]:
+    """The driver's memory at each size, and the run before this one (``previous``) for comparison."""
+    rows = sorted(data["rows"], key=lambda row: row["n"])
+    lines = [
+        "- **The driver's memory at each size** (peak RSS): Python driver "
+        + ", ".join(f"{row['python_peak_mb_drain']:,} MB at {row['n']:,}" for row in rows)
+        + "; JVM (driver and executors in `local[2]`) "
+        + ", ".join(f"{row['jvm_peak_mb_drain']:,} MB at {row['n']:,}" for row in rows)
+        + "; the Python workers together "
+        + ", ".join(
+            f"{row['python_workers_peak_mb_drain']:,} MB at {row['n']:,}"
+            for row in rows
+            if "python_workers_peak_mb_drain" in row
+        )
+        + "."
+    ]
+    parent = data.get("parent_same_hour")
+    if parent:
+        (run,) = parent["runs"].values()
+        this = {row["n"]: row for row in rows}
+        for row in parent["rows"]:
+            now = this.get(row["n"])
+            lines.append(
+                f"- **The parent commit in the same hour** (commit {run['commit']}, {run['when']}, 1-minute "
+                f"load average {run['load_average_before'][0]:.1f} before): at {row['n']:,} the drain took "
+                f"{row['drain_s']:.1f} s (receive / read+transform / write+commit "
+                f"{row['drain_receive_s']:.1f} / {row['drain_read_transform_s']:.1f} / "
+                f"{row['drain_write_commit_s']:.1f} s)"
+                + (f" against this commit's {now['drain_s']:.1f} s" if now and "drain_s" in now else "")
+                + f", and the baseline {row['jdbc_s']:.1f} s"
+                + (f" against {now['jdbc_s']:.1f} s" if now and "jdbc_s" in now else "")
+                + f": {_ratio(row)}. The baseline's own spread between the two runs is the noise of "
+                "this shared machine."
+            )
+    previous = data.get("previous")
+    if previous:
+        (run,) = previous["runs"].values()
+        largest = max(previous["rows"], key=lambda row: row["n"])
+        lines.append(
+            f"- **The run before** ({run['when']}, commit {run['commit']}): {_ratio(largest)} at "
+            f"{largest['n']:,} (receive / read+transform / write+commit {largest['drain_receive_s']:.1f} / "
+            f"{largest['drain_read_transform_s']:.1f} / {largest['drain_write_commit_s']:.1f} s)."
+        )
+    return lines
+
+
 def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
     """docs/spark.md's summary: the largest run against the baseline, and the smaller run's ratio."""
     data = load_data("spark-drain.json")
@@ -49,7 +107,7 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
         "spark-drain-summary": (
             SOURCE,
             [
-                f"Measured {run['when']} on {run['machine']}: the drain of {largest['n']:,} messages ran "
+                f"Measured {run['when']} on {machine_text(run)}: the drain of {largest['n']:,} messages ran "
                 f"at {largest['drain_msgs_per_s']:,} msgs/s against the baseline's "
                 f"{largest['jdbc_msgs_per_s']:,} ("
                 + "; ".join(

@@ -115,7 +115,7 @@ def read_slice(config: DrainConfig, bounds: tuple[int, int]) -> Iterator[tuple]:
     with config.open(pool_size=1, max_overflow=0) as transport:
         sql = BridgeSql(transport, bridge_tables(transport, config.input_queue, config.prefix))
         with transport.connection() as connection:
-            cursor = connection.cursor()
+            cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
             cursor.execute(sql.staged_slice(), (config.run_id, start, end))
             while True:
                 rows = cursor.fetchmany(2000)
@@ -145,6 +145,25 @@ def _arrow_schema() -> Any:
     )
 
 
+def _headers_array(maps: Iterable[dict[str, str | None]]) -> Any:
+    """The headers column as an Arrow map built from flat key and value lists: a list of item pairs per
+    row (what ``pa.array`` takes for a map) cost more per message than reading and decoding it."""
+    import pyarrow as pa
+
+    keys: list[str] = []
+    values: list[str | None] = []
+    offsets = [0]
+    total = 0
+    for headers in maps:
+        keys.extend(headers)
+        values.extend(headers.values())
+        total += len(headers)
+        offsets.append(total)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
+    )
+
+
 def read_slices_arrow(
     config: DrainConfig, bounds: Iterable[Any], rows_per_batch: int = 2000
 ) -> Iterator[Any]:
@@ -162,9 +181,10 @@ def read_slices_arrow(
         arrays = []
         for index in range(width):
             values = columns[index]
-            if index == 3:  # headers: a map
-                values = [list(headers.items()) for headers in values]
-            arrays.append(pa.array(values, type=schema.field(index).type))
+            if index == 3:
+                arrays.append(_headers_array(values))
+            else:
+                arrays.append(pa.array(values, type=schema.field(index).type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     for record_batch in bounds:

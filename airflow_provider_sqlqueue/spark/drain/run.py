@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ...transport import ConfigurationError, PermissionDenied
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
+from .copy_text import copy_chunks
 from .errors import DrainError
 from .messages import staged_messages
 from .receive import receive_into_staging
@@ -104,11 +105,18 @@ class Drain:
             return self._commit_files(result, staged)
         from pyspark import StorageLevel
 
+        columns = result.columns
+        # table rows on PostgreSQL: COPY text formatted by the executors, the driver only passes it on
+        chunks = copy_chunks(result) if self.sink.kind == "table" and self.sql.can_copy else None
         # compute the result on every core first (toLocalIterator alone runs one partition at a time);
         # if cached blocks are lost Spark recomputes them from the run's staged rows, which do not change
         started = time.monotonic()
-        result = result.persist(StorageLevel.MEMORY_AND_DISK)
-        computed = result.count()
+        if chunks is not None:
+            result = chunks.persist(StorageLevel.MEMORY_AND_DISK)
+            computed = int(result.agg({"rows": "sum"}).collect()[0][0] or 0)
+        else:
+            result = result.persist(StorageLevel.MEMORY_AND_DISK)
+            computed = result.count()
         self.summary["compute_seconds"] = round(time.monotonic() - started, 3)
         self.echo(f"phase 2: {computed} result row(s) computed; committing them with the run")
         started = time.monotonic()
@@ -121,10 +129,12 @@ class Drain:
             if rows_changed(self.transport, cursor, statement, (PROCESSING, run_id)) != 1:
                 raise DrainError(f"run {run_id} is no longer processing (another job took its messages back)")
             rows = result.toLocalIterator(prefetchPartitions=True)  # computed and persisted already
-            if self.sink.kind == "table":
-                written = self.writer.write_table(cursor, result.columns, rows)
+            if chunks is not None:
+                written = self.writer.write_copy_chunks(cursor, columns, rows)
+            elif self.sink.kind == "table":
+                written = self.writer.write_table(cursor, columns, rows)
             else:
-                written = self.writer.write_queue(connection, result.columns, rows)
+                written = self.writer.write_queue(connection, columns, rows)
             self.summary["write_seconds"] = round(time.monotonic() - started, 3)
             self.runs.finish(cursor, staged, written, self.summary)
             connection.commit()

@@ -117,6 +117,21 @@ class SinkWriter:
             flush()
         return written
 
+    def write_copy_chunks(self, cursor: Any, columns: list[str], chunks: Iterator[Any]) -> int:
+        """COPY the chunks of :func:`~.copy_text.copy_chunks` (rows ``rows``, ``data``) into the sink table
+        on ``cursor`` (PostgreSQL); return how many rows they held."""
+        address = self.transport.resolve(self.sink.target)
+        encoding = cursor.connection.info.encoding
+        written = 0
+        with cursor.copy(self.sql.copy_rows(address, columns)) as copy:
+            for chunk in chunks:
+                data = bytes(chunk.data)
+                if encoding != "utf-8":
+                    data = data.decode("utf-8").encode(encoding)
+                copy.write(data)
+                written += chunk.rows
+        return written
+
     def write_queue(self, connection: Any, columns: list[str], rows: Iterator[Any]) -> int:
         target = self.transport.queue(self.sink.target)
         written = 0
