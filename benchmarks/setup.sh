@@ -20,6 +20,10 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
     echo "note: no PostgreSQL server binaries found; install Debian's postgresql package" \
         "(apt-get install -y postgresql) for the PostgreSQL cases" >&2
 fi
+if [ ! -f /usr/share/java/postgresql.jar ]; then
+    echo "note: spark_drain_bench.py's JDBC baseline needs Debian's PostgreSQL JDBC driver" \
+        "(apt-get install -y libpostgresql-jdbc-java)" >&2
+fi
 "$here/.venv/bin/python" - <<'PY'
 from importlib.metadata import version
 names = ["airflow-provider-sqlqueue", "psycopg", "sqlalchemy", "pgqueuer", "asyncpg", "procrastinate",
