@@ -8,15 +8,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def commit() -> str:
-    """The checkout's commit (``+changes`` when tracked files differ from it), or why it is unknown."""
+def commit(folder: Path = REPO) -> str:
+    """The commit of the checkout at ``folder`` (this one by default; ``+changes`` when tracked files differ
+    from it), or why it is unknown."""
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True, check=True
         ).stdout.strip()
         changed = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
+            cwd=folder,
             capture_output=True,
             text=True,
             check=True,

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import timeit
@@ -28,24 +27,6 @@ from typing import Any
 
 BODY = bytes(range(256)) * 4  # 1 KB, as in core_bench
 BATCH = 100
-
-
-def checkout_commit(folder: Path) -> str:
-    """The commit of the checkout the measured package comes from (``+changes`` if tracked files differ)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + ("+changes" if changed else "")
 
 
 def parts(folder: str) -> list[tuple[str, str, str, int, Callable[[], Any]]]:
@@ -104,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=40, help="interleaved repeats of every part [40]")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this file")
     args = parser.parse_args(argv)
+    import provenance  # beside this script
+
     import airflow_provider_sqlqueue
 
     package_root = Path(airflow_provider_sqlqueue.__file__).resolve().parent.parent
     meta = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": checkout_commit(package_root),
+        "commit": provenance.commit(package_root),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "cpus": os.cpu_count(),
