@@ -70,7 +70,9 @@ from airflow_provider_sqlqueue.spark.tables import (
     COMMITTED,
     DEFAULT_PREFIX,
     PROCESSING,
+    READ,
     RECEIVING,
+    STREAMING,
     BridgeSql,
     BridgeTables,
     bridge_tables,
@@ -78,7 +80,7 @@ from airflow_provider_sqlqueue.spark.tables import (
 )
 
 BRIDGE_GOLDEN = GOLDEN_ROOT / "spark_bridge"
-RUN_STATES = {RECEIVING, PROCESSING, COMMITTED, ABORTED}
+RUN_STATES = {RECEIVING, PROCESSING, COMMITTED, ABORTED, READ, STREAMING}
 LOCAL_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
 # A sink table with every logical type the bridge maps, and column names that need quoting.
 SINK_COLUMNS = [
@@ -118,7 +120,7 @@ class BridgeStatement:
 
 # The run-state updates whose changed-row count the drain reads: it runs them only through BridgeSql.counted
 # (NOCOUNT ON leaves drivers no row count on SQL Server), so they are rendered, checked and golden that way.
-COUNTED_KINDS = {"set_state", "set_state_if_stale", "finish_run"}
+COUNTED_KINDS = {"set_state", "set_state_if_stale", "finish_run", "set_summary_if"}
 ROWCOUNT = "SELECT @@ROWCOUNT"
 
 
@@ -132,6 +134,8 @@ BRIDGE_CLOCK_KINDS = {
     "finish_run",
     "set_summary",
     "orphans",
+    "insert_stream",
+    "set_summary_if",
 }
 # BridgeSql members that render no statement of their own, or only PostgreSQL's.
 BRIDGE_NOT_STATEMENTS = {
@@ -145,6 +149,7 @@ BRIDGE_NOT_STATEMENTS = {
     "rows_per_insert",
     "sink_value",
     "dialect",
+    "reads_binary",
 }
 BRIDGE_POSTGRES_ONLY = {"move_to_staging", "move_poison", "copy_rows"}
 
@@ -182,6 +187,9 @@ def render_bridge(case_name: str, address: QueueAddress, dialect: SqlServerDiale
     add("heartbeat", sql.heartbeat())
     add_counted("finish_run", sql.finish_run())
     add("set_summary", sql.set_summary())
+    add("insert_stream", sql.insert_stream())
+    add_counted("set_summary_if", sql.set_summary_if())
+    add("delete_staged_through", sql.delete_staged_through())
     add("run_state_shared", sql.run_state_shared())
     add("orphans", sql.orphans()[0])
     add("stage_rows", sql.stage_rows(1), "stage_rows rows=1")

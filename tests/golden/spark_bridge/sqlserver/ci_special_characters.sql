@@ -41,6 +41,15 @@ UPDATE [n service.bus&#].[db@].[my]]table_runs] SET State = 'committed', Finishe
 -- set_summary
 UPDATE [n service.bus&#].[db@].[my]]table_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?
 
+-- insert_stream
+INSERT INTO [n service.bus&#].[db@].[my]]table_runs] (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, Summary) VALUES (?, ?, ?, 'streaming', 1, SYSUTCDATETIME(), SYSUTCDATETIME(), ?)
+
+-- set_summary_if (counted)
+UPDATE [n service.bus&#].[db@].[my]]table_runs] SET Summary = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND Summary = ?; SELECT @@ROWCOUNT
+
+-- delete_staged_through
+DELETE FROM [n service.bus&#].[db@].[my]]table_staging] WHERE RunId = ? AND RowVersion <= ?
+
 -- run_state_shared
 SELECT State FROM [n service.bus&#].[db@].[my]]table_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 

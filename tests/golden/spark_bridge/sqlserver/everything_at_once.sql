@@ -41,6 +41,15 @@ UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET State = 'committed', FinishedA
 -- set_summary
 UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?
 
+-- insert_stream
+INSERT INTO [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, Summary) VALUES (?, ?, ?, 'streaming', 1, SYSUTCDATETIME(), SYSUTCDATETIME(), ?)
+
+-- set_summary_if (counted)
+UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET Summary = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND Summary = ?; SELECT @@ROWCOUNT
+
+-- delete_staged_through
+DELETE FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_staging] WHERE RunId = ? AND RowVersion <= ?
+
 -- run_state_shared
 SELECT State FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 

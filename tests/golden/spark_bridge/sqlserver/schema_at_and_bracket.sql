@@ -41,6 +41,15 @@ UPDATE [s@]]x].[orders_runs] SET State = 'committed', FinishedAt = SYSUTCDATETIM
 -- set_summary
 UPDATE [s@]]x].[orders_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?
 
+-- insert_stream
+INSERT INTO [s@]]x].[orders_runs] (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, Summary) VALUES (?, ?, ?, 'streaming', 1, SYSUTCDATETIME(), SYSUTCDATETIME(), ?)
+
+-- set_summary_if (counted)
+UPDATE [s@]]x].[orders_runs] SET Summary = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND Summary = ?; SELECT @@ROWCOUNT
+
+-- delete_staged_through
+DELETE FROM [s@]]x].[orders_staging] WHERE RunId = ? AND RowVersion <= ?
+
 -- run_state_shared
 SELECT State FROM [s@]]x].[orders_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 

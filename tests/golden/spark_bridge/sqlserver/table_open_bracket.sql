@@ -41,6 +41,15 @@ UPDATE [dbo].[my[table_runs] SET State = 'committed', FinishedAt = SYSUTCDATETIM
 -- set_summary
 UPDATE [dbo].[my[table_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?
 
+-- insert_stream
+INSERT INTO [dbo].[my[table_runs] (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, Summary) VALUES (?, ?, ?, 'streaming', 1, SYSUTCDATETIME(), SYSUTCDATETIME(), ?)
+
+-- set_summary_if (counted)
+UPDATE [dbo].[my[table_runs] SET Summary = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND Summary = ?; SELECT @@ROWCOUNT
+
+-- delete_staged_through
+DELETE FROM [dbo].[my[table_staging] WHERE RunId = ? AND RowVersion <= ?
+
 -- run_state_shared
 SELECT State FROM [dbo].[my[table_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 

@@ -41,6 +41,15 @@ UPDATE [dbo].[order queue. v2_runs] SET State = 'committed', FinishedAt = SYSUTC
 -- set_summary
 UPDATE [dbo].[order queue. v2_runs] SET FinishedAt = SYSUTCDATETIME(), Summary = ? WHERE RunId = ?
 
+-- insert_stream
+INSERT INTO [dbo].[order queue. v2_runs] (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, Summary) VALUES (?, ?, ?, 'streaming', 1, SYSUTCDATETIME(), SYSUTCDATETIME(), ?)
+
+-- set_summary_if (counted)
+UPDATE [dbo].[order queue. v2_runs] SET Summary = ?, HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND Summary = ?; SELECT @@ROWCOUNT
+
+-- delete_staged_through
+DELETE FROM [dbo].[order queue. v2_staging] WHERE RunId = ? AND RowVersion <= ?
+
 -- run_state_shared
 SELECT State FROM [dbo].[order queue. v2_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
