@@ -13,6 +13,15 @@ for each size N, fills the ``orders`` queue with N order messages of about 1 KB 
   ``libpostgresql-jdbc-java`` jar), the same parsing in Spark SQL, ``write.jdbc`` (append, batches of
   1,000) into a table of the same columns. It deletes nothing and guarantees nothing: the ceiling.
 
+With ``--stream`` the same queue is filled again for two more applications, the streaming comparison:
+
+- **stream**: ``spark.readStream.format("sqlqueue")`` (2 partitions, batches of 1,000,
+  ``maxMessagesPerTrigger`` of ``--per-trigger``) with ``Trigger.AvailableNow``, the ``order_rows`` transform,
+  into a parquet file sink with its checkpoint; exactly once, the queue ends empty and the staging holds at
+  most the last micro-batch (Spark commits a batch to its source when it plans the next one).
+- **jdbc-file**: the JDBC baseline's read and parsing written as parquet files (overwrite): the ceiling for
+  a file sink.
+
 Times are measured inside each application from the moment its SparkSession is up to the end of its work
 (the JVM start, about 15 s here, is reported apart). The ratio is drain msgs/s divided by jdbc msgs/s.
 Peak memory is sampled every 0.2 s from /proc for the process tree of each spark-submit: the JVM (driver
@@ -54,7 +63,8 @@ RESULT_COLUMNS = [
 
 
 # ---- the JDBC baseline, run by spark-submit with this file as the application --------------------------
-def jdbc_baseline(table: str, sink: str) -> None:
+def jdbc_baseline(table: str, sink: str, files: str | None = None) -> None:
+    """The plain read + parse + write; into the table ``sink``, or as parquet files into ``files``."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from sqlalchemy.engine import make_url
@@ -91,9 +101,15 @@ def jdbc_baseline(table: str, sink: str) -> None:
         order["items"].alias("items"),
         F.to_timestamp(F.substring(sent, 1, 19), "yyyy-MM-dd HH:mm:ss").alias("time_sent"),
     )
-    rows.write.jdbc(jdbc, sink, mode="append", properties={**props, "batchsize": "1000"})
+    if files is None:
+        rows.write.jdbc(jdbc, sink, mode="append", properties={**props, "batchsize": "1000"})
+    else:
+        rows.write.mode("overwrite").parquet(files)
     seconds = time.monotonic() - t0
-    written = spark.read.jdbc(jdbc, f"(SELECT count(*) n FROM {sink}) c", properties=props).collect()[0].n
+    if files is None:
+        written = spark.read.jdbc(jdbc, f"(SELECT count(*) n FROM {sink}) c", properties=props).collect()[0].n
+    else:
+        written = spark.read.parquet(files).count()
     spark.stop()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(
@@ -103,6 +119,58 @@ def jdbc_baseline(table: str, sink: str) -> None:
                 "seconds": seconds,
                 "session_seconds": session_seconds,
                 "written": int(written),
+                "py_peak_mb": peak,
+            }
+        ),
+        flush=True,
+    )
+
+
+# ---- the streaming data source, run by spark-submit with this file as the application ----------------
+def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int) -> None:
+    """``readStream.format("sqlqueue")`` with ``availableNow`` through ``order_rows`` into parquet files."""
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_sqlqueue.spark import SqlQueueDataSource
+    from airflow_provider_sqlqueue.spark.transforms import order_rows
+
+    started = time.monotonic()
+    spark = SparkSession.builder.appName("stream-bench").getOrCreate()
+    spark.dataSource.register(SqlQueueDataSource)
+    session_seconds = time.monotonic() - started
+    t0 = time.monotonic()
+    messages = (
+        spark.readStream.format("sqlqueue")
+        .option("queue", queue)
+        .option("batchSize", "1000")
+        .option("partitions", "2")
+        .option("maxMessagesPerTrigger", str(per_trigger))
+        .load()
+    )
+    query = (
+        order_rows(messages)
+        .writeStream.format("parquet")
+        .option("path", files)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.monotonic() - t0
+    batches = len(query.recentProgress)
+    output = spark.read.parquet(files)
+    written, distinct = output.count(), output.select("message_id").distinct().count()
+    spark.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(
+        "BENCH_RESULT "
+        + json.dumps(
+            {
+                "seconds": seconds,
+                "session_seconds": session_seconds,
+                "written": int(written),
+                "distinct": int(distinct),
+                "micro_batches": batches,
                 "py_peak_mb": peak,
             }
         ),
@@ -183,7 +251,7 @@ def fill(transport, n: int) -> float:
     return time.monotonic() - started
 
 
-def run_size(cluster, n: int, env: dict[str, str]) -> dict[str, Any]:
+def run_size(cluster, n: int, env: dict[str, str], per_trigger: int | None, folder: str) -> dict[str, Any]:
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
     from airflow_provider_sqlqueue.transport import open_transport
 
@@ -232,12 +300,51 @@ def run_size(cluster, n: int, env: dict[str, str]) -> dict[str, Any]:
         )
         assert job["processed"] == job["written"] == n, job
         assert transport.queue("orders").count() == 0
+        if per_trigger:
+            result.update(run_stream(transport, n, env, per_trigger, Path(folder) / f"stream-{n}"))
     jdbc_rate = n / result["jdbc"]["job"]["seconds"]
     drain_rate = n / job["seconds"]
     result.update(
         jdbc_msgs_per_s=round(jdbc_rate),
         drain_msgs_per_s=round(drain_rate),
         ratio=round(drain_rate / jdbc_rate, 2),
+    )
+    return result
+
+
+def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder: Path) -> dict[str, Any]:
+    """The streaming comparison on a freshly filled queue: parquet files from the JDBC read, then from
+    the ``sqlqueue`` stream; every message once in the stream's files, the queue and staging empty."""
+    result: dict[str, Any] = {"stream_fill_seconds": round(fill(transport, n), 1)}
+    this = str(Path(__file__).resolve())
+    files = folder / "jdbc-files"
+    baseline = ["--jdbc-baseline", "--files", str(files)]
+    result["jdbc_file"] = spark_submit(this, baseline, env, "spark_drain_bench")
+    print(f"  jdbc read+parquet: {result['jdbc_file']['job']['seconds']:.1f} s", flush=True)
+    assert result["jdbc_file"]["job"]["written"] == n, result["jdbc_file"]["job"]
+    assert transport.queue("orders").count() == n, "the baseline must not change the queue"
+    args = ["--stream-app", "--files", str(folder / "stream-files")]
+    args += ["--checkpoint", str(folder / "checkpoint"), "--per-trigger", str(per_trigger)]
+    result["stream"] = spark_submit(this, args, env, "spark_drain_bench")
+    job = result["stream"]["job"]
+    print(f"  stream (availableNow, {job['micro_batches']} batches): {job['seconds']:.1f} s", flush=True)
+    assert job["written"] == job["distinct"] == n, job
+    assert transport.queue("orders").count() == 0
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        cursor.execute("SELECT count(*) FROM sqlqueue_spark_staging", ())
+        staged = cursor.fetchone()[0]
+        connection.commit()
+    # Spark commits a micro-batch to its source when it plans the next one, so the last batch of a query
+    # that ends stays staged (already in the files) until the query's next run: at most one trigger's worth.
+    assert staged <= per_trigger, f"{staged} rows left in staging, more than the last micro-batch"
+    result["stream_left_staged"] = staged
+    jdbc_rate, stream_rate = n / result["jdbc_file"]["job"]["seconds"], n / job["seconds"]
+    result.update(
+        stream_per_trigger=per_trigger,
+        jdbc_file_msgs_per_s=round(jdbc_rate),
+        stream_msgs_per_s=round(stream_rate),
+        stream_ratio=round(stream_rate / jdbc_rate, 2),
     )
     return result
 
@@ -250,10 +357,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data", type=Path, help="also write the figures as the docs' data file (docs/data/spark-drain.json)"
     )
+    parser.add_argument(
+        "--stream",
+        type=int,
+        nargs="?",
+        const=100_000,
+        default=None,
+        metavar="PER_TRIGGER",
+        help="also compare the sqlqueue stream (availableNow, maxMessagesPerTrigger PER_TRIGGER, default "
+        "100,000) with the JDBC read written as parquet files",
+    )
     parser.add_argument("--jdbc-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stream-app", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--files", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--per-trigger", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jdbc_baseline:
-        jdbc_baseline("orders", "jdbc_rows")
+        jdbc_baseline("orders", "jdbc_rows", args.files)
+        return 0
+    if args.stream_app:
+        stream_application("orders", args.files, args.checkpoint, args.per_trigger)
         return 0
     if not JDBC_JAR.exists():
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
@@ -291,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for n in sizes:
             print(f"spark_drain_bench: N={n:,}", flush=True)
-            results.append(run_size(cluster, n, env))
+            results.append(run_size(cluster, n, env, args.stream, folder))
     meta["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
     meta["load_average_after"] = os.getloadavg()
     print()
@@ -308,6 +432,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['drain']['jvm_mb']} / {row['jdbc']['jvm_mb']} | "
             f"{row['drain']['python_driver_mb']} / {row['jdbc']['python_driver_mb']} |"
         )
+    streamed = [row for row in results if "stream" in row]
+    if streamed:
+        print()
+        print("| N | jdbc read+parquet msgs/s | stream msgs/s | ratio | micro-batches | JVM peak MB |")
+        print("|---|---|---|---|---|---|")
+        for row in streamed:
+            print(
+                f"| {row['n']:,} | {row['jdbc_file_msgs_per_s']:,} | {row['stream_msgs_per_s']:,} | "
+                f"{row['stream_ratio']}x | {row['stream']['job']['micro_batches']} | "
+                f"{row['stream']['jvm_mb']} / {row['jdbc_file']['jvm_mb']} |"
+            )
     print(f"\nTotal {meta['seconds']} s; load average before {meta['load_average_before'][0]:.2f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.json}")
     if args.data:
         command = " ".join(["spark_drain_bench.py", *(argv if argv is not None else sys.argv[1:])])
-        args.data.write_text(json.dumps(data_file(meta, results, command), indent=2) + "\n")
+        data = data_file(meta, results, command)
+        if args.data.exists():  # the run it replaces stays beside it, as "the run before"
+            before = json.loads(args.data.read_text())
+            data["previous"] = {"runs": before["runs"], "rows": before["rows"]}
+        args.data.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {args.data}")
     return 0
 
@@ -352,10 +491,24 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 "python_workers_peak_mb_drain": row["drain"]["python_workers_mb"],
             }
         )
+        if "stream" in row:
+            stream = row["stream"]
+            rows[-1].update(
+                stream_per_trigger=row["stream_per_trigger"],
+                jdbc_file_msgs_per_s=row["jdbc_file_msgs_per_s"],
+                stream_msgs_per_s=row["stream_msgs_per_s"],
+                jdbc_file_s=round(row["jdbc_file"]["job"]["seconds"], 1),
+                stream_s=round(stream["job"]["seconds"], 1),
+                stream_micro_batches=stream["job"]["micro_batches"],
+                jvm_peak_mb_stream=stream["jvm_mb"],
+                jvm_peak_mb_jdbc_file=row["jdbc_file"]["jvm_mb"],
+                python_peak_mb_stream=stream["python_driver_mb"],
+                python_peak_mb_jdbc_file=row["jdbc_file"]["python_driver_mb"],
+            )
     return {
         "about": "The Spark drain benchmark (benchmarks/spark_drain_bench.py) shown in benchmarks/README.md "
         "and docs/spark.md, rendered by benchmarks/render.py (pages/spark_drain.py); written by the "
-        "benchmark's --data option.",
+        'benchmark\'s --data option. "previous" keeps the run this one replaced.',
         "runs": {"spark-drain": run},
         "rows": rows,
     }

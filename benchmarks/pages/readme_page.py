@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pages.blocks import load_data
-from pages.spark_drain import provenance, spark_drain_notes, spark_drain_table
+from pages.spark_drain import provenance, spark_drain_notes, spark_drain_table, spark_stream_table
 
 ENGINES = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
 BATCH_OPERATIONS = {"send_batch", "receive_batch"}
@@ -44,4 +44,5 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
         ),
         "spark-drain": ("docs/data/spark-drain.json", spark_drain_table(load_data("spark-drain.json"))),
         "spark-drain-notes": ("docs/data/spark-drain.json", spark_drain_notes(load_data("spark-drain.json"))),
+        "spark-stream": ("docs/data/spark-drain.json", spark_stream_table(load_data("spark-drain.json"))),
     }

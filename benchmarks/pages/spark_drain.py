@@ -51,6 +51,29 @@ def spark_drain_table(data: dict[str, Any]) -> list[str]:
     return [*lines, "", provenance(data)]
 
 
+def spark_stream_table(data: dict[str, Any]) -> list[str]:
+    """The streaming comparison (``--stream``): the sqlqueue stream into parquet files against the JDBC read
+    written as parquet files, at each size the run measured; a sentence when the run did not measure it."""
+    rows = sorted((row for row in data["rows"] if "stream_msgs_per_s" in row), key=lambda row: row["n"])
+    if not rows:
+        return ["The run in the data file did not measure the stream (`spark_drain_bench.py --stream`)."]
+    lines = [
+        "| N | jdbc read + parquet msgs/s | sqlqueue stream msgs/s | stream / jdbc | micro-batches "
+        "(maxMessagesPerTrigger) | JVM peak MB (stream / jdbc) | Python driver peak MB (stream / jdbc) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ratio = f"{row['stream_msgs_per_s'] / row['jdbc_file_msgs_per_s']:.2f}x"
+        lines.append(
+            f"| {row['n']:,} | {row['jdbc_file_msgs_per_s']:,} | {row['stream_msgs_per_s']:,} | "
+            f"{f'**{ratio}**' if row is rows[-1] else ratio} | {row['stream_micro_batches']} "
+            f"({row['stream_per_trigger']:,}) | "
+            f"{row['jvm_peak_mb_stream']:,} / {row['jvm_peak_mb_jdbc_file']:,} | "
+            f"{row['python_peak_mb_stream']:,} / {row['python_peak_mb_jdbc_file']:,} |"
+        )
+    return [*lines, "", provenance(data)]
+
+
 def spark_drain_notes(data: dict[str, Any]) -> list[str]:
     """The driver's memory at each size, and the run before this one (``previous``) for comparison."""
     rows = sorted(data["rows"], key=lambda row: row["n"])
@@ -100,6 +123,7 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
 def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
     """docs/spark.md's summary: the largest run against the baseline, and the smaller run's ratio."""
     data = load_data("spark-drain.json")
+    stream = spark_stream_table(data)
     rows = sorted(data["rows"], key=lambda row: row["n"])
     largest = rows[-1]
     (run,) = data["runs"].values()
@@ -116,5 +140,6 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
                 )
                 + ")."
             ],
-        )
+        ),
+        "spark-stream": (SOURCE, stream),
     }
