@@ -111,19 +111,13 @@ def jdbc_baseline(table: str, sink: str, files: str | None = None) -> None:
     else:
         written = spark.read.parquet(files).count()
     spark.stop()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    print(
-        "BENCH_RESULT "
-        + json.dumps(
-            {
-                "seconds": seconds,
-                "session_seconds": session_seconds,
-                "written": int(written),
-                "py_peak_mb": peak,
-            }
-        ),
-        flush=True,
-    )
+    report(seconds=seconds, session_seconds=session_seconds, written=int(written))
+
+
+def report(**figures: Any) -> None:
+    """The application's figures, with its Python driver's peak RSS, on the line the harness reads."""
+    figures["py_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print("BENCH_RESULT " + json.dumps(figures), flush=True)
 
 
 # ---- the streaming data source, run by spark-submit with this file as the application ----------------
@@ -157,24 +151,16 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
     )
     query.awaitTermination()
     seconds = time.monotonic() - t0
-    batches = len(query.recentProgress)
+    batches = sum(1 for progress in query.recentProgress if progress["numInputRows"])
     output = spark.read.parquet(files)
     written, distinct = output.count(), output.select("message_id").distinct().count()
     spark.stop()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    print(
-        "BENCH_RESULT "
-        + json.dumps(
-            {
-                "seconds": seconds,
-                "session_seconds": session_seconds,
-                "written": int(written),
-                "distinct": int(distinct),
-                "micro_batches": batches,
-                "py_peak_mb": peak,
-            }
-        ),
-        flush=True,
+    report(
+        seconds=seconds,
+        session_seconds=session_seconds,
+        written=int(written),
+        distinct=int(distinct),
+        micro_batches=batches,
     )
 
 

@@ -221,6 +221,48 @@ def queue(transport: Transport):
     return orders
 
 
+# The extended tier: slow runs that repeat, on a second driver, engine or kill point, what CI's slow step
+# already proves once. CI's two steps (.ci/test) deselect them to stay inside the hour on 2 cores;
+# `bash .ci/test -m extended` runs them. Each rule is (test file, test name, the parameter ids it covers).
+EXTENDED = (
+    (
+        "test_spark_source.py",
+        "test_stream_killed_at_each_point_then_restarted_delivers_exactly_once",
+        ("sqlite-after_receive", "sqlite-before_commit", "postgresql-mid_batch", "postgresql-after_sink"),
+    ),
+    ("test_spark_source.py", "*", ("sqlserver",)),
+    ("test_spark_source_write.py", "*", ("sqlserver",)),
+    ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
+    (
+        "test_spark_cluster.py",
+        "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
+        ("sqlite",),
+    ),
+    ("*", "*", ("sqlserver-freetds*",)),
+)
+
+
+def _extended(item: pytest.Item) -> bool:
+    """Whether a slow test is in the extended tier (EXTENDED): its file, name and parameter id match a rule.
+    A parameter rule ending in ``*`` matches ids that start with it (``sqlserver-freetds-monitor``)."""
+    if item.get_closest_marker("slow") is None:
+        return False
+    name, _, params = item.name.partition("[")
+    params = params.rstrip("]")
+    for file, test, ids in EXTENDED:
+        if file not in ("*", item.path.name) or test not in ("*", name):
+            continue
+        if any(params.startswith(i[:-1]) if i.endswith("*") else params == i for i in ids):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _extended(item):
+            item.add_marker(pytest.mark.extended)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many tests ran against SQL Server (or Babelfish), per driver, so a run shows the live suite ran."""
     counts: dict[str, dict[str, int]] = {}
