@@ -121,7 +121,7 @@ def report(**figures: Any) -> None:
 
 
 # ---- the streaming data source, run by spark-submit with this file as the application ----------------
-def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int) -> None:
+def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int, stream_id: str) -> None:
     """``readStream.format("sqlqueue")`` with ``availableNow`` through ``order_rows`` into parquet files."""
     from pyspark.sql import SparkSession
 
@@ -136,6 +136,7 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
     messages = (
         spark.readStream.format("sqlqueue")
         .option("queue", queue)
+        .option("streamId", stream_id)  # one stream id per checkpoint (docs/spark.md)
         .option("batchSize", "1000")
         .option("partitions", "2")
         .option("maxMessagesPerTrigger", str(per_trigger))
@@ -310,7 +311,15 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     assert result["jdbc_file"]["job"]["written"] == n, result["jdbc_file"]["job"]
     assert transport.queue("orders").count() == n, "the baseline must not change the queue"
     args = ["--stream-app", "--files", str(folder / "stream-files")]
-    args += ["--checkpoint", str(folder / "checkpoint"), "--per-trigger", str(per_trigger)]
+    stream_id = f"bench-stream-{n}"
+    args += [
+        "--checkpoint",
+        str(folder / "checkpoint"),
+        "--per-trigger",
+        str(per_trigger),
+        "--stream-id",
+        stream_id,
+    ]
     result["stream"] = spark_submit(this, args, env, "spark_drain_bench")
     job = result["stream"]["job"]
     print(f"  stream (availableNow, {job['micro_batches']} batches): {job['seconds']:.1f} s", flush=True)
@@ -318,7 +327,7 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     assert transport.queue("orders").count() == 0
     with transport.connection() as connection:
         cursor = connection.cursor()
-        cursor.execute("SELECT count(*) FROM sqlqueue_spark_staging", ())
+        cursor.execute("SELECT count(*) FROM sqlqueue_spark_staging WHERE RunId = %s", (stream_id,))
         staged = cursor.fetchone()[0]
         connection.commit()
     # Spark commits a micro-batch to its source when it plans the next one, so the last batch of a query
@@ -358,12 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     parser.add_argument("--per-trigger", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--stream-id", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jdbc_baseline:
         jdbc_baseline("orders", "jdbc_rows", args.files)
         return 0
     if args.stream_app:
-        stream_application("orders", args.files, args.checkpoint, args.per_trigger)
+        stream_application("orders", args.files, args.checkpoint, args.per_trigger, args.stream_id)
         return 0
     if not JDBC_JAR.exists():
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
