@@ -122,6 +122,11 @@ def test_options_keep_the_password_out_of_the_url_option() -> None:
     assert (parsed.max_messages_per_trigger, parsed.batch_size, parsed.stream_id) == (7, 5, "stream:orders")
     with pytest.raises(ConfigurationError, match="positive integer"):
         SourceOptions.parse({"url": "sqlite:////tmp/q.db", "queue": "orders", "batch_size": "0"})
+    assert parsed.on_uncommitted_batch == "fail"
+    with pytest.raises(
+        ConfigurationError, match="onUncommittedBatch must be one of fail, redeliver, discard"
+    ):
+        SourceOptions.parse({"url": "sqlite:////tmp/q.db", "queue": "orders", "onUncommittedBatch": "skip"})
 
 
 # ---- batch reads -----------------------------------------------------------------------------------------
@@ -185,7 +190,12 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     starts from a stale position (another query moved the stream) rolls back, its messages still queued."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from airflow_provider_sqlqueue.spark.source.staging import StreamConflict, bridge_sql, stage_stream_batch
+    from airflow_provider_sqlqueue.spark.source.staging import (
+        StreamConflict,
+        StreamMark,
+        bridge_sql,
+        stage_stream_batch,
+    )
     from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
 
     sent = send_orders(queues, 25)
@@ -206,10 +216,51 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     assert staged_under(queues, "stream:orders") == 0
     queue = queues.queue("orders")
     with pytest.raises(StreamConflict, match="one stream id belongs to one streaming query"):
-        stage_stream_batch(queues, queue, bridge_sql(queues, options), "stream:orders", 5, 3)
+        stage_stream_batch(queues, queue, bridge_sql(queues, options), "stream:orders", 5, StreamMark(3, 10))
     assert queue.count() == 15 and staged_under(queues, "stream:orders") == 0
     assert stream_reader.latestOffset(end, ReadMaxRows(100)) == {"position": 25}
     assert queue.count() == 0
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_committed(target, queues) -> None:
+    """A query reads a micro-batch and ends without committing it to the source (as every query that ends
+    does): a query on a new checkpoint refuses to start, nothing received or deleted, unless
+    onUncommittedBatch says redeliver (start before it) or discard (start after it, deleted by the next
+    commit). Staged rows no micro-batch read are always a new query's start."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = send_orders(queues, 30)
+
+    def stream_reader(**extra: str) -> SqlQueueStreamReader:
+        return SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", **extra)))
+
+    unread = stream_reader(streamId="never-read")
+    assert unread.latestOffset(unread.initialOffset(), ReadMaxRows(3)) == {"position": 3}
+    assert stream_reader(streamId="never-read").initialOffset() == {"position": 0}  # no batch read them
+
+    ended = stream_reader()
+    first = ended.latestOffset(ended.initialOffset(), ReadMaxRows(10))
+    assert [row[0] for p in ended.partitions({"position": 0}, first) for row in ended.read(p)] == message_ids(
+        sent
+    )[3:13]
+    assert ended.latestOffset(first, ReadMaxRows(5)) == {"position": 15}  # staged, not yet in a batch
+    with pytest.raises(ConfigurationError, match=r"10 messages \(positions 1 to 10\).*onUncommittedBatch"):
+        stream_reader().initialOffset()
+    assert staged_under(queues, "stream:orders") == 15 and queues.queue("orders").count() == 12
+
+    assert stream_reader(onUncommittedBatch="redeliver").initialOffset() == {"position": 0}
+    discarding = stream_reader(onUncommittedBatch="discard")
+    start = discarding.initialOffset()
+    assert start == {"position": 10}
+    end = discarding.latestOffset(start, ReadMaxRows(100))
+    assert end == {"position": 27} and queues.queue("orders").count() == 0
+    rows = [row[0] for p in discarding.partitions(start, end) for row in discarding.read(p)]
+    assert rows == message_ids(sent)[13:]
+    discarding.commit(end)
+    assert staged_under(queues, "stream:orders") == 0
 
 
 # ---- streams -----------------------------------------------------------------------------------------------
@@ -253,7 +304,25 @@ def test_stream_into_files_with_a_read_limit_restarts_from_its_checkpoint(
     accounted = counted(message_ids(first + second), written)
     assert accounted == {"lost": 0, "duplicated": 0} and len(written) == 200
     assert queues.queue("orders").count() == 0
-    assert staged_under(queues, "stream:orders") <= 20  # at most the last batch, until the next commit
+    assert staged_under(queues, "stream:orders") == 20  # the last batch, until the next commit
+
+    def new_checkpoint(name: str, **extra: str):
+        return (
+            stream(spark, options | extra)
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / name / "out"))
+            .option("checkpointLocation", str(tmp_path / name / "checkpoint"))
+        )
+
+    refused = new_checkpoint("again").trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="onUncommittedBatch"):
+        refused.awaitTermination(180)
+    assert staged_under(queues, "stream:orders") == 20
+    third = send_orders(queues, 15)
+    assert run_available_now(new_checkpoint("after", onUncommittedBatch="discard")) == [15]
+    after = [row.message_id for row in spark.read.parquet(str(tmp_path / "after" / "out")).collect()]
+    assert sorted(after) == sorted(message_ids(third))
+    assert staged_under(queues, "stream:orders") == 35  # 20 discarded and 15 read, until the next commit
 
 
 def write_batch_idempotently(transport, table_name: str):

@@ -17,8 +17,9 @@ from ...transport import ConfigurationError, Transport, open_transport
 from ..config import url_from_option
 from ..tables import DEFAULT_PREFIX, check_run_id
 
-__all__ = ["SourceOptions"]
+__all__ = ["UNCOMMITTED_BATCH_POLICIES", "SourceOptions"]
 
+UNCOMMITTED_BATCH_POLICIES = ("fail", "redeliver", "discard")
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
 
@@ -34,6 +35,15 @@ def _positive(options: Mapping[str, str], key: str, default: int | None) -> int 
     if value < 1:
         raise ConfigurationError(f"option {key} must be a positive integer, not {text!r}")
     return value
+
+
+def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first by default); ``name`` is the option as the docs spell it."""
+    given = options.get(name.lower())
+    text = str(given or choices[0]).strip().lower()
+    if text not in choices:
+        raise ConfigurationError(f"option {name} must be one of {', '.join(choices)}, not {given!r}")
+    return text
 
 
 def _flag(options: Mapping[str, str], key: str) -> bool:
@@ -64,6 +74,7 @@ class SourceOptions:
     receivers: int = 1
     partitions: int = 2
     max_messages_per_trigger: int | None = None
+    on_uncommitted_batch: str = "fail"
     create_tables: bool = False
 
     @classmethod
@@ -96,6 +107,7 @@ class SourceOptions:
             receivers=_positive(lowered, "receivers", 1) or 1,
             partitions=_positive(lowered, "partitions", 2) or 2,
             max_messages_per_trigger=_positive(lowered, "maxmessagespertrigger", None),
+            on_uncommitted_batch=_choice(lowered, "onUncommittedBatch", UNCOMMITTED_BATCH_POLICIES),
             create_tables=_flag(lowered, "createtables"),
         )
 

@@ -5,13 +5,16 @@ A batch read stages under its run id with the queue's RowVersions (as the drain 
 its stream id with positions of its own: consecutive numbers after the stream's last position, kept in the
 stream's row of the runs table and advanced by a compare-and-set in the receive's transaction, so positions
 only grow in commit order and two queries on one stream id cannot both stage (the loser rolls back: its
-messages stay queued).
+messages stay queued). The same row keeps the last position a query planned into a micro-batch, so that a
+query on a new checkpoint can tell staged rows some query may already have written to its sink from rows no
+query has read.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...transport import ConfigurationError, Transport
@@ -22,8 +25,8 @@ from .rows import staged_rows
 
 __all__ = [
     "StreamConflict",
+    "StreamMark",
     "bridge_sql",
-    "position_summary",
     "read_staged",
     "stage_batch",
     "stage_stream_batch",
@@ -34,8 +37,33 @@ class StreamConflict(ConfigurationError):
     """Another query moved the stream's position: two queries share one stream id."""
 
 
-def position_summary(position: int) -> str:
-    return json.dumps({"position": position})
+@dataclass(frozen=True)
+class StreamMark:
+    """A stream's row: the last position staged, and the last position a query planned into a micro-batch
+    (``None`` before the first plan, and in rows written before the mark was kept).
+
+    The row's Summary holds it as JSON; compare-and-set statements compare that text, so :meth:`summary`
+    writes the same text for the same mark."""
+
+    position: int
+    planned: int | None = None
+
+    def summary(self) -> str:
+        fields = {"position": self.position}
+        if self.planned is not None:
+            fields["planned"] = self.planned
+        return json.dumps(fields)
+
+    @classmethod
+    def parse(cls, summary: str, stream_id: str) -> StreamMark:
+        try:
+            fields = json.loads(summary)
+            planned = fields.get("planned")
+            return cls(int(fields["position"]), None if planned is None else int(planned))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ConfigurationError(
+                f"stream {stream_id}: its row in the runs table does not hold a stream position: {summary!r}"
+            ) from None
 
 
 def bridge_sql(transport: Transport, options: SourceOptions, *, check: bool = False) -> BridgeSql:
@@ -85,21 +113,23 @@ def stage_batch(
 
 
 def stage_stream_batch(
-    transport: Transport, queue: Any, sql: BridgeSql, stream_id: str, size: int, last: int
-) -> tuple[int, int]:
-    """One receive of a stream: the messages get positions ``last + 1 ...``; returns (taken, new last).
+    transport: Transport, queue: Any, sql: BridgeSql, stream_id: str, size: int, mark: StreamMark
+) -> tuple[int, StreamMark]:
+    """One receive of a stream: the messages get positions ``mark.position + 1 ...``; returns (taken, the
+    stream's new mark).
 
     ``taken`` counts expired and unreadable messages too (so an empty queue is ``taken == 0``).
     """
+    last = mark.position
     with queue.receive(size) as batch:
         cursor = batch.connection.cursor()
-        new_last = last + len(batch)
+        moved = replace(mark, position=last + len(batch))
         if len(batch):
             changed = rows_changed(
                 transport,
                 cursor,
                 sql.counted(sql.set_summary_if()),
-                (position_summary(new_last), stream_id, position_summary(last)),
+                (moved.summary(), stream_id, mark.summary()),
             )
             if changed != 1:
                 raise StreamConflict(
@@ -112,7 +142,7 @@ def stage_stream_batch(
                 row[1] = last + offset
                 params.append(tuple(row))
             _stage(cursor, sql, params)
-    return len(batch) + batch.expired + batch.poisoned, new_last
+    return len(batch) + batch.expired + batch.poisoned, moved
 
 
 def read_staged(options: SourceOptions, run_id: str, low: int, high: int) -> Iterator[tuple]:

@@ -11,12 +11,18 @@
 So the query's checkpoint and the staging table together hold every received message until the sink's batch
 is committed: with a sink that writes each batch id once (the file sink, ``foreachBatch`` keyed by batch id)
 every message reaches it exactly once.
+
+Spark commits a batch to its source only when it plans the next one, so a query that ends leaves its last
+batch staged. ``partitions`` records in the stream's row how far queries have planned; a query on a new
+checkpoint (``initialOffset``) that finds staged rows up to that mark refuses to start unless the
+``onUncommittedBatch`` option says whether to deliver them again or discard them. Staged rows beyond the
+mark were never in a micro-batch: a new query starts with them.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -28,10 +34,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ...transport import ConfigurationError, SqlQueueError, Transport
-from ..drain.transactions import execute
+from ..drain.transactions import execute, execute_counted
 from ..tables import STREAMING, BridgeSql
 from .options import SourceOptions
-from .staging import bridge_sql, position_summary, read_staged, stage_stream_batch
+from .staging import StreamConflict, StreamMark, bridge_sql, read_staged, stage_stream_batch
 
 __all__ = ["PositionRange", "SqlQueueStreamReader"]
 
@@ -65,8 +71,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.budget: int | None = None  # Trigger.AvailableNow: how many messages may still be received
 
     # ---- the stream's row ----------------------------------------------------------------------
-    def _last(self, transport: Transport, sql: BridgeSql, queue: Any) -> int:
-        """The stream's last position; creates the stream's row at 0 the first time."""
+    def _mark(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
+        """The stream's row; creates it at position 0 the first time."""
         for _ in range(2):
             rows = execute(transport, sql.get_run(), (self.stream_id,), write=False)
             if rows:
@@ -76,29 +82,67 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"stream id {self.stream_id} is used by a {state} run on {input_queue}; "
                         "choose another streamId"
                     )
-                return int(json.loads(summary)["position"])
+                return StreamMark.parse(summary, self.stream_id)
             try:
                 execute(
                     transport,
                     sql.insert_stream(),
-                    (self.stream_id, queue.name, STREAM_SINK, position_summary(0)),
+                    (self.stream_id, queue.name, STREAM_SINK, StreamMark(0).summary()),
                 )
             except SqlQueueError:
                 continue  # created concurrently
         raise ConfigurationError(f"stream {self.stream_id}: its row could not be created")
+
+    def _planned(self, high: int) -> None:
+        """Record that a micro-batch reads the staged rows up to ``high`` (the mark only grows)."""
+        with self._open() as transport:
+            sql = bridge_sql(transport, self.options)
+            queue = transport.queue(self.options.queue)
+            for _ in range(3):
+                mark = self._mark(transport, sql, queue)
+                if mark.planned is not None and mark.planned >= high:
+                    return
+                planned = replace(mark, planned=high)
+                params = (planned.summary(), self.stream_id, mark.summary())
+                if execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1:
+                    return
+        raise StreamConflict(
+            f"stream {self.stream_id} keeps changing under this query: one stream id belongs to one "
+            "streaming query (set option streamId)"
+        )
 
     def _open(self) -> Transport:
         return self.options.open(pool_size=1, max_overflow=0)
 
     # ---- Spark's calls on the driver -------------------------------------------------------------
     def initialOffset(self) -> dict:
-        """A new query starts before the oldest row still staged (none: at the stream's last position)."""
+        """Where a query with a new checkpoint starts: at the stream's last position, or before the staged
+        rows no micro-batch has read. Staged rows a micro-batch has read (the last batch of a query that
+        ended, or of one that failed) may already be in that query's sink: ``onUncommittedBatch`` says
+        whether to deliver them again, discard them, or (the default) refuse to start."""
         with self._open() as transport:
             sql = bridge_sql(transport, self.options, check=True)
             queue = transport.queue(self.options.queue)
-            last = self._last(transport, sql, queue)
-            count, low, _ = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
-        return {"position": int(low) - 1 if count else last}
+            mark = self._mark(transport, sql, queue)
+            count, low, high = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
+        if not count:
+            return {"position": mark.position}
+        low, high = int(low), int(high)
+        if mark.planned is None or mark.planned < low:
+            return {"position": low - 1}
+        policy = self.options.on_uncommitted_batch
+        if policy == "redeliver":
+            return {"position": low - 1}
+        if policy == "discard":
+            return {"position": mark.planned}
+        raise ConfigurationError(
+            f"stream {self.stream_id} has {min(mark.planned, high) - low + 1} messages (positions {low} to "
+            f"{min(mark.planned, high)}) staged in a micro-batch that an earlier query read and never "
+            "committed to this source, and this query starts from a new checkpoint, so they may already be "
+            "in that query's sink. Restart the earlier query from its checkpoint to go on exactly once; or "
+            'set option("onUncommittedBatch", "redeliver") to deliver them again, or "discard" when they '
+            "are in the sink; a new checkpoint wants its own streamId"
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_messages_per_trigger
@@ -115,7 +159,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
-            last = self._last(transport, sql, queue)
+            mark = self._mark(transport, sql, queue)
+            last = mark.position
             if last < low:
                 raise ConfigurationError(
                     f"stream {self.stream_id} is at position {last}, behind the checkpoint's {low}: the "
@@ -129,7 +174,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     size = min(size, self.budget)
                 if size <= 0:
                     break
-                taken, last = stage_stream_batch(transport, queue, sql, self.stream_id, size, last)
+                taken, mark = stage_stream_batch(transport, queue, sql, self.stream_id, size, mark)
+                last = mark.position
                 if self.budget is not None:
                     self.budget -= taken
                 if taken < size:
@@ -144,6 +190,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         low, high = _position(start), _position(end)
         if high <= low:
             return []
+        self._planned(high)
         slices = min(self.options.partitions, high - low)
         edges = [low + ((high - low) * i) // slices for i in range(slices)] + [high]
         return [PositionRange(edges[i], edges[i + 1]) for i in range(slices)]
