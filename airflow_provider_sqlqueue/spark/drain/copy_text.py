@@ -3,8 +3,8 @@
 The commit writes every result row on the driver, inside the run's transaction (that is what makes a table
 sink exactly once). Turning each row into a Python ``Row`` on the driver and formatting it there cost more
 than anything else the commit does; here Spark formats each row as one line of ``COPY ... FROM STDIN``
-text in the JVM, the executors join the lines into chunks of about a megabyte, and the driver only passes
-the chunks on. Columns whose type has no text form here (maps, arrays, structs, variants, intervals) keep
+text in the JVM, the executors join each Arrow batch of lines into one chunk, and the driver only passes the
+chunks on. Columns whose type has no text form here (maps, arrays, structs, variants, intervals) keep
 the row-by-row path, which stores them as JSON text.
 """
 
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["COPY_CHUNK_SCHEMA", "copy_chunks", "copy_text_column"]
 
 COPY_CHUNK_SCHEMA = "rows long, data binary"
-CHUNK_CHARACTERS = 1 << 20
 
 # COPY's text format: a backslash and the three characters that end a field or a row are escaped
 _ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
@@ -65,26 +64,18 @@ def copy_text_column(field: StructField) -> Column | None:
 
 
 def _join_lines(batches: Iterable[Any]) -> Iterator[Any]:
-    """``mapInArrow`` side: each Arrow batch of lines becomes one chunk of COPY text and its row count."""
+    """``mapInArrow`` side: each Arrow batch of lines (each ending in a newline) becomes one chunk of COPY
+    text and its row count, joined by Arrow without a Python object per line."""
     import pyarrow as pa
-
-    def chunk(lines: list[str]) -> Any:
-        data = ("\n".join(lines) + "\n").encode("utf-8")
-        return pa.RecordBatch.from_arrays(
-            [pa.array([len(lines)], pa.int64()), pa.array([data], pa.binary())], names=["rows", "data"]
-        )
+    import pyarrow.compute as pc
 
     for batch in batches:
-        pending: list[str] = []
-        size = 0
-        for line in batch.column(0).to_pylist():
-            pending.append(line)
-            size += len(line)
-            if size >= CHUNK_CHARACTERS:
-                yield chunk(pending)
-                pending, size = [], 0
-        if pending:
-            yield chunk(pending)
+        lines = batch.column(0)
+        if len(lines) == 0:
+            continue
+        whole = pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines)
+        data = pc.binary_join(whole, "").cast(pa.binary())
+        yield pa.RecordBatch.from_arrays([pa.array([len(lines)], pa.int64()), data], names=["rows", "data"])
 
 
 def copy_chunks(result: DataFrame) -> DataFrame | None:
@@ -95,5 +86,5 @@ def copy_chunks(result: DataFrame) -> DataFrame | None:
     texts = [copy_text_column(field) for field in result.schema.fields]
     if not texts or any(text is None for text in texts):
         return None
-    lines = result.select(F.concat_ws("\t", *texts).alias("line"))
+    lines = result.select(F.concat(F.concat_ws("\t", *texts), F.lit("\n")).alias("line"))
     return lines.mapInArrow(_join_lines, COPY_CHUNK_SCHEMA)
