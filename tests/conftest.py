@@ -221,9 +221,11 @@ def queue(transport: Transport):
     return orders
 
 
-# The extended tier: slow runs that repeat, on a second driver, engine or kill point, what CI's slow step
-# already proves once. CI's two steps (.ci/test) deselect them to stay inside the hour on 2 cores;
-# `bash .ci/test -m extended` runs them. Each rule is (test file, test name, the parameter ids it covers).
+# The extended tier: runs that repeat, on a second driver, engine or kill point, what CI's two steps
+# already prove once. CI's steps (.ci/test) deselect them to stay inside the hour on 2 cores;
+# `bash .ci/test -m extended` runs them. Each rule is (test file, test name, the parameter ids it covers);
+# EXTENDED holds slow runs only, EXTENDED_ANY every run it matches (the FreeTDS twin of each SQL Server
+# test: every one also runs through Microsoft's ODBC Driver 18, the driver SQL Server's users run).
 EXTENDED = (
     (
         "test_spark_source.py",
@@ -238,18 +240,18 @@ EXTENDED = (
         "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
         ("sqlite",),
     ),
-    ("*", "*", ("sqlserver-freetds*",)),
 )
+EXTENDED_ANY = (("*", "*", ("sqlserver-freetds*",)),)
 
 
 def _extended(item: pytest.Item) -> bool:
-    """Whether a slow test is in the extended tier (EXTENDED): its file, name and parameter id match a rule.
-    A parameter rule ending in ``*`` matches ids that start with it (``sqlserver-freetds-monitor``)."""
-    if item.get_closest_marker("slow") is None:
-        return False
+    """Whether a test is in the extended tier: its file, name and parameter id match a rule of EXTENDED_ANY,
+    or of EXTENDED for a slow test. A parameter rule ending in ``*`` matches ids that start with it
+    (``sqlserver-freetds-monitor``)."""
+    rules = EXTENDED_ANY + (EXTENDED if item.get_closest_marker("slow") is not None else ())
     name, _, params = item.name.partition("[")
     params = params.rstrip("]")
-    for file, test, ids in EXTENDED:
+    for file, test, ids in rules:
         if file not in ("*", item.path.name) or test not in ("*", name):
             continue
         if any(params.startswith(i[:-1]) if i.endswith("*") else params == i for i in ids):
