@@ -372,6 +372,7 @@ def storage_return_paragraph(
             f"`docs/benchmarks/storage-return-deep.json`; load average "
             f"{deep_meta['load_average_before'][0]:.1f} at the start).",
         ]
+        lines += _deep_drain_cost(_returning_drains(deep)[-1], old, defaults["meta"])
     backs = [drain["storage_return"]["back_after_seconds"] for drain in drains]
     if backs and None not in backs:
         lines += [
@@ -387,6 +388,30 @@ def storage_return_paragraph(
             f"{meta['versions']['postgresql'].split()[0]}.",
         ]
     return lines
+
+
+def _deep_drain_cost(drain: dict[str, Any], defaults: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """What the storage parameters cost the deepest drain itself: its speed and its slowest tenth, beside
+    the same size drained from a table with the server's defaults (docs/benchmarks/scale.json)."""
+    deciles = drain["decile_msgs_per_s"]
+    text = (
+        f"That drain took {drain['seconds']:,.0f} s ({drain['msgs_per_s']:,.0f} msgs/s), its slowest tenth "
+        f"ran at {min(deciles) / deciles[0]:.2f}x its first"
+    )
+    (same,) = [d for d in defaults["drains"] if d["rows"] == drain["rows"] and d["autovacuum"]] or [None]
+    if same is None:
+        return ["", text + "."]
+    old = same["decile_msgs_per_s"]
+    commit = meta.get("commit", "unknown")
+    took = f"{same['seconds']:,.0f} s ({same['msgs_per_s']:,.0f} msgs/s)"
+    return [
+        "",
+        f"{text}; from a table with the server's defaults (commit {commit}) it took {took}, slowest tenth "
+        f"{min(old) / old[0]:.2f}x. The two runs differ in the table's settings, and also in commit and day. "
+        "With these parameters autovacuum works on the table during the drain. Where a queue that deep is "
+        "drained at once and the drain's speed matters, the alternative is to create that table without "
+        "them (`--no-storage-parameters`) and schedule `VacuumQueuesOperator` after the drain.",
+    ]
 
 
 def _short_return(drain: dict[str, Any]) -> str:
