@@ -523,7 +523,13 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
             if args.deep and engine == "postgresql":
                 sizes.append(scale.DEEP_SIZE)
             result = scale.scale_engine(
-                context, bench, sizes, args.peek_sizes, args.autovacuum_off, args.storage_wait
+                context,
+                bench,
+                sizes,
+                args.peek_sizes,
+                args.autovacuum_off,
+                args.storage_wait,
+                args.server_default_storage,
             )
             if args.mixed_seconds and engine == "postgresql":
                 print(f"  {ENGINE_LABELS[engine]}: mixed run, {args.mixed_seconds:.0f} s", flush=True)
@@ -610,6 +616,13 @@ def main(argv: list[str] | None = None) -> int:
         "--autovacuum-off",
         type=sizes,
         help="PostgreSQL sizes drained again with autovacuum off for the table [the largest size]",
+    )
+    parser.add_argument(
+        "--server-default-storage",
+        type=sizes,
+        default=[],
+        help="PostgreSQL sizes drained again, in the same run, from a table with the server's default "
+        "storage parameters instead of the package's [none]",
     )
     parser.add_argument(
         "--deep", action="store_true", help=f"--scale: also drain {scale.DEEP_SIZE:,} rows on PostgreSQL"

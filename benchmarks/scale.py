@@ -32,11 +32,15 @@ from typing import Any
 
 from core_bench import BATCH, BODY, EngineBench, raw_connect, run_processes
 
+from airflow_provider_sqlqueue.dialects.postgres import PostgresDialect
+
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 RSS_EVERY = 100  # receives between RSS samples
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 DEEP_SIZE = 10_000_000  # PostgreSQL only, with --deep
 STORAGE_POLL = 5.0  # seconds between size checks after a drain
+# what ``RESET`` takes back: the parameters the package gives a PostgreSQL queue table at creation
+STORAGE_PARAMETER_NAMES = tuple(name for name, _ in PostgresDialect.default_storage_parameters)
 BACK_FRACTION = 0.02  # the storage counts as given back at 2 % of its size before the drain (or 1 MiB)
 DEFAULT_PEEK_SIZES = (1_000, 1_000_000)
 QUICK_SIZES = (1_000, 5_000)
@@ -245,8 +249,11 @@ def scale_engine(
     peek_sizes: list[int],
     autovacuum_off_sizes: list[int],
     storage_wait: float = 0.0,
+    server_default_sizes: list[int] | None = None,
 ) -> dict[str, Any]:
-    """All scale measurements on one engine."""
+    """All scale measurements on one engine. On PostgreSQL, ``server_default_sizes`` are drained once more
+    from a table whose storage parameters are reset to the server's defaults, in the same run: the pair
+    shows what the package's per-table settings change, with the commit, the hour and the machine alike."""
     result: dict[str, Any] = {"engine": bench.engine, "drains": [], "peek": []}
     label = bench.engine
     for rows in sorted(set(peek_sizes) - set(sizes)):  # peek-only sizes: fill, time, drop
@@ -257,20 +264,24 @@ def scale_engine(
         result["peek"].append(peek_and_count(bench, name, rows))
         print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
         bench.drop(name)
-    variants = [(rows, True) for rows in sorted(sizes)]
+    variants = [(rows, True, True) for rows in sorted(sizes)]
     if bench.engine == "postgresql":
-        variants += [(rows, False) for rows in sorted(autovacuum_off_sizes)]
-    for rows, autovacuum in variants:
-        name = f"scale_{rows}" + ("" if autovacuum else "_noav")
+        variants += [(rows, False, True) for rows in sorted(autovacuum_off_sizes)]
+        variants += [(rows, True, False) for rows in sorted(server_default_sizes or [])]
+    for rows, autovacuum, package_storage in variants:
+        name = f"scale_{rows}" + ("" if autovacuum else "_noav") + ("" if package_storage else "_plain")
         statements, _ = bench.provision(name, 0)
         table = statements["table"]
         if not autovacuum:
             bench.admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+        if not package_storage:
+            bench.admin.execute(f"ALTER TABLE {table} RESET ({', '.join(STORAGE_PARAMETER_NAMES)})")
         fill_seconds = fill(bench, table, rows)
         bench.settle(table)
         drain: dict[str, Any] = {
             "rows": rows,
             "autovacuum": autovacuum if bench.engine == "postgresql" else None,
+            "package_storage_parameters": package_storage if bench.engine == "postgresql" else None,
             "fill_seconds": fill_seconds,
             "fill_rows_per_s": rows / fill_seconds,
             "before": storage(bench, table, name),
@@ -317,7 +328,8 @@ def scale_engine(
             drain["after_refill"] = storage(bench, table, name)
         result["drains"].append(drain)
         print(
-            f"  {label} drain {rows:>9,} rows{'' if autovacuum in (True, None) else ' (autovacuum off)'}: "
+            f"  {label} drain {rows:>9,} rows{'' if autovacuum in (True, None) else ' (autovacuum off)'}"
+            f"{'' if package_storage else ' (server default storage parameters)'}: "
             f"fill {fill_seconds:.1f} s, drain {seconds:.1f} s = {rows / seconds:,.0f} msgs/s; deciles "
             + " ".join(f"{value:,.0f}" for value in segments)
             + f"; RSS start/peak/end {drain['rss_start'] / 2**20:.0f}/{drain['rss_peak'] / 2**20:.0f}/"
