@@ -232,6 +232,11 @@ EXTENDED = (
         "test_stream_killed_at_each_point_then_restarted_delivers_exactly_once",
         ("sqlite-after_receive", "sqlite-before_commit", "postgresql-mid_batch", "postgresql-after_sink"),
     ),
+    (
+        "test_spark_jobs.py",
+        "test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly",
+        ("sqlite-table-processing",),
+    ),
     ("test_spark_source.py", "*", ("sqlserver",)),
     ("test_spark_source_write.py", "*", ("sqlserver",)),
     ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
