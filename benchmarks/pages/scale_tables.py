@@ -319,13 +319,25 @@ def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> li
     return lines
 
 
-def _returning_drains(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _returning_drains(doc: dict[str, Any], *, package_storage: bool = True) -> list[dict[str, Any]]:
+    """The drains watched for their storage: from tables with the package's storage parameters, or (with
+    ``package_storage=False``) those reset to the server's defaults in the same run (absent before
+    ``--server-default-storage`` existed)."""
     (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
-    return [drain for drain in result["drains"] if drain["autovacuum"] and drain.get("storage_return")]
+    return [
+        drain
+        for drain in result["drains"]
+        if drain["autovacuum"]
+        and drain.get("storage_return")
+        and drain.get("package_storage_parameters", True) is package_storage
+    ]
 
 
 def storage_return_paragraph(
-    doc: dict[str, Any], defaults: dict[str, Any], deep: dict[str, Any] | None = None
+    doc: dict[str, Any],
+    defaults: dict[str, Any],
+    deep: dict[str, Any] | None = None,
+    earlier: dict[str, Any] | None = None,
 ) -> list[str]:
     """docs/dba.md's bound: how long after a drain a table created with the package's storage parameters
     took to give its storage back without a manual VACUUM, beside the run with the server's defaults;
@@ -343,11 +355,19 @@ def storage_return_paragraph(
         "`autovacuum_naptime` of 1 min, then the table's size polled every 5 s with no manual `VACUUM`:",
         "",
         "| queued rows | size after the drain | autovacuum runs during the drain | storage back after | "
-        "back to | with the server's defaults |",
+        "back to | with the server's defaults"
+        + (
+            " (the deepest size: the same run, below)"
+            if deep and _returning_drains(deep, package_storage=False)
+            else ""
+        )
+        + " |",
         "|--:|--:|--:|--:|--:|--:|",
     ]
     (old,) = [r for r in defaults["scale"] if r["engine"] == "postgresql"]
     before = {d["rows"]: d for d in old["drains"] if d["autovacuum"] and d.get("storage_return")}
+    if deep:  # the same run's table with the server's defaults, where there is one, over an older run's
+        before.update({d["rows"]: d for d in _returning_drains(deep, package_storage=False)})
     for drain in drains:
         back = drain["storage_return"]
         last = back["samples"][-1]
@@ -367,12 +387,16 @@ def storage_return_paragraph(
         deep_meta = deep["meta"]
         lines += [
             "",
-            f"The {_returning_drains(deep)[-1]['rows']:,}-row drain ran on its own "
+            f"The {_returning_drains(deep)[-1]['rows']:,}-row drain ran in a separate run "
             f"({deep_meta['date'][:10]}, commit {deep_meta['commit']}, `{deep_meta['command']}`, kept as "
             f"`docs/benchmarks/storage-return-deep.json`; load average "
             f"{deep_meta['load_average_before'][0]:.1f} at the start).",
         ]
-        lines += _deep_drain_cost(_returning_drains(deep)[-1], old, defaults["meta"])
+        plain = _returning_drains(deep, package_storage=False)
+        if plain:
+            lines += _deep_pair(_returning_drains(deep)[-1], plain[-1], earlier)
+        else:
+            lines += _deep_drain_cost(_returning_drains(deep)[-1], old, defaults["meta"])
     backs = [drain["storage_return"]["back_after_seconds"] for drain in drains]
     if backs and None not in backs:
         lines += [
@@ -412,6 +436,47 @@ def _deep_drain_cost(drain: dict[str, Any], defaults: dict[str, Any], meta: dict
         "drained at once and the drain's speed matters, the alternative is to create that table without "
         "them (`--no-storage-parameters`) and schedule `VacuumQueuesOperator` after the drain.",
     ]
+
+
+def _deep_pair(
+    package: dict[str, Any], plain: dict[str, Any], earlier: dict[str, Any] | None = None
+) -> list[str]:
+    """The deepest size drained twice in one run: from a table with the package's storage parameters and
+    from one reset to the server's defaults (``--server-default-storage``), side by side; ``earlier`` is
+    a run before it of the package's table alone (docs/data/raw/storage-return-deep-290f200.json)."""
+    lines = [
+        "",
+        f"The same run then drained {plain['rows']:,} rows once more, from a table whose storage parameters "
+        "were reset to the server's defaults (`--server-default-storage`), so that the two tables differ "
+        "in nothing else:",
+        "",
+        "| table | fill | drain | msgs/s | slowest tenth / first | autovacuum runs during the drain | "
+        "storage back without a manual `VACUUM` |",
+        "|---|--:|--:|--:|--:|--:|---|",
+    ]
+    for label, drain in (("the package's storage parameters", package), ("the server's defaults", plain)):
+        deciles = drain["decile_msgs_per_s"]
+        during = drain["after"]["autovacuum_count"] - drain["before"]["autovacuum_count"]
+        lines.append(
+            f"| {label} | {drain['fill_seconds']:,.0f} s | {drain['seconds']:,.0f} s | "
+            f"{drain['msgs_per_s']:,.0f} | {min(deciles) / deciles[0]:.2f}x | {during} | "
+            f"{_short_return(drain)} |"
+        )
+    if earlier:
+        (drain,) = _returning_drains(earlier)[-1:]
+        deciles = drain["decile_msgs_per_s"]
+        meta = earlier["meta"]
+        lines += [
+            "",
+            f"A run of the package's table alone the same day ({meta['date'][11:16]} UTC, commit "
+            f"{meta['commit']}, kept as `docs/data/raw/storage-return-deep-290f200.json`) took "
+            f"{drain['seconds']:,.0f} s, slowest tenth {min(deciles) / deciles[0]:.2f}x, storage back "
+            f"{_short_return(drain)}. Between those two runs of the same table, hours apart, the slowest "
+            f"tenth moved from {min(deciles) / deciles[0]:.2f}x to "
+            f"{min(package['decile_msgs_per_s']) / package['decile_msgs_per_s'][0]:.2f}x: read the pair "
+            "above, not a single run, for what the parameters cost.",
+        ]
+    return lines
 
 
 def _short_return(drain: dict[str, Any]) -> str:
@@ -480,6 +545,8 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     returned = json.loads((folder / "storage-return.json").read_text(encoding="utf-8"))
     deep_path = folder / "storage-return-deep.json"
     deep = json.loads(deep_path.read_text(encoding="utf-8")) if deep_path.exists() else None
+    earlier_path = ROOT / "docs" / "data" / "raw" / "storage-return-deep-290f200.json"
+    earlier = json.loads(earlier_path.read_text(encoding="utf-8")) if earlier_path.exists() else None
     bypassed_path = ROOT / "docs" / "data" / "raw" / "storage-return-07d3244.json"
     bypassed = json.loads(bypassed_path.read_text(encoding="utf-8"))
     return {
@@ -490,7 +557,7 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
         "dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale, before)),
         "dba-storage-return": (
             "docs/benchmarks/storage-return.json",
-            storage_return_paragraph(returned, scale, deep),
+            storage_return_paragraph(returned, scale, deep, earlier),
         ),
         "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
         **data_blocks("babelfish.json"),
