@@ -18,7 +18,7 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
     found = []
     for result in scale["scale"]:
         name = ENGINE_LABELS[result["engine"]]
-        drains = [drain for drain in result["drains"] if drain["autovacuum"] in (True, None)]
+        drains = _package_drains([drain for drain in result["drains"] if drain["autovacuum"] in (True, None)])
         if not drains:
             continue
         deepest = max(drains, key=lambda drain: drain["rows"])
@@ -51,15 +51,25 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
                     f"- {name}: without a manual `VACUUM`, the drained table's storage came back (to 2 % of "
                     "its size, or 1 MiB) " + ", ".join(_returned(d) for d in returns) + "."
                 )
+            for plain in result["drains"]:
+                if plain.get("package_storage_parameters") is not False:
+                    continue
+                deciles = plain["decile_msgs_per_s"]
+                found.append(
+                    f"- {name}, {plain['rows']:,} rows again from a table reset to the server's default "
+                    f"storage parameters: {plain['msgs_per_s']:,.0f} msgs/s, first tenth {deciles[0]:,.0f}, "
+                    f"slowest {min(deciles):,.0f} ({min(deciles) / deciles[0]:.2f}x), autovacuum ran "
+                    f"{_runs_during(plain)} time(s) during the drain; storage back {_short_return(plain)}."
+                )
             if result.get("mixed"):
                 found.append(f"- {name}: {_mixed_finding(result['mixed'])}")
             after, vacuumed = deepest["after"], deepest["after_vacuum"]
             runs = after["autovacuum_count"] - deepest["before"]["autovacuum_count"]
             found.append(
-                f"- {name}: a drained table keeps its size ({_mib(after['total_bytes'])}, "
-                f"{after['dead_tuples']:,} dead tuples) until vacuumed; autovacuum ran {runs} time(s) during "
-                f"the {deepest['seconds']:.0f} s drain; a plain `VACUUM` then left "
-                f"{_mib(vacuumed['total_bytes'])}."
+                f"- {name}: right after the drain of {deepest['rows']:,} rows the table still held "
+                f"{_mib(after['total_bytes'])} ({after['dead_tuples']:,} dead tuples); autovacuum ran {runs} "
+                f"time(s) during the {deepest['seconds']:.0f} s drain; a plain `VACUUM` at the end of the "
+                f"run left {_mib(vacuumed['total_bytes'])}."
             )
         else:
             refill = deepest["after_refill"]
@@ -79,6 +89,27 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
                 f"{largest['count']['median_us'] / 1000:,.1f} ms."
             )
     return found
+
+
+def _table_settings(drain: dict[str, Any]) -> str:
+    """How a drained table was set up: autovacuum (PostgreSQL) and whose storage parameters it had."""
+    if drain["autovacuum"] is None:
+        return "-"
+    if not drain["autovacuum"]:
+        return "off"
+    if drain.get("package_storage_parameters") is False:
+        return "on, server's defaults"
+    return "on, package's parameters" if drain["before"].get("storage_parameters") else "on"
+
+
+def _runs_during(drain: dict[str, Any]) -> int:
+    """How many times autovacuum ran on the table while it was drained."""
+    return int(drain["after"]["autovacuum_count"] - drain["before"]["autovacuum_count"])
+
+
+def _package_drains(drains: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Leave out the drains of tables reset to the server's defaults (``--server-default-storage``)."""
+    return [drain for drain in drains if drain.get("package_storage_parameters") is not False]
 
 
 def _seconds(value: float) -> str:
@@ -164,7 +195,7 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
     for result in scale["scale"]:
         for drain in result["drains"]:
             deciles = drain["decile_msgs_per_s"]
-            autovacuum = {True: "on", False: "off", None: "-"}[drain["autovacuum"]]
+            autovacuum = _table_settings(drain)
             lines.append(
                 f"| {ENGINE_LABELS[result['engine']]} | {drain['rows']:,} | {autovacuum} | "
                 f"{drain['fill_rows_per_s']:,.0f} | **{drain['msgs_per_s']:,.0f}** | {deciles[0]:,.0f} | "
@@ -187,7 +218,7 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
         for _, drain in postgres:
             before, after, vacuumed = drain["before"], drain["after"], drain["after_vacuum"]
             lines.append(
-                f"| {drain['rows']:,} | {'on' if drain['autovacuum'] else 'off'} | "
+                f"| {drain['rows']:,} | {_table_settings(drain)} | "
                 f"{_mib(before['total_bytes'])} | "
                 f"{_mib(after['total_bytes'])} | {after['dead_tuples']:,} | "
                 f"{after['autovacuum_count'] - before['autovacuum_count']} | "
@@ -199,10 +230,12 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
         if returns:
             lines += [
                 "Without a manual `VACUUM`: the table's size (`pg_total_relation_size`) polled every 5 s "
-                "after the drain, with the server's autovacuum settings (`autovacuum_naptime` 1 min).",
+                "after the drain, with the server's `autovacuum_naptime` (1 min); the table's own storage "
+                "parameters as the autovacuum column says.",
                 "",
-                "| queued rows | size after drain | back to | back after | autovacuum runs by then |",
-                "|--:|--:|--:|--:|--:|",
+                "| queued rows | autovacuum | size after drain | back to | back after | "
+                "autovacuum runs by then |",
+                "|--:|:-:|--:|--:|--:|--:|",
             ]
             for drain in returns:
                 back = drain["storage_return"]
@@ -213,7 +246,8 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
                     else f"not within {back['wait_seconds']:.0f} s"
                 )
                 lines.append(
-                    f"| {drain['rows']:,} | {_mib(back['samples'][0][1])} | {_mib(last[1])} | {after} | "
+                    f"| {drain['rows']:,} | {_table_settings(drain)} | {_mib(back['samples'][0][1])} | "
+                    f"{_mib(last[1])} | {after} | "
                     f"{last[2] - drain['before']['autovacuum_count']} |"
                 )
             lines.append("")
@@ -268,9 +302,10 @@ def scale_section(scale: dict[str, Any] | None) -> list[str]:
     ]
     for result in scale["scale"]:
         for drain in result["drains"]:
+            settings = _table_settings(drain)
+            note = "" if settings in ("-", "on", "on, package's parameters") else f" (autovacuum {settings})"
             lines.append(
-                f"| {ENGINE_LABELS[result['engine']]} | {drain['rows']:,}"
-                f"{'' if drain['autovacuum'] in (True, None) else ' (autovacuum off)'} | "
+                f"| {ENGINE_LABELS[result['engine']]} | {drain['rows']:,}{note} | "
                 f"{_mib(drain['rss_start'])} | {_mib(drain['rss_peak'])} | {_mib(drain['rss_end'])} | "
                 f"{len(drain['rss_samples'])} |"
             )
@@ -283,8 +318,9 @@ def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> li
     meta = scale["meta"]
     drains = [drain for drain in result["drains"] if drain["autovacuum"]]
     lines = [
-        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
-        "`benchmarks/run.py --scale --deep`), one consumer draining each queue with "
+        f"Measured ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
+        "`benchmarks/run.py --scale --deep`, kept as `docs/data/raw/scale-2f6db82.json`; "
+        "[benchmarks.md](benchmarks.md#scale) has the latest run), one consumer draining each queue with "
         "`receive(max_messages=100)`, autovacuum on with the server's settings:",
         "",
     ]
@@ -456,10 +492,9 @@ def _deep_pair(
     ]
     for label, drain in (("the package's storage parameters", package), ("the server's defaults", plain)):
         deciles = drain["decile_msgs_per_s"]
-        during = drain["after"]["autovacuum_count"] - drain["before"]["autovacuum_count"]
         lines.append(
             f"| {label} | {drain['fill_seconds']:,.0f} s | {drain['seconds']:,.0f} s | "
-            f"{drain['msgs_per_s']:,.0f} | {min(deciles) / deciles[0]:.2f}x | {during} | "
+            f"{drain['msgs_per_s']:,.0f} | {min(deciles) / deciles[0]:.2f}x | {_runs_during(drain)} | "
             f"{_short_return(drain)} |"
         )
     if earlier:
@@ -538,7 +573,9 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     from pages.transcribed_text import data_blocks
 
     folder = ROOT / "docs" / "benchmarks"
-    scale = json.loads((folder / "scale.json").read_text(encoding="utf-8"))
+    # the run with the server's settings, before the package gave queue tables storage parameters: the
+    # problem dba.md describes, and the "with the server's defaults" column beside the package's tables
+    scale = json.loads((ROOT / "docs" / "data" / "raw" / "scale-2f6db82.json").read_text(encoding="utf-8"))
     before_path = ROOT / "docs" / "data" / "raw" / "scale-c687d42.json"
     before = json.loads(before_path.read_text(encoding="utf-8")) if before_path.exists() else None
     explained = json.loads((folder / "deep-explain.json").read_text(encoding="utf-8"))
@@ -554,7 +591,7 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
             "docs/data/raw/storage-return-07d3244.json",
             storage_bypass_paragraph(bypassed),
         ),
-        "dba-vacuum-drain": ("docs/benchmarks/scale.json", vacuum_paragraph(scale, before)),
+        "dba-vacuum-drain": ("docs/data/raw/scale-2f6db82.json", vacuum_paragraph(scale, before)),
         "dba-storage-return": (
             "docs/benchmarks/storage-return.json",
             storage_return_paragraph(returned, scale, deep, earlier),

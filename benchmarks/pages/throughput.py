@@ -70,6 +70,22 @@ def peek_rows(scale: dict[str, Any] | None, engine: str) -> dict[int, dict[str, 
     return {}
 
 
+def package_drain(scale: dict[str, Any] | None, rows: int) -> dict[str, Any] | None:
+    """The PostgreSQL drain of ``rows`` from a table as the package creates it (autovacuum on, its own
+    storage parameters), if the scale run has one."""
+    for result in (scale or {}).get("scale", []):
+        if result["engine"] != "postgresql":
+            continue
+        for drain in result["drains"]:
+            if (
+                drain["rows"] == rows
+                and drain["autovacuum"]
+                and drain.get("package_storage_parameters", True)
+            ):
+                return drain
+    return None
+
+
 def side_spread(row: dict[str, Any], side: str) -> dict[str, float]:
     """Median and min-max msgs/s of one side (raw or project) of a core row, from its rounds."""
     values = [sample[side]["msgs_per_s"] for sample in row["rounds"]]
@@ -80,8 +96,11 @@ def side_spread(row: dict[str, Any], side: str) -> dict[str, float]:
 
 
 # ---- targets --------------------------------------------------------------------------------------------
-def compute_targets(doc: dict[str, Any] | None, scale: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Every target of issue 7 as a ratio within one run: value, threshold, PASS / MISS / not measured."""
+def compute_targets(
+    doc: dict[str, Any] | None, scale: dict[str, Any] | None, *, drains: bool = False
+) -> list[dict[str, Any]]:
+    """Every target of issue 7 as a ratio within one run: value, threshold, PASS / MISS / not measured;
+    with ``drains``, also issue 18's flat PostgreSQL drains (not in the older records of performance.md)."""
     targets: list[dict[str, Any]] = []
 
     def add(
@@ -268,6 +287,22 @@ def compute_targets(doc: dict[str, Any] | None, scale: dict[str, Any] | None) ->
             detail,
             True,
         )
+    for rows in (1_000_000, 10_000_000) if drains else ():
+        drain = package_drain(scale, rows)
+        value, detail = None, f"needs run.py --scale with {rows:,} rows (--deep for 10,000,000)"
+        if drain:
+            deciles = drain["decile_msgs_per_s"]
+            value = min(deciles) / deciles[0]
+            detail = (
+                f"first tenth {deciles[0]:,.0f}, slowest {min(deciles):,.0f} msgs/s; "
+                f"{drain['seconds']:,.0f} s in all, autovacuum on"
+            )
+        add(
+            f"PostgreSQL drain of {rows:,} queued rows, slowest tenth / first tenth",
+            value,
+            0.8,
+            detail,
+        )
     for engine in ("postgresql", "sqlite"):
         pump = pump_row(doc, engine)
         if pump and "ratio_to_raw_receive_4c" in pump:
@@ -330,7 +365,7 @@ def summary_text(doc: dict[str, Any]) -> str:
                     f" RSS {drain['rss_start'] / 2**20:.0f}/{drain['rss_peak'] / 2**20:.0f}/"
                     f"{drain['rss_end'] / 2**20:.0f} MiB"
                 )
-        targets = compute_targets(None, doc)
+        targets = compute_targets(None, doc, drains=True)
     lines.append("targets:")
     for target in targets:
         if target["status"] != "not measured":
