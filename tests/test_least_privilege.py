@@ -123,6 +123,48 @@ def test_a_batch_holds_one_advisory_lock_per_message_and_others_skip_them(
         assert queue.count() == 1000 - 15
 
 
+def waiting_on_a_lock(server: PostgresServer, role: RuntimeRole) -> bool:
+    rows = server.query(
+        f"SELECT count(*) FROM pg_stat_activity WHERE usename = '{role.name}' AND wait_event_type = 'Lock'"
+    )
+    return int(rows[0][0]) > 0
+
+
+def test_a_pick_whose_rows_were_deleted_meanwhile_takes_the_next_ones(
+    role: RuntimeRole, admin: Transport, postgres_server: PostgresServer
+) -> None:
+    """An advisory pick reads the queue as it was when its statement began. Rows that another session
+    deleted and committed meanwhile are gone by the time its DELETE reaches them. Without a second pick the
+    receive came back empty with five messages still queued (a drain then stopped early)."""
+    table = f'"{role.target.schema}"."orders"'
+    with role.open() as transport:
+        queue = transport.queue("orders")
+        queue.send_batch([f"m{n}".encode() for n in range(10)])
+        received: list[bytes] = []
+        with admin.connection() as foreign:
+            cursor = foreign.cursor()
+            # a session that deletes the five oldest without advisory locks, and commits while the pick waits
+            cursor.execute(
+                f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM {table} "
+                "ORDER BY RowVersion LIMIT 5)"
+            )
+
+            def receive() -> None:
+                with queue.receive(max_messages=5) as batch:
+                    received.extend(m.body for m in batch)
+
+            receiver = threading.Thread(target=receive)
+            receiver.start()
+            deadline = time.monotonic() + 30
+            while not waiting_on_a_lock(postgres_server, role):
+                assert receiver.is_alive() and time.monotonic() < deadline, "the pick never waited"
+                time.sleep(0.05)
+            foreign.commit()
+            receiver.join(30)
+        assert received == [f"m{n}".encode() for n in range(5, 10)]
+        assert queue.count() == 0
+
+
 def test_rolled_back_messages_come_back_in_order(role: RuntimeRole) -> None:
     with role.open() as transport:
         queue = transport.queue("orders")

@@ -50,6 +50,7 @@ from airflow_provider_sqlqueue.spark.drain import (
     message_row,
     run_drain,
 )
+from airflow_provider_sqlqueue.spark.drain.receive import receive_partition
 from airflow_provider_sqlqueue.spark.fill import FillConfig, fill_queue
 from airflow_provider_sqlqueue.spark.tables import (
     BridgeSql,
@@ -645,6 +646,49 @@ def spark_runtime_role(target, bridge, postgres_server) -> Iterator[str]:
     finally:
         postgres_server.execute(f'DROP OWNED BY "{name}"')
         postgres_server.execute(f'DROP ROLE "{name}"')
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_receiver_does_not_stop_early_when_its_advisory_pick_finds_its_rows_deleted_meanwhile(
+    target, bridge, spark_runtime_role: str, postgres_server
+) -> None:
+    """Phase 1's server-side move on a role without UPDATE picks through advisory locks. It reads the queue as
+    it was when its statement began, so rows that another session deleted and committed meanwhile are gone
+    when its DELETE reaches them. That first move came back empty, and the receiver stopped with five
+    messages still queued (CI saw a drain write 250 of 400)."""
+    role = make_url(spark_runtime_role).username
+    run_config = config(target, url=spark_runtime_role, run_id="lp-race", batch_size=5, partitions=1)
+    send_orders(bridge, 10)
+    drain = Drain(None, run_config)  # type: ignore[arg-type]  # phase 1's bookkeeping needs no Spark
+    try:
+        state, job_attempt = drain.start_run()
+    finally:
+        drain.close()
+    table = f'"{target.schema}"."orders"'
+    tasks: list[dict[str, Any]] = []
+    with bridge.connection() as foreign:
+        cursor = foreign.cursor()
+        cursor.execute(
+            f"DELETE FROM {table} WHERE RowVersion IN "
+            f"(SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 5)"
+        )
+        receiver = threading.Thread(
+            target=lambda: tasks.extend(receive_partition(run_config, job_attempt, [None], 0, []))
+        )
+        receiver.start()
+        deadline = time.monotonic() + 30
+        while not int(
+            postgres_server.query(
+                f"SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' AND wait_event_type = 'Lock'"
+            )[0][0]
+        ):
+            assert receiver.is_alive() and time.monotonic() < deadline, "the move never waited"
+            time.sleep(0.05)
+        foreign.commit()
+        receiver.join(30)
+    (task,) = tasks
+    assert (state, task["received"], task["stopped"]) == ("receiving", 5, "empty"), task
+    assert staged(bridge) == 5 and bridge.queue("orders").count() == 0
 
 
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)

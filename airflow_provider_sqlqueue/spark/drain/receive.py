@@ -160,11 +160,13 @@ def _move_into_staging(
     with transport.connection(queue.address) as connection:
         cursor = connection.cursor()
         _check_state(transport, cursor, sql, config.run_id)
-        cursor.execute(
-            sql.move_to_staging(queue.receive_statement(cursor)),
-            (size, config.run_id, job_attempt, index),
-        )
-        rows = transport.dialect.fetch_rows(cursor)
+        move = sql.move_to_staging(queue.receive_statement(cursor))
+        cursor.execute(move, (size, config.run_id, job_attempt, index))
+        rows = list(transport.dialect.fetch_rows(cursor))
+        if len(rows) < size and not queue.uses_row_locks(cursor):
+            # an advisory pick may find its rows deleted meanwhile; one more reads anew (TableQueue._pick)
+            cursor.execute(move, (size - len(rows), config.run_id, job_attempt, index))
+            rows += transport.dialect.fetch_rows(cursor)
         expired = sum(1 for row in rows if row[2])
         poison: list[int] = []
         for row_version, headers, is_expired in rows:

@@ -307,6 +307,11 @@ class TableQueue:
         """
         return self._sql.locking(self._uses_row_locks(cursor)).receive_batch
 
+    def uses_row_locks(self, cursor: Any) -> bool:
+        """Whether receivers of this role take row locks (else advisory locks); see :meth:`_pick` for why
+        code that builds on :meth:`receive_statement` tops up a short pick when they do not."""
+        return self._uses_row_locks(cursor)
+
     def _uses_row_locks(self, cursor: Any) -> bool:
         """Whether receivers here take row locks: asked once per queue, then remembered.
 
@@ -383,13 +388,19 @@ class TableQueue:
         """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py).
 
         A pick after the mark that comes back short is topped up from the start of the queue in the same
-        transaction, so a message left behind the mark never makes a receive look empty."""
+        transaction, so a message left behind the mark never makes a receive look empty. So is a short pick
+        through advisory locks, once: its statement reads the queue as it was when the statement began, so
+        it can lock rows another receiver deleted and committed meanwhile, and find them gone; the next
+        statement reads the queue anew."""
         row_locks = self._uses_row_locks(cursor)
         sql = self._sql
         after_mark = sql.receive_batch_after if row_locks else None
         statement = sql.locking(row_locks).receive_batch
         if after_mark is None:  # no mark on this engine (or role): nothing to remember
-            return self.dialect.receive_rows(cursor, self.address, statement, max_messages)
+            raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
+            if not row_locks and len(raw) < max_messages:
+                raw += self.dialect.receive_rows(cursor, self.address, statement, max_messages - len(raw))
+            return raw
         after = self._low_water.position()
         if after is None:
             raw = self.dialect.receive_rows(cursor, self.address, statement, max_messages)
