@@ -29,6 +29,11 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 EXECUTOR_PACKAGES = ("sqlalchemy", "psycopg[binary]", "pyarrow", "pandas")
 
 
+def spark_test_java_options() -> str:
+    """The JVM options tests/conftest.py gives every spark-submit, for the daemons and executors too."""
+    return os.environ.get("SPARK_SUBMIT_OPTS", "")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -72,6 +77,7 @@ class SparkStandalone:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOG_DIR": str(root / "logs"),
             "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_DAEMON_JAVA_OPTS": spark_test_java_options(),
         }
 
     def _start(self, name: str, *args: str) -> subprocess.Popen:

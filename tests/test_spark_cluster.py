@@ -31,7 +31,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
 from reliability_figures import counted
-from spark_cluster import SparkStandalone, base_python, install_executor_site
+from spark_cluster import SparkStandalone, base_python, install_executor_site, spark_test_java_options
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
 from test_spark_jobs import (
     ORDER_COLUMNS,
@@ -107,6 +107,7 @@ def submit(
         "spark.pyspark.python": base_python(),
         "spark.executorEnv.PYTHONPATH": str(executor_site),
         "spark.task.maxFailures": "4",
+        "spark.executor.extraJavaOptions": spark_test_java_options(),
         **{f"spark.executorEnv.{key}": value for key, value in (executor_env or {}).items()},
     }
     return spark_submit(str(app), args, url, master=cluster.master_url, py_files=py_files, conf=conf)
