@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -107,11 +108,39 @@ class EngineTarget:
         return env
 
 
-def _mssql_execute(odbc: str, sql: str) -> None:
+_ADMIN_SESSIONS: dict[str, Any] = {}
+
+
+def _mssql_admin(odbc: str, *, fresh: bool = False) -> Any:
+    """One autocommit session per connection string for the fixtures' own statements (schemas in and
+    out): a login to Babelfish costs 100-200 ms, and every SQL Server test would pay two."""
     import pyodbc
 
-    with pyodbc.connect(odbc, autocommit=True) as connection:
-        connection.execute(sql)
+    if fresh or odbc not in _ADMIN_SESSIONS:
+        stale = _ADMIN_SESSIONS.pop(odbc, None)
+        if stale is not None:
+            with contextlib.suppress(pyodbc.Error):
+                stale.close()
+        _ADMIN_SESSIONS[odbc] = pyodbc.connect(odbc, autocommit=True)
+    return _ADMIN_SESSIONS[odbc]
+
+
+def _mssql_run(odbc: str, sql: str, *params: Any) -> list[Any]:
+    """``sql`` on the admin session, logging in again once if the session was lost (a test that stopped
+    the server or killed sessions); a statement that failed on a live session is not repeated."""
+    import pyodbc
+
+    try:
+        cursor = _mssql_admin(odbc).execute(sql, *params)
+    except pyodbc.Error as error:
+        if not str(error.args[0]).startswith("08"):
+            raise
+        cursor = _mssql_admin(odbc, fresh=True).execute(sql, *params)
+    return cursor.fetchall() if cursor.description else []
+
+
+def _mssql_execute(odbc: str, sql: str) -> None:
+    _mssql_run(odbc, sql)
 
 
 @pytest.fixture(scope="session")
@@ -124,6 +153,9 @@ def sqlserver_bed() -> Iterator[SqlServerBed]:
         bed.version = _server_version(next(iter(bed.drivers.values()), bed.odbc("freetds")))
         yield bed
     finally:
+        for odbc in list(_ADMIN_SESSIONS):
+            with contextlib.suppress(Exception):
+                _ADMIN_SESSIONS.pop(odbc).close()
         bed.stop()
 
 
@@ -154,17 +186,14 @@ def sqlserver_target(request: pytest.FixtureRequest, driver: str) -> Iterator[En
 
 
 def _drop_mssql_schema(odbc: str, schema: str) -> None:
-    import pyodbc
-
-    with pyodbc.connect(odbc, autocommit=True) as connection:
-        tables = connection.execute(
-            "SELECT t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
-            "WHERE s.name = ?",
-            schema,
-        ).fetchall()
-        for (table,) in tables:
-            connection.execute(f"DROP TABLE [{schema}].[{table.replace(']', ']]')}]")
-        connection.execute(f"DROP SCHEMA [{schema}]")
+    tables = _mssql_run(
+        odbc,
+        "SELECT t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id WHERE s.name = ?",
+        schema,
+    )
+    for (table,) in tables:
+        _mssql_run(odbc, f"DROP TABLE [{schema}].[{table.replace(']', ']]')}]")
+    _mssql_run(odbc, f"DROP SCHEMA [{schema}]")
 
 
 @pytest.fixture(params=ENGINES)
