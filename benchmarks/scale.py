@@ -6,11 +6,13 @@ queued messages) a fresh queue is created through the project and filled with on
 1,024-byte body, the standard headers with the row's own Id. One consumer process then drains it with
 ``queue.receive(max_messages=100)`` until empty, noting the time at every tenth of the queue (does deleting
 from the head slow down as the queue empties?) and its resident memory (RSS from /proc) every 100
-receives. Before and after the drain the table's storage is recorded: on PostgreSQL its size and live/dead
-tuples (with autovacuum on, the server's default, and once with autovacuum off for the table), then after a
-plain ``VACUUM``; on SQLite the page count and the freelist, then after a refill of a tenth of the rows (do
-freed pages get reused?). ``peek_estimate()`` and ``count()`` are timed on queues of 1,000 and 1,000,000
-rows.
+receives. Beside each tenth's rate it notes what the tenth coincided with (``decile_activity``): the
+host's I/O stall time (Linux PSI), the page cache not yet written to disk, and on PostgreSQL the
+checkpoints and whether a vacuum of the table was running. Before and after the drain the table's storage
+is recorded: on PostgreSQL its size and live/dead tuples (with autovacuum on, the server's default, and
+once with autovacuum off for the table), then after a plain ``VACUUM``; on SQLite the page count and the
+freelist, then after a refill of a tenth of the rows (do freed pages get reused?). ``peek_estimate()`` and
+``count()`` are timed on queues of 1,000 and 1,000,000 rows.
 
 On PostgreSQL, after each drain with autovacuum on, the table's size is polled every few seconds for up
 to ``storage_wait`` seconds (``--storage-wait``) to see whether autovacuum gives the storage back without a
@@ -23,6 +25,7 @@ rate?).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import statistics
@@ -53,6 +56,43 @@ def rss_bytes() -> int:
 
 
 # ---- the draining worker (runs in a spawned process through core_bench.run_processes) -------------------
+def io_stall_ms() -> float | None:
+    """Milliseconds so far in which some task of this host waited for I/O (Linux PSI), or None."""
+    try:
+        text = Path("/proc/pressure/io").read_text()
+    except OSError:
+        return None
+    return int(text.split("total=", 1)[1].split()[0]) / 1000
+
+
+def dirty_mb() -> int | None:
+    """Page cache not yet written to disk (Dirty + Writeback of /proc/meminfo), in MiB, or None."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    except OSError:
+        return None
+    return (int(fields["Dirty"].split()[0]) + int(fields["Writeback"].split()[0])) // 1024
+
+
+def server_activity(transport: Any, table: str) -> dict[str, Any]:
+    """PostgreSQL: checkpoints so far and whether a vacuum of ``table`` is running now."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        cursor.execute("SELECT current_setting('server_version_num')::int", ())
+        before_17 = int(cursor.fetchone()[0]) < 170000
+        cursor.execute(
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+            if before_17
+            else "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
+            (),
+        )
+        done = int(cursor.fetchone()[0])
+        cursor.execute("SELECT count(*) FROM pg_stat_progress_vacuum WHERE relid = to_regclass(%s)", (table,))
+        vacuuming = int(cursor.fetchone()[0]) > 0
+        connection.commit()
+    return {"checkpoints": done, "vacuuming": vacuuming}
+
+
 def drain_runner(task: dict[str, Any]) -> Any:
     from airflow_provider_sqlqueue.transport import open_transport
 
@@ -61,9 +101,16 @@ def drain_runner(task: dict[str, Any]) -> Any:
     _ = queue._sql
     with transport.connection():
         pass
+    postgres = transport.dialect.name == "postgresql"
     total = task["total"]
     marks = [round(total * step / 10) for step in range(1, 11)]
     info: dict[str, Any] = {"rss_start": rss_bytes()}
+
+    def host_sample() -> dict[str, Any]:
+        sample: dict[str, Any] = {"io_stall_ms": io_stall_ms(), "dirty_mb": dirty_mb()}
+        if postgres:
+            sample.update(server_activity(transport, task["qualified"]))
+        return sample
 
     def run() -> list[Any]:
         received = receives = 0
@@ -71,6 +118,7 @@ def drain_runner(task: dict[str, Any]) -> Any:
         started = time.monotonic()
         times: list[tuple[int, float]] = []
         samples: list[tuple[int, int]] = [(0, info["rss_start"])]
+        host = [host_sample()]
         while True:
             with queue.receive(max_messages=BATCH) as batch:
                 got = len(batch)
@@ -80,14 +128,32 @@ def drain_runner(task: dict[str, Any]) -> Any:
             received += got
             while next_mark < len(marks) and received >= marks[next_mark]:
                 times.append((received, time.monotonic() - started))
+                host.append(host_sample())
                 next_mark += 1
             if receives % RSS_EVERY == 0:
                 samples.append((received, rss_bytes()))
         samples.append((received, rss_bytes()))
-        info.update(received=received, receives=receives, marks=times, rss=samples)
+        info.update(received=received, receives=receives, marks=times, rss=samples, host=host)
         return []
 
     return run, transport.close, info
+
+
+def tenths_activity(host: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per tenth of a drain: the host's I/O stall (ms), its unwritten page cache at the tenth's end (MiB),
+    and on PostgreSQL the checkpoints begun or ended and whether a vacuum of the table was running at the
+    tenth's end. What a slow tenth coincided with."""
+    tenths = []
+    for before, after in itertools.pairwise(host):
+        stall = None
+        if before["io_stall_ms"] is not None and after["io_stall_ms"] is not None:
+            stall = round(after["io_stall_ms"] - before["io_stall_ms"])
+        tenth: dict[str, Any] = {"io_stall_ms": stall, "dirty_mb": after["dirty_mb"]}
+        if "checkpoints" in after:
+            tenth["checkpoints"] = after["checkpoints"] - before["checkpoints"]
+            tenth["vacuuming"] = after["vacuuming"]
+        tenths.append(tenth)
+    return tenths
 
 
 # ---- filling with bulk SQL -----------------------------------------------------------------------------
@@ -289,7 +355,13 @@ def scale_engine(
         if autovacuum and rows in peek_sizes:
             result["peek"].append(peek_and_count(bench, name, rows))
             print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
-        task = {"runner": "scale:drain_runner", "url": bench.url, "table": name, "total": rows}
+        task = {
+            "runner": "scale:drain_runner",
+            "url": bench.url,
+            "table": name,
+            "qualified": table,
+            "total": rows,
+        }
         seconds, _, infos = run_processes(context, [task])
         info = infos[0]
         left = bench.count(table)
@@ -306,6 +378,7 @@ def scale_engine(
             seconds=seconds,
             msgs_per_s=rows / seconds,
             decile_msgs_per_s=segments,
+            decile_activity=tenths_activity(info["host"]),
             receives=info["receives"],
             rss_samples=info["rss"],
             rss_start=info["rss_start"],
@@ -332,6 +405,8 @@ def scale_engine(
             f"{'' if package_storage else ' (server default storage parameters)'}: "
             f"fill {fill_seconds:.1f} s, drain {seconds:.1f} s = {rows / seconds:,.0f} msgs/s; deciles "
             + " ".join(f"{value:,.0f}" for value in segments)
+            + "; I/O stall ms per tenth "
+            + " ".join(str(tenth["io_stall_ms"]) for tenth in drain["decile_activity"])
             + f"; RSS start/peak/end {drain['rss_start'] / 2**20:.0f}/{drain['rss_peak'] / 2**20:.0f}/"
             f"{drain['rss_end'] / 2**20:.0f} MiB; before {drain['before']}; after {drain['after']}",
             flush=True,
