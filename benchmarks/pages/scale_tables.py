@@ -568,6 +568,48 @@ def deep_explain_paragraph(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def drain_io_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md's deep-drain tenths beside what each coincided with: two runs of one command."""
+    runs = doc["runs"]
+    first = runs[0]["meta"]
+    lines = [
+        f"Measured ({first['date'][:10]}, commit {first['commit']}, {len(runs)} runs back to back of "
+        f"`{first['command'].split(' --json')[0]}`, kept as `docs/data/raw/drain-io-04ced7b.json`): one "
+        "consumer draining 1,000,000 rows with `receive(max_messages=100)`, the package's table settings; "
+        "per tenth, its rate, the host's I/O stall time during it (Linux PSI), the page cache not yet "
+        "written to disk at its end, and the checkpoints PostgreSQL counted during it:",
+        "",
+        "| tenth | "
+        + " | ".join(
+            f"run {i + 1}: msgs/s, I/O stall ms, unwritten MiB, checkpoints" for i in range(len(runs))
+        )
+        + " |",
+        "|--:|" + "--:|" * len(runs),
+    ]
+    for tenth in range(10):
+        cells = []
+        for run in runs:
+            drain = run["drain"]
+            rate = drain["decile_msgs_per_s"][tenth]
+            activity = drain["decile_activity"][tenth]
+            stall, unwritten = activity["io_stall_ms"], activity["dirty_mb"]
+            cells.append(f"{rate:,.0f}, {stall:,}, {unwritten:,}, {activity['checkpoints']}")
+        lines.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+    lines.append("")
+    summary = []
+    for index, run in enumerate(runs):
+        drain = run["drain"]
+        deciles = drain["decile_msgs_per_s"]
+        vacuumed = any(tenth["vacuuming"] for tenth in drain["decile_activity"])
+        ratio = min(deciles) / deciles[0]
+        summary.append(
+            f"run {index + 1}: {drain['seconds']:.1f} s, slowest tenth / first {ratio:.2f}x, "
+            + ("a vacuum of the table ran during the drain" if vacuumed else "no vacuum of the table ran")
+        )
+    lines.append("; ".join(summary) + ".")
+    return lines
+
+
 def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     from pages.blocks import ROOT
     from pages.transcribed_text import data_blocks
@@ -586,7 +628,11 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     earlier = json.loads(earlier_path.read_text(encoding="utf-8")) if earlier_path.exists() else None
     bypassed_path = ROOT / "docs" / "data" / "raw" / "storage-return-07d3244.json"
     bypassed = json.loads(bypassed_path.read_text(encoding="utf-8"))
+    drain_io = json.loads(
+        (ROOT / "docs" / "data" / "raw" / "drain-io-04ced7b.json").read_text(encoding="utf-8")
+    )
     return {
+        "dba-drain-io": ("docs/data/raw/drain-io-04ced7b.json", drain_io_paragraph(drain_io)),
         "dba-storage-bypass": (
             "docs/data/raw/storage-return-07d3244.json",
             storage_bypass_paragraph(bypassed),
