@@ -19,6 +19,7 @@ import argparse
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import InputPartition
@@ -62,12 +63,15 @@ class KillingStreamReader(SqlQueueStreamReader):
                 die(self.point, self.note, self.group)
         return end
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, PositionRange)
-        for index, row in enumerate(super().read(partition)):
-            if self.point == "mid_batch" and partition.low >= self.limit and index == 3:
-                die(self.point, self.note, self.group)
-            yield row
+        index = 0
+        for batch in super().read(partition):
+            for row in range(batch.num_rows):  # one row per record batch, so the kill lands mid-partition
+                if self.point == "mid_batch" and partition.low >= self.limit and index == 3:
+                    die(self.point, self.note, self.group)
+                index += 1
+                yield batch.slice(row, 1)
 
     def commit(self, end: dict) -> None:
         self.commits += 1

@@ -18,6 +18,7 @@ import argparse
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import InputPartition
@@ -38,13 +39,14 @@ class SlowStreamReader(SqlQueueStreamReader):
         super().__init__(options)
         self.seconds = seconds
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         from spark_faults import note_fault  # shipped beside this application with --py-files
 
         note_fault("slow stream partition")
-        for row in super().read(partition):
-            time.sleep(self.seconds)
-            yield row
+        for batch in super().read(partition):
+            for row in range(batch.num_rows):  # one row per record batch, each after the pause
+                time.sleep(self.seconds)
+                yield batch.slice(row, 1)
 
 
 def write_rows(transport: Transport, table: str, batch_id: int, message_ids: list[str]) -> None:

@@ -277,10 +277,10 @@ def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
 def test_headers_arrow_column_matches_the_item_pairs_form() -> None:
     import pyarrow as pa
 
-    from airflow_provider_sqlqueue.spark.drain.messages import _arrow_schema, _headers_array
+    from airflow_provider_sqlqueue.spark.drain.messages import _arrow_schema, headers_array
 
     maps = [{"a": "1", "b": None}, {}, {"NServiceBus.MessageId": "m", "é": "\u2028"}, {"only": ""}]
-    built = _headers_array(maps)
+    built = headers_array(maps)
     assert built.type == _arrow_schema().field("headers").type
     assert built.equals(pa.array([list(m.items()) for m in maps], type=built.type))
     assert built.to_pylist() == [list(m.items()) for m in maps]

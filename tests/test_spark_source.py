@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,11 @@ def staged_under(transport, run_id: str) -> int:
     staging = table(transport, "sqlqueue_spark_staging")
     p = transport.dialect.placeholder
     return int(scalar(transport, f"SELECT count(*) FROM {staging} WHERE RunId = {p}", (run_id,)))
+
+
+def rows_read(source_reader, partition) -> list[dict]:
+    """What a reader's ``read`` hands Spark for ``partition`` (Arrow record batches), as one dict per row."""
+    return [row for batch in source_reader.read(partition) for row in batch.to_pylist()]
 
 
 def message_ids(sent) -> list[str]:
@@ -208,10 +214,9 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     assert stream_reader.latestOffset(start, ReadMaxRows(6)) == {"position": 6}  # staged rows first
     assert queues.queue("orders").count() == 15
     partitions = stream_reader.partitions(start, end)
-    rows = [row for partition in partitions for row in stream_reader.read(partition)]
-    assert [row[0] for row in rows] == message_ids(sent)[:10] and [row[2] for row in rows] == list(
-        range(1, 11)
-    )
+    rows = [row for partition in partitions for row in rows_read(stream_reader, partition)]
+    assert [row["message_id"] for row in rows] == message_ids(sent)[:10]
+    assert [row["row_version"] for row in rows] == list(range(1, 11))
     stream_reader.commit(end)
     assert staged_under(queues, "stream:orders") == 0
     queue = queues.queue("orders")
@@ -220,6 +225,64 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     assert queue.count() == 15 and staged_under(queues, "stream:orders") == 0
     assert stream_reader.latestOffset(end, ReadMaxRows(100)) == {"position": 25}
     assert queue.count() == 0
+
+
+def rows_in_orders(transport) -> int:
+    """Every row of the orders table, expired ones included (``count()`` leaves those out)."""
+    return int(scalar(transport, f"SELECT count(*) FROM {table(transport, 'orders')}"))
+
+
+def queue_unreadable_and_expired(transport, target) -> tuple[list[str], list[str]]:
+    """Orders around one row another system wrote with corrupt headers and one message that expired; returns
+    the readable orders' ids before and after them."""
+    from datetime import timedelta
+
+    before = message_ids(send_orders(transport, 3))
+    p, true = transport.dialect.placeholder, "true" if target.engine == "postgresql" else "1"
+    with transport.connection() as connection:
+        connection.cursor().execute(
+            f"INSERT INTO {table(transport, 'orders')} (Id, Recoverable, Headers, Body) "
+            f"VALUES ({p}, {true}, {p}, {p})",
+            (transport.dialect.row_id(uuid.uuid4()), "<not json", b"{}"),
+        )
+        connection.commit()
+    transport.queue("orders").send(b"{}", time_to_be_received=timedelta(seconds=1))
+    after = message_ids(send_orders(transport, 4, first_order_id=4))
+    time.sleep(1.2)
+    return before, after
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_stream_drops_expired_messages_and_moves_unreadable_ones_as_a_receive_does(target, queues) -> None:
+    """A stream's receive (moved by the server on PostgreSQL) drops the expired message, moves the row with
+    corrupt headers to the error queue in the same transaction, and stages the rest in order; positions
+    only grow (an unreadable row may use one up) and the stream's end is its last position."""
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    before, after = queue_unreadable_and_expired(queues, target)
+    stream_reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target)))
+    start = stream_reader.initialOffset()
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    rows = [row for p in stream_reader.partitions(start, end) for row in rows_read(stream_reader, p)]
+    assert [row["message_id"] for row in rows] == before + after
+    positions = [row["row_version"] for row in rows]
+    assert positions == sorted(set(positions)) and end == {"position": positions[-1]}
+    assert queues.queue("error").count() == 1 and rows_in_orders(queues) == 0
+    stream_reader.commit(end)
+    assert staged_under(queues, "stream:orders") == 0
+    assert stream_reader.latestOffset(end, stream_reader.getDefaultReadLimit()) == end
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_batch_read_drops_expired_messages_and_moves_unreadable_ones_as_a_receive_does(
+    spark, target, queues
+) -> None:
+    before, after = queue_unreadable_and_expired(queues, target)
+    options = source_options(target, runId="with-poison")
+    rows = reader(spark, options).orderBy("row_version").collect()
+    assert [row.message_id for row in rows] == before + after
+    assert queues.queue("error").count() == 1 and rows_in_orders(queues) == 0
+    assert ack_read(options) == 7 and staged_under(queues, "with-poison") == 0
 
 
 @pytest.mark.parametrize("target", ENGINES, indirect=True)
@@ -243,9 +306,9 @@ def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_commit
 
     ended = stream_reader()
     first = ended.latestOffset(ended.initialOffset(), ReadMaxRows(10))
-    assert [row[0] for p in ended.partitions({"position": 0}, first) for row in ended.read(p)] == message_ids(
-        sent
-    )[3:13]
+    partitions = ended.partitions({"position": 0}, first)
+    read = [row["message_id"] for p in partitions for row in rows_read(ended, p)]
+    assert read == message_ids(sent)[3:13]
     assert ended.latestOffset(first, ReadMaxRows(5)) == {"position": 15}  # staged, not yet in a batch
     with pytest.raises(ConfigurationError, match=r"10 messages \(positions 1 to 10\).*onUncommittedBatch"):
         stream_reader().initialOffset()
@@ -257,7 +320,7 @@ def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_commit
     assert start == {"position": 10}
     end = discarding.latestOffset(start, ReadMaxRows(100))
     assert end == {"position": 27} and queues.queue("orders").count() == 0
-    rows = [row[0] for p in discarding.partitions(start, end) for row in discarding.read(p)]
+    rows = [row["message_id"] for p in discarding.partitions(start, end) for row in rows_read(discarding, p)]
     assert rows == message_ids(sent)[13:]
     discarding.commit(end)
     assert staged_under(queues, "stream:orders") == 0

@@ -327,12 +327,24 @@ class BridgeSql:
         Parameters: the receive's batch size, then run id, job attempt, partition. Returns one row per
         deleted row: (RowVersion, Headers or NULL, expired).
         """
+        return self._move(receive_batch, "RowVersion", "%s, %s")
+
+    def move_to_stream_staging(self, receive_batch: str) -> str:
+        """:meth:`move_to_staging` for a stream: the unexpired rows are keyed by the stream's next positions
+        (the position before them plus their rank in RowVersion order), as attempt 1 of partition 0.
+
+        Parameters: the receive's batch size, stream id, the position before the batch. Returns one row per
+        deleted row: (position or the expired row's RowVersion, Headers or NULL, expired).
+        """
+        return self._move(receive_batch, "%s + row_number() OVER (ORDER BY RowVersion)", "1, 0")
+
+    def _move(self, receive_batch: str, key: str, attempt_and_part: str) -> str:
         return (
             f"WITH m AS ({receive_batch}), "
             f"s AS (INSERT INTO {self.staging} (RunId, RowVersion, Id, CorrelationId, ReplyToAddress, "
             "Expires, Headers, Body, JobAttempt, Part) "
-            "SELECT %s, RowVersion, Id, CorrelationId, ReplyToAddress, Expires, Headers, Body, %s, %s "
-            "FROM m WHERE NOT Expired RETURNING RowVersion, Headers) "
+            f"SELECT %s, {key}, Id, CorrelationId, ReplyToAddress, Expires, Headers, Body, "
+            f"{attempt_and_part} FROM m WHERE NOT Expired RETURNING RowVersion, Headers) "
             "SELECT RowVersion, Headers, false FROM s "
             "UNION ALL SELECT RowVersion, NULL, true FROM m WHERE Expired"
         )

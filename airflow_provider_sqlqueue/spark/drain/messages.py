@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["message_row", "messages_schema", "read_schema", "staged_messages"]
+__all__ = ["headers_array", "message_row", "messages_schema", "read_schema", "staged_messages"]
 
 TEXT_TYPES_PATTERN = "text/|json|xml|csv|yaml"
 
@@ -145,7 +145,7 @@ def _arrow_schema() -> Any:
     )
 
 
-def _headers_array(maps: Iterable[dict[str, str | None]]) -> Any:
+def headers_array(maps: Iterable[dict[str, str | None]]) -> Any:
     """The headers column as an Arrow map built from flat key and value lists: a list of item pairs per
     row (what ``pa.array`` takes for a map) cost more per message than reading and decoding it."""
     import pyarrow as pa
@@ -182,7 +182,7 @@ def read_slices_arrow(
         for index in range(width):
             values = columns[index]
             if index == 3:
-                arrays.append(_headers_array(values))
+                arrays.append(headers_array(values))
             else:
                 arrays.append(pa.array(values, type=schema.field(index).type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

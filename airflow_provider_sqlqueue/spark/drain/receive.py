@@ -8,22 +8,19 @@ stops even that once phase 2 has begun.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ...transport import HeaderFormatError, Transport
-from ...transport.headers import decode_headers
+from ...transport import Transport
+from ..moves import move_batch
 from ..tables import RECEIVING, BridgeSql, bridge_tables
 from .config import DrainConfig
 from .errors import InjectedFault
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
 
 __all__ = ["receive_into_staging", "receive_partition"]
 
@@ -151,46 +148,22 @@ def _move_into_staging(
     attempt: int,
     batches: int,
 ) -> tuple[int, int, int]:
-    """One batch moved by the server: the receive's DELETE feeds the staging INSERT in one statement.
-
-    Only the headers come back, to check them as a receive does: rows whose headers are not a header map
-    move on to the error queue in the same transaction. Same semantics as :func:`_receive_into_staging`,
-    without the bodies' round trip through Python.
-    """
+    """One batch moved by the server (``spark/moves.py``): same semantics as :func:`_receive_into_staging`,
+    without the bodies' round trip through Python."""
     with transport.connection(queue.address) as connection:
         cursor = connection.cursor()
         _check_state(transport, cursor, sql, config.run_id)
-        move = sql.move_to_staging(queue.receive_statement(cursor))
-        cursor.execute(move, (size, config.run_id, job_attempt, index))
-        rows = list(transport.dialect.fetch_rows(cursor))
-        if len(rows) < size and not queue.uses_row_locks(cursor):
-            # an advisory pick may find its rows deleted meanwhile; one more reads anew (TableQueue._pick)
-            cursor.execute(move, (size - len(rows), config.run_id, job_attempt, index))
-            rows += transport.dialect.fetch_rows(cursor)
-        expired = sum(1 for row in rows if row[2])
-        poison: list[int] = []
-        for row_version, headers, is_expired in rows:
-            if is_expired:
-                continue
-            try:
-                decode_headers(headers)
-            except HeaderFormatError as error:
-                poison.append(int(row_version))
-                log.error(
-                    "Error receiving message at RowVersion %s from %s: probable message metadata corruption "
-                    "(%s). Moving it to error queue %s.",
-                    row_version,
-                    queue.address,
-                    error,
-                    queue.error_queue,
-                )
-        if poison:
-            if queue.error_queue is None:
-                raise HeaderFormatError(
-                    f"{len(poison)} message(s) in {queue.address} cannot be read and no error queue is "
-                    "configured; they stay in the queue"
-                )
-            cursor.execute(sql.move_poison(queue.error_queue), (config.run_id, poison))
+        statement = sql.move_to_staging(queue.receive_statement(cursor))
+        moved = move_batch(
+            transport,
+            queue,
+            sql,
+            cursor,
+            statement,
+            lambda rows, _: (rows, config.run_id, job_attempt, index),
+            size,
+            config.run_id,
+        )
         _drill(config, attempt, batches, index)
         connection.commit()
-    return len(rows) - expired - len(poison), expired, len(poison)
+    return moved.staged, moved.expired, moved.poisoned

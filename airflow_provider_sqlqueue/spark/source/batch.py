@@ -161,7 +161,7 @@ class SqlQueueBatchReader(DataSourceReader):
         edges = [low + ((high - low + 1) * i) // slices for i in range(slices)] + [high + 1]
         return [StagedSlice(edges[i], edges[i + 1]) for i in range(slices)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, StagedSlice)
         yield from read_staged(self.options, _run_id(self.options), partition.low, partition.high)
 

@@ -1,5 +1,6 @@
 """The rows the ``sqlqueue`` data source returns: the drain's messages columns (same names, same meaning),
-plus the correlation id and reply-to address, each built on the executors from one staged row."""
+plus the correlation id and reply-to address, each built on the executors from one staged row and handed to
+Spark as Arrow record batches (column by column, as the drain's reader does: far cheaper than tuples)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
-from ..drain.messages import TEXT_TYPES_PATTERN, message_row, messages_schema
+from ..drain.messages import TEXT_TYPES_PATTERN, headers_array, message_row, messages_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["source_row", "source_schema", "staged_rows"]
+__all__ = ["source_arrow_schema", "source_row", "source_schema", "staged_batches"]
+
+ROWS_PER_BATCH = 2000
+HEADERS_COLUMN = 5
 
 _TEXT = re.compile(TEXT_TYPES_PATTERN)
 
@@ -54,12 +58,29 @@ def source_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, e
     )
 
 
-def staged_rows(cursor: Any, statement: str, params: tuple) -> Iterator[tuple]:
-    """Run a staged-slice SELECT and yield its rows as :func:`source_row` tuples."""
+def source_arrow_schema() -> Any:
+    """:func:`source_schema` as the Arrow schema Spark checks a data source's record batches against."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(source_schema(), timezone="UTC")
+
+
+def staged_batches(
+    cursor: Any, statement: str, params: tuple, rows_per_batch: int = ROWS_PER_BATCH
+) -> Iterator[Any]:
+    """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`."""
+    import pyarrow as pa
+
+    schema = source_arrow_schema()
+    types = [field.type for field in schema]
     cursor.execute(statement, params)
     while True:
-        rows = cursor.fetchmany(2000)
+        rows = cursor.fetchmany(rows_per_batch)
         if not rows:
             return
-        for row in rows:
-            yield source_row(*row)
+        columns = list(zip(*[source_row(*row) for row in rows], strict=True))
+        arrays = [
+            headers_array(values) if index == HEADERS_COLUMN else pa.array(values, type=types[index])
+            for index, values in enumerate(columns)
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -19,9 +19,10 @@ from typing import Any
 
 from ...transport import ConfigurationError, Transport
 from ..drain.transactions import rows_changed, table_exists
+from ..moves import move_batch
 from ..tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .options import SourceOptions
-from .rows import staged_rows
+from .rows import staged_batches
 
 __all__ = [
     "StreamConflict",
@@ -97,19 +98,38 @@ def stage_batch(
     rolled back: its messages are still queued).
 
     Expired messages are dropped and unreadable ones moved to the error queue, as every receive does; they
-    count as taken (the return value is how many the receive took, staged or not: 0 means empty).
+    count as taken (the return value is how many the receive took, staged or not: 0 means empty). Where the
+    engine can, the server moves the rows (``spark/moves.py``).
     """
+    if sql.can_move_server_side:
+        with transport.connection(queue.address) as connection:
+            cursor = connection.cursor()
+            if not _receiving(transport, cursor, sql, run_id):
+                connection.rollback()
+                return None
+            statement = sql.move_to_staging(queue.receive_statement(cursor))
+
+            def params(rows: int, _: int) -> tuple:
+                return (rows, run_id, 1, part)
+
+            moved = move_batch(transport, queue, sql, cursor, statement, params, size, run_id)
+            connection.commit()
+        return moved.taken
     try:
         with queue.receive(size) as batch:
             cursor = batch.connection.cursor()
-            cursor.execute(sql.run_state_shared(), (run_id,))
-            rows = transport.dialect.fetch_rows(cursor)
-            if not rows or rows[0][0] != RECEIVING:
+            if not _receiving(transport, cursor, sql, run_id):
                 raise _Stopped()
             _stage(cursor, sql, [sql.stage_params(run_id, 1, part, message) for message in batch])
     except _Stopped:
         return None
     return len(batch) + batch.expired + batch.poisoned
+
+
+def _receiving(transport: Transport, cursor: Any, sql: BridgeSql, run_id: str) -> bool:
+    cursor.execute(sql.run_state_shared(), (run_id,))
+    rows = transport.dialect.fetch_rows(cursor)
+    return bool(rows) and rows[0][0] == RECEIVING
 
 
 def stage_stream_batch(
@@ -118,24 +138,18 @@ def stage_stream_batch(
     """One receive of a stream: the messages get positions ``mark.position + 1 ...``; returns (taken, the
     stream's new mark).
 
-    ``taken`` counts expired and unreadable messages too (so an empty queue is ``taken == 0``).
+    ``taken`` counts expired and unreadable messages too (so an empty queue is ``taken == 0``). Where the
+    server moves the rows (``spark/moves.py``) an unreadable message uses up its position on its way to the
+    error queue, so positions may have gaps; reads and commits go by ranges and do not mind.
     """
+    if sql.can_move_server_side:
+        return _move_stream_batch(transport, queue, sql, stream_id, size, mark)
     last = mark.position
     with queue.receive(size) as batch:
         cursor = batch.connection.cursor()
         moved = replace(mark, position=last + len(batch))
         if len(batch):
-            changed = rows_changed(
-                transport,
-                cursor,
-                sql.counted(sql.set_summary_if()),
-                (moved.summary(), stream_id, mark.summary()),
-            )
-            if changed != 1:
-                raise StreamConflict(
-                    f"stream {stream_id} moved past position {last} in another query: one stream id "
-                    "belongs to one streaming query (set option streamId); nothing was received"
-                )
+            _advance(transport, cursor, sql, stream_id, mark, moved)
             params = []
             for offset, message in enumerate(batch, start=1):
                 row = list(sql.stage_params(stream_id, 1, 0, message))
@@ -145,11 +159,52 @@ def stage_stream_batch(
     return len(batch) + batch.expired + batch.poisoned, moved
 
 
-def read_staged(options: SourceOptions, run_id: str, low: int, high: int) -> Iterator[tuple]:
-    """The staged rows of ``run_id`` with ``low <= RowVersion < high``, in order, as source rows."""
+def _move_stream_batch(
+    transport: Transport, queue: Any, sql: BridgeSql, stream_id: str, size: int, mark: StreamMark
+) -> tuple[int, StreamMark]:
+    """:func:`stage_stream_batch` moved by the server. The stream's row is claimed first (an update that
+    keeps its mark), so a query that lost the stream rolls back before it numbers anything."""
+    last = mark.position
+    with transport.connection(queue.address) as connection:
+        cursor = connection.cursor()
+        _advance(transport, cursor, sql, stream_id, mark, mark)
+        statement = sql.move_to_stream_staging(queue.receive_statement(cursor))
+        moved = move_batch(
+            transport,
+            queue,
+            sql,
+            cursor,
+            statement,
+            lambda rows, numbered: (rows, stream_id, last + numbered),
+            size,
+            stream_id,
+        )
+        advanced = replace(mark, position=last + moved.numbered)
+        if moved.numbered:
+            _advance(transport, cursor, sql, stream_id, mark, advanced)
+        connection.commit()
+    return moved.taken, advanced
+
+
+def _advance(
+    transport: Transport, cursor: Any, sql: BridgeSql, stream_id: str, mark: StreamMark, to: StreamMark
+) -> None:
+    """Compare-and-set the stream's row from ``mark`` to ``to`` in the open transaction, or raise
+    :class:`StreamConflict` (the caller's transaction then rolls back: nothing was received)."""
+    params = (to.summary(), stream_id, mark.summary())
+    if rows_changed(transport, cursor, sql.counted(sql.set_summary_if()), params) != 1:
+        raise StreamConflict(
+            f"stream {stream_id} moved past position {mark.position} in another query: one stream id "
+            "belongs to one streaming query (set option streamId); nothing was received"
+        )
+
+
+def read_staged(options: SourceOptions, run_id: str, low: int, high: int) -> Iterator[Any]:
+    """The staged rows of ``run_id`` with ``low <= RowVersion < high``, in order, as Arrow record batches of
+    the source's columns."""
     with options.open(pool_size=1, max_overflow=0) as transport:
         sql = bridge_sql(transport, options)
         with transport.connection() as connection:
-            cursor = connection.cursor()
-            yield from staged_rows(cursor, sql.staged_slice(), (run_id, low, high))
+            cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
+            yield from staged_batches(cursor, sql.staged_slice(), (run_id, low, high))
             connection.commit()

@@ -201,6 +201,6 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             execute(transport, sql.delete_staged_through(), (self.stream_id, _position(end)))
 
     # ---- the executors ---------------------------------------------------------------------------
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, PositionRange)
         yield from read_staged(self.options, self.stream_id, partition.low + 1, partition.high + 1)
