@@ -153,6 +153,10 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
     query.awaitTermination()
     seconds = time.monotonic() - t0
     batches = sum(1 for progress in query.recentProgress if progress["numInputRows"])
+    phases: dict[str, int] = {}  # Spark's own split of each trigger's time, summed over the query
+    for progress in query.recentProgress:
+        for phase, millis in (progress["durationMs"] or {}).items():
+            phases[phase] = phases.get(phase, 0) + int(millis)
     output = spark.read.parquet(files)
     written, distinct = output.count(), output.select("message_id").distinct().count()
     spark.stop()
@@ -162,6 +166,7 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
         written=int(written),
         distinct=int(distinct),
         micro_batches=batches,
+        phase_seconds={phase: round(millis / 1000, 1) for phase, millis in sorted(phases.items())},
     )
 
 
@@ -322,7 +327,9 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     ]
     result["stream"] = spark_submit(this, args, env, "spark_drain_bench")
     job = result["stream"]["job"]
-    print(f"  stream (availableNow, {job['micro_batches']} batches): {job['seconds']:.1f} s", flush=True)
+    phases = ", ".join(f"{phase} {seconds} s" for phase, seconds in job.get("phase_seconds", {}).items())
+    batches = job["micro_batches"]
+    print(f"  stream (availableNow, {batches} batches): {job['seconds']:.1f} s ({phases})", flush=True)
     assert job["written"] == job["distinct"] == n, job
     assert transport.queue("orders").count() == 0
     with transport.connection() as connection:
@@ -500,6 +507,7 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 jvm_peak_mb_jdbc_file=row["jdbc_file"]["jvm_mb"],
                 python_peak_mb_stream=stream["python_driver_mb"],
                 python_peak_mb_jdbc_file=row["jdbc_file"]["python_driver_mb"],
+                stream_phase_s=stream["job"]["phase_seconds"],
             )
     return {
         "about": "The Spark drain benchmark (benchmarks/spark_drain_bench.py) shown in benchmarks/README.md "

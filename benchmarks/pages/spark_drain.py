@@ -71,7 +71,32 @@ def spark_stream_table(data: dict[str, Any]) -> list[str]:
             f"{row['jvm_peak_mb_stream']:,} / {row['jvm_peak_mb_jdbc_file']:,} | "
             f"{row['python_peak_mb_stream']:,} / {row['python_peak_mb_jdbc_file']:,} |"
         )
-    return [*lines, "", provenance(data)]
+    return [*lines, *_stream_phases(rows[-1]), "", provenance(data)]
+
+
+# Spark's names for the parts of a trigger (StreamingQueryProgress.durationMs), as the page explains them
+STREAM_PHASES = (
+    ("latestOffset", "receive into staging (`latestOffset`)"),
+    ("addBatch", "read, transform and write the files (`addBatch`)"),
+    ("walCommit", "write the offset log (`walCommit`)"),
+    ("commitOffsets", "write the commit log (`commitOffsets`)"),
+    ("queryPlanning", "plan (`queryPlanning`)"),
+)
+
+
+def _stream_phases(row: dict[str, Any]) -> list[str]:
+    """Where the largest stream's time went, from Spark's per-trigger durations summed over the query."""
+    phases = row.get("stream_phase_s")
+    if not phases:
+        return []
+    parts = [f"{label} {phases[key]:.1f} s" for key, label in STREAM_PHASES if key in phases]
+    outside = row["stream_s"] - phases.get("triggerExecution", 0.0)
+    total = row["stream_s"]
+    return [
+        "",
+        f"Where the stream's {total:.1f} s at {row['n']:,} went (Spark's durations of each trigger, summed "
+        "over the query): " + ", ".join(parts) + f"; {outside:.1f} s outside Spark's triggers.",
+    ]
 
 
 def spark_drain_notes(data: dict[str, Any]) -> list[str]:
@@ -115,7 +140,13 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
         lines.append(
             f"- **The run before** ({run['when']}, commit {run['commit']}): {_ratio(largest)} at "
             f"{largest['n']:,} (receive / read+transform / write+commit {largest['drain_receive_s']:.1f} / "
-            f"{largest['drain_read_transform_s']:.1f} / {largest['drain_write_commit_s']:.1f} s)."
+            f"{largest['drain_read_transform_s']:.1f} / {largest['drain_write_commit_s']:.1f} s)"
+            + (
+                f"; the stream {largest['stream_msgs_per_s'] / largest['jdbc_file_msgs_per_s']:.2f}x of its "
+                f"baseline ({largest['stream_s']:.1f} s against {largest['jdbc_file_s']:.1f} s)."
+                if "stream_msgs_per_s" in largest
+                else "."
+            )
         )
     return lines
 
