@@ -154,16 +154,11 @@ def _move_into_staging(
         cursor = connection.cursor()
         _check_state(transport, cursor, sql, config.run_id)
         statement = sql.move_to_staging(queue.receive_statement(cursor))
-        moved = move_batch(
-            transport,
-            queue,
-            sql,
-            cursor,
-            statement,
-            lambda rows, _: (rows, config.run_id, job_attempt, index),
-            size,
-            config.run_id,
-        )
+
+        def params(rows: int, _: int) -> tuple:
+            return (rows, config.run_id, job_attempt, index)
+
+        moved = move_batch(transport, queue, sql, cursor, statement, params, size, config.run_id)
         _drill(config, attempt, batches, index)
         connection.commit()
     return moved.staged, moved.expired, moved.poisoned

@@ -169,16 +169,11 @@ def _move_stream_batch(
         cursor = connection.cursor()
         _advance(transport, cursor, sql, stream_id, mark, mark)
         statement = sql.move_to_stream_staging(queue.receive_statement(cursor))
-        moved = move_batch(
-            transport,
-            queue,
-            sql,
-            cursor,
-            statement,
-            lambda rows, numbered: (rows, stream_id, last + numbered),
-            size,
-            stream_id,
-        )
+
+        def params(rows: int, numbered: int) -> tuple:
+            return (rows, stream_id, last + numbered)
+
+        moved = move_batch(transport, queue, sql, cursor, statement, params, size, stream_id)
         advanced = replace(mark, position=last + moved.numbered)
         if moved.numbered:
             _advance(transport, cursor, sql, stream_id, mark, advanced)
