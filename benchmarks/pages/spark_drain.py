@@ -78,7 +78,12 @@ def spark_stream_table(data: dict[str, Any]) -> list[str]:
 STREAM_PHASES = (
     ("latestOffset", "receive into staging (`latestOffset`)"),
     ("addBatch", "read, transform and write the files (`addBatch`)"),
-    ("walCommit", "write the offset log (`walCommit`)"),
+    # Spark's MicroBatchExecution calls the sources' commit of the previous batch inside walCommit
+    (
+        "walCommit",
+        "write the offset log and commit the batch before to the source, deleting its staged rows "
+        "(`walCommit`)",
+    ),
     ("commitOffsets", "write the commit log (`commitOffsets`)"),
     ("queryPlanning", "plan (`queryPlanning`)"),
 )
