@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ...transport.headers import (
-    CONTENT_TYPE,
-    ENCLOSED_MESSAGE_TYPES,
-    TIME_SENT,
-    decode_headers,
-    parse_timestamp,
-)
+from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES, TIME_SENT, decode_headers
 from ...transport.queue import as_utc
 from ..tables import BridgeSql, bridge_tables
+from .columns import headers_array, parse_time_sent, record_batch, staged_columns
 from .config import DrainConfig
 
 if TYPE_CHECKING:
@@ -67,27 +61,6 @@ def read_schema() -> StructType:
     return StructType([f for f in messages_schema().fields if f.name != "body_text"])
 
 
-def _time_sent(text: str | None) -> datetime | None:
-    """``NServiceBus.TimeSent`` (``yyyy-MM-dd HH:mm:ss:ffffff Z``), parsed without strptime's cost."""
-    if not text:
-        return None
-    try:
-        if len(text) == 28 and text[4] == "-" and text[19] == ":" and text.endswith(" Z"):
-            return datetime(
-                int(text[0:4]),
-                int(text[5:7]),
-                int(text[8:10]),
-                int(text[11:13]),
-                int(text[14:16]),
-                int(text[17:19]),
-                int(text[20:26]),
-                tzinfo=timezone.utc,
-            )
-        return parse_timestamp(text)
-    except ValueError:
-        return None
-
-
 def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
     """One staged row as the columns of :func:`read_schema` (``body_text`` is derived in Spark)."""
     if isinstance(headers_text, bytes | bytearray | memoryview):
@@ -95,7 +68,7 @@ def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, 
     headers = decode_headers(headers_text)
     body_bytes = None if body is None else bytes(body)
     content_type = headers.get(CONTENT_TYPE)
-    time_sent = _time_sent(headers.get(TIME_SENT))
+    time_sent = parse_time_sent(headers.get(TIME_SENT))
     native = str(native_id)
     return (
         headers.get("NServiceBus.MessageId") or native,
@@ -110,19 +83,16 @@ def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, 
     )
 
 
-def read_slice(config: DrainConfig, bounds: tuple[int, int]) -> Iterator[tuple]:
+def read_slice(config: DrainConfig, bounds: tuple[int, int], rows_per_chunk: int = 2000) -> Iterator[list]:
+    """The run's staged rows of one RowVersion slice, as the driver returns them, in chunks."""
     start, end = bounds
     with config.open(pool_size=1, max_overflow=0) as transport:
         sql = BridgeSql(transport, bridge_tables(transport, config.input_queue, config.prefix))
         with transport.connection() as connection:
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
             cursor.execute(sql.staged_slice(), (config.run_id, start, end))
-            while True:
-                rows = cursor.fetchmany(2000)
-                if not rows:
-                    break
-                for row in rows:
-                    yield message_row(*row)
+            while rows := cursor.fetchmany(rows_per_chunk):
+                yield rows
             connection.commit()
 
 
@@ -145,25 +115,6 @@ def _arrow_schema() -> Any:
     )
 
 
-def headers_array(maps: Iterable[dict[str, str | None]]) -> Any:
-    """The headers column as an Arrow map built from flat key and value lists: a list of item pairs per
-    row (what ``pa.array`` takes for a map) cost more per message than reading and decoding it."""
-    import pyarrow as pa
-
-    keys: list[str] = []
-    values: list[str | None] = []
-    offsets = [0]
-    total = 0
-    for headers in maps:
-        keys.extend(headers)
-        values.extend(headers.values())
-        total += len(headers)
-        offsets.append(total)
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
-    )
-
-
 def read_slices_arrow(
     config: DrainConfig, bounds: Iterable[Any], rows_per_batch: int = 2000
 ) -> Iterator[Any]:
@@ -171,34 +122,11 @@ def read_slices_arrow(
 
     Arrow carries the rows to the JVM column by column, much cheaper than pickled rows.
     """
-    import pyarrow as pa
-
     schema = _arrow_schema()
-    width = len(schema)
-
-    def batch(rows: list[tuple]) -> Any:
-        columns = list(zip(*rows, strict=True))
-        arrays = []
-        for index in range(width):
-            values = columns[index]
-            if index == 3:
-                arrays.append(headers_array(values))
-            else:
-                arrays.append(pa.array(values, type=schema.field(index).type))
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    for record_batch in bounds:
-        for start, end in zip(
-            record_batch.column(0).to_pylist(), record_batch.column(1).to_pylist(), strict=True
-        ):
-            pending: list[tuple] = []
-            for row in read_slice(config, (start, end)):
-                pending.append(row)
-                if len(pending) == rows_per_batch:
-                    yield batch(pending)
-                    pending = []
-            if pending:
-                yield batch(pending)
+    for slices in bounds:
+        for start, end in zip(slices.column(0).to_pylist(), slices.column(1).to_pylist(), strict=True):
+            for rows in read_slice(config, (start, end), rows_per_batch):
+                yield record_batch(staged_columns(rows), schema)
 
 
 def staged_messages(spark: SparkSession, config: DrainConfig, count: int, low: int | None, high: int | None):

@@ -1,5 +1,5 @@
 """The rows the ``sqlqueue`` data source returns: the drain's messages columns (same names, same meaning),
-plus the correlation id and reply-to address, each built on the executors from one staged row and handed to
+plus the correlation id and reply-to address, built on the executors from the staged rows and handed to
 Spark as Arrow record batches (column by column, as the drain's reader does: far cheaper than tuples)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
-from ..drain.messages import TEXT_TYPES_PATTERN, headers_array, message_row, messages_schema
+from ..drain.columns import record_batch, staged_columns
+from ..drain.messages import TEXT_TYPES_PATTERN, message_row, messages_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["source_arrow_schema", "source_row", "source_schema", "staged_batches"]
 
 ROWS_PER_BATCH = 2000
-HEADERS_COLUMN = 5
 
 _TEXT = re.compile(TEXT_TYPES_PATTERN)
 
@@ -68,19 +68,19 @@ def source_arrow_schema() -> Any:
 def staged_batches(
     cursor: Any, statement: str, params: tuple, rows_per_batch: int = ROWS_PER_BATCH
 ) -> Iterator[Any]:
-    """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`."""
-    import pyarrow as pa
-
+    """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`,
+    each row what :func:`source_row` makes of it, built column by column."""
     schema = source_arrow_schema()
-    types = [field.type for field in schema]
     cursor.execute(statement, params)
-    while True:
-        rows = cursor.fetchmany(rows_per_batch)
-        if not rows:
-            return
-        columns = list(zip(*[source_row(*row) for row in rows], strict=True))
-        arrays = [
-            headers_array(values) if index == HEADERS_COLUMN else pa.array(values, type=types[index])
-            for index, values in enumerate(columns)
+    while rows := cursor.fetchmany(rows_per_batch):
+        columns = staged_columns(rows)
+        maps = columns["headers"]
+        columns["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
+        columns["reply_to_address"] = [headers.get(REPLY_TO_ADDRESS) for headers in maps]
+        columns["body_text"] = [
+            body.decode("utf-8", errors="replace")
+            if body is not None and content_type and _TEXT.search(content_type.lower())
+            else None
+            for body, content_type in zip(columns["body"], columns["content_type"], strict=True)
         ]
-        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+        yield record_batch(columns, schema)

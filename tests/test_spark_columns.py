@@ -1,0 +1,142 @@
+"""The executors' column-by-column build of staged messages (drain reader and data source) gives, row for
+row, what the one-row reference functions give, whichever path the TimeSent parse takes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+
+from airflow_provider_sqlqueue.model.errors import HeaderFormatError
+from airflow_provider_sqlqueue.spark.drain.columns import (
+    parse_time_sent,
+    record_batch,
+    staged_columns,
+    times_sent_array,
+)
+from airflow_provider_sqlqueue.spark.drain.messages import _arrow_schema, message_row
+from airflow_provider_sqlqueue.spark.source.rows import source_arrow_schema, source_row, staged_batches
+
+USUAL = ["2026-11-26 19:33:03:067691 Z", "0001-01-01 00:00:00:000000 Z", "2024-02-29 23:59:59:999999 Z"]
+UNUSUAL = [
+    "2026-02-30 10:00:00:000000 Z",  # the usual form, but no such day
+    "2026-11-26 24:00:00:000000 Z",
+    "2026-11-26 23:59:60:000000 Z",
+    "0000-11-26 19:33:03:067691 Z",  # year 0: Arrow has it, Python's datetime does not
+    "2026-11-26T19:33:03:067691 Z",  # any character between date and time
+    "+026-11-26 19:33:03:067691 Z",  # int() takes a sign and blanks
+    "2026-11-26 19:33:03: 67691 Z",
+    "2026-11-26 19:33:03:06769a Z",
+    "2026-11-26 19:33:03:067691",
+    "yesterday",
+]
+
+
+def _headers(time_sent: str | None, **more: str | None) -> str:
+    headers: dict[str, str | None] = {
+        "NServiceBus.MessageId": f"m-{uuid.uuid4()}",
+        "NServiceBus.ContentType": "application/json",
+        "NServiceBus.EnclosedMessageTypes": "Sales.OrderPlaced",
+    }
+    if time_sent is not None:
+        headers["NServiceBus.TimeSent"] = time_sent
+    headers.update(more)
+    return json.dumps(headers)
+
+
+def _rows(times: list[str | None]) -> list[tuple]:
+    """Staged rows in every form drivers return: Id as text or UUID, RowVersion as int or text, headers as
+    text or bytes, body as bytes, memoryview or NULL, Expires as NULL, text, naive or aware datetime."""
+    expiries = [
+        None,
+        "2026-11-21 08:00:01.500",
+        datetime(2026, 11, 21, 8, 0, 1),
+        datetime(2026, 11, 21, 9, 0, tzinfo=timezone.utc),
+    ]
+    rows = []
+    for index, sent in enumerate(times):
+        headers = _headers(sent)
+        rows.append(
+            (
+                index + 1 if index % 3 else str(index + 1),
+                uuid.uuid4() if index % 2 else str(uuid.uuid4()),
+                headers.encode() if index % 4 == 1 else headers,
+                None if index % 5 == 4 else memoryview(b"\xff\x00") if index % 5 == 3 else b'{"a": 1}',
+                expiries[index % len(expiries)],
+            )
+        )
+    rows.append((99, "id-no-message-id", json.dumps({"NServiceBus.MessageId": ""}), b"x", None))
+    rows.append((100, "id-no-headers", "{}", b"", None))
+    return rows
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        [*USUAL, None, "", None],
+        [*USUAL, *UNUSUAL, None, ""],
+        *([text, USUAL[0]] for text in UNUSUAL),
+    ],
+    ids=["usual-only", "mixed", *(f"unusual-{i}" for i in range(len(UNUSUAL)))],
+)
+def test_staged_columns_match_the_one_row_reference(times: list[str | None]) -> None:
+    rows = _rows(times)
+    schema = _arrow_schema()
+    built = record_batch(staged_columns(rows), schema).to_pylist()
+    expected = [dict(zip(schema.names, message_row(*row), strict=True)) for row in rows]
+    for row in expected:
+        row["headers"] = list(row["headers"].items())
+    assert built == expected
+
+
+def test_usual_times_sent_take_arrows_path_and_unusual_ones_each_parse_alone() -> None:
+    usual = times_sent_array([*USUAL, None, ""])
+    assert usual.to_pylist() == [parse_time_sent(text) for text in USUAL] + [None, None]
+    assert usual.to_pylist()[0] == datetime(2026, 11, 26, 19, 33, 3, 67691, tzinfo=timezone.utc)
+    for text in UNUSUAL:
+        assert times_sent_array([USUAL[0], text]).to_pylist() == [
+            parse_time_sent(USUAL[0]),
+            parse_time_sent(text),
+        ], text
+    assert parse_time_sent("2026-02-30 10:00:00:000000 Z") is None
+    assert parse_time_sent("2026-11-26T19:33:03:067691 Z") is not None
+
+
+def test_unreadable_headers_in_staging_raise_instead_of_passing_through() -> None:
+    with pytest.raises(HeaderFormatError):
+        staged_columns([(1, "id", "[1, 2]", b"", None)])
+
+
+def test_the_sources_batches_match_its_one_row_reference_through_a_real_cursor() -> None:
+    rows = _rows([*USUAL, *UNUSUAL[:3], None])
+    connection = sqlite3.connect(":memory:")
+    connection.execute("CREATE TABLE staged (RowVersion, Id, Headers, Body, Expires)")
+    connection.executemany(
+        "INSERT INTO staged VALUES (?, ?, ?, ?, ?)",
+        [
+            (
+                int(version),
+                str(native),
+                headers,
+                None if body is None else bytes(body),
+                None if expires is None else str(expires),
+            )
+            for version, native, headers, body, expires in rows
+        ],
+    )
+    statement = "SELECT RowVersion, Id, Headers, Body, Expires FROM staged WHERE RowVersion >= ? ORDER BY 1"
+    batches = list(staged_batches(connection.cursor(), statement, (0,), rows_per_batch=4))
+    assert [batch.num_rows for batch in batches] == [4, 4, 1]
+    schema = source_arrow_schema()
+    built = [row for batch in batches for row in batch.to_pylist()]
+    stored = connection.execute(statement, (0,)).fetchall()
+    expected = [dict(zip(schema.names, source_row(*row), strict=True)) for row in stored]
+    for row in expected:
+        row["headers"] = list(row["headers"].items())
+    assert built == expected
+    assert [row["body_text"] for row in built][:2] == ['{"a": 1}', '{"a": 1}']
