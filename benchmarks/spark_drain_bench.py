@@ -243,7 +243,9 @@ def fill(transport, n: int) -> float:
     return time.monotonic() - started
 
 
-def run_size(cluster, n: int, env: dict[str, str], per_trigger: int | None, folder: str) -> dict[str, Any]:
+def run_size(
+    cluster, n: int, env: dict[str, str], per_trigger: int | None, folder: str, in_place: bool = False
+) -> dict[str, Any]:
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
     from airflow_provider_sqlqueue.transport import open_transport
 
@@ -292,6 +294,8 @@ def run_size(cluster, n: int, env: dict[str, str], per_trigger: int | None, fold
         )
         assert job["processed"] == job["written"] == n, job
         assert transport.queue("orders").count() == 0
+        if in_place:
+            result.update(run_in_place(transport, n, env, args))
         if per_trigger:
             result.update(run_stream(transport, n, env, per_trigger, Path(folder) / f"stream-{n}"))
     jdbc_rate = n / result["jdbc"]["job"]["seconds"]
@@ -301,6 +305,32 @@ def run_size(cluster, n: int, env: dict[str, str], per_trigger: int | None, fold
         drain_msgs_per_s=round(drain_rate),
         ratio=round(drain_rate / jdbc_rate, 2),
     )
+    if in_place:
+        in_place_rate = n / result["drain_in_place"]["job"]["seconds"]
+        result.update(
+            drain_in_place_msgs_per_s=round(in_place_rate), in_place_ratio=round(in_place_rate / jdbc_rate, 2)
+        )
+    return result
+
+
+def run_in_place(transport, n: int, env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    """The drain again on a freshly filled queue, with ``--read-in-place`` (PostgreSQL holds the messages
+    under the driver's row locks instead of staging them); every message once in the table, the queue
+    empty."""
+    from airflow_provider_sqlqueue.spark import DRAIN_JOB
+
+    result: dict[str, Any] = {"in_place_fill_seconds": round(fill(transport, n), 1)}
+    run_id = args.index("--run-id") + 1
+    args = [*args[:run_id], f"{args[run_id]}-in-place", *args[run_id + 1 :], "--read-in-place"]
+    result["drain_in_place"] = spark_submit(DRAIN_JOB, args, env, "drain_job.py")
+    job = result["drain_in_place"]["job"]
+    print(
+        f"  drain, read in place: {job['seconds']:.1f} s (hold {job['receive_seconds']:.1f} s, "
+        f"transform+commit {job['process_seconds']:.1f} s)",
+        flush=True,
+    )
+    assert job["processed"] == job["written"] == n and job["read_in_place"], job
+    assert transport.queue("orders").count() == 0
     return result
 
 
@@ -358,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--data", type=Path, help="also write the figures as the docs' data file (docs/data/spark-drain.json)"
+    )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="also run the drain with --read-in-place (the driver holds the messages under row locks)",
     )
     parser.add_argument(
         "--stream",
@@ -418,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for n in sizes:
             print(f"spark_drain_bench: N={n:,}", flush=True)
-            results.append(run_size(cluster, n, env, args.stream, folder))
+            results.append(run_size(cluster, n, env, args.stream, folder, args.in_place))
     meta["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
     meta["load_average_after"] = os.getloadavg()
     print()

@@ -151,7 +151,17 @@ BRIDGE_NOT_STATEMENTS = {
     "dialect",
     "reads_binary",
 }
-BRIDGE_POSTGRES_ONLY = {"move_to_staging", "move_to_stream_staging", "move_poison", "copy_rows"}
+BRIDGE_POSTGRES_ONLY = {
+    "move_to_staging",
+    "move_to_stream_staging",
+    "move_poison",
+    "copy_rows",
+    "hold_batch",
+    "held_slice",
+    "delete_held",
+    "delete_held_ranges",
+    "move_held_to_error",
+}
 
 
 def bridge_prefix(case_name: str, address: QueueAddress) -> str:

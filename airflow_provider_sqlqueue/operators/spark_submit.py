@@ -66,6 +66,8 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         staged messages back into the queue.
     :param run_id_column: add the run id as this column to table and queue results.
     :param message_type: ``NServiceBus.EnclosedMessageTypes`` of queue-sink messages.
+    :param read_in_place: PostgreSQL only: the driver holds the messages in the queue under row locks from
+        phase 1 to the commit instead of staging them (docs/spark.md says what that changes).
     :param prefix: name prefix of the bridge's tables.
     :param default_schema: schema of unqualified names (default: the connection's).
     :param error_queue: where unreadable rows go (default: the connection's, else ``error``).
@@ -98,6 +100,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         orphan_timeout: float = 900.0,
         run_id_column: str | None = None,
         message_type: str | None = None,
+        read_in_place: bool = False,
         prefix: str = DEFAULT_PREFIX,
         default_schema: str | None = None,
         error_queue: str | None = None,
@@ -124,6 +127,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         self.orphan_timeout = orphan_timeout
         self.run_id_column = run_id_column
         self.message_type = message_type
+        self.read_in_place = read_in_place
         self.prefix = prefix
         self.default_schema = default_schema
         self.error_queue = error_queue
@@ -153,6 +157,8 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
             args += ["--run-id-column", self.run_id_column]
         if self.message_type:
             args += ["--message-type", self.message_type]
+        if self.read_in_place:
+            args.append("--read-in-place")
         return args
 
     def job_environment(self, hook: SqlQueueHook) -> dict[str, str]:

@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--read-slice-rows", type=int, default=20_000, help="staged rows per read task")
     parser.add_argument("--run-id-column", help="add the run id as this column to table/queue results")
     parser.add_argument("--message-type", help="NServiceBus.EnclosedMessageTypes of queue-sink messages")
+    parser.add_argument(
+        "--read-in-place",
+        action="store_true",
+        help="PostgreSQL: hold the messages in the queue under row locks instead of staging them",
+    )
     parser.add_argument("--summary-path", type=Path, help="also write the summary here as JSON")
     parser.add_argument("--fail-receive-batch", type=int, help=argparse.SUPPRESS)  # failure drills
     return parser
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         read_slice_rows=args.read_slice_rows,
         run_id_column=args.run_id_column,
         message_type=args.message_type,
+        read_in_place=args.read_in_place,
         fail_receive_batch=args.fail_receive_batch,
     )
     spark = SparkSession.builder.appName(f"sqlqueue-drain {args.queue}").getOrCreate()

@@ -349,6 +349,51 @@ class BridgeSql:
             "UNION ALL SELECT RowVersion, NULL, true FROM m WHERE Expired"
         )
 
+    # ---- held rows (PostgreSQL, ``read_in_place``) -------------------------------------------------
+    def _input_queue(self) -> str:
+        if self.queue is None:
+            raise ConfigurationError("these statements need the input queue's address")
+        return self.dialect.qualified_name(self.queue)
+
+    def hold_batch(self) -> str:
+        """Row-lock the oldest unlocked rows after a RowVersion (parameters: that RowVersion, how many) in
+        the caller's transaction, without deleting them. Returns (RowVersion, Headers, expired) in order."""
+        return (
+            "SELECT RowVersion, Headers, (Expires IS NOT NULL AND Expires <= statement_timestamp()) "
+            f"FROM {self._input_queue()} WHERE RowVersion > %s ORDER BY RowVersion LIMIT %s "
+            "FOR UPDATE SKIP LOCKED"
+        )
+
+    def held_slice(self) -> str:
+        """Read held rows of the input queue in a RowVersion range (parameters: from, to exclusive), in the
+        staged slice's columns."""
+        return (
+            f"SELECT RowVersion, Id::text, Headers, Body, Expires FROM {self._input_queue()} "
+            "WHERE RowVersion >= %s AND RowVersion < %s ORDER BY RowVersion"
+        )
+
+    def delete_held(self) -> str:
+        """Delete rows of the input queue by RowVersion (parameter: an array of them)."""
+        return f"DELETE FROM {self._input_queue()} WHERE RowVersion = ANY(%s)"
+
+    def delete_held_ranges(self) -> str:
+        """Delete the input queue's rows in RowVersion ranges (parameters: arrays of lows and of highs,
+        inclusive)."""
+        return (
+            f"DELETE FROM {self._input_queue()} q USING unnest(%s::bigint[], %s::bigint[]) AS r(lo, hi) "
+            "WHERE q.RowVersion BETWEEN r.lo AND r.hi"
+        )
+
+    def move_held_to_error(self, error_queue: QueueAddress) -> str:
+        """Move rows of the input queue (parameter: an array of RowVersions) unchanged to the error queue."""
+        columns = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
+        return (
+            f"WITH p AS (DELETE FROM {self._input_queue()} WHERE RowVersion = ANY(%s) "
+            "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body) "
+            f"INSERT INTO {self.dialect.qualified_name(error_queue)} ({columns}) "
+            "SELECT Id, CorrelationId, ReplyToAddress, true, NULL, Headers, Body FROM p"
+        )
+
     def move_poison(self, error_queue: QueueAddress) -> str:
         """Move staged rows (run id, RowVersions as an array) unchanged to the error queue (PostgreSQL)."""
         columns = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"

@@ -36,11 +36,16 @@ class DrainConfig:
     read_slice_rows: int = 20_000
     run_id_column: str | None = None
     message_type: str | None = None
+    read_in_place: bool = False
+    """PostgreSQL: hold the messages in the queue under the driver's row locks instead of staging them
+    (``spark/drain/hold.py``)."""
     fail_receive_batch: int | None = None
     """Drill: the first attempt of every receive task raises inside its N-th receive, before the commit."""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
+        if self.read_in_place and self.fail_receive_batch is not None:
+            raise ConfigurationError("fail_receive_batch drills receive tasks, and read_in_place has none")
         Sink.parse(self.sink)
         for name in ("batch_size", "partitions", "read_slice_rows"):
             value = getattr(self, name)

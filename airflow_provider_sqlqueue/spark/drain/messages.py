@@ -84,16 +84,30 @@ def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, 
 
 
 def read_slice(config: DrainConfig, bounds: tuple[int, int], rows_per_chunk: int = 2000) -> Iterator[list]:
-    """The run's staged rows of one RowVersion slice, as the driver returns them, in chunks."""
+    """The run's rows of one RowVersion slice (staged, or held in the queue with ``read_in_place``), as the
+    driver returns them, in chunks."""
     start, end = bounds
     with config.open(pool_size=1, max_overflow=0) as transport:
-        sql = BridgeSql(transport, bridge_tables(transport, config.input_queue, config.prefix))
+        address = transport.resolve(config.input_queue) if config.read_in_place else None
+        sql = BridgeSql(transport, bridge_tables(transport, config.input_queue, config.prefix), address)
         with transport.connection() as connection:
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
-            cursor.execute(sql.staged_slice(), (config.run_id, start, end))
+            if config.read_in_place:
+                cursor.execute(sql.held_slice(), (start, end))
+            else:
+                cursor.execute(sql.staged_slice(), (config.run_id, start, end))
             while rows := cursor.fetchmany(rows_per_chunk):
                 yield rows
             connection.commit()
+
+
+def slice_bounds(ranges: list[tuple[int, int]], rows_per_slice: int) -> list[tuple[int, int]]:
+    """Inclusive RowVersion ranges cut into slices (from, to exclusive) of at most ``rows_per_slice``."""
+    bounds = []
+    for low, high in ranges:
+        for start in range(low, high + 1, rows_per_slice):
+            bounds.append((start, min(start + rows_per_slice, high + 1)))
+    return bounds
 
 
 def _arrow_schema() -> Any:
@@ -129,20 +143,33 @@ def read_slices_arrow(
                 yield record_batch(staged_columns(rows), schema)
 
 
-def staged_messages(spark: SparkSession, config: DrainConfig, count: int, low: int | None, high: int | None):
-    """The run's staged messages as a DataFrame, read in RowVersion slices by the executors."""
+def staged_messages(
+    spark: SparkSession,
+    config: DrainConfig,
+    count: int,
+    low: int | None,
+    high: int | None,
+    held: list[tuple[int, int]] | None = None,
+):
+    """The run's staged messages as a DataFrame, read in RowVersion slices by the executors; with ``held``
+    (``read_in_place``), the rows held in the queue in those inclusive ranges."""
     from pyspark.sql import functions as F
 
     schema = read_schema()
     if count == 0 or low is None or high is None:
         frame = spark.createDataFrame([], schema)
     else:
-        slices = max(config.partitions, math.ceil(count / config.read_slice_rows))
-        span = high - low + 1
-        slices = min(slices, span)
-        edges = [low + (span * i) // slices for i in range(slices)] + [high + 1]
-        bounds = [(edges[i], edges[i + 1]) for i in range(slices)]
-        slices_frame = spark.sparkContext.parallelize(bounds, len(bounds)).toDF("lo long, hi long")
+        if held is not None:
+            bounds = slice_bounds(held, config.read_slice_rows)
+            partitions = min(len(bounds), max(config.partitions, math.ceil(count / config.read_slice_rows)))
+        else:
+            slices = max(config.partitions, math.ceil(count / config.read_slice_rows))
+            span = high - low + 1
+            slices = min(slices, span)
+            edges = [low + (span * i) // slices for i in range(slices)] + [high + 1]
+            bounds = [(edges[i], edges[i + 1]) for i in range(slices)]
+            partitions = len(bounds)
+        slices_frame = spark.sparkContext.parallelize(bounds, partitions).toDF("lo long, hi long")
         frame = slices_frame.mapInArrow(partial(read_slices_arrow, config), schema)
     content_type = F.lower(F.coalesce(F.col("content_type"), F.lit("")))
     # decoded in the JVM (invalid UTF-8 becomes U+FFFD): half the data through Python and Arrow

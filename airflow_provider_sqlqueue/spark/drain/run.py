@@ -15,6 +15,7 @@ from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables,
 from .config import DrainConfig
 from .copy_text import copy_chunks
 from .errors import DrainError
+from .hold import HeldRows, RowHold
 from .messages import staged_messages
 from .receive import receive_into_staging
 from .runs import Heartbeat, RunLedger
@@ -47,6 +48,7 @@ class Drain:
         self.sql = BridgeSql(self.transport, self.tables, self.input.address)
         self.runs = RunLedger(self.transport, self.sql, config, self.input, self.echo)
         self.writer = SinkWriter(self.transport, self.sql, config, self.echo)
+        self.hold: RowHold | None = None
         self.summary: dict[str, Any] = {
             "run_id": config.run_id,
             "input_queue": self.input.name,
@@ -62,6 +64,11 @@ class Drain:
     # -- set-up --
     def prepare(self, transform: Callable[[DataFrame], DataFrame]) -> StructType:
         """Check tables and the transform's output before anything is received; create tables if allowed."""
+        if self.config.read_in_place and self.sql.engine != "postgresql":
+            raise ConfigurationError(
+                f"read_in_place works on PostgreSQL only, not {self.sql.engine}; "
+                "leave it off to stage the messages"
+            )
         if not self.input.exists():
             raise ConfigurationError(f"input queue {self.input.name} does not exist; provision it first")
         missing = [
@@ -94,6 +101,29 @@ class Drain:
         return self.runs.start()
 
     # -- phases --
+    def hold_in_place(self) -> HeldRows:
+        """Phase 1 with ``read_in_place``: hold the messages in the queue under the driver's row locks."""
+        if self.runs.staged_stats()[0]:
+            raise DrainError(
+                f"run {self.config.run_id} has messages staged by a run without read_in_place; "
+                "re-run it without read_in_place to finish it"
+            )
+        self.hold = RowHold(self.transport, self.input, self.sql)
+        return self.hold.hold(self.config.batch_size, self.config.max_messages)
+
+    def _commit_connection(self) -> Any:
+        """The commit's connection: the one holding the messages with ``read_in_place``, else a new one."""
+        from contextlib import nullcontext
+
+        return nullcontext(self.hold.connection) if self.hold is not None else self.transport.connection()
+
+    def _finish(self, cursor: Any, staged: int, written: int) -> None:
+        """Inside the commit's transaction: delete the held messages (``read_in_place``) and end the run."""
+        if self.hold is not None:
+            self.hold.delete_held()
+            staged = 0  # nothing of the run is in staging
+        self.runs.finish(cursor, staged, written, self.summary)
+
     def receive(self, job_attempt: int) -> list[dict[str, Any]]:
         """Phase 1: receive into staging; return each receive task's counts."""
         already_staged = self.runs.staged_stats()[0] if self.config.max_messages is not None else 0
@@ -122,7 +152,7 @@ class Drain:
         started = time.monotonic()
         run_id = self.config.run_id
         written = 0
-        with self.transport.connection() as connection:
+        with self._commit_connection() as connection:
             cursor = connection.cursor()
             begin_write(self.transport, cursor)
             statement = self.sql.counted(self.sql.set_state((PROCESSING,)))
@@ -136,7 +166,7 @@ class Drain:
             else:
                 written = self.writer.write_queue(connection, columns, rows)
             self.summary["write_seconds"] = round(time.monotonic() - started, 3)
-            self.runs.finish(cursor, staged, written, self.summary)
+            self._finish(cursor, staged, written)
             connection.commit()
         result.unpersist()
         self.summary["commit_seconds"] = round(time.monotonic() - started, 3)
@@ -145,7 +175,7 @@ class Drain:
     def _commit_files(self, result: DataFrame, staged: int) -> int:
         path, written = self.writer.write_files(self.spark, result, staged)
         self.summary["output_path"] = path
-        with self.transport.connection() as connection:
+        with self._commit_connection() as connection:
             cursor = connection.cursor()
             begin_write(self.transport, cursor)
             statement = self.sql.counted(self.sql.set_state((PROCESSING,)))
@@ -154,7 +184,7 @@ class Drain:
                     f"run {self.config.run_id} is no longer processing; {path} may hold rows of messages "
                     "that went back to the queue (readers deduplicate by message id)"
                 )
-            self.runs.finish(cursor, staged, written, self.summary)
+            self._finish(cursor, staged, written)
             connection.commit()
         return written
 
@@ -176,27 +206,35 @@ class Drain:
         try:
             self.summary["restored_orphans"] = self.runs.restore_orphans()
             tasks: list[dict[str, Any]] = []
+            held: HeldRows | None = None
             phase1 = time.monotonic()
-            if state == RECEIVING:
+            if config.read_in_place:
+                # a run that was processing when its driver died holds nothing any more: hold anew
+                self.echo(f"phase 1: the driver holds the messages of {self.input.name} in place (row locks)")
+                held = self.hold_in_place()
+                self._to_processing()
+            elif state == RECEIVING:
                 self.echo(f"phase 1: {config.partitions} receiver(s) drain {self.input.name} into staging")
                 tasks = self.receive(job_attempt)
-                changed = execute_counted(
-                    self.transport,
-                    self.sql.counted(self.sql.set_state((RECEIVING,))),
-                    (PROCESSING, config.run_id),
-                )
-                if changed != 1 and (self.runs.row() or (None,))[0] != PROCESSING:
-                    # another driver of this run id moving it on is fine (one of the two commits)
-                    raise DrainError(f"run {config.run_id} left the receiving state while receiving")
+                self._to_processing()
             else:
                 self.echo(f"run {config.run_id} was already processing: finishing it without receiving more")
             receive_seconds = time.monotonic() - phase1
-            staged, low, high = self.runs.staged_stats()
+            if held is not None:
+                staged, low, high = held.count, held.low, held.high
+                self.summary.update(
+                    received=held.count, expired=held.expired, poisoned=held.poisoned, batches=held.batches
+                )
+            else:
+                staged, low, high = self.runs.staged_stats()
+                self.summary.update(
+                    received=sum(t["received"] for t in tasks),
+                    expired=sum(t["expired"] for t in tasks),
+                    poisoned=sum(t["poisoned"] for t in tasks),
+                    batches=sum(t["batches"] for t in tasks),
+                )
             self.summary.update(
-                received=sum(t["received"] for t in tasks),
-                expired=sum(t["expired"] for t in tasks),
-                poisoned=sum(t["poisoned"] for t in tasks),
-                batches=sum(t["batches"] for t in tasks),
+                read_in_place=held is not None,
                 tasks=tasks,
                 processed=staged,
                 receive_seconds=round(receive_seconds, 3),
@@ -204,10 +242,12 @@ class Drain:
             self.echo(
                 f"phase 1 done: {self.summary['received']} received ({self.summary['expired']} expired, "
                 f"{self.summary['poisoned']} unreadable moved to the error queue); "
-                f"{staged} staged for the run"
+                f"{staged} {'held' if held is not None else 'staged'} for the run"
             )
             phase2 = time.monotonic()
-            messages = staged_messages(self.spark, config, staged, low, high)
+            messages = staged_messages(
+                self.spark, config, staged, low, high, held.ranges if held is not None else None
+            )
             result = apply_transform(transform, messages, config)
             self.echo(f"phase 2: transform and commit {staged} message(s) to {self.sink}")
             self.summary["process_seconds"] = None
@@ -229,6 +269,8 @@ class Drain:
             )
             return self.summary
         except BaseException as error:
+            if self.hold is not None:
+                self._release_hold(error)
             moved = None
             try:
                 moved = self.runs.abort(config.run_id, f"{type(error).__name__}: {error}")
@@ -247,6 +289,28 @@ class Drain:
             raise
         finally:
             heartbeat.stopped.set()
+            if self.hold is not None:
+                self._release_hold(None)
+
+    def _to_processing(self) -> None:
+        """End phase 1: the run moves from receiving to processing (or another driver of it moved it)."""
+        changed = execute_counted(
+            self.transport,
+            self.sql.counted(self.sql.set_state((RECEIVING,))),
+            (PROCESSING, self.config.run_id),
+        )
+        if changed != 1 and (self.runs.row() or (None,))[0] != PROCESSING:
+            # another driver of this run id moving it on is fine (one of the two commits)
+            raise DrainError(f"run {self.config.run_id} left the receiving state while receiving")
+
+    def _release_hold(self, error: BaseException | None) -> None:
+        hold, self.hold = self.hold, None
+        if hold is None:
+            return
+        try:
+            hold.close(error)
+        except Exception as close_error:  # the connection is gone: so are its locks
+            log.warning("releasing the held messages' connection failed: %s", close_error)
 
 
 def run_drain(spark: SparkSession, config: DrainConfig, *, echo: Callable[[str], None] | None = None) -> dict:

@@ -1,0 +1,149 @@
+"""The drain with ``read_in_place`` on PostgreSQL: the driver holds the messages in the queue under row locks
+from phase 1 to the commit, instead of staging them. Every test accounts for every message exactly, and
+the staging table stays empty throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
+
+import test_spark_jobs
+from test_spark_jobs import (
+    FAULT_LOG,
+    config,
+    drain_args,
+    finish,
+    order_ids_in_table,
+    run_state,
+    scalar,
+    send_orders,
+    spark_submit,
+    staged,
+    table,
+)
+
+from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.spark import DRAIN_JOB
+from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
+from airflow_provider_sqlqueue.spark.drain.hold import consecutive_ranges
+from airflow_provider_sqlqueue.spark.drain.messages import slice_bounds, staged_messages
+from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
+from airflow_provider_sqlqueue.transport import ConfigurationError
+
+POSTGRES = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+spark = test_spark_jobs.spark  # the module's local[2,4] session, as a fixture of this module too
+bridge = test_spark_jobs.bridge
+
+
+def test_ranges_hold_exactly_the_row_versions_and_slices_stay_inside_them() -> None:
+    assert consecutive_ranges([]) == []
+    assert consecutive_ranges([3, 4, 5, 7, 9, 10]) == [(3, 5), (7, 7), (9, 10)]
+    bounds = slice_bounds([(3, 5), (7, 7), (9, 20)], 4)
+    assert bounds == [(3, 6), (7, 8), (9, 13), (13, 17), (17, 21)]
+    covered = [value for start, end in bounds for value in range(start, end)]
+    assert covered == [3, 4, 5, 7, *range(9, 21)]
+
+
+@POSTGRES
+def test_a_submitted_in_place_drain_drops_expired_moves_unreadable_and_writes_the_rest_once(
+    target, bridge
+) -> None:
+    orders = bridge.queue("orders")
+    orders.send_batch(make_orders(200, short_lived_every=4))  # every 4th lives 2 s
+    with bridge.connection() as connection:  # a row written by another system, headers corrupted
+        connection.cursor().execute(
+            f"INSERT INTO {table(bridge, 'orders')} (Id, Recoverable, Headers, Body) "
+            "VALUES (%s, true, %s, %s)",
+            (uuid.uuid4(), "<not json", b"{}"),
+        )
+        connection.commit()
+    orders.send_batch(make_orders(100, short_lived_every=None, first_order_id=201))
+    time.sleep(2.2)
+    drain = spark_submit(DRAIN_JOB, drain_args(target, "run-1", "--read-in-place"), target.url)
+    code, output, summary = finish(drain)
+    assert code == 0, output[-5000:]
+    assert "holds the messages of" in output and summary is not None
+    assert summary["read_in_place"] is True and summary["tasks"] == []
+    assert summary["expired"] == 50 and summary["poisoned"] == 1
+    assert summary["processed"] == summary["written"] == 250
+    long_lived = [order for order in range(1, 201) if order % 4 != 0] + list(range(201, 301))
+    assert sorted(order_ids_in_table(bridge)) == long_lived
+    assert bridge.queue("error").count() == 1 and orders.count() == 0 and staged(bridge) == 0
+    assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
+
+
+@POSTGRES
+def test_held_rows_are_skipped_by_receivers_and_a_row_committed_late_inside_them_stays_queued(
+    spark, target, bridge
+) -> None:
+    """A send that took its RowVersion before the hold but commits after it lands between held rows: the
+    hold's ranges leave it out, the executors never read it, the commit does not delete it."""
+    orders = bridge.queue("orders")
+    send_orders(bridge, 100)
+    with bridge.connection() as slow_sender:
+        cursor = slow_sender.cursor()
+        cursor.execute(
+            f"INSERT INTO {table(bridge, 'orders')} (Id, Recoverable, Headers, Body) "
+            "VALUES (%s, true, %s, %s) RETURNING RowVersion",
+            (uuid.uuid4(), json.dumps({"NServiceBus.MessageId": "late"}), b'{"order_id": 999}'),
+        )
+        late_version = int(cursor.fetchone()[0])
+        send_orders(bridge, 100, first_order_id=101)  # committed, after the late row's RowVersion
+        run = config(target, read_in_place=True)
+        drain = Drain(spark, run)
+        try:
+            transform = load_transform(run.transform)
+            drain.prepare(transform)
+            drain.start_run()
+            held = drain.hold_in_place()
+            assert held.count == 200 and len(held.ranges) == 2
+            assert all(not low <= late_version <= high for low, high in held.ranges)
+            with orders.receive(max_messages=10) as batch:  # every committed row is held
+                assert len(batch) == 0
+            slow_sender.commit()  # the late row is now queued, inside the span of the held rows
+            drain._to_processing()
+            messages = staged_messages(spark, run, held.count, held.low, held.high, held.ranges)
+            written = drain.commit(apply_transform(transform, messages, run), held.count)
+        finally:
+            drain._release_hold(None)
+            drain.close()
+    assert written == 200 and run_state(bridge, "run-1") == "committed"
+    assert sorted(order_ids_in_table(bridge)) == list(range(1, 201))
+    with orders.receive(max_messages=10) as batch:
+        assert [message.headers["NServiceBus.MessageId"] for message in batch] == ["late"]
+    assert staged(bridge) == 0
+
+
+@POSTGRES
+def test_a_failed_in_place_run_leaves_every_message_queued_and_its_rerun_finishes(
+    spark, target, bridge
+) -> None:
+    send_orders(bridge, 300)
+    FAULT_LOG.unlink(missing_ok=True)
+    with pytest.raises(Exception, match="injected"):
+        run_drain(spark, config(target, read_in_place=True, transform="spark_faults.always_fails"))
+    assert run_state(bridge, "run-1") == "aborted"
+    assert bridge.queue("orders").count() == 300 and order_ids_in_table(bridge) == []
+    summary = run_drain(spark, config(target, read_in_place=True))
+    assert summary["job_attempt"] == 2 and summary["written"] == 300
+    assert sorted(order_ids_in_table(bridge)) == list(range(1, 301))
+    assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_in_place_is_refused_off_postgresql_before_anything_is_received(spark, target, bridge) -> None:
+    send_orders(bridge, 20)
+    with pytest.raises(ConfigurationError, match="PostgreSQL only"):
+        run_drain(spark, config(target, read_in_place=True))
+    assert bridge.queue("orders").count() == 20 and order_ids_in_table(bridge) == []
+    with pytest.raises(ConfigurationError, match="fail_receive_batch"):
+        config(target, read_in_place=True, fail_receive_batch=1)
