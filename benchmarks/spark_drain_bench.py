@@ -529,6 +529,17 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 "python_workers_peak_mb_drain": row["drain"]["python_workers_mb"],
             }
         )
+        if "drain_in_place" in row:
+            held = row["drain_in_place"]
+            rows[-1].update(
+                drain_in_place_msgs_per_s=row["drain_in_place_msgs_per_s"],
+                drain_in_place_s=round(held["job"]["seconds"], 1),
+                drain_in_place_hold_s=round(held["job"]["receive_seconds"], 1),
+                drain_in_place_read_transform_s=round(held["job"]["compute_seconds"], 1),
+                drain_in_place_write_commit_s=round(held["job"]["commit_seconds"], 1),
+                jvm_peak_mb_drain_in_place=held["jvm_mb"],
+                python_peak_mb_drain_in_place=held["python_driver_mb"],
+            )
         if "stream" in row:
             stream = row["stream"]
             rows[-1].update(

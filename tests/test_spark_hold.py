@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 import uuid
 
@@ -17,8 +18,11 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
 import test_spark_jobs
+from reliability_figures import counted
 from test_spark_jobs import (
     FAULT_LOG,
+    FAULTS,
+    SPARK_SUBMIT_TIMEOUT,
     config,
     drain_args,
     finish,
@@ -40,6 +44,7 @@ from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
 POSTGRES = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+pytest_plugins = ["reliability_figures"]  # the figures fixture
 spark = test_spark_jobs.spark  # the module's local[2,4] session, as a fixture of this module too
 bridge = test_spark_jobs.bridge
 
@@ -147,3 +152,48 @@ def test_in_place_is_refused_off_postgresql_before_anything_is_received(spark, t
     assert bridge.queue("orders").count() == 20 and order_ids_in_table(bridge) == []
     with pytest.raises(ConfigurationError, match="fail_receive_batch"):
         config(target, read_in_place=True, fail_receive_batch=1)
+
+
+@pytest.mark.slow
+@POSTGRES
+def test_a_driver_killed_while_holding_leaves_every_message_queued_and_the_rerun_finishes(
+    target, bridge, figures
+) -> None:
+    """SIGKILL the whole spark-submit (driver, JVM, Python workers) in phase 2, while the driver holds the
+    messages: its connection goes and the locks with it, so every message is queued again in its place and
+    none is in the output. A re-run of the run id drains them all once into the table."""
+    sent = send_orders(bridge, 500)
+    args = drain_args(target, "killed", "--read-in-place")
+    args[args.index("--transform") + 1] = "spark_faults.hangs_on_driver"
+    process = spark_submit(DRAIN_JOB, args, target.url, py_files=FAULTS)
+    deadline = time.monotonic() + SPARK_SUBMIT_TIMEOUT
+    while run_state(bridge, "killed") != "processing":
+        assert process.poll() is None, process.communicate()[0][-5000:]
+        assert time.monotonic() < deadline, "the job never held the messages"
+        time.sleep(0.05)
+    time.sleep(1)
+    with bridge.queue("orders").receive(max_messages=10) as batch:  # all 500 are held
+        assert len(batch) == 0
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    assert process.returncode == -signal.SIGKILL
+    queued_after_kill = bridge.queue("orders").count()
+    assert queued_after_kill == 500 and order_ids_in_table(bridge) == [] and staged(bridge) == 0
+    code, output, summary = finish(
+        spark_submit(DRAIN_JOB, drain_args(target, "killed", "--read-in-place"), target.url)
+    )
+    assert code == 0, output[-5000:]
+    assert summary["job_attempt"] == 2 and summary["received"] == summary["written"] == 500
+    expected = sorted(json.loads(m.body)["order_id"] for m in sent)
+    order_ids = order_ids_in_table(bridge)
+    assert sorted(order_ids) == expected, "lost or duplicated"
+    assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+    figures(
+        engine=target.engine,
+        sink="table",
+        killed_in="processing (read in place)",
+        messages=500,
+        faults_injected=1,
+        queued_when_killed=queued_after_kill,
+        **counted(expected, order_ids),
+    )

@@ -120,6 +120,20 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
         )
         + "."
     ]
+    for row in rows:
+        if "drain_in_place_msgs_per_s" in row:
+            in_place = row["drain_in_place_msgs_per_s"]
+            lines.append(
+                "- **Read in place** (`--in-place`: the drain again on a refilled queue with "
+                "`read_in_place`, PostgreSQL's row locks instead of staging): "
+                f"at {row['n']:,} it took {row['drain_in_place_s']:.1f} s (hold / read+transform / "
+                f"write+commit {row['drain_in_place_hold_s']:.1f} / "
+                f"{row['drain_in_place_read_transform_s']:.1f} / "
+                f"{row['drain_in_place_write_commit_s']:.1f} s), {in_place:,} msgs/s: "
+                f"**{in_place / row['jdbc_msgs_per_s']:.2f}x** of the same baseline "
+                f"(staging: {_ratio(row)}); JVM peak {row['jvm_peak_mb_drain_in_place']:,} MB, Python "
+                f"driver {row['python_peak_mb_drain_in_place']:,} MB."
+            )
     parent = data.get("parent_same_hour")
     if parent:
         (run,) = parent["runs"].values()
@@ -175,6 +189,12 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
                     for row in rows[::-1]
                 )
                 + ")."
+                + "".join(
+                    f" With `read_in_place` at {row['n']:,}: "
+                    f"{row['drain_in_place_msgs_per_s'] / row['jdbc_msgs_per_s']:.2f}x."
+                    for row in rows[::-1]
+                    if "drain_in_place_msgs_per_s" in row
+                )
             ],
         ),
         "spark-stream": (SOURCE, stream),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,33 @@ class Drain:
         self.hold = RowHold(self.transport, self.input, self.sql)
         return self.hold.hold(self.config.batch_size, self.config.max_messages)
 
+    def warm_up(self, transform: Callable[[DataFrame], DataFrame]) -> threading.Thread:
+        """Run phase 2's plan on an empty slice, in the background, while the driver holds the messages.
+
+        Spark's first job of a kind starts the Python workers and compiles the plan: about 10 s on a small
+        machine, which staging spends in phase 1's receive tasks. Holding is the database's work, so this
+        overlaps it. A failure here only costs the time it would have saved.
+        """
+        from pyspark.sql import functions as F
+
+        def run() -> None:
+            try:
+                self.spark.sparkContext.setJobGroup("sqlqueue-warm-up", "warm up phase 2 while holding")
+                result = apply_transform(
+                    transform, staged_messages(self.spark, self.config, 1, 0, 0, [(0, 0)]), self.config
+                )
+                chunks = copy_chunks(result) if self.sink.kind == "table" and self.sql.can_copy else None
+                if chunks is not None:
+                    chunks.agg(F.sum("rows")).collect()
+                else:
+                    result.count()
+            except Exception as error:
+                log.info("warming up phase 2 failed (%s); it only costs time", error)
+
+        thread = threading.Thread(target=run, name="sqlqueue-warm-up", daemon=True)
+        thread.start()
+        return thread
+
     def _commit_connection(self) -> Any:
         """The commit's connection: the one holding the messages with ``read_in_place``, else a new one."""
         from contextlib import nullcontext
@@ -211,8 +239,11 @@ class Drain:
             if config.read_in_place:
                 # a run that was processing when its driver died holds nothing any more: hold anew
                 self.echo(f"phase 1: the driver holds the messages of {self.input.name} in place (row locks)")
+                warming = self.warm_up(transform)
                 held = self.hold_in_place()
+                self.summary["hold_seconds"] = round(time.monotonic() - phase1, 3)
                 self._to_processing()
+                warming.join()
             elif state == RECEIVING:
                 self.echo(f"phase 1: {config.partitions} receiver(s) drain {self.input.name} into staging")
                 tasks = self.receive(job_attempt)
