@@ -280,18 +280,11 @@ def run_size(
         queue_left = transport.queue("orders").count()
         assert queue_left == n, f"the baseline must not change the queue ({queue_left})"
 
-        from airflow_provider_sqlqueue.spark import DRAIN_JOB
-
         args = ["--queue", "orders", "--sink", "table:bench_rows", "--run-id", f"bench-{n}-{time.time():.0f}"]
         args += ["--transform", "airflow_provider_sqlqueue.spark.transforms.order_rows"]
         args += ["--batch-size", "1000", "--partitions", "2"]
-        result["drain"] = spark_submit(DRAIN_JOB, args, env, "drain_job.py")
+        result["drain"] = drain_job(env, args, "drain")
         job = result["drain"]["job"]
-        print(
-            f"  drain: {job['seconds']:.1f} s (receive {job['receive_seconds']:.1f} s, "
-            f"transform+commit {job['process_seconds']:.1f} s)",
-            flush=True,
-        )
         assert job["processed"] == job["written"] == n, job
         assert transport.queue("orders").count() == 0
         if in_place:
@@ -313,22 +306,29 @@ def run_size(
     return result
 
 
+def drain_job(env: dict[str, str], args: list[str], label: str) -> dict[str, Any]:
+    """One spark-submit of the shipped drain job, its time split printed."""
+    from airflow_provider_sqlqueue.spark import DRAIN_JOB
+
+    run = spark_submit(DRAIN_JOB, args, env, "drain_job.py")
+    job = run["job"]
+    print(
+        f"  {label}: {job['seconds']:.1f} s (phase 1 {job['receive_seconds']:.1f} s, "
+        f"transform+commit {job['process_seconds']:.1f} s)",
+        flush=True,
+    )
+    return run
+
+
 def run_in_place(transport, n: int, env: dict[str, str], args: list[str]) -> dict[str, Any]:
     """The drain again on a freshly filled queue, with ``--read-in-place`` (PostgreSQL holds the messages
     under the driver's row locks instead of staging them); every message once in the table, the queue
     empty."""
-    from airflow_provider_sqlqueue.spark import DRAIN_JOB
-
     result: dict[str, Any] = {"in_place_fill_seconds": round(fill(transport, n), 1)}
     run_id = args.index("--run-id") + 1
     args = [*args[:run_id], f"{args[run_id]}-in-place", *args[run_id + 1 :], "--read-in-place"]
-    result["drain_in_place"] = spark_submit(DRAIN_JOB, args, env, "drain_job.py")
+    result["drain_in_place"] = drain_job(env, args, "drain, read in place")
     job = result["drain_in_place"]["job"]
-    print(
-        f"  drain, read in place: {job['seconds']:.1f} s (hold {job['receive_seconds']:.1f} s, "
-        f"transform+commit {job['process_seconds']:.1f} s)",
-        flush=True,
-    )
     assert job["processed"] == job["written"] == n and job["read_in_place"], job
     assert transport.queue("orders").count() == 0
     return result
@@ -534,7 +534,8 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
             rows[-1].update(
                 drain_in_place_msgs_per_s=row["drain_in_place_msgs_per_s"],
                 drain_in_place_s=round(held["job"]["seconds"], 1),
-                drain_in_place_hold_s=round(held["job"]["receive_seconds"], 1),
+                drain_in_place_hold_s=round(held["job"]["hold_seconds"], 1),
+                drain_in_place_phase1_s=round(held["job"]["receive_seconds"], 1),
                 drain_in_place_read_transform_s=round(held["job"]["compute_seconds"], 1),
                 drain_in_place_write_commit_s=round(held["job"]["commit_seconds"], 1),
                 jvm_peak_mb_drain_in_place=held["jvm_mb"],
