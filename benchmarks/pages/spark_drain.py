@@ -104,6 +104,14 @@ def _stream_phases(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _warm_up_wait(row: dict[str, Any]) -> str:
+    """How phase 1 of the in-place drain split between holding and waiting for phase 2's warm-up."""
+    hold, phase1 = row["drain_in_place_hold_s"], row["drain_in_place_phase1_s"]
+    if phase1 - hold >= 0.1:
+        return f"the hold took {hold:.1f} s, then phase 1 waited {phase1 - hold:.1f} s for the warm-up"
+    return "the warm-up ended within the hold"
+
+
 def spark_drain_notes(data: dict[str, Any]) -> list[str]:
     """The driver's memory at each size, and the run before this one (``previous``) for comparison."""
     rows = sorted(data["rows"], key=lambda row: row["n"])
@@ -129,8 +137,7 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
                 f"at {row['n']:,} it took {row['drain_in_place_s']:.1f} s (phase 1 / read+transform / "
                 f"write+commit {row['drain_in_place_phase1_s']:.1f} / "
                 f"{row['drain_in_place_read_transform_s']:.1f} / "
-                f"{row['drain_in_place_write_commit_s']:.1f} s; phase 1 held the messages in "
-                f"{row['drain_in_place_hold_s']:.1f} s and waited for the warm-up), {in_place:,} msgs/s: "
+                f"{row['drain_in_place_write_commit_s']:.1f} s; {_warm_up_wait(row)}), {in_place:,} msgs/s: "
                 f"**{in_place / row['jdbc_msgs_per_s']:.2f}x** of the same baseline "
                 f"(staging: {_ratio(row)}); JVM peak {row['jvm_peak_mb_drain_in_place']:,} MB, Python "
                 f"driver {row['python_peak_mb_drain_in_place']:,} MB."
