@@ -19,7 +19,7 @@ from .tables import BridgeSql
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark")
 
-__all__ = ["MovedBatch", "move_batch"]
+__all__ = ["MovedBatch", "move_batch", "require_error_queue", "unreadable_keys"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,16 @@ def move_batch(
         cursor.execute(statement, params(size - len(rows), numbered))
         rows += transport.dialect.fetch_rows(cursor)
     expired = sum(1 for row in rows if row[2])
+    poison = unreadable_keys(queue, rows)
+    if poison:
+        require_error_queue(queue, len(poison))
+        cursor.execute(sql.move_poison(queue.error_queue), (run_id, poison))
+    return MovedBatch(len(rows) - expired - len(poison), expired, len(poison))
+
+
+def unreadable_keys(queue: Any, rows: Any) -> list[int]:
+    """The keys of the unexpired rows among (key, Headers, expired) whose headers are not a header map,
+    each logged as every receive logs it."""
     poison: list[int] = []
     for key, headers, is_expired in rows:
         if is_expired:
@@ -73,18 +83,20 @@ def move_batch(
         except HeaderFormatError as error:
             poison.append(int(key))
             log.error(
-                "Error receiving message staged as %s from %s: probable message metadata corruption (%s). "
+                "Error receiving message %s from %s: probable message metadata corruption (%s). "
                 "Moving it to error queue %s.",
                 key,
                 queue.address,
                 error,
                 queue.error_queue,
             )
-    if poison:
-        if queue.error_queue is None:
-            raise HeaderFormatError(
-                f"{len(poison)} message(s) in {queue.address} cannot be read and no error queue is "
-                "configured; they stay in the queue"
-            )
-        cursor.execute(sql.move_poison(queue.error_queue), (run_id, poison))
-    return MovedBatch(len(rows) - expired - len(poison), expired, len(poison))
+    return poison
+
+
+def require_error_queue(queue: Any, unreadable: int) -> None:
+    """Refuse to go on with unreadable rows when there is no error queue to move them to."""
+    if queue.error_queue is None:
+        raise HeaderFormatError(
+            f"{unreadable} message(s) in {queue.address} cannot be read and no error queue is "
+            "configured; they stay in the queue"
+        )

@@ -16,18 +16,14 @@ unreadable ones moved to the error queue in the same transaction, so they commit
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...model.errors import HeaderFormatError
 from ...transport import ConfigurationError, Transport
-from ...transport.headers import decode_headers
+from ..moves import require_error_queue, unreadable_keys
 from ..tables import BridgeSql
 from .errors import DrainError
 from .transactions import begin_write
-
-log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
 
 __all__ = ["HeldRows", "RowHold", "consecutive_ranges"]
 
@@ -94,35 +90,21 @@ class RowHold:
             if not rows:
                 break
             held.batches += 1
-            for row_version, headers, is_expired in rows:
+            unreadable = set(unreadable_keys(self.queue, rows))
+            for row_version, _headers, is_expired in rows:
                 if is_expired:
                     expired.append(row_version)
-                    continue
-                try:
-                    decode_headers(headers)
-                except HeaderFormatError as error:
-                    log.error(
-                        "Error receiving message %s from %s: probable message metadata corruption (%s). "
-                        "Moving it to error queue %s.",
-                        row_version,
-                        self.queue.address,
-                        error,
-                        self.queue.error_queue,
-                    )
+                elif row_version in unreadable:
                     poison.append(row_version)
-                    continue
-                good.append(row_version)
+                else:
+                    good.append(row_version)
             after = rows[-1][0]
             if len(rows) < size:
                 break
         if expired:
             cursor.execute(self.sql.delete_held(), (expired,))
         if poison:
-            if self.queue.error_queue is None:
-                raise HeaderFormatError(
-                    f"{len(poison)} message(s) in {self.queue.address} cannot be read and no error queue is "
-                    "configured; they stay in the queue"
-                )
+            require_error_queue(self.queue, len(poison))
             cursor.execute(self.sql.move_held_to_error(self.queue.error_queue), (poison,))
         held.ranges = consecutive_ranges(good)
         held.count, held.expired, held.poisoned = len(good), len(expired), len(poison)
