@@ -27,6 +27,7 @@ from test_spark_jobs import (
     drain_args,
     finish,
     order_ids_in_table,
+    rows_of,
     run_state,
     scalar,
     send_orders,
@@ -38,9 +39,10 @@ from test_spark_jobs import (
 from airflow_provider_sqlqueue.examples.example_orders import make_orders
 from airflow_provider_sqlqueue.spark import DRAIN_JOB
 from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
-from airflow_provider_sqlqueue.spark.drain.hold import consecutive_ranges
+from airflow_provider_sqlqueue.spark.drain.hold import RowHold, consecutive_ranges
 from airflow_provider_sqlqueue.spark.drain.messages import slice_bounds, staged_messages
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
+from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
 POSTGRES = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
@@ -52,6 +54,9 @@ bridge = test_spark_jobs.bridge
 def test_ranges_hold_exactly_the_row_versions_and_slices_stay_inside_them() -> None:
     assert consecutive_ranges([]) == []
     assert consecutive_ranges([3, 4, 5, 7, 9, 10]) == [(3, 5), (7, 7), (9, 10)]
+    ranges = consecutive_ranges([3, 4])
+    assert consecutive_ranges([5, 6, 8], ranges) is ranges  # a hold extends its ranges batch by batch
+    assert ranges == [(3, 6), (8, 8)]
     bounds = slice_bounds([(3, 5), (7, 7), (9, 20)], 4)
     assert bounds == [(3, 6), (7, 8), (9, 13), (13, 17), (17, 21)]
     covered = [value for start, end in bounds for value in range(start, end)]
@@ -84,6 +89,47 @@ def test_a_submitted_in_place_drain_drops_expired_moves_unreadable_and_writes_th
     assert sorted(order_ids_in_table(bridge)) == long_lived
     assert bridge.queue("error").count() == 1 and orders.count() == 0 and staged(bridge) == 0
     assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
+
+
+@POSTGRES
+def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_rollback_restores_all(
+    target, bridge
+) -> None:
+    """Batches of 7 over 61 rows: the held ranges run on across batch edges and skip exactly the expired
+    and the unreadable rows, which the hold deletes and moves batch by batch; rolling the hold back puts
+    every row back where it was and empties the error queue again."""
+    orders = bridge.queue("orders")
+    orders.send_batch(make_orders(30, short_lived_every=5))  # orders 5, 10, ... expire after 2 s
+    with bridge.connection() as connection:
+        connection.cursor().execute(
+            f"INSERT INTO {table(bridge, 'orders')} (Id, Recoverable, Headers, Body) "
+            "VALUES (%s, true, %s, %s)",
+            (uuid.uuid4(), "[1, 2]", b"{}"),  # JSON, but not a header map
+        )
+        connection.commit()
+    orders.send_batch(make_orders(30, short_lived_every=None, first_order_id=31))
+    time.sleep(2.2)
+    queue_table = table(bridge, "orders")
+    versions = sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}"))
+    expired = {
+        int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table} WHERE Expires < now()")
+    }
+    (unreadable,) = (
+        int(row[0])
+        for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table} WHERE Headers = '[1, 2]'")
+    )
+    readable = [version for version in versions if version not in expired and version != unreadable]
+    assert len(expired) == 6 and len(readable) == 54
+    hold = RowHold(bridge, orders, BridgeSql(bridge, bridge_tables(bridge, "orders"), orders.address))
+    try:
+        held = hold.hold(batch_size=7, max_messages=None)
+        assert held.batches == 9 and held.count == 54 and held.expired == 6 and held.poisoned == 1
+        assert held.ranges == consecutive_ranges(readable) and len(held.ranges) == 7
+        assert held.low == versions[0] and held.high == versions[-1]
+    finally:
+        hold.close()
+    assert bridge.queue("error").count() == 0  # count() leaves the expired rows out: read the table
+    assert sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}")) == versions
 
 
 @POSTGRES

@@ -16,6 +16,7 @@ unreadable ones moved to the error queue in the same transaction, so they commit
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,9 +48,12 @@ class HeldRows:
         return self.ranges[-1][1] if self.ranges else None
 
 
-def consecutive_ranges(row_versions: list[int]) -> list[tuple[int, int]]:
-    """Ascending RowVersions as the fewest (low, high) ranges that hold exactly them."""
-    ranges: list[tuple[int, int]] = []
+def consecutive_ranges(
+    row_versions: Iterable[int], ranges: list[tuple[int, int]] | None = None
+) -> list[tuple[int, int]]:
+    """Ascending RowVersions as the fewest (low, high) ranges that hold exactly them, appended to ``ranges``
+    (whose last range is below them) so that a hold keeps ranges, not every RowVersion."""
+    ranges = [] if ranges is None else ranges
     for value in row_versions:
         if ranges and value == ranges[-1][1] + 1:
             ranges[-1] = (ranges[-1][0], value)
@@ -79,36 +83,44 @@ class RowHold:
                 f"read_in_place needs row locks on {self.queue.address}, and this role receives with "
                 "advisory locks (no UPDATE on the queue); grant UPDATE or leave read_in_place off"
             )
-        good: list[int] = []
-        expired: list[int] = []
-        poison: list[int] = []
         after = 0
-        while max_messages is None or len(good) < max_messages:
-            size = batch_size if max_messages is None else min(batch_size, max_messages - len(good))
+        while max_messages is None or held.count < max_messages:
+            size = batch_size if max_messages is None else min(batch_size, max_messages - held.count)
             cursor.execute(self.sql.hold_batch(), (after, size))
             rows = self.transport.dialect.fetch_rows(cursor)
             if not rows:
                 break
             held.batches += 1
-            unreadable = set(unreadable_keys(self.queue, rows))
-            for row_version, _headers, is_expired in rows:
-                if is_expired:
-                    expired.append(row_version)
-                elif row_version in unreadable:
-                    poison.append(row_version)
-                else:
-                    good.append(row_version)
+            self._take(rows)
             after = rows[-1][0]
             if len(rows) < size:
                 break
+        return held
+
+    def _take(self, rows: list[Any]) -> None:
+        """One batch of held rows: the readable ones join the ranges; expired rows are deleted and unreadable
+        ones moved to the error queue at once, in the hold's transaction, so the driver keeps no list of
+        them."""
+        unreadable = set(unreadable_keys(self.queue, rows))
+        good: list[int] = []
+        expired: list[int] = []
+        poison: list[int] = []
+        for row_version, _headers, is_expired in rows:
+            if is_expired:
+                expired.append(row_version)
+            elif row_version in unreadable:
+                poison.append(row_version)
+            else:
+                good.append(row_version)
         if expired:
-            cursor.execute(self.sql.delete_held(), (expired,))
+            self.cursor.execute(self.sql.delete_held(), (expired,))
         if poison:
             require_error_queue(self.queue, len(poison))
-            cursor.execute(self.sql.move_held_to_error(self.queue.error_queue), (poison,))
-        held.ranges = consecutive_ranges(good)
-        held.count, held.expired, held.poisoned = len(good), len(expired), len(poison)
-        return held
+            self.cursor.execute(self.sql.move_held_to_error(self.queue.error_queue), (poison,))
+        consecutive_ranges(good, self.held.ranges)
+        self.held.count += len(good)
+        self.held.expired += len(expired)
+        self.held.poisoned += len(poison)
 
     def delete_held(self) -> None:
         """In the commit's transaction: delete the held rows, checking that each one was there."""
