@@ -272,7 +272,11 @@ EXTENDED = (
         "test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly",
         ("sqlite-table-processing", "postgresql-json-receiving", "postgresql-queue-receiving"),
     ),
-    ("test_spark_cluster.py", "test_a_worker_killed_mid_drain_loses_and_duplicates_nothing", ("postgresql",)),
+    (
+        "test_spark_cluster.py",
+        "test_a_worker_killed_mid_drain_loses_and_duplicates_nothing",
+        ("staging-postgresql",),
+    ),
     ("test_spark_source.py", "*", ("sqlserver",)),
     ("test_spark_source_write.py", "*", ("sqlserver",)),
     ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),

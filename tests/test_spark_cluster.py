@@ -157,9 +157,19 @@ def test_without_the_shipped_zip_the_executors_cannot_import_it_and_nothing_is_l
 
 
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("phase_one", ["staging", "in_place"])
 def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
-    cluster: SparkStandalone, executor_site: Path, shipped: Path, target, orders, tmp_path: Path
+    cluster: SparkStandalone,
+    executor_site: Path,
+    shipped: Path,
+    target,
+    orders,
+    tmp_path: Path,
+    phase_one: str,
 ) -> None:
+    """A whole Spark worker (its executor JVM and Python workers) is killed while phase 2 runs; its tasks
+    run again elsewhere, reading the same staged rows, or with ``read_in_place`` the same rows the driver
+    holds in the queue table."""
     sent = send_orders(orders, 2000)
     fault_log = tmp_path / "faults.log"
     fault_log.touch()
@@ -169,7 +179,7 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
         cluster,
         executor_site,
         target.url,
-        [*args, "--read-slice-rows", "500"],
+        [*args, "--read-slice-rows", "500", *(["--read-in-place"] if phase_one == "in_place" else [])],
         [shipped, FAULTS],
         {"SQLQUEUE_SPARK_FAULT_LOG": str(fault_log)},
     )
@@ -183,6 +193,7 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
     assert killed is not None, "no executor of the cluster started a slow partition"
     assert code == 0, output[-6000:]
     assert summary is not None and summary["state"] == "committed"
+    assert summary["read_in_place"] is (phase_one == "in_place")
     order_ids = order_ids_in_table(orders)
     expected = sorted(json.loads(m.body)["order_id"] for m in sent)
     assert sorted(set(order_ids)) == expected, "lost messages"

@@ -23,6 +23,7 @@ from test_spark_jobs import (
     FAULT_LOG,
     FAULTS,
     SPARK_SUBMIT_TIMEOUT,
+    assert_exactly_once_in_table,
     config,
     drain_args,
     finish,
@@ -188,6 +189,33 @@ def test_a_failed_in_place_run_leaves_every_message_queued_and_its_rerun_finishe
     assert summary["job_attempt"] == 2 and summary["written"] == 300
     assert sorted(order_ids_in_table(bridge)) == list(range(1, 301))
     assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+
+
+@POSTGRES
+def test_a_python_worker_killed_mid_transform_rereads_the_held_rows_and_writes_each_once(
+    spark, target, bridge, figures
+) -> None:
+    """The worker of partition 0's first attempt SIGKILLs itself mid-partition; the retried task reads the
+    same held rows from the queue table again (nobody else can change them), and the table gets each message
+    once."""
+    sent = send_orders(bridge, 1000)
+    FAULT_LOG.unlink(missing_ok=True)
+    summary = run_drain(spark, config(target, read_in_place=True, transform="spark_faults.killed_once"))
+    kills = FAULT_LOG.read_text().count("killed_once") if FAULT_LOG.exists() else 0
+    assert kills >= 1, "no Python worker was killed"
+    assert summary["read_in_place"] is True and summary["tasks"] == []
+    assert summary["state"] == "committed" and summary["written"] == summary["processed"] == 1000
+    assert_exactly_once_in_table(bridge, sent)
+    assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
+    expected = sorted(json.loads(m.body)["order_id"] for m in sent)
+    figures(
+        engine=target.engine,
+        sink="table",
+        read_in_place=True,
+        messages=1000,
+        faults_injected=kills,
+        **counted(expected, order_ids_in_table(bridge)),
+    )
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)

@@ -28,6 +28,11 @@ def provenance(data: dict[str, Any]) -> str:
     return f"({run['when']}; commit {run['commit']}; {machine_text(run)}. Source: {run['source']}.)"
 
 
+def _cpu(run: dict[str, Any]) -> str | None:
+    machine = run.get("machine")
+    return machine.get("cpu") if isinstance(machine, dict) else None
+
+
 def _ratio(row: dict[str, Any]) -> str:
     return f"{row['drain_msgs_per_s'] / row['jdbc_msgs_per_s']:.2f}x"
 
@@ -163,11 +168,27 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
     previous = data.get("previous")
     if previous:
         (run,) = previous["runs"].values()
+        (this_run,) = data["runs"].values()
         largest = max(previous["rows"], key=lambda row: row["n"])
+        before_cpu, this_cpu = _cpu(run), _cpu(this_run)
         lines.append(
-            f"- **The run before** ({run['when']}, commit {run['commit']}): {_ratio(largest)} at "
+            f"- **The run before** ({run['when']}, commit {run['commit']}"
+            + (
+                f", on another machine: {before_cpu}, where this run had {this_cpu}; compare its ratios, "
+                "not its seconds"
+                if before_cpu and this_cpu and before_cpu != this_cpu
+                else ""
+            )
+            + f"): {_ratio(largest)} at "
             f"{largest['n']:,} (receive / read+transform / write+commit {largest['drain_receive_s']:.1f} / "
-            f"{largest['drain_read_transform_s']:.1f} / {largest['drain_write_commit_s']:.1f} s)"
+            f"{largest['drain_read_transform_s']:.1f} / {largest['drain_write_commit_s']:.1f} s"
+            + (
+                f"; read in place {largest['drain_in_place_msgs_per_s'] / largest['jdbc_msgs_per_s']:.2f}x, "
+                f"Python driver {largest['python_peak_mb_drain_in_place']:,} MB"
+                if "drain_in_place_msgs_per_s" in largest
+                else ""
+            )
+            + ")"
             + (
                 f"; the stream {largest['stream_msgs_per_s'] / largest['jdbc_file_msgs_per_s']:.2f}x of its "
                 f"baseline ({largest['stream_s']:.1f} s against {largest['jdbc_file_s']:.1f} s)."
