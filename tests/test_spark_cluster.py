@@ -179,7 +179,11 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
         cluster,
         executor_site,
         target.url,
-        [*args, "--read-slice-rows", "500", *(["--read-in-place"] if phase_one == "in_place" else [])],
+        [
+            *args,
+            *("--read-slice-rows", "500", "--read-partition-rows", "500"),
+            *(["--read-in-place"] if phase_one == "in_place" else []),
+        ],
         [shipped, FAULTS],
         {"SQLQUEUE_SPARK_FAULT_LOG": str(fault_log)},
     )

@@ -64,6 +64,29 @@ def test_ranges_hold_exactly_the_row_versions_and_slices_stay_inside_them() -> N
     assert covered == [3, 4, 5, 7, *range(9, 21)]
 
 
+def test_phase_two_gives_each_task_consecutive_slices_up_to_read_partition_rows(spark) -> None:
+    """Tasks have a fixed cost, so phase 2 groups consecutive slices into tasks of ``read_partition_rows``
+    (never fewer tasks than ``partitions``, nor more than slices); a slice still bounds what one read
+    statement fetches. Planning the frame reads nothing."""
+    from airflow_provider_sqlqueue.spark.drain.config import DrainConfig
+
+    def tasks(count: int, held: list[tuple[int, int]] | None, **options: int) -> int:
+        values = {"read_slice_rows": 1000, "read_partition_rows": 5000, **options}
+        run = DrainConfig(
+            url="postgresql://reader@127.0.0.1:1/none", input_queue="q", sink="table:t", run_id="r", **values
+        )
+        low, high = (held[0][0], held[-1][1]) if held else (1, count)
+        return staged_messages(spark, run, count, low, high, held).rdd.getNumPartitions()
+
+    assert tasks(20_000, [(1, 20_000)]) == 4  # held: 20 slices of 1,000, 5 to a task
+    assert tasks(20_000, None) == 4  # staged: the same
+    assert tasks(20_000, [(1, 20_000)], read_partition_rows=20_000) == 2  # never fewer than partitions
+    assert tasks(3_000, [(1, 3_000)], partitions=8) == 3  # nor more than the slices
+    assert tasks(20_000, [(1, 20_000)], read_partition_rows=500) == 20  # a task reads at least a slice
+    with pytest.raises(ConfigurationError, match="read_partition_rows must be a positive int"):
+        tasks(10, None, read_partition_rows=0)
+
+
 @POSTGRES
 def test_a_submitted_in_place_drain_drops_expired_moves_unreadable_and_writes_the_rest_once(
     target, bridge

@@ -41,7 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--orphan-timeout", type=float, default=900.0, help="seconds (default 900)")
     parser.add_argument("--heartbeat-interval", type=float, default=30.0, help="seconds (default 30)")
-    parser.add_argument("--read-slice-rows", type=int, default=20_000, help="staged rows per read task")
+    parser.add_argument(
+        "--read-slice-rows", type=int, default=20_000, help="phase 2: rows per read statement [20000]"
+    )
+    parser.add_argument(
+        "--read-partition-rows",
+        type=int,
+        default=250_000,
+        help="phase 2: rows per read task, read in slices of --read-slice-rows [250000]",
+    )
     parser.add_argument("--run-id-column", help="add the run id as this column to table/queue results")
     parser.add_argument("--message-type", help="NServiceBus.EnclosedMessageTypes of queue-sink messages")
     parser.add_argument(
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         orphan_timeout=args.orphan_timeout,
         heartbeat_interval=args.heartbeat_interval,
         read_slice_rows=args.read_slice_rows,
+        read_partition_rows=args.read_partition_rows,
         run_id_column=args.run_id_column,
         message_type=args.message_type,
         read_in_place=args.read_in_place,

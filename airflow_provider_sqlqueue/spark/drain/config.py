@@ -34,6 +34,11 @@ class DrainConfig:
     orphan_timeout: float = 900.0
     heartbeat_interval: float = 30.0
     read_slice_rows: int = 20_000
+    """Phase 2: rows per read statement; it bounds what one read holds in a Python worker's memory."""
+    read_partition_rows: int = 250_000
+    """Phase 2: rows per read task, read in slices of ``read_slice_rows``. Each task has a fixed cost (two
+    Python workers' turns, a result partition to fetch), so fewer, larger tasks drain faster; a retried
+    task reads its share again."""
     run_id_column: str | None = None
     message_type: str | None = None
     read_in_place: bool = False
@@ -47,7 +52,7 @@ class DrainConfig:
         if self.read_in_place and self.fail_receive_batch is not None:
             raise ConfigurationError("fail_receive_batch drills receive tasks, and read_in_place has none")
         Sink.parse(self.sink)
-        for name in ("batch_size", "partitions", "read_slice_rows"):
+        for name in ("batch_size", "partitions", "read_slice_rows", "read_partition_rows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be a positive int, not {value!r}")

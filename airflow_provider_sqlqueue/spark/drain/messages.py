@@ -161,14 +161,15 @@ def staged_messages(
     else:
         if held is not None:
             bounds = slice_bounds(held, config.read_slice_rows)
-            partitions = min(len(bounds), max(config.partitions, math.ceil(count / config.read_slice_rows)))
         else:
             slices = max(config.partitions, math.ceil(count / config.read_slice_rows))
             span = high - low + 1
             slices = min(slices, span)
             edges = [low + (span * i) // slices for i in range(slices)] + [high + 1]
             bounds = [(edges[i], edges[i + 1]) for i in range(slices)]
-            partitions = len(bounds)
+        # consecutive slices go to one task, up to read_partition_rows rows each
+        tasks = max(config.partitions, math.ceil(count / config.read_partition_rows))
+        partitions = min(len(bounds), tasks)
         slices_frame = spark.sparkContext.parallelize(bounds, partitions).toDF("lo long, hi long")
         frame = slices_frame.mapInArrow(partial(read_slices_arrow, config), schema)
     content_type = F.lower(F.coalesce(F.col("content_type"), F.lit("")))
