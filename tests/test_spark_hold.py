@@ -43,6 +43,7 @@ from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_dra
 from airflow_provider_sqlqueue.spark.drain.hold import RowHold, consecutive_ranges
 from airflow_provider_sqlqueue.spark.drain.messages import slice_bounds, staged_messages
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
+from airflow_provider_sqlqueue.spark.row_batches import row_batches, streams_in_chunks
 from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
@@ -85,6 +86,25 @@ def test_phase_two_gives_each_task_consecutive_slices_up_to_read_partition_rows(
     assert tasks(20_000, [(1, 20_000)], read_partition_rows=500) == 20  # a task reads at least a slice
     with pytest.raises(ConfigurationError, match="read_partition_rows must be a positive int"):
         tasks(10, None, read_partition_rows=0)
+
+
+@POSTGRES
+def test_row_batches_stream_a_select_in_order_in_batches_of_the_size_asked(target, bridge) -> None:
+    """The executors' reads on psycopg stream the rows in chunks when libpq can (17 or later), so a slice
+    never sits whole in a worker's memory; the batches are the same either way."""
+    import psycopg
+
+    send_orders(bridge, 25)
+    statement = f"SELECT RowVersion FROM {table(bridge, 'orders')} WHERE RowVersion >= %s ORDER BY RowVersion"
+    with bridge.connection() as connection:
+        cursor = connection.cursor(binary=True)
+        assert streams_in_chunks(cursor) is (psycopg.pq.version() >= 170000)
+        batches = list(row_batches(cursor, statement, (0,), 10))
+        cursor.execute("SELECT 1")  # the stream was read to its end: the connection is free again
+        connection.commit()
+    assert [len(batch) for batch in batches] == [10, 10, 5]
+    versions = [int(row[0]) for batch in batches for row in batch]
+    assert versions == sorted(versions) and len(set(versions)) == 25
 
 
 @POSTGRES

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES, TIME_SENT, decode_headers
 from ...transport.queue import as_utc
+from ..row_batches import row_batches
 from ..tables import BridgeSql, bridge_tables
 from .columns import headers_array, parse_time_sent, record_batch, staged_columns
 from .config import DrainConfig
@@ -93,11 +94,10 @@ def read_slice(config: DrainConfig, bounds: tuple[int, int], rows_per_chunk: int
         with transport.connection() as connection:
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
             if config.read_in_place:
-                cursor.execute(sql.held_slice(), (start, end))
+                statement, params = sql.held_slice(), (start, end)
             else:
-                cursor.execute(sql.staged_slice(), (config.run_id, start, end))
-            while rows := cursor.fetchmany(rows_per_chunk):
-                yield rows
+                statement, params = sql.staged_slice(), (config.run_id, start, end)
+            yield from row_batches(cursor, statement, params, rows_per_chunk)
             connection.commit()
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
 from ..drain.columns import record_batch, staged_columns
 from ..drain.messages import TEXT_TYPES_PATTERN, message_row, messages_schema
+from ..row_batches import row_batches
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -71,8 +72,7 @@ def staged_batches(
     """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`,
     each row what :func:`source_row` makes of it, built column by column."""
     schema = source_arrow_schema()
-    cursor.execute(statement, params)
-    while rows := cursor.fetchmany(rows_per_batch):
+    for rows in row_batches(cursor, statement, params, rows_per_batch):
         columns = staged_columns(rows)
         maps = columns["headers"]
         columns["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
