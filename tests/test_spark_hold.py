@@ -5,6 +5,7 @@ the staging table stays empty throughout."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -137,7 +138,7 @@ def test_a_submitted_in_place_drain_drops_expired_moves_unreadable_and_writes_th
 
 @POSTGRES
 def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_rollback_restores_all(
-    target, bridge
+    target, bridge, caplog
 ) -> None:
     """Batches of 7 over 61 rows: the held ranges run on across batch edges and skip exactly the expired
     and the unreadable rows, which the hold deletes and moves batch by batch; rolling the hold back puts
@@ -166,14 +167,89 @@ def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_r
     assert len(expired) == 6 and len(readable) == 54
     hold = RowHold(bridge, orders, BridgeSql(bridge, bridge_tables(bridge, "orders"), orders.address))
     try:
-        held = hold.hold(batch_size=7, max_messages=None)
+        with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.spark.drain"):
+            held = hold.hold(batch_size=7, max_messages=None)
+        assert "starts over" not in caplog.text  # nothing contended: one plain DELETE per window
+        hold.cursor.execute("SHOW lock_timeout", ())
+        assert hold.cursor.fetchone()[0] == "0"  # the hold's 1 s wait is put back for the commit
         assert held.batches == 9 and held.count == 54 and held.expired == 6 and held.poisoned == 1
         assert held.ranges == consecutive_ranges(readable) and len(held.ranges) == 7
         assert held.low == versions[0] and held.high == versions[-1]
+        hold.cursor.execute(f"SELECT Headers, Body FROM {table(bridge, 'error')}", ())
+        assert [(headers, bytes(body)) for headers, body in hold.cursor.fetchall()] == [("[1, 2]", b"{}")]
     finally:
         hold.close()
     assert bridge.queue("error").count() == 0  # count() leaves the expired rows out: read the table
     assert sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}")) == versions
+
+
+@POSTGRES
+def test_a_hold_crosses_wide_gaps_skips_another_receivers_rows_and_takes_rows_sent_while_it_holds(
+    target, bridge, caplog
+) -> None:
+    """The hold reads the queue window by window: a gap wider than its widest window, rows another receiver
+    holds and rows sent after it began are all met. Until it commits, other connections still see every row
+    it took; its own no longer does."""
+    orders = bridge.queue("orders")
+    send_orders(bridge, 600)
+    queue_table = table(bridge, "orders")
+    versions = sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}"))
+    gone = versions[50:550]  # 500 RowVersions: wider than 64 windows of 7
+    with bridge.connection() as connection:
+        connection.cursor().execute(f"DELETE FROM {queue_table} WHERE RowVersion = ANY(%s)", (gone,))
+        connection.commit()
+    sent_while_holding: list[int] = []
+
+    class SendingHold(RowHold):
+        def _take(self, rows: list) -> None:
+            super()._take(rows)
+            if not sent_while_holding:
+                send_orders(bridge, 5, first_order_id=1001)
+                sent_while_holding.extend(
+                    int(row[0])
+                    for row in rows_of(
+                        bridge, f"SELECT RowVersion FROM {queue_table} WHERE RowVersion > {versions[-1]}"
+                    )
+                )
+
+    hold = SendingHold(bridge, orders, BridgeSql(bridge, bridge_tables(bridge, "orders"), orders.address))
+    try:
+        with orders.receive(max_messages=3) as batch:  # another receiver holds the three oldest
+            assert len(batch) == 3
+            with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.spark.drain"):
+                held = hold.hold(batch_size=7, max_messages=None)
+        assert "the hold starts over, skipping them" in caplog.text  # the plain DELETE waited 1 s
+        assert len(sent_while_holding) == 5
+        assert held.ranges == [(versions[3], versions[49]), (versions[550], sent_while_holding[-1])]
+        assert held.count == 47 + 50 + 5 and held.expired == held.poisoned == 0
+        assert int(scalar(bridge, f"SELECT count(*) FROM {queue_table}")) == 102  # the take is not committed
+        hold.cursor.execute(f"SELECT count(*) FROM {queue_table}", ())
+        assert hold.cursor.fetchone()[0] == 0
+    finally:
+        hold.close()
+    assert int(scalar(bridge, f"SELECT count(*) FROM {queue_table}")) == 102  # rolled back: all queued
+
+
+@POSTGRES
+@pytest.mark.parametrize("contended", [False, True], ids=["plain-delete", "skip-locked"])
+def test_a_hold_stops_at_max_messages_exactly(target, bridge, contended: bool) -> None:
+    orders = bridge.queue("orders")
+    send_orders(bridge, 50)
+    queue_table = table(bridge, "orders")
+    versions = sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}"))
+    hold = RowHold(bridge, orders, BridgeSql(bridge, bridge_tables(bridge, "orders"), orders.address))
+    try:
+        if contended:
+            with orders.receive(max_messages=3) as batch:
+                held = hold.hold(batch_size=7, max_messages=20)
+            assert len(batch) == 3 and held.ranges == [(versions[3], versions[22])]
+        else:
+            held = hold.hold(batch_size=7, max_messages=20)
+            assert held.ranges == [(versions[0], versions[19])]
+        assert held.count == 20
+    finally:
+        hold.close()
+    assert orders.count() == (47 if contended else 50)
 
 
 @POSTGRES

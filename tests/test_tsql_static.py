@@ -156,11 +156,13 @@ BRIDGE_POSTGRES_ONLY = {
     "move_to_stream_staging",
     "move_poison",
     "copy_rows",
-    "hold_batch",
+    "held_bounds",
+    "take_held_window",
+    "take_held_batch",
+    "lock_timeout",
     "held_slice",
-    "delete_held",
-    "delete_held_ranges",
-    "move_held_to_error",
+    "unreadable_held",
+    "insert_unreadable",
 }
 
 

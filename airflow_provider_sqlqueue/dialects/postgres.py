@@ -48,7 +48,7 @@ _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::inte
 _ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
 
 
-def _delete_taken(table: str, taken: str, returning: str = "") -> str:
+def delete_taken(table: str, taken: str, returning: str = "") -> str:
     """``DELETE`` the rows a ``SELECT ... LIMIT`` picks, with the pick made exactly once.
 
     Written as ``WHERE RowVersion IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` the pick may run again
@@ -311,7 +311,7 @@ class PostgresDialect(PostgresStorage):
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return _delete_taken(
+        return delete_taken(
             table,
             f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
             _RETURNING,
@@ -319,7 +319,7 @@ class PostgresDialect(PostgresStorage):
 
     def receive_batch_after(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return _delete_taken(
+        return delete_taken(
             table,
             f"SELECT RowVersion FROM {table} WHERE RowVersion > %s "
             "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
@@ -391,7 +391,7 @@ class PostgresDialect(PostgresStorage):
 
     def purge_expired_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return _delete_taken(
+        return delete_taken(
             table,
             f"SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() "
             "LIMIT %s FOR UPDATE SKIP LOCKED",
@@ -409,7 +409,7 @@ class PostgresDialect(PostgresStorage):
 
     def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return _delete_taken(
+        return delete_taken(
             table,
             f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} ORDER BY RowVersion OFFSET 0) "
             f"AS oldest WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
@@ -425,7 +425,7 @@ class PostgresDialect(PostgresStorage):
 
     def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
-        return _delete_taken(
+        return delete_taken(
             table,
             f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} "
             f"WHERE Expires < statement_timestamp() OFFSET 0) AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..dialects import Dialect
+from ..dialects.postgres import delete_taken
 from ..transport import ConfigurationError, QueueAddress, Transport
 from .sink_tables import create_sink_table, sink_table_ddl
 
@@ -54,6 +55,9 @@ ACTIVE_STATES = (RECEIVING, PROCESSING)
 # waits for its ack or release, and a stream (never orphaned: its staged rows wait for the query)
 READ = "read"
 STREAMING = "streaming"
+
+
+_HELD_RETURNING = "RETURNING RowVersion, Headers, (Expires IS NOT NULL AND Expires <= statement_timestamp())"
 
 
 @dataclass(frozen=True)
@@ -313,14 +317,40 @@ class BridgeSql:
             raise ConfigurationError("these statements need the input queue's address")
         return self.dialect.qualified_name(self.queue)
 
-    def hold_batch(self) -> str:
-        """Row-lock the oldest unlocked rows after a RowVersion (parameters: that RowVersion, how many) in
-        the caller's transaction, without deleting them. Returns (RowVersion, Headers, expired) in order."""
+    def held_bounds(self) -> str:
+        """The input queue's lowest and highest RowVersion (no parameters), each read from the index's end."""
+        table = self._input_queue()
         return (
-            "SELECT RowVersion, Headers, (Expires IS NOT NULL AND Expires <= statement_timestamp()) "
-            f"FROM {self._input_queue()} WHERE RowVersion > %s ORDER BY RowVersion LIMIT %s "
-            "FOR UPDATE SKIP LOCKED"
+            f"SELECT (SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 1), "
+            f"(SELECT RowVersion FROM {table} ORDER BY RowVersion DESC LIMIT 1)"
         )
+
+    def take_held_window(self) -> str:
+        """Delete, in the caller's transaction and without committing, every row of a RowVersion window
+        (parameters: after, up to inclusive). Returns (RowVersion, Headers, expired), in no particular order.
+
+        A plain DELETE writes each row once; it waits for a row another transaction holds. The window
+        bounds what any plan reads: the planner's estimate of ``RowVersion > after`` comes from statistics
+        that lag a queue whose keys only grow, and an estimate of a few rows where half the queue lies makes
+        it sort every row after the mark, once per batch."""
+        return (
+            f"DELETE FROM {self._input_queue()} WHERE RowVersion > %s AND RowVersion <= %s {_HELD_RETURNING}"
+        )
+
+    def take_held_batch(self) -> str:
+        """As :meth:`take_held_window`, but only the oldest rows no other transaction holds (parameters:
+        after, up to inclusive, how many): they are locked first, so each row is written twice."""
+        table = self._input_queue()
+        return delete_taken(
+            table,
+            f"SELECT RowVersion FROM {table} WHERE RowVersion > %s AND RowVersion <= %s "
+            "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
+            _HELD_RETURNING,
+        )
+
+    def lock_timeout(self) -> str:
+        """Set the transaction's lock_timeout (parameter: the setting as text) and return the one before."""
+        return "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
 
     def held_slice(self) -> str:
         """Read held rows of the input queue in a RowVersion range (parameters: from, to exclusive), in the
@@ -330,26 +360,20 @@ class BridgeSql:
             "WHERE RowVersion >= %s AND RowVersion < %s ORDER BY RowVersion"
         )
 
-    def delete_held(self) -> str:
-        """Delete rows of the input queue by RowVersion (parameter: an array of them)."""
-        return f"DELETE FROM {self._input_queue()} WHERE RowVersion = ANY(%s)"
-
-    def delete_held_ranges(self) -> str:
-        """Delete the input queue's rows in RowVersion ranges (parameters: arrays of lows and of highs,
-        inclusive)."""
+    def unreadable_held(self) -> str:
+        """Held rows as the error queue keeps them (parameter: an array of RowVersions), read through
+        another connection than the hold's, which still sees them until the hold commits."""
         return (
-            f"DELETE FROM {self._input_queue()} q USING unnest(%s::bigint[], %s::bigint[]) AS r(lo, hi) "
-            "WHERE q.RowVersion BETWEEN r.lo AND r.hi"
+            f"SELECT Id, CorrelationId, ReplyToAddress, Headers, Body FROM {self._input_queue()} "
+            "WHERE RowVersion = ANY(%s) ORDER BY RowVersion"
         )
 
-    def move_held_to_error(self, error_queue: QueueAddress) -> str:
-        """Move rows of the input queue (parameter: an array of RowVersions) unchanged to the error queue."""
+    def insert_unreadable(self, error_queue: QueueAddress) -> str:
+        """One row of :meth:`unreadable_held` into the error queue, unchanged, as a recoverable message."""
         columns = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
         return (
-            f"WITH p AS (DELETE FROM {self._input_queue()} WHERE RowVersion = ANY(%s) "
-            "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body) "
             f"INSERT INTO {self.dialect.qualified_name(error_queue)} ({columns}) "
-            "SELECT Id, CorrelationId, ReplyToAddress, true, NULL, Headers, Body FROM p"
+            "VALUES (%s, %s, %s, true, NULL, %s, %s)"
         )
 
     def move_poison(self, error_queue: QueueAddress) -> str:

@@ -1,21 +1,26 @@
-"""Phase 1 without staging (PostgreSQL, ``read_in_place``): the driver row-locks the messages where they are.
+"""Phase 1 without staging (PostgreSQL, ``read_in_place``): the driver takes the messages where they are.
 
 Staging copies every message into another table and out again; on PostgreSQL that copy was most of a
-drain's cost. Here the driver's own transaction takes the oldest rows with ``FOR UPDATE SKIP LOCKED`` and
-holds them through phase 2:
+drain's cost. Here the driver's own transaction deletes the oldest rows, window by window of RowVersions,
+and leaves the delete uncommitted through phase 2:
 - competing receivers skip them, as they skip any receiver's rows;
-- the executors read them with plain reads: a row lock does not block a reader, and a held row cannot change,
-  so a retried task reads the same rows;
-- the commit deletes them in the transaction that writes the result and marks the run committed;
-- if the driver dies, its connection and the locks go with it, and every message is still queued.
+- the executors still read them with plain reads: an uncommitted delete hides a row from no other
+  transaction, and a row the driver holds cannot change, so a retried task reads the same rows;
+- the commit writes the result and marks the run committed in that transaction, so the messages leave
+  the queue exactly when the result is in;
+- if the driver dies, its connection goes, the delete rolls back, and every message is still queued.
+
+A lock first and a delete at the commit would write every row twice; one delete writes it once.
 
 The executors get the held rows as ranges of consecutive RowVersions, every one of them held. A RowVersion
-is never reused, so no other row can appear inside such a range later. Expired rows are deleted and
-unreadable ones moved to the error queue in the same transaction, so they commit, or come back, with the run.
+is never reused, so no other row can appear inside such a range later. Expired rows go with the delete,
+and unreadable ones are moved to the error queue in the same transaction, so they commit, or come back,
+with the run.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +30,8 @@ from ..moves import require_error_queue, unreadable_keys
 from ..tables import BridgeSql
 from .errors import DrainError
 from .transactions import begin_write
+
+log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
 
 __all__ = ["HeldRows", "RowHold", "consecutive_ranges"]
 
@@ -62,8 +69,18 @@ def consecutive_ranges(
     return ranges
 
 
+# How long the first, plain-DELETE hold waits for a row another transaction holds before it starts over
+# skipping such rows (PostgreSQL's lock_timeout for the hold's transaction, then put back).
+CONTENDED_AFTER = "1s"
+LOCK_NOT_AVAILABLE = "55P03"
+
+# A window of RowVersions that held nothing is followed by one twice as wide, up to this many batches wide,
+# so a stretch of deleted or foreign rows costs a few statements, and no statement reads an unbounded span.
+WIDEST_WINDOW_BATCHES = 64
+
+
 class RowHold:
-    """The driver's transaction that holds a run's messages in the queue from phase 1 to the commit."""
+    """The driver's transaction that holds a run's messages from phase 1 to the commit."""
 
     def __init__(self, transport: Transport, queue: Any, sql: BridgeSql) -> None:
         """Open the hold's connection; ``sql`` is PostgreSQL's (the drain checks before it starts)."""
@@ -74,66 +91,105 @@ class RowHold:
         self.cursor = self.connection.cursor()
 
     def hold(self, batch_size: int, max_messages: int | None) -> HeldRows:
-        """Take the oldest rows, ``batch_size`` per statement, until the queue has none left unlocked or
-        ``max_messages`` are held; set expired and unreadable rows apart in the same transaction."""
-        cursor, held = self.cursor, self.held
-        begin_write(self.transport, cursor)
-        if not self.queue.uses_row_locks(cursor):
+        """Take the oldest rows, ``batch_size`` RowVersions per statement from the lowest, until every
+        RowVersion the queue had when the last window began was looked at or ``max_messages`` are held; set
+        expired and unreadable rows apart in the same transaction.
+
+        A drain is usually the queue's only receiver, so each window is first taken with a plain DELETE
+        (each row written once). If another receiver holds a row longer than ``CONTENDED_AFTER``, the
+        hold starts over with the rows locked first and the held ones skipped, as receivers compete."""
+        begin_write(self.transport, self.cursor)
+        if not self.queue.uses_row_locks(self.cursor):
             raise ConfigurationError(
                 f"read_in_place needs row locks on {self.queue.address}, and this role receives with "
                 "advisory locks (no UPDATE on the queue); grant UPDATE or leave read_in_place off"
             )
-        after = 0
+        self.cursor.execute(self.sql.lock_timeout(), (CONTENDED_AFTER,))
+        before = self.cursor.fetchone()[0]
+        try:
+            self._take_windows(batch_size, max_messages, skip_locked=False)
+        except Exception as error:
+            if getattr(error, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            log.info(
+                "another receiver holds rows of %s: the hold starts over, skipping them", self.queue.address
+            )
+            self.connection.rollback()
+            self.held = HeldRows()
+            begin_write(self.transport, self.cursor)
+            self._take_windows(batch_size, max_messages, skip_locked=True)
+        else:
+            self.cursor.execute(self.sql.lock_timeout(), (before,))
+        return self.held
+
+    def _take_windows(self, batch_size: int, max_messages: int | None, *, skip_locked: bool) -> None:
+        held = self.held
+        low, high = self._bounds()
+        if low is None or high is None:
+            return
+        after, width = low - 1, batch_size
         while max_messages is None or held.count < max_messages:
+            if after >= high:
+                _, newest = self._bounds()  # rows sent while holding
+                if newest is None or newest <= high:
+                    break
+                high = newest
             size = batch_size if max_messages is None else min(batch_size, max_messages - held.count)
-            cursor.execute(self.sql.hold_batch(), (after, size))
-            rows = self.transport.dialect.fetch_rows(cursor)
-            if not rows:
-                break
-            held.batches += 1
-            self._take(rows)
-            after = rows[-1][0]
-            if len(rows) < size:
-                break
-        return held
+            if skip_locked:
+                self.cursor.execute(self.sql.take_held_batch(), (after, after + width, size))
+            else:
+                width = min(width, size)  # a plain DELETE takes the whole window
+                self.cursor.execute(self.sql.take_held_window(), (after, after + width))
+            rows = sorted(self.transport.dialect.fetch_rows(self.cursor), key=lambda row: row[0])
+            if rows:
+                held.batches += 1
+                self._take(rows)
+            if skip_locked and len(rows) == size:  # the window may hold more
+                after, width = int(rows[-1][0]), batch_size
+            else:
+                after += width
+                width = batch_size if rows else min(width * 2, batch_size * WIDEST_WINDOW_BATCHES)
+
+    def _bounds(self) -> tuple[int | None, int | None]:
+        self.cursor.execute(self.sql.held_bounds(), ())
+        low, high = self.cursor.fetchone()
+        return (None, None) if low is None else (int(low), int(high))
 
     def _take(self, rows: list[Any]) -> None:
-        """One batch of held rows: the readable ones join the ranges; expired rows are deleted and unreadable
-        ones moved to the error queue at once, in the hold's transaction, so the driver keeps no list of
-        them."""
+        """One batch of taken rows: the readable ones join the ranges, expired ones are only counted (the
+        delete took them), unreadable ones go to the error queue at once, so the driver keeps no list."""
         unreadable = set(unreadable_keys(self.queue, rows))
         good: list[int] = []
-        expired: list[int] = []
-        poison: list[int] = []
+        expired = poisoned = 0
         for row_version, _headers, is_expired in rows:
             if is_expired:
-                expired.append(row_version)
+                expired += 1
             elif row_version in unreadable:
-                poison.append(row_version)
+                poisoned += 1
             else:
                 good.append(row_version)
-        if expired:
-            self.cursor.execute(self.sql.delete_held(), (expired,))
-        if poison:
-            require_error_queue(self.queue, len(poison))
-            self.cursor.execute(self.sql.move_held_to_error(self.queue.error_queue), (poison,))
+        if unreadable:
+            self._move_unreadable(sorted(unreadable))
         consecutive_ranges(good, self.held.ranges)
         self.held.count += len(good)
-        self.held.expired += len(expired)
-        self.held.poisoned += len(poison)
+        self.held.expired += expired
+        self.held.poisoned += poisoned
 
-    def delete_held(self) -> None:
-        """In the commit's transaction: delete the held rows, checking that each one was there."""
-        if not self.held.ranges:
-            return
-        lows = [low for low, _high in self.held.ranges]
-        highs = [high for _low, high in self.held.ranges]
-        self.cursor.execute(self.sql.delete_held_ranges(), (lows, highs))
-        if self.cursor.rowcount != self.held.count:
+    def _move_unreadable(self, row_versions: list[int]) -> None:
+        """Copy rows the hold deleted into the error queue, in the hold's transaction. The hold's own
+        connection no longer sees them; another one does, until the hold commits."""
+        require_error_queue(self.queue, len(row_versions))
+        with self.transport.connection(self.queue.address) as other:
+            reader = other.cursor()
+            reader.execute(self.sql.unreadable_held(), (row_versions,))
+            rows = reader.fetchall()
+            other.rollback()
+        if len(rows) != len(row_versions):
             raise DrainError(
-                f"the commit deleted {self.cursor.rowcount} held message(s), not {self.held.count}; "
-                "it was rolled back and every message is still queued"
+                f"{len(row_versions)} unreadable message(s) were taken but {len(rows)} could be read back "
+                "to move them to the error queue; the run was rolled back and every message is still queued"
             )
+        self.cursor.executemany(self.sql.insert_unreadable(self.queue.error_queue), rows)
 
     def close(self, error: BaseException | None = None) -> None:
         """End the hold: roll back whatever was not committed, and give the connection back."""

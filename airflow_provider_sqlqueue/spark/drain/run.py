@@ -146,9 +146,9 @@ class Drain:
         return nullcontext(self.hold.connection) if self.hold is not None else self.transport.connection()
 
     def _finish(self, cursor: Any, staged: int, written: int) -> None:
-        """Inside the commit's transaction: delete the held messages (``read_in_place``) and end the run."""
+        """Inside the commit's transaction: end the run (with ``read_in_place`` the hold's uncommitted delete
+        of the messages commits with it)."""
         if self.hold is not None:
-            self.hold.delete_held()
             staged = 0  # nothing of the run is in staging
         self.runs.finish(cursor, staged, written, self.summary)
 
