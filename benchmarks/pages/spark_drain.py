@@ -138,7 +138,7 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
             in_place = row["drain_in_place_msgs_per_s"]
             lines.append(
                 "- **Read in place** (`--in-place`: the drain again on a refilled queue with "
-                "`read_in_place`, PostgreSQL's row locks instead of staging): "
+                "`read_in_place`, the driver's uncommitted DELETE instead of staging): "
                 f"at {row['n']:,} it took {row['drain_in_place_s']:.1f} s (phase 1 / read+transform / "
                 f"write+commit {row['drain_in_place_phase1_s']:.1f} / "
                 f"{row['drain_in_place_read_transform_s']:.1f} / "
