@@ -48,6 +48,13 @@ _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::inte
 _ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
 
 
+# "after a RowVersion" as the planner cannot see the RowVersion (an InitPlan's value): it then estimates a
+# third of the table after it and walks the index in order up to LIMIT. Seeing the value, it estimates from
+# statistics that lag a queue whose RowVersions only grow, may expect a few hundred rows where half the queue
+# lies, and then reads and sorts every one of them for each receive.
+AFTER_ROW_VERSION = "RowVersion > (SELECT %s::bigint)"
+
+
 def delete_taken(table: str, taken: str, returning: str = "") -> str:
     """``DELETE`` the rows a ``SELECT ... LIMIT`` picks, with the pick made exactly once.
 
@@ -321,7 +328,7 @@ class PostgresDialect(PostgresStorage):
         table = self.qualified_name(address)
         return delete_taken(
             table,
-            f"SELECT RowVersion FROM {table} WHERE RowVersion > %s "
+            f"SELECT RowVersion FROM {table} WHERE {AFTER_ROW_VERSION} "
             "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
             _RETURNING,
         )
@@ -360,7 +367,7 @@ class PostgresDialect(PostgresStorage):
     def failed_page(self, address: QueueAddress) -> str:
         return (
             f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
-            "WHERE RowVersion > %s ORDER BY RowVersion LIMIT %s"
+            f"WHERE {AFTER_ROW_VERSION} ORDER BY RowVersion LIMIT %s"
         )
 
     def failed_messages(self, address: QueueAddress) -> str:
