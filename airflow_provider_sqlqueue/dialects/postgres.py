@@ -28,6 +28,7 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
+from .postgres_picks import AFTER_ROW_VERSION, delete_taken
 from .postgres_storage import PostgresStorage
 
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
@@ -46,28 +47,6 @@ _VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::inte
 
 # One advisory lock per row for the transaction: table oid in the high 32 bits, RowVersion in the low ones.
 _ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
-
-
-# "after a RowVersion" as the planner cannot see the RowVersion (an InitPlan's value): it then estimates a
-# third of the table after it and walks the index in order up to LIMIT. Seeing the value, it estimates from
-# statistics that lag a queue whose RowVersions only grow, may expect a few hundred rows where half the queue
-# lies, and then reads and sorts every one of them for each receive.
-AFTER_ROW_VERSION = "RowVersion > (SELECT %s::bigint)"
-
-
-def delete_taken(table: str, taken: str, returning: str = "") -> str:
-    """``DELETE`` the rows a ``SELECT ... LIMIT`` picks, with the pick made exactly once.
-
-    Written as ``WHERE RowVersion IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` the pick may run again
-    for every row the planner tries (a nested-loop semi join rescans it); each run skips the rows the
-    statement already deleted and picks the next ones, so one receive of 1 can delete the whole queue. A
-    ``MATERIALIZED`` CTE is evaluated once and rescanned from its stored rows.
-    """
-    suffix = f" {returning}" if returning else ""
-    return (
-        f"WITH taken AS MATERIALIZED ({taken}) "
-        f"DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM taken){suffix}"
-    )
 
 
 _TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK: the statement returned rows

@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..dialects import Dialect
-from ..dialects.postgres import delete_taken
+from ..dialects.postgres_picks import delete_taken
 from ..transport import ConfigurationError, QueueAddress, Transport
 from .sink_tables import create_sink_table, sink_table_ddl
 
