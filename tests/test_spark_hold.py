@@ -187,14 +187,14 @@ def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_r
 def test_a_hold_crosses_wide_gaps_skips_another_receivers_rows_and_takes_rows_sent_while_it_holds(
     target, bridge, caplog
 ) -> None:
-    """The hold reads the queue window by window: a gap wider than its widest window, rows another receiver
-    holds and rows sent after it began are all met. Until it commits, other connections still see every row
-    it took; its own no longer does."""
+    """The hold reads the queue window by window: a gap of 500 deleted RowVersions (one jump), rows another
+    receiver holds and rows sent after it began are all met. Until it commits, other connections still see
+    every row it took; its own no longer does."""
     orders = bridge.queue("orders")
     send_orders(bridge, 600)
     queue_table = table(bridge, "orders")
     versions = sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}"))
-    gone = versions[50:550]  # 500 RowVersions: wider than 64 windows of 7
+    gone = versions[50:550]  # 500 RowVersions: 71 windows of 7
     with bridge.connection() as connection:
         connection.cursor().execute(f"DELETE FROM {queue_table} WHERE RowVersion = ANY(%s)", (gone,))
         connection.commit()
@@ -228,6 +228,42 @@ def test_a_hold_crosses_wide_gaps_skips_another_receivers_rows_and_takes_rows_se
     finally:
         hold.close()
     assert int(scalar(bridge, f"SELECT count(*) FROM {queue_table}")) == 102  # rolled back: all queued
+
+
+@POSTGRES
+def test_a_plain_hold_jumps_a_stretch_of_deleted_row_versions_in_one_statement(target, bridge) -> None:
+    orders = bridge.queue("orders")
+    send_orders(bridge, 100)
+    queue_table = table(bridge, "orders")
+    versions = sorted(int(row[0]) for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table}"))
+    with bridge.connection() as connection:
+        connection.cursor().execute(
+            f"DELETE FROM {queue_table} WHERE RowVersion = ANY(%s)", (versions[10:90],)
+        )
+        connection.commit()
+    hold = RowHold(bridge, orders, BridgeSql(bridge, bridge_tables(bridge, "orders"), orders.address))
+    statements: list[str] = []
+
+    class CountingCursor:
+        def __init__(self, cursor) -> None:
+            self._cursor = cursor
+
+        def execute(self, statement, params=None):
+            statements.append(statement)
+            return self._cursor.execute(statement, params)
+
+        def __getattr__(self, name: str):
+            return getattr(self._cursor, name)
+
+    hold.cursor = CountingCursor(hold.cursor)
+    try:
+        held = hold.hold(batch_size=5, max_messages=None)
+        assert held.ranges == [(versions[0], versions[9]), (versions[90], versions[99])]
+    finally:
+        hold.close()
+    windows = [text for text in statements if text.startswith("DELETE")]
+    assert len(windows) == 2 + 1 + 2  # two windows, the empty one after them, then one jump to the rest
+    assert orders.count() == 20
 
 
 @POSTGRES

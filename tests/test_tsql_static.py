@@ -160,6 +160,7 @@ BRIDGE_POSTGRES_ONLY = {
     "take_held_window",
     "take_held_batch",
     "lock_timeout",
+    "next_row_version",
     "held_slice",
     "unreadable_held",
     "insert_unreadable",

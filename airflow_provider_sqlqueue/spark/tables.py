@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..dialects import Dialect
-from ..dialects.postgres_picks import delete_taken
+from ..dialects.postgres_picks import AFTER_ROW_VERSION, delete_taken
 from ..transport import ConfigurationError, QueueAddress, Transport
 from .sink_tables import create_sink_table, sink_table_ddl
 
@@ -347,6 +347,11 @@ class BridgeSql:
             "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
             _HELD_RETURNING,
         )
+
+    def next_row_version(self) -> str:
+        """The input queue's lowest RowVersion after one (parameter), or NULL: where the next window starts
+        after an empty one."""
+        return f"SELECT min(RowVersion) FROM {self._input_queue()} WHERE {AFTER_ROW_VERSION}"
 
     def lock_timeout(self) -> str:
         """Set the transaction's lock_timeout (parameter: the setting as text) and return the one before."""

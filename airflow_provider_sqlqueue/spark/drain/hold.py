@@ -74,10 +74,6 @@ def consecutive_ranges(
 CONTENDED_AFTER = "1s"
 LOCK_NOT_AVAILABLE = "55P03"
 
-# A window of RowVersions that held nothing is followed by one twice as wide, up to this many batches wide,
-# so a stretch of deleted or foreign rows costs a few statements, and no statement reads an unbounded span.
-WIDEST_WINDOW_BATCHES = 64
-
 
 class RowHold:
     """The driver's transaction that holds a run's messages from phase 1 to the commit."""
@@ -123,11 +119,13 @@ class RowHold:
         return self.held
 
     def _take_windows(self, batch_size: int, max_messages: int | None, *, skip_locked: bool) -> None:
+        """Window after window of ``batch_size`` RowVersions; after a window that held nothing, the next one
+        starts at the next RowVersion the queue has, so a long stretch of deleted rows costs one statement."""
         held = self.held
         low, high = self._bounds()
         if low is None or high is None:
             return
-        after, width = low - 1, batch_size
+        after = low - 1
         while max_messages is None or held.count < max_messages:
             if after >= high:
                 _, newest = self._bounds()  # rows sent while holding
@@ -136,19 +134,21 @@ class RowHold:
                 high = newest
             size = batch_size if max_messages is None else min(batch_size, max_messages - held.count)
             if skip_locked:
-                self.cursor.execute(self.sql.take_held_batch(), (after, after + width, size))
-            else:
-                width = min(width, size)  # a plain DELETE takes the whole window
-                self.cursor.execute(self.sql.take_held_window(), (after, after + width))
+                self.cursor.execute(self.sql.take_held_batch(), (after, after + batch_size, size))
+            else:  # a plain DELETE takes the whole window
+                self.cursor.execute(self.sql.take_held_window(), (after, after + size))
             rows = sorted(self.transport.dialect.fetch_rows(self.cursor), key=lambda row: row[0])
             if rows:
                 held.batches += 1
                 self._take(rows)
             if skip_locked and len(rows) == size:  # the window may hold more
-                after, width = int(rows[-1][0]), batch_size
-            else:
-                after += width
-                width = batch_size if rows else min(width * 2, batch_size * WIDEST_WINDOW_BATCHES)
+                after = int(rows[-1][0])
+                continue
+            after += batch_size if skip_locked else size
+            if not rows:
+                self.cursor.execute(self.sql.next_row_version(), (after,))
+                (following,) = self.cursor.fetchone()
+                after = high if following is None else max(after, int(following) - 1)
 
     def _bounds(self) -> tuple[int | None, int | None]:
         self.cursor.execute(self.sql.held_bounds(), ())
