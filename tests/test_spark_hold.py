@@ -1,6 +1,6 @@
-"""The drain with ``read_in_place`` on PostgreSQL: the driver holds the messages in the queue under row locks
-from phase 1 to the commit, instead of staging them. Every test accounts for every message exactly, and
-the staging table stays empty throughout."""
+"""The drain with ``read_in_place`` on PostgreSQL: the driver holds the messages in the queue under a delete
+it leaves uncommitted from phase 1 to the commit, instead of staging them. Every test accounts for every
+message exactly, and the staging table stays empty throughout."""
 
 from __future__ import annotations
 

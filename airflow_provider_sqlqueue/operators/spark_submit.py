@@ -66,8 +66,9 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         staged messages back into the queue.
     :param run_id_column: add the run id as this column to table and queue results.
     :param message_type: ``NServiceBus.EnclosedMessageTypes`` of queue-sink messages.
-    :param read_in_place: PostgreSQL only: the driver holds the messages in the queue under row locks from
-        phase 1 to the commit instead of staging them (docs/spark.md says what that changes).
+    :param read_in_place: PostgreSQL only: the driver takes the messages with a delete it leaves
+        uncommitted from phase 1 to the commit, and the executors read them where they are, instead of
+        staging them (docs/spark.md says what that changes).
     :param prefix: name prefix of the bridge's tables.
     :param default_schema: schema of unqualified names (default: the connection's).
     :param error_queue: where unreadable rows go (default: the connection's, else ``error``).

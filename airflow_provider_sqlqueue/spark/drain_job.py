@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--read-in-place",
         action="store_true",
-        help="PostgreSQL: hold the messages in the queue under row locks instead of staging them",
+        help="PostgreSQL: hold the messages in the queue (an uncommitted delete) instead of staging them",
     )
     parser.add_argument("--summary-path", type=Path, help="also write the summary here as JSON")
     parser.add_argument("--fail-receive-batch", type=int, help=argparse.SUPPRESS)  # failure drills

@@ -42,8 +42,8 @@ class DrainConfig:
     run_id_column: str | None = None
     message_type: str | None = None
     read_in_place: bool = False
-    """PostgreSQL: hold the messages in the queue under the driver's row locks instead of staging them
-    (``spark/drain/hold.py``)."""
+    """PostgreSQL: hold the messages in the queue under the driver's uncommitted delete instead of staging
+    them (``spark/drain/hold.py``)."""
     fail_receive_batch: int | None = None
     """Drill: the first attempt of every receive task raises inside its N-th receive, before the commit."""
 

@@ -103,7 +103,8 @@ class Drain:
 
     # -- phases --
     def hold_in_place(self) -> HeldRows:
-        """Phase 1 with ``read_in_place``: hold the messages in the queue under the driver's row locks."""
+        """Phase 1 with ``read_in_place``: hold the messages in the queue under the driver's uncommitted
+        delete."""
         if self.runs.staged_stats()[0]:
             raise DrainError(
                 f"run {self.config.run_id} has messages staged by a run without read_in_place; "
@@ -238,7 +239,10 @@ class Drain:
             phase1 = time.monotonic()
             if config.read_in_place:
                 # a run that was processing when its driver died holds nothing any more: hold anew
-                self.echo(f"phase 1: the driver holds the messages of {self.input.name} in place (row locks)")
+                self.echo(
+                    f"phase 1: the driver holds the messages of {self.input.name} in place "
+                    "(an uncommitted delete)"
+                )
                 warming = self.warm_up(transform)
                 held = self.hold_in_place()
                 self.summary["hold_seconds"] = round(time.monotonic() - phase1, 3)
