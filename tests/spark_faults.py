@@ -100,3 +100,8 @@ def slow_rows(messages: DataFrame) -> DataFrame:
     """order_rows at a few milliseconds a row, so a test can kill an executor while partitions run."""
     slowed = F.udf(_order_id_slowly, LongType())
     return order_rows(messages).withColumn("order_id", slowed(F.col("order_id")))
+
+
+def first_orders(messages: DataFrame) -> DataFrame:
+    """Only the first few orders: Spark reads the slices it needs for them, not every slice."""
+    return order_rows(messages).limit(3)

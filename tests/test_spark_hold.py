@@ -140,9 +140,10 @@ def test_a_submitted_in_place_drain_drops_expired_moves_unreadable_and_writes_th
 def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_rollback_restores_all(
     target, bridge, caplog
 ) -> None:
-    """Batches of 7 over 61 rows: the held ranges run on across batch edges and skip exactly the expired
-    and the unreadable rows, which the hold deletes and moves batch by batch; rolling the hold back puts
-    every row back where it was and empties the error queue again."""
+    """Batches of 7 over 61 rows: the held ranges run on across batch edges and skip exactly the expired rows,
+    which the hold deletes; it does not read headers, so the unreadable row is held. Another connection's
+    read of the held headers finds it, moving it copies it to the error queue in the hold's transaction, and
+    rolling the hold back puts every row back where it was and empties the error queue again."""
     orders = bridge.queue("orders")
     orders.send_batch(make_orders(30, short_lived_every=5))  # orders 5, 10, ... expire after 2 s
     with bridge.connection() as connection:
@@ -163,8 +164,8 @@ def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_r
         int(row[0])
         for row in rows_of(bridge, f"SELECT RowVersion FROM {queue_table} WHERE Headers = '[1, 2]'")
     )
-    readable = [version for version in versions if version not in expired and version != unreadable]
-    assert len(expired) == 6 and len(readable) == 54
+    unexpired = [version for version in versions if version not in expired]
+    assert len(expired) == 6 and len(unexpired) == 55 and unreadable in unexpired
     hold = RowHold(bridge, orders, BridgeSql(bridge, bridge_tables(bridge, "orders"), orders.address))
     try:
         with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.spark.drain"):
@@ -172,9 +173,15 @@ def test_a_hold_in_small_batches_keeps_ranges_sets_rows_apart_as_it_goes_and_a_r
         assert "starts over" not in caplog.text  # nothing contended: one plain DELETE per window
         hold.cursor.execute("SHOW lock_timeout", ())
         assert hold.cursor.fetchone()[0] == "0"  # the hold's 1 s wait is put back for the commit
-        assert held.batches == 9 and held.count == 54 and held.expired == 6 and held.poisoned == 1
-        assert held.ranges == consecutive_ranges(readable) and len(held.ranges) == 7
+        assert held.batches == 9 and held.count == 55 and held.expired == 6
+        assert held.ranges == consecutive_ranges(unexpired) and len(held.ranges) == 7
         assert held.low == versions[0] and held.high == versions[-1]
+        slices = slice_bounds(held.ranges, 4)
+        with caplog.at_level(logging.ERROR, logger="airflow_provider_sqlqueue.spark"):
+            assert hold.unreadable_in(slices) == {unreadable}
+            assert hold.unreadable_in([s for s in slices if not s[0] <= unreadable < s[1]]) == set()
+            hold.move_unreadable([unreadable])
+        assert f"Error receiving message {unreadable} from" in caplog.text
         hold.cursor.execute(f"SELECT Headers, Body FROM {table(bridge, 'error')}", ())
         assert [(headers, bytes(body)) for headers, body in hold.cursor.fetchall()] == [("[1, 2]", b"{}")]
     finally:
@@ -221,7 +228,7 @@ def test_a_hold_crosses_wide_gaps_skips_another_receivers_rows_and_takes_rows_se
         assert "the hold starts over, skipping them" in caplog.text  # the plain DELETE waited 1 s
         assert len(sent_while_holding) == 5
         assert held.ranges == [(versions[3], versions[49]), (versions[550], sent_while_holding[-1])]
-        assert held.count == 47 + 50 + 5 and held.expired == held.poisoned == 0
+        assert held.count == 47 + 50 + 5 and held.expired == 0
         assert int(scalar(bridge, f"SELECT count(*) FROM {queue_table}")) == 102  # the take is not committed
         hold.cursor.execute(f"SELECT count(*) FROM {queue_table}", ())
         assert hold.cursor.fetchone()[0] == 0
@@ -328,6 +335,64 @@ def test_held_rows_are_skipped_by_receivers_and_a_row_committed_late_inside_them
     with orders.receive(max_messages=10) as batch:
         assert [message.headers["NServiceBus.MessageId"] for message in batch] == ["late"]
     assert staged(bridge) == 0
+
+
+def send_unreadable(transport, headers: str) -> None:
+    """A row another system wrote, whose headers are not a header map."""
+    with transport.connection() as connection:
+        connection.cursor().execute(
+            f"INSERT INTO {table(transport, 'orders')} (Id, Recoverable, Headers, Body) "
+            "VALUES (%s, true, %s, %s)",
+            (uuid.uuid4(), headers, b"{}"),
+        )
+        connection.commit()
+
+
+def error_queue_headers(transport) -> list[str]:
+    return sorted(row[0] for row in rows_of(transport, f"SELECT Headers FROM {table(transport, 'error')}"))
+
+
+@POSTGRES
+def test_phase_two_sets_apart_the_unreadable_held_rows_it_reads_and_the_commit_moves_them(
+    spark, target, bridge
+) -> None:
+    """The hold reads no headers; the executors leave the unreadable rows out of the messages and report
+    them, so the commit moves them to the error queue without reading any slice again."""
+    send_orders(bridge, 150)
+    send_unreadable(bridge, "<not json")
+    send_orders(bridge, 150, first_order_id=151)
+    send_unreadable(bridge, '{"NServiceBus.MessageId": 7}')
+    echoed: list[str] = []
+    summary = run_drain(spark, config(target, read_in_place=True, read_slice_rows=50), echo=echoed.append)
+    assert not any("left" in line and "unread" in line for line in echoed), echoed
+    assert any("2 held message(s) with unreadable headers moved" in line for line in echoed), echoed
+    assert summary["poisoned"] == 2 and summary["expired"] == 0
+    assert summary["received"] == summary["processed"] == summary["written"] == 300
+    assert sorted(order_ids_in_table(bridge)) == list(range(1, 301))
+    assert error_queue_headers(bridge) == ["<not json", '{"NServiceBus.MessageId": 7}']
+    assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
+    assert staged(bridge) == 0
+
+
+@POSTGRES
+def test_held_slices_a_transform_leaves_unread_have_their_headers_checked_before_the_commit(
+    spark, target, bridge
+) -> None:
+    """A transform that needs only a few rows (a limit) leaves most slices unread: the driver reads their
+    headers itself, so the unreadable rows there still reach the error queue when the hold commits."""
+    send_orders(bridge, 150)
+    send_unreadable(bridge, "[1, 2]")
+    send_orders(bridge, 150, first_order_id=151)
+    send_unreadable(bridge, "")  # an empty string is an empty header map: readable
+    send_unreadable(bridge, '{"NServiceBus.MessageId": null, "x": [1]}')
+    echoed: list[str] = []
+    run = config(target, read_in_place=True, read_slice_rows=50, transform="spark_faults.first_orders")
+    summary = run_drain(spark, run, echo=echoed.append)
+    assert any("left" in line and "unread" in line for line in echoed), echoed
+    assert summary["written"] == 3 and summary["poisoned"] == 2
+    assert summary["received"] == summary["processed"] == 301
+    assert error_queue_headers(bridge) == ["[1, 2]", '{"NServiceBus.MessageId": null, "x": [1]}']
+    assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
 
 
 @POSTGRES

@@ -163,6 +163,7 @@ BRIDGE_POSTGRES_ONLY = {
     "next_row_version",
     "held_slice",
     "unreadable_held",
+    "held_headers",
     "insert_unreadable",
 }
 

@@ -57,7 +57,7 @@ READ = "read"
 STREAMING = "streaming"
 
 
-_HELD_RETURNING = "RETURNING RowVersion, Headers, (Expires IS NOT NULL AND Expires <= statement_timestamp())"
+_HELD_RETURNING = "RETURNING RowVersion, (Expires IS NOT NULL AND Expires <= statement_timestamp())"
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,8 @@ class BridgeSql:
 
     def take_held_window(self) -> str:
         """Delete, in the caller's transaction and without committing, every row of a RowVersion window
-        (parameters: after, up to inclusive). Returns (RowVersion, Headers, expired), in no particular order.
+        (parameters: after, up to inclusive). Returns (RowVersion, expired), in no particular order: the
+        headers are read once, by phase 2's executors.
 
         A plain DELETE writes each row once; it waits for a row another transaction holds. The window
         bounds what any plan reads: the planner's estimate of ``RowVersion > after`` comes from statistics
@@ -362,6 +363,14 @@ class BridgeSql:
         staged slice's columns."""
         return (
             f"SELECT RowVersion, Id::text, Headers, Body, Expires FROM {self._input_queue()} "
+            "WHERE RowVersion >= %s AND RowVersion < %s ORDER BY RowVersion"
+        )
+
+    def held_headers(self) -> str:
+        """The headers of the held rows in a RowVersion range (parameters: from, to exclusive), read through
+        another connection than the hold's: for the slices a transform left unread."""
+        return (
+            f"SELECT RowVersion, Headers FROM {self._input_queue()} "
             "WHERE RowVersion >= %s AND RowVersion < %s ORDER BY RowVersion"
         )
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from ...model.errors import HeaderFormatError
 from ...transport.headers import (
     CONTENT_TYPE,
     ENCLOSED_MESSAGE_TYPES,
@@ -106,18 +107,42 @@ def headers_array(maps: Iterable[dict[str, str | None]]) -> Any:
     )
 
 
+def _readable(
+    rows: Sequence[Sequence[Any]], unreadable: list[int]
+) -> tuple[list[Sequence[Any]], list[dict[str, str | None]]]:
+    """The rows whose headers read as a header map, with their maps; the others' RowVersions go to
+    ``unreadable``."""
+    kept: list[Sequence[Any]] = []
+    maps: list[dict[str, str | None]] = []
+    for row in rows:
+        try:
+            maps.append(decode_headers(_text(row[2])))
+        except HeaderFormatError:
+            unreadable.append(int(row[0]))
+        else:
+            kept.append(row)
+    return kept, maps
+
+
 def _text(value: Any) -> Any:
     return bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) else value
 
 
-def staged_columns(rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+def staged_columns(rows: Sequence[Sequence[Any]], unreadable: list[int] | None = None) -> dict[str, Any]:
     """Staged rows (RowVersion, Id, Headers, Body, Expires) as the messages' columns, by name: Python lists,
     the decoded ``headers`` maps, and ``time_sent`` already an Arrow array.
 
-    :class:`~airflow_provider_sqlqueue.model.errors.HeaderFormatError` if a row's headers cannot be read
-    (staging holds only rows whose headers were read when they were received).
+    Without ``unreadable``, :class:`~airflow_provider_sqlqueue.model.errors.HeaderFormatError` if a row's
+    headers cannot be read (staging holds only rows whose headers were read when they were received). With
+    it (rows held in place, whose headers nobody read yet), such rows are left out and their RowVersions
+    appended to it.
     """
-    maps = [decode_headers(_text(row[2])) for row in rows]
+    try:
+        maps = [decode_headers(_text(row[2])) for row in rows]
+    except HeaderFormatError:
+        if unreadable is None:
+            raise
+        rows, maps = _readable(rows, unreadable)
     natives = [native if type(native) is str else str(native) for native in (row[1] for row in rows)]
     return {
         "message_id": [

@@ -13,9 +13,10 @@ and leaves the delete uncommitted through phase 2:
 A lock first and a delete at the commit would write every row twice; one delete writes it once.
 
 The executors get the held rows as ranges of consecutive RowVersions, every one of them held. A RowVersion
-is never reused, so no other row can appear inside such a range later. Expired rows go with the delete,
-and unreadable ones are moved to the error queue in the same transaction, so they commit, or come back,
-with the run.
+is never reused, so no other row can appear inside such a range later. Expired rows go with the delete.
+The hold does not read the headers: phase 2's executors read them anyway and report the unreadable rows
+(:mod:`.headers_check`), and the commit moves those to the error queue in the hold's transaction, so they
+commit, or come back, with the run.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ class HeldRows:
     ranges: list[tuple[int, int]] = field(default_factory=list)
     count: int = 0
     expired: int = 0
-    poisoned: int = 0
     batches: int = 0
 
     @property
@@ -88,8 +88,8 @@ class RowHold:
 
     def hold(self, batch_size: int, max_messages: int | None) -> HeldRows:
         """Take the oldest rows, ``batch_size`` RowVersions per statement from the lowest, until every
-        RowVersion the queue had when the last window began was looked at or ``max_messages`` are held; set
-        expired and unreadable rows apart in the same transaction.
+        RowVersion the queue had when the last window began was looked at or ``max_messages`` are held;
+        expired rows are taken and counted, not held.
 
         A drain is usually the queue's only receiver, so each window is first taken with a plain DELETE
         (each row written once). If another receiver holds a row longer than ``CONTENDED_AFTER``, the
@@ -156,28 +156,31 @@ class RowHold:
         return (None, None) if low is None else (int(low), int(high))
 
     def _take(self, rows: list[Any]) -> None:
-        """One batch of taken rows: the readable ones join the ranges, expired ones are only counted (the
-        delete took them), unreadable ones go to the error queue at once, so the driver keeps no list."""
-        unreadable = set(unreadable_keys(self.queue, rows))
-        good: list[int] = []
-        expired = poisoned = 0
-        for row_version, _headers, is_expired in rows:
-            if is_expired:
-                expired += 1
-            elif row_version in unreadable:
-                poisoned += 1
-            else:
-                good.append(row_version)
-        if unreadable:
-            self._move_unreadable(sorted(unreadable))
+        """One batch of taken rows (RowVersion, expired), ascending: the unexpired ones join the ranges."""
+        good = [row_version for row_version, is_expired in rows if not is_expired]
         consecutive_ranges(good, self.held.ranges)
         self.held.count += len(good)
-        self.held.expired += expired
-        self.held.poisoned += poisoned
+        self.held.expired += len(rows) - len(good)
 
-    def _move_unreadable(self, row_versions: list[int]) -> None:
-        """Copy rows the hold deleted into the error queue, in the hold's transaction. The hold's own
-        connection no longer sees them; another one does, until the hold commits."""
+    def unreadable_in(self, slices: list[tuple[int, int]]) -> set[int]:
+        """The held rows of ``slices`` (from, to exclusive) whose headers are not a header map, read through
+        another connection: the hold's own no longer sees them."""
+        found: set[int] = set()
+        with self.transport.connection(self.queue.address) as other:
+            reader = other.cursor()
+            for start, end in slices:
+                reader.execute(self.sql.held_headers(), (start, end))
+                rows = self.transport.dialect.fetch_rows(reader)
+                found.update(unreadable_keys(self.queue, [(key, headers, False) for key, headers in rows]))
+            other.rollback()
+        return found
+
+    def move_unreadable(self, row_versions: list[int]) -> None:
+        """Copy held rows whose headers phase 2 could not read into the error queue, in the hold's
+        transaction, logging each as every receive does. The hold's own connection no longer sees them;
+        another one does, until the hold commits."""
+        if not row_versions:
+            return
         require_error_queue(self.queue, len(row_versions))
         with self.transport.connection(self.queue.address) as other:
             reader = other.cursor()
@@ -189,6 +192,9 @@ class RowHold:
                 f"{len(row_versions)} unreadable message(s) were taken but {len(rows)} could be read back "
                 "to move them to the error queue; the run was rolled back and every message is still queued"
             )
+        unreadable_keys(
+            self.queue, [(key, row[3], False) for key, row in zip(row_versions, rows, strict=True)]
+        )
         self.cursor.executemany(self.sql.insert_unreadable(self.queue.error_queue), rows)
 
     def close(self, error: BaseException | None = None) -> None:

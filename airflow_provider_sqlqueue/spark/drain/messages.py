@@ -17,6 +17,7 @@ from ..row_batches import row_batches
 from ..tables import BridgeSql, bridge_tables
 from .columns import headers_array, parse_time_sent, record_batch, staged_columns
 from .config import DrainConfig
+from .headers_check import HeadersCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,17 +131,25 @@ def _arrow_schema() -> Any:
 
 
 def read_slices_arrow(
-    config: DrainConfig, bounds: Iterable[Any], rows_per_batch: int = 2000
+    config: DrainConfig,
+    bounds: Iterable[Any],
+    rows_per_batch: int = 2000,
+    check: HeadersCheck | None = None,
 ) -> Iterator[Any]:
     """``mapInArrow`` side: read the slices named in ``bounds`` (batches of lo, hi) as Arrow record batches.
 
-    Arrow carries the rows to the JVM column by column, much cheaper than pickled rows.
+    Arrow carries the rows to the JVM column by column, much cheaper than pickled rows. With ``check``
+    (held rows, whose headers nobody read yet), rows with unreadable headers are left out and reported
+    through it with each slice read to its end.
     """
     schema = _arrow_schema()
     for slices in bounds:
         for start, end in zip(slices.column(0).to_pylist(), slices.column(1).to_pylist(), strict=True):
+            unreadable: list[int] | None = None if check is None else []
             for rows in read_slice(config, (start, end), rows_per_batch):
-                yield record_batch(staged_columns(rows), schema)
+                yield record_batch(staged_columns(rows, unreadable), schema)
+            if check is not None and unreadable is not None:
+                check.record((start, end), unreadable)
 
 
 def staged_messages(
@@ -150,9 +159,11 @@ def staged_messages(
     low: int | None,
     high: int | None,
     held: list[tuple[int, int]] | None = None,
+    check: HeadersCheck | None = None,
 ):
     """The run's staged messages as a DataFrame, read in RowVersion slices by the executors; with ``held``
-    (``read_in_place``), the rows held in the queue in those inclusive ranges."""
+    (``read_in_place``), the rows held in the queue in those inclusive ranges, their unreadable rows left
+    out and reported through ``check``."""
     from pyspark.sql import functions as F
 
     schema = read_schema()
@@ -171,7 +182,7 @@ def staged_messages(
         tasks = max(config.partitions, math.ceil(count / config.read_partition_rows))
         partitions = min(len(bounds), tasks)
         slices_frame = spark.sparkContext.parallelize(bounds, partitions).toDF("lo long, hi long")
-        frame = slices_frame.mapInArrow(partial(read_slices_arrow, config), schema)
+        frame = slices_frame.mapInArrow(partial(read_slices_arrow, config, check=check), schema)
     content_type = F.lower(F.coalesce(F.col("content_type"), F.lit("")))
     # decoded in the JVM (invalid UTF-8 becomes U+FFFD): half the data through Python and Arrow
     body_text = F.when(content_type.rlike(TEXT_TYPES_PATTERN), F.col("body").cast("string"))

@@ -16,8 +16,9 @@ from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables,
 from .config import DrainConfig
 from .copy_text import copy_chunks
 from .errors import DrainError
+from .headers_check import HeadersCheck
 from .hold import HeldRows, RowHold
-from .messages import staged_messages
+from .messages import slice_bounds, staged_messages
 from .receive import receive_into_staging
 from .runs import Heartbeat, RunLedger
 from .sinks import SinkWriter
@@ -50,6 +51,8 @@ class Drain:
         self.runs = RunLedger(self.transport, self.sql, config, self.input, self.echo)
         self.writer = SinkWriter(self.transport, self.sql, config, self.echo)
         self.hold: RowHold | None = None
+        self.headers_check: HeadersCheck | None = None
+        self.held_slices: list[tuple[int, int]] = []
         self.summary: dict[str, Any] = {
             "run_id": config.run_id,
             "input_queue": self.input.name,
@@ -111,7 +114,9 @@ class Drain:
                 "re-run it without read_in_place to finish it"
             )
         self.hold = RowHold(self.transport, self.input, self.sql)
-        return self.hold.hold(self.config.batch_size, self.config.max_messages)
+        held = self.hold.hold(self.config.batch_size, self.config.max_messages)
+        self.held_slices = slice_bounds(held.ranges, self.config.read_slice_rows)
+        return held
 
     def warm_up(self, transform: Callable[[DataFrame], DataFrame]) -> threading.Thread:
         """Run phase 2's plan on an empty slice, in the background, while the driver holds the messages.
@@ -148,10 +153,29 @@ class Drain:
 
     def _finish(self, cursor: Any, staged: int, written: int) -> None:
         """Inside the commit's transaction: end the run (with ``read_in_place`` the hold's uncommitted delete
-        of the messages commits with it)."""
+        of the messages commits with it, and the unreadable ones phase 2 found go to the error queue)."""
         if self.hold is not None:
+            self._move_unreadable_held(self.hold)
             staged = 0  # nothing of the run is in staging
         self.runs.finish(cursor, staged, written, self.summary)
+
+    def _move_unreadable_held(self, hold: RowHold) -> None:
+        """Move the held messages whose headers phase 2 could not read to the error queue, first reading the
+        headers of any slice the transform left unread, and count them as unreadable, not received."""
+        check = self.headers_check
+        unreadable = check.found() if check is not None else set()
+        unread = check.unread(self.held_slices) if check is not None else self.held_slices
+        if unread:
+            self.echo(
+                f"the transform left {len(unread)} slice(s) of the held messages unread: "
+                "reading their headers to find unreadable ones"
+            )
+            unreadable |= hold.unreadable_in(unread)
+        hold.move_unreadable(sorted(unreadable))
+        if unreadable:
+            self.echo(f"{len(unreadable)} held message(s) with unreadable headers moved to the error queue")
+        readable = hold.held.count - len(unreadable)
+        self.summary.update(poisoned=len(unreadable), received=readable, processed=readable)
 
     def receive(self, job_attempt: int) -> list[dict[str, Any]]:
         """Phase 1: receive into staging; return each receive task's counts."""
@@ -258,7 +282,7 @@ class Drain:
             if held is not None:
                 staged, low, high = held.count, held.low, held.high
                 self.summary.update(
-                    received=held.count, expired=held.expired, poisoned=held.poisoned, batches=held.batches
+                    received=held.count, expired=held.expired, poisoned=0, batches=held.batches
                 )
             else:
                 staged, low, high = self.runs.staged_stats()
@@ -274,14 +298,28 @@ class Drain:
                 processed=staged,
                 receive_seconds=round(receive_seconds, 3),
             )
-            self.echo(
-                f"phase 1 done: {self.summary['received']} received ({self.summary['expired']} expired, "
-                f"{self.summary['poisoned']} unreadable moved to the error queue); "
-                f"{staged} {'held' if held is not None else 'staged'} for the run"
-            )
+            if held is not None:
+                self.echo(
+                    f"phase 1 done: {held.count} held for the run ({held.expired} expired, taken); "
+                    "unreadable ones are set apart as phase 2 reads them"
+                )
+            else:
+                self.echo(
+                    f"phase 1 done: {self.summary['received']} received ({self.summary['expired']} expired, "
+                    f"{self.summary['poisoned']} unreadable moved to the error queue); "
+                    f"{staged} staged for the run"
+                )
             phase2 = time.monotonic()
+            if held is not None:
+                self.headers_check = HeadersCheck.start(self.spark)
             messages = staged_messages(
-                self.spark, config, staged, low, high, held.ranges if held is not None else None
+                self.spark,
+                config,
+                staged,
+                low,
+                high,
+                held.ranges if held is not None else None,
+                self.headers_check,
             )
             result = apply_transform(transform, messages, config)
             self.echo(f"phase 2: transform and commit {staged} message(s) to {self.sink}")
@@ -294,7 +332,7 @@ class Drain:
                 state=COMMITTED,
                 process_seconds=round(process_seconds, 3),
                 seconds=round(total, 3),
-                messages_per_second=round(staged / total, 1) if total > 0 else None,
+                messages_per_second=round(self.summary["processed"] / total, 1) if total > 0 else None,
                 skipped=False,
             )
             execute(
