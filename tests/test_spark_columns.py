@@ -112,6 +112,26 @@ def test_unreadable_headers_in_staging_raise_instead_of_passing_through() -> Non
         staged_columns([(1, "id", "[1, 2]", b"", None)])
 
 
+def test_unreadable_headers_of_held_rows_are_left_out_and_reported_by_row_version() -> None:
+    """Rows held in place have not had their headers read: the unreadable ones drop out of the columns, in
+    any position and any form (bytes included), and only their RowVersions are reported."""
+    rows = _rows([*USUAL, None, ""])
+    broken = [
+        (7001, "id-a", "[1, 2]", b"", None),
+        (7002, "id-b", b"<not json", b"", None),
+        (7003, "id-c", None, b"", None),
+        (7004, "id-d", '{"NServiceBus.MessageId": 5}', b"", None),
+    ]
+    mixed = [broken[0], *rows[:3], broken[1], broken[2], *rows[3:], broken[3]]
+    unreadable: list[int] = []
+    schema = _arrow_schema()
+    built = record_batch(staged_columns(mixed, unreadable), schema).to_pylist()
+    assert unreadable == [7001, 7002, 7003, 7004]
+    assert built == record_batch(staged_columns(rows), schema).to_pylist()
+    assert staged_columns(rows, unreadable)["row_version"] == [int(row[0]) for row in rows]
+    assert unreadable == [7001, 7002, 7003, 7004]  # readable rows add nothing
+
+
 def test_the_sources_batches_match_its_one_row_reference_through_a_real_cursor() -> None:
     rows = _rows([*USUAL, *UNUSUAL[:3], None])
     connection = sqlite3.connect(":memory:")

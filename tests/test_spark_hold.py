@@ -417,7 +417,8 @@ def test_a_python_worker_killed_mid_transform_rereads_the_held_rows_and_writes_e
 ) -> None:
     """The worker of partition 0's first attempt SIGKILLs itself mid-partition; the retried task reads the
     same held rows from the queue table again (nobody else can change them), and the table gets each message
-    once."""
+    once. The unreadable row in partition 0 is reported by the attempt that finished, and moved once."""
+    send_unreadable(bridge, "[1, 2]")
     sent = send_orders(bridge, 1000)
     FAULT_LOG.unlink(missing_ok=True)
     summary = run_drain(spark, config(target, read_in_place=True, transform="spark_faults.killed_once"))
@@ -425,6 +426,7 @@ def test_a_python_worker_killed_mid_transform_rereads_the_held_rows_and_writes_e
     assert kills >= 1, "no Python worker was killed"
     assert summary["read_in_place"] is True and summary["tasks"] == []
     assert summary["state"] == "committed" and summary["written"] == summary["processed"] == 1000
+    assert summary["poisoned"] == 1 and error_queue_headers(bridge) == ["[1, 2]"]
     assert_exactly_once_in_table(bridge, sent)
     assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
     expected = sorted(json.loads(m.body)["order_id"] for m in sent)
