@@ -36,10 +36,12 @@ from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F40
 from test_spark_jobs import (
     ORDER_COLUMNS,
     drain_args,
+    error_queue_headers,
     finish,
     order_ids_in_table,
     rows_of,
     send_orders,
+    send_unreadable,
     spark_submit,
     staged,
     table,
@@ -169,7 +171,9 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
 ) -> None:
     """A whole Spark worker (its executor JVM and Python workers) is killed while phase 2 runs; its tasks
     run again elsewhere, reading the same staged rows, or with ``read_in_place`` the same rows the driver
-    holds in the queue table."""
+    holds in the queue table. The unreadable row reaches the error queue once: found by a receive task
+    (staging), or reported by the executors of the cluster to the driver's commit (``read_in_place``)."""
+    send_unreadable(orders, "[1, 2]")
     sent = send_orders(orders, 2000)
     fault_log = tmp_path / "faults.log"
     fault_log.touch()
@@ -198,6 +202,7 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
     assert code == 0, output[-6000:]
     assert summary is not None and summary["state"] == "committed"
     assert summary["read_in_place"] is (phase_one == "in_place")
+    assert summary["poisoned"] == 1 and error_queue_headers(orders) == ["[1, 2]"]
     order_ids = order_ids_in_table(orders)
     expected = sorted(json.loads(m.body)["order_id"] for m in sent)
     assert sorted(set(order_ids)) == expected, "lost messages"

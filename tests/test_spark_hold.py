@@ -27,12 +27,14 @@ from test_spark_jobs import (
     assert_exactly_once_in_table,
     config,
     drain_args,
+    error_queue_headers,
     finish,
     order_ids_in_table,
     rows_of,
     run_state,
     scalar,
     send_orders,
+    send_unreadable,
     spark_submit,
     staged,
     table,
@@ -335,21 +337,6 @@ def test_held_rows_are_skipped_by_receivers_and_a_row_committed_late_inside_them
     with orders.receive(max_messages=10) as batch:
         assert [message.headers["NServiceBus.MessageId"] for message in batch] == ["late"]
     assert staged(bridge) == 0
-
-
-def send_unreadable(transport, headers: str) -> None:
-    """A row another system wrote, whose headers are not a header map."""
-    with transport.connection() as connection:
-        connection.cursor().execute(
-            f"INSERT INTO {table(transport, 'orders')} (Id, Recoverable, Headers, Body) "
-            "VALUES (%s, true, %s, %s)",
-            (uuid.uuid4(), headers, b"{}"),
-        )
-        connection.commit()
-
-
-def error_queue_headers(transport) -> list[str]:
-    return sorted(row[0] for row in rows_of(transport, f"SELECT Headers FROM {table(transport, 'error')}"))
 
 
 @POSTGRES

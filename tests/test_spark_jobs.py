@@ -178,6 +178,21 @@ def send_orders(transport, count: int, **options: Any) -> list[OutgoingMessage]:
     return messages
 
 
+def send_unreadable(transport, headers: str) -> None:
+    """A row another system wrote, whose headers are not a header map."""
+    with transport.connection() as connection:
+        connection.cursor().execute(
+            f"INSERT INTO {table(transport, 'orders')} (Id, Recoverable, Headers, Body) "
+            "VALUES (%s, true, %s, %s)",
+            (uuid.uuid4(), headers, b"{}"),
+        )
+        connection.commit()
+
+
+def error_queue_headers(transport) -> list[str]:
+    return sorted(row[0] for row in rows_of(transport, f"SELECT Headers FROM {table(transport, 'error')}"))
+
+
 # ---- pieces without Spark ----------------------------------------------------------------------------
 def test_credentials_split_and_join_for_every_url_form() -> None:
     url, password = split_credentials("postgresql+psycopg://app:p%40ss@db:5432/sales?sslmode=require")
