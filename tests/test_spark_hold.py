@@ -48,7 +48,7 @@ from airflow_provider_sqlqueue.spark.drain.messages import slice_bounds, staged_
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
 from airflow_provider_sqlqueue.spark.row_batches import row_batches, streams_in_chunks
 from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables
-from airflow_provider_sqlqueue.transport import ConfigurationError
+from airflow_provider_sqlqueue.transport import ConfigurationError, HeaderFormatError
 
 POSTGRES = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
 pytest_plugins = ["reliability_figures"]  # the figures fixture
@@ -380,6 +380,22 @@ def test_held_slices_a_transform_leaves_unread_have_their_headers_checked_before
     assert summary["received"] == summary["processed"] == 301
     assert error_queue_headers(bridge) == ["[1, 2]", '{"NServiceBus.MessageId": null, "x": [1]}']
     assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0
+
+
+@POSTGRES
+def test_unreadable_held_rows_without_an_error_queue_stop_the_run_before_it_commits(
+    spark, target, bridge
+) -> None:
+    """Nowhere to move the unreadable row: the commit refuses, the hold rolls back, and every message,
+    the unreadable one included, is still queued; no result row was written."""
+    send_orders(bridge, 100)
+    send_unreadable(bridge, "[1, 2]")
+    with pytest.raises(HeaderFormatError, match="no error queue"):
+        run_drain(spark, config(target, read_in_place=True, error_queue=None))
+    assert run_state(bridge, "run-1") == "aborted"
+    assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 101
+    assert order_ids_in_table(bridge) == [] and staged(bridge) == 0
+    assert error_queue_headers(bridge) == []
 
 
 @POSTGRES
