@@ -71,9 +71,10 @@ def move_batch(
     return MovedBatch(len(rows) - expired - len(poison), expired, len(poison))
 
 
-def unreadable_keys(queue: Any, rows: Any) -> list[int]:
+def unreadable_keys(queue: Any, rows: Any, *, log_each: bool = True) -> list[int]:
     """The keys of the unexpired rows among (key, Headers, expired) whose headers are not a header map,
-    each logged as every receive logs it."""
+    each logged as every receive logs it (unless ``log_each`` is off: the caller logs them when it moves
+    them)."""
     poison: list[int] = []
     for key, headers, is_expired in rows:
         if is_expired:
@@ -82,6 +83,8 @@ def unreadable_keys(queue: Any, rows: Any) -> list[int]:
             decode_headers(headers)
         except HeaderFormatError as error:
             poison.append(int(key))
+            if not log_each:
+                continue
             log.error(
                 "Error receiving message %s from %s: probable message metadata corruption (%s). "
                 "Moving it to error queue %s.",

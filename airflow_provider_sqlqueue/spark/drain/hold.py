@@ -171,7 +171,8 @@ class RowHold:
             for start, end in slices:
                 reader.execute(self.sql.held_headers(), (start, end))
                 rows = self.transport.dialect.fetch_rows(reader)
-                found.update(unreadable_keys(self.queue, [(key, headers, False) for key, headers in rows]))
+                checked = [(key, headers, False) for key, headers in rows]
+                found.update(unreadable_keys(self.queue, checked, log_each=False))  # logged when moved
             other.rollback()
         return found
 
