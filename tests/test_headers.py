@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from airflow_provider_sqlqueue.transport import HeaderFormatError
 from airflow_provider_sqlqueue.transport.headers import (
     decode_headers,
+    decode_headers_exact,
     edit_headers_text,
     encode_headers,
     format_time_span,
@@ -174,6 +175,41 @@ def test_decoding_never_crashes(text: str) -> None:
     except HeaderFormatError:
         return
     assert isinstance(value, dict)
+
+
+def _outcome(decode, text):  # type: ignore[no-untyped-def]
+    try:
+        return "map", list(decode(text).items())
+    except HeaderFormatError as error:
+        return "refused", str(error)
+
+
+_json_piece = st.sampled_from(
+    ['{', '}', '"', ':', ',', ' ', '\\', '\\"', '\\u', 'd800', '00e9', 'null', '1', '[]', '{}', 'a', 'é',
+     '\n', '\x00', 'NaN', '\ud800']
+)  # fmt: skip
+
+
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.lists(_json_piece, max_size=30).map("".join),
+        st.dictionaries(st.text(max_size=6), st.one_of(st.none(), st.text(max_size=6), st.integers())).map(
+            json.dumps
+        ),
+    )
+)
+def test_the_fast_decoder_agrees_with_the_standard_library(text: str) -> None:
+    """msgspec reads the common case; every text must come out as json reads it, map or reason alike."""
+    assert _outcome(decode_headers, text) == _outcome(decode_headers_exact, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":"\\ud800"}', '{"\\udc00":"x"}', '{"a":"b","a":"c"}', ' {"a":"b"}\n', '{"a":"x\ty"}', ""],
+)
+def test_texts_msgspec_reads_differently_are_decided_by_json(text: str) -> None:
+    assert _outcome(decode_headers, text) == _outcome(decode_headers_exact, text)
 
 
 # ---- editing stored text as the reference's Dictionary<string, string> would --------------------------

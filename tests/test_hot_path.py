@@ -8,6 +8,8 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_provider_sqlqueue.model.errors import MessageTooLarge, TransientDatabaseError
 from airflow_provider_sqlqueue.transport import headers as h
@@ -19,6 +21,7 @@ from airflow_provider_sqlqueue.transport.message import (
     new_message_ids_and_texts,
     uuid_from_int,
 )
+from airflow_provider_sqlqueue.transport.queue.rows import parse_id, parse_text_ids
 
 
 def test_default_header_text_is_what_the_encoder_writes() -> None:
@@ -149,6 +152,67 @@ def test_a_batch_of_bare_bodies_writes_the_rows_of_outgoing_messages(tmp_path) -
         conversations.add(uuid.UUID(decoded[h.CONVERSATION_ID]))
     assert len(conversations) == 300 and not conversations & set(ids)
     assert len({h.decode_headers(row[2])[h.TIME_SENT] for row in stored}) == 1  # one TimeSent per call
+
+
+def _one_by_one(values: list) -> list | None:
+    try:
+        return [parse_id(value) for value in values]
+    except ValueError:
+        return None
+
+
+_uuid_texts = st.uuids().flatmap(
+    lambda value: st.sampled_from(
+        [str(value), str(value).upper(), value.hex, f"{{{value}}}", f"urn:uuid:{value}"]
+    )
+)
+_id_pieces = st.sampled_from(['"', '","', "\\", "-", "0", "f", "g", " ", "_", "{", "}", "\n"])
+_id_texts = st.one_of(
+    _uuid_texts, st.text(max_size=40), st.lists(st.one_of(_uuid_texts, _id_pieces)).map("".join)
+)
+
+
+@given(st.lists(_id_texts, min_size=1, max_size=6))
+def test_ids_read_as_a_batch_are_the_ids_read_one_by_one(values: list) -> None:
+    """The batch read either gives what uuid.UUID gives for every text or declines the batch."""
+    batch = parse_text_ids(values)
+    if batch is not None:
+        assert batch == _one_by_one(values)
+        assert all(type(value) is uuid.UUID for value in batch)
+
+
+def test_ids_that_would_shift_the_joined_array_are_declined() -> None:
+    a, b, c = (str(uuid.uuid4()) for _ in range(3))
+    assert parse_text_ids([a, b, c]) == [uuid.UUID(a), uuid.UUID(b), uuid.UUID(c)]
+    assert parse_text_ids([f'{a}","{b}', c]) is None  # one text that would read as two Ids
+    assert parse_text_ids([f'{a}","{b}', f'{c}"]']) is None
+    assert parse_text_ids([a, 3]) is None  # not text
+    assert parse_text_ids([f"{{{a}}}"]) is None  # uuid.UUID reads braces; the one-by-one path decides
+
+
+def test_a_row_whose_id_is_not_a_uuid_is_poison_and_the_rest_of_its_batch_is_delivered(tmp_path) -> None:
+    with open_transport(f"sqlite:///{tmp_path}/q.db") as transport:
+        queue, error = transport.queue("q"), transport.queue("error")
+        queue.create()
+        error.create()
+        before = queue.send_batch([b"1", b"2"])
+        connection = sqlite3.connect(f"{tmp_path}/q.db")
+        with connection:
+            connection.execute(
+                'INSERT INTO "q" (Id, Recoverable, Headers, Body) VALUES (?, 1, ?, ?)',
+                (f'{before[0]}","{before[1]}', "{}", b"shifted"),
+            )
+        connection.close()
+        after = queue.send_batch([b"3"])
+        with queue.receive(max_messages=10) as batch:
+            assert [message.id for message in batch] == [*before, *after]
+            assert [message.body for message in batch] == [b"1", b"2", b"3"]
+            assert batch.poisoned == 1
+        connection = sqlite3.connect(f"{tmp_path}/q.db")
+        moved = connection.execute('SELECT Id, Headers, Body FROM "error"').fetchall()
+        left = connection.execute('SELECT COUNT(*) FROM "q"').fetchone()
+        connection.close()
+        assert moved == [(f'{before[0]}","{before[1]}', "{}", b"shifted")] and left == (0,)
 
 
 def test_sqlite_peek_reads_the_ends_of_the_rowid_tree(tmp_path) -> None:

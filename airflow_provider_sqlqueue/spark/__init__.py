@@ -26,8 +26,9 @@ FILL_JOB = str(_HERE / "fill_job.py")
 def package_zip(destination: str | Path) -> str:
     """Zip the importable package (for ``--py-files`` on a cluster whose nodes do not have it installed).
 
-    The executors also need the database driver (psycopg, pyodbc) in their Python; ship that with the
-    cluster's own means (an image, ``--archives`` of a venv).
+    The executors also need the package's own dependencies (SQLAlchemy, msgspec) and the database driver
+    (psycopg, pyodbc) in their Python; ship those with the cluster's own means (an image, ``--archives`` of
+    a venv).
     """
     root = _HERE.parent
     destination = Path(destination)

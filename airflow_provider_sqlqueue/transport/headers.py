@@ -25,11 +25,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import msgspec
+
 from ..model.errors import HeaderFormatError
 
 __all__ = [
     "Headers",
     "decode_headers",
+    "decode_headers_exact",
     "edit_headers_text",
     "encode_headers",
     "format_time_span",
@@ -265,12 +268,31 @@ def time_sent_now() -> str:
     return f"{cached[1]}{fraction:06d} Z"
 
 
+_decode_header_map = msgspec.json.Decoder(dict[str, str | None]).decode
+
+
 def decode_headers(text: str | bytes | None) -> Headers:
     """Parse stored header text; raise :class:`HeaderFormatError` saying why it is not a header map.
 
     An empty string is an empty map, as in the reference. NULL is not: this transport always writes
     headers, so NULL means another system wrote the row, and it is treated as poison.
+
+    Every received message pays this, so a map is first read by msgspec's typed decoder, which parses
+    and checks the value types in one pass at a third of the cost of ``json``. Whatever it refuses (and
+    what it cannot read the way ``json`` does, such as escaped lone surrogates) goes through
+    :func:`decode_headers_exact`, which decides and says why.
     """
+    if type(text) is str:
+        try:
+            return _decode_header_map(text)
+        except ValueError:
+            pass
+    return decode_headers_exact(text)
+
+
+def decode_headers_exact(text: str | bytes | None) -> Headers:
+    """:func:`decode_headers` through the standard library's ``json`` alone: the authority on what a
+    header map is and on the reason a text is not one."""
     if type(text) is not str:
         if text is None:
             raise HeaderFormatError("headers are NULL")

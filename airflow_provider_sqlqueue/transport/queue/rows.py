@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any
 
+import msgspec
+
 from ...dialects.base import Row
 from ...model.errors import HeaderFormatError
 from ..headers import decode_headers
@@ -52,6 +54,29 @@ def parse_id(value: Any) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
+_decode_uuid_list = msgspec.json.Decoder(list[uuid.UUID]).decode
+
+
+def parse_text_ids(values: list[Any]) -> list[uuid.UUID] | None:
+    """The Ids of a batch as UUIDs in one pass, when the driver returns them as text (SQLite, ODBC); None
+    when any is not plain UUID text, and then :func:`parse_id` reads them one by one and decides.
+
+    Joined into one JSON array, they are read by msgspec's decoder, in C, at a quarter of the cost of
+    parsing them one at a time. The join is exact only when no Id holds a quote or a backslash: each
+    value is then one JSON string, and msgspec reads it as ``uuid.UUID`` would or refuses it.
+    """
+    try:
+        joined = '","'.join(values)
+    except TypeError:
+        return None
+    if joined.count('"') != 2 * (len(values) - 1) or "\\" in joined:
+        return None
+    try:
+        return _decode_uuid_list(f'["{joined}"]')
+    except ValueError:
+        return None
+
+
 def flag(value: Any) -> bool:
     """A boolean column as drivers return it: bool, 0/1, or text such as psqlODBC's '0' / '1'."""
     if isinstance(value, str):
@@ -74,14 +99,15 @@ def decode_rows(raw: Sequence[Any]) -> tuple[list[ReceivedMessage], int, list[Po
     poison: list[PoisonRow] = []
     expired = 0
     rows = sorted(raw, key=ROW_VERSION) if len(raw) > 1 else raw
-    for row in rows:
+    ids = parse_text_ids([row[0] for row in rows]) if rows and type(rows[0][0]) is str else None
+    for index, row in enumerate(rows):
         row_id, correlation_id, reply_to_address, expired_flag, text, body, row_version, expires = row
         if expired_flag and flag(expired_flag):
             expired += 1
             continue
         try:
             headers = decode_headers(text)
-            message_id = parse_id(row_id)
+            message_id = parse_id(row_id) if ids is None else ids[index]
         except HeaderFormatError as error:
             poison.append(PoisonRow(Row(*row), str(error)))
             continue
