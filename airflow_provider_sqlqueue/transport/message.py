@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import msgspec
+
 from ..model.errors import ConfigurationError
 from . import headers as h
 
@@ -59,12 +61,22 @@ def new_message_ids(count: int) -> list[uuid.UUID]:
 
 
 def new_message_ids_and_texts(count: int) -> tuple[list[uuid.UUID], list[str]]:
-    """What :func:`new_message_ids` gives, and each Id's text (``str(id)``) beside it, both cut from one
-    block of random bytes with the version bits set (no ``UUID.__str__`` call per Id)."""
-    block = _random_id_block(count)
-    from_bytes, make = int.from_bytes, uuid_from_int
-    ids = [make(from_bytes(block[start : start + 16])) for start in range(0, 16 * count, 16)]
-    return ids, _id_texts(block, count)  # type: ignore[return-value]
+    """What :func:`new_message_ids` gives, and each Id's text (``str(id)``) beside it, from one block of
+    random bytes with the version bits set.
+
+    msgspec makes both, in C, at half the cost of building them one by one in Python (a batch send pays
+    this for every message): the block's hexadecimal digits, 32 per Id, are read as a JSON array of
+    UUIDs, and those are written back as their canonical texts.
+    """
+    if not count:
+        return [], []
+    digits = _random_id_block(count).hex(",", 16).replace(",", '","')
+    ids = _read_uuid_list(f'["{digits}"]')
+    return ids, _write_json(ids)[2:-2].decode("ascii").split('","')
+
+
+_read_uuid_list = msgspec.json.Decoder(list[uuid.UUID]).decode
+_write_json = msgspec.json.Encoder().encode
 
 
 def new_id_texts(count: int) -> list[str]:
