@@ -291,6 +291,8 @@ def run_processes(
                 process.terminate()
                 process.join()
     seconds = max(event[2] for event in done) - started
+    for event in done:
+        event[4]["finished_s"] = event[2] - started
     return seconds, [event[3] for event in done], [event[4] for event in done]
 
 
@@ -406,8 +408,13 @@ class EngineBench:
         }
         if "build_us_per_msg" in infos[0]:
             result["build_us_per_msg"] = infos[0]["build_us_per_msg"]
+        if len(infos) > 1:
+            # when each process saw the queue empty, from the start signal: SQLite's busy handler makes a
+            # waiting process sleep 1, 2, 5, ... up to 100 ms, so the last can finish well after the first
+            result["finished_s"] = sorted(round(info["finished_s"], 4) for info in infos)
         extras = [
-            {k: v for k, v in info.items() if k not in ("cpu_seconds", "build_us_per_msg")} for info in infos
+            {k: v for k, v in info.items() if k not in ("cpu_seconds", "build_us_per_msg", "finished_s")}
+            for info in infos
         ]
         if any(extras):
             result["worker_info"] = extras
