@@ -51,6 +51,31 @@ def current_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def finishes_table(data: dict[str, Any]) -> list[str]:
+    """When each process of the last run's SQLite multi-process cases saw the queue empty, round by round,
+    from the run's own JSON: the first and the last of them, for the raw driver and for the project."""
+    run = data["runs"]["last-run"]
+    results = json.loads((ROOT / run["results"]).read_text(encoding="utf-8"))
+    lines = [
+        "| case | round | raw msgs/s | raw: first → last process done (s) "
+        "| project msgs/s | project: first → last process done (s) |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for row in results["core"]:
+        if row["engine"] != "sqlite" or row["consumers"] < 2:
+            continue
+        for number, sample in enumerate(row["rounds"], start=1):
+            cells = []
+            for impl in ("raw", "project"):
+                finished = sample[impl].get("finished_s")
+                if not finished:
+                    raise ValueError(f"{run['results']}: {row['case']} round {number} has no finished_s")
+                cells += [f"{sample[impl]['msgs_per_s']:,.0f}", f"{finished[0]:.3f} → {finished[-1]:.3f}"]
+            lines.append(f"| {row['label']} | {number} | " + " | ".join(cells) + " |")
+    lines += ["", f"From `{run['results']}` ({run['when']}, commit {run['commit']})."]
+    return lines
+
+
 def _number(value: float) -> str:
     return f"{value:,}"
 
@@ -221,6 +246,10 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
     run = data["runs"][data["tuning"]["run"]]
     return {
         "performance-current": (f"{SOURCE} and the benchmark runs' JSON it names", current_table(data)),
+        "performance-sqlite-finishes": (
+            f"{SOURCE} and the benchmark runs' JSON it names",
+            finishes_table(data),
+        ),
         "performance-tuning-run": (
             SOURCE,
             [f"Measured {run['when']} on {run['machine']}: {run['commit']}. Source: {run['source']}."],
