@@ -64,8 +64,8 @@ def new_message_ids_and_texts(count: int) -> tuple[list[uuid.UUID], list[str]]:
     """What :func:`new_message_ids` gives, and each Id's text (``str(id)``) beside it, from one block of
     random bytes with the version bits set.
 
-    msgspec makes both, in C, at half the cost of building them one by one in Python (a batch send pays
-    this for every message): the block's hexadecimal digits, 32 per Id, are read as a JSON array of
+    msgspec makes both in C, for much less than building them one by one in Python costs (a batch send
+    pays this for every message): the block's hexadecimal digits, 32 per Id, are read as a JSON array of
     UUIDs, and those are written back as their canonical texts.
     """
     if not count:
