@@ -3,9 +3,9 @@ installation (``spark-class org.apache.spark.deploy.master.Master`` / ``...worke
 process group with its own directories, stopped at the end.
 
 The executors run a *different* Python from the tests' (the interpreter the venv was made from) with only
-the package's third-party dependencies on its path (``executor_site``: SQLAlchemy, psycopg, pyarrow,
-pandas, installed with ``pip --target`` as a cluster image would have them). This provider is not there:
-it reaches the executors only as a ``--py-files`` zip, as on a real cluster.
+the package's third-party dependencies on its path (``executor_site``: SQLAlchemy, msgspec, psycopg,
+pyarrow, pandas, installed with ``pip --target`` as a cluster image would have them). This provider is not
+there: it reaches the executors only as a ``--py-files`` zip, as on a real cluster.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pyspark
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 # What executors import besides this provider; pinned by the CI constraints like the venv itself.
-EXECUTOR_PACKAGES = ("sqlalchemy", "psycopg[binary]", "pyarrow", "pandas")
+EXECUTOR_PACKAGES = ("sqlalchemy", "msgspec", "psycopg[binary]", "pyarrow", "pandas")
 
 
 def spark_test_java_options() -> str:

@@ -130,7 +130,8 @@ def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
 
     data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
     data["changes"]["rows"][12]["figures"]["raw_after"]["target"] = "no such target"
-    with pytest.raises(UnknownFigure, match="change 13: run changes-12-14-run has no target 'no such target'"):
+    expected = "change 13: run changes-12-14-run has no target 'no such target'"
+    with pytest.raises(UnknownFigure, match=expected):
         changes_table(data)
 
 
