@@ -64,6 +64,13 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
             assert _positive(row["raw_msgs_per_s"]) and _positive(row["project_msgs_per_s"]), row["case"]
             assert _positive(row["ratio"])
             assert len(row["rounds"]) == 1
+            for sample in row["rounds"][0].values():
+                # a receive is timed until its last message, never after its last process finished
+                assert 0 < sample["seconds"] <= sample["all_done_seconds"], row["case"]
+                if row["case"].startswith("receive"):
+                    assert sample["seconds"] < sample["all_done_seconds"], row["case"]
+                else:
+                    assert sample["seconds"] == sample["all_done_seconds"], row["case"]
         pump = [row for row in doc["pump"] if row["engine"] == engine]
         assert len(pump) == 1 and _positive(pump[0]["msgs_per_s"]["median"])
         assert _positive(pump[0]["ratio_to_raw_receive_4c"]["median"])

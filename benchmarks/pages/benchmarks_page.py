@@ -226,6 +226,27 @@ def machine_section(doc: dict[str, Any], scale: dict[str, Any] | None) -> list[s
     ]
 
 
+def _timing_end(doc: dict[str, Any]) -> str:
+    """When a timed run stops, as the run measured it: runs since core_bench noted the last message
+    received (their rows carry ``all_done_seconds``) stop there for receives."""
+    noted = any(
+        "all_done_seconds" in sample[impl]
+        for row in doc.get("core", [])
+        for sample in row.get("rounds", [])
+        for impl in ("raw", "project")
+        if impl in sample
+    )
+    if not noted:
+        return "stops when the last one finished."
+    return (
+        "a send stops when the last process finished; a receive stops when the last message was received "
+        "and acknowledged (this project, the raw driver, kombu and persist-queue note it after each "
+        "receive), not when the last process, which may be sleeping in SQLite's busy handler (up to 100 ms "
+        "between tries), saw the queue empty; pgqueuer, procrastinate and the pump, one process each whose "
+        "acknowledgements are flushed as it ends, stop when that process finished."
+    )
+
+
 def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str, charted: bool) -> str:
     """The whole page; ``charted`` says whether it shows the chart at ``image_link`` or says why not."""
     meta = doc["meta"]
@@ -346,7 +367,7 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
         "Fairness: each peer keeps the durability and acknowledgement model it ships with (pgqueuer and "
         "procrastinate keep a log or the finished job; kombu marks a message invisible; persist-queue marks "
         "it acknowledged), and each uses its batch API where it has one. Timing starts when every process "
-        "has imported, connected and built its input, and stops when the last one finished. See "
+        f"has imported, connected and built its input, and {_timing_end(doc)} See "
         "`benchmarks/README.md` in the repository for the details.",
         "",
         "## Machine and versions",
