@@ -394,7 +394,13 @@ class EngineBench:
             transport.queue(name).drop()
 
     def run_case(
-        self, context: Any, case: Case, impl: str, n: int, runner: str | None = None
+        self,
+        context: Any,
+        case: Case,
+        impl: str,
+        n: int,
+        runner: str | None = None,
+        options: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One timed run of ``case`` by ``impl`` ("project", "raw", or any name with a ``runner``
         "module:function" that builds the worker's run, as in benchmarks/run.py), checked."""
@@ -413,6 +419,7 @@ class EngineBench:
             "raw_target": self.raw_target,
             "table": name,
             "sql": statements,
+            **(options or {}),
         }
         all_done, received, infos = run_processes(context, [task] * case.consumers)
         seconds = until_last_received(infos, all_done) if case.op == "receive" else all_done

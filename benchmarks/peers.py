@@ -66,9 +66,12 @@ def pump_runner(task: dict[str, Any]) -> tuple[Callable[[], list[Any]], Callable
         pass
     ids: list[Any] = []
     info: dict[str, Any] = {}
+    note_last = bool(task.get("time_to_last_message"))
 
     def handler(message: Any) -> None:
         ids.append(message.id)
+        if note_last:  # beside the raw 4-process receive, timed to its last message as well
+            info["last_received"] = time.monotonic()  # just before this message's commit
 
     batching = {"batch_size": task["batch"]} if task.get("batch", 1) > 1 else {}
     pump = MessagePump(

@@ -251,7 +251,14 @@ def throughput_engine(
             raw_first = (index + round_number) % 2 == 0
             samples[case.key].append(core_bench.run_pair(context, bench, case, count, raw_first))
         if args.pump:
-            sample = bench.run_case(context, PUMP_CASE, "pump", args.n_single, runner="peers:pump_runner")
+            sample = bench.run_case(
+                context,
+                PUMP_CASE,
+                "pump",
+                args.n_single,
+                runner="peers:pump_runner",
+                options={"time_to_last_message": True},
+            )
             pump_samples.append(sample)
             print(
                 f"  {ENGINE_LABELS[engine]:<10} {PUMP_CASE.label:<36} {'project':<7} "

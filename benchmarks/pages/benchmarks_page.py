@@ -242,8 +242,10 @@ def _timing_end(doc: dict[str, Any]) -> str:
         "a send stops when the last process finished; a receive stops when the last message was received "
         "and acknowledged (this project, the raw driver, kombu and persist-queue note it after each "
         "receive), not when the last process, which may be sleeping in SQLite's busy handler (up to 100 ms "
-        "between tries), saw the queue empty; pgqueuer, procrastinate and the pump, one process each whose "
-        "acknowledgements are flushed as it ends, stop when that process finished."
+        "between tries), saw the queue empty. The pump beside the raw 4-process receive notes its last "
+        "message in the handler, just before that message's commit; in the handler comparison pgqueuer, "
+        "procrastinate and the pump, one process each whose acknowledgements are flushed as it ends, stop "
+        "when that process finished."
     )
 
 
