@@ -71,11 +71,12 @@ def new_message_ids_and_texts(count: int) -> tuple[list[uuid.UUID], list[str]]:
     if not count:
         return [], []
     digits = _random_id_block(count).hex(",", 16).replace(",", '","')
-    ids = _read_uuid_list(f'["{digits}"]')
+    ids = read_uuid_list(f'["{digits}"]')
     return ids, _write_json(ids)[2:-2].decode("ascii").split('","')
 
 
-_read_uuid_list = msgspec.json.Decoder(list[uuid.UUID]).decode
+read_uuid_list = msgspec.json.Decoder(list[uuid.UUID]).decode
+"""A JSON array of UUID texts as ``uuid.UUID``s, read by msgspec (ValueError if any is not one)."""
 _write_json = msgspec.json.Encoder().encode
 
 

@@ -10,12 +10,10 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any
 
-import msgspec
-
 from ...dialects.base import Row
 from ...model.errors import HeaderFormatError
 from ..headers import decode_headers
-from ..message import ReceivedMessage, received_message, uuid_from_int
+from ..message import ReceivedMessage, read_uuid_list, received_message, uuid_from_int
 
 __all__ = ["PoisonRow", "as_utc", "decode_rows", "display_id"]
 
@@ -54,9 +52,6 @@ def parse_id(value: Any) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
-_decode_uuid_list = msgspec.json.Decoder(list[uuid.UUID]).decode
-
-
 def parse_text_ids(values: list[Any]) -> list[uuid.UUID] | None:
     """The Ids of a batch as UUIDs in one pass, when the driver returns them as text (SQLite, ODBC); None
     when any is not plain UUID text, and then :func:`parse_id` reads them one by one and decides.
@@ -72,7 +67,7 @@ def parse_text_ids(values: list[Any]) -> list[uuid.UUID] | None:
     if joined.count('"') != 2 * (len(values) - 1) or "\\" in joined:
         return None
     try:
-        return _decode_uuid_list(f'["{joined}"]')
+        return read_uuid_list(f'["{joined}"]')
     except ValueError:
         return None
 
