@@ -77,6 +77,9 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     def listen_statement(self, address: QueueAddress) -> None:
         return None
 
+    def prepare_connection(self, connection: Any) -> None:
+        PostgresDialect.prepare_connection(self, connection)
+
     def __getattribute__(self, name: str) -> Any:
         value = super().__getattribute__(name)
         if name in _STATEMENT_METHODS and callable(value):

@@ -29,6 +29,7 @@ from ..model.errors import (
 )
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
 from .postgres_picks import AFTER_ROW_VERSION, delete_taken
+from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
 
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
@@ -548,6 +549,7 @@ class PostgresDialect(PostgresStorage):
 
     def prepare_connection(self, connection: Any) -> None:
         connection.autocommit = False
+        write_back_own_evictions(connection)
 
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import psycopg
