@@ -537,6 +537,7 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
                 args.autovacuum_off,
                 args.storage_wait,
                 args.server_default_storage,
+                args.no_write_back,
             )
             if args.mixed_seconds and engine == "postgresql":
                 print(f"  {ENGINE_LABELS[engine]}: mixed run, {args.mixed_seconds:.0f} s", flush=True)
@@ -630,6 +631,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="PostgreSQL sizes drained again, in the same run, from a table with the server's default "
         "storage parameters instead of the package's [none]",
+    )
+    parser.add_argument(
+        "--no-write-back",
+        type=sizes,
+        default=[],
+        help="PostgreSQL sizes drained again, in the same run, by a session left at the server's "
+        "backend_flush_after (0) instead of the package's [none]",
     )
     parser.add_argument(
         "--deep", action="store_true", help=f"--scale: also drain {scale.DEEP_SIZE:,} rows on PostgreSQL"

@@ -102,9 +102,17 @@ def drain_runner(task: dict[str, Any]) -> Any:
     with transport.connection():
         pass
     postgres = transport.dialect.name == "postgresql"
+    if postgres:
+        with transport.connection() as connection:
+            cursor = connection.cursor()
+            cursor.execute("SHOW backend_flush_after", ())
+            info_flush = str(cursor.fetchone()[0])
+            connection.rollback()
     total = task["total"]
     marks = [round(total * step / 10) for step in range(1, 11)]
     info: dict[str, Any] = {"rss_start": rss_bytes()}
+    if postgres:
+        info["backend_flush_after"] = info_flush
 
     def host_sample() -> dict[str, Any]:
         sample: dict[str, Any] = {"io_stall_ms": io_stall_ms(), "dirty_mb": dirty_mb()}
@@ -154,6 +162,13 @@ def tenths_activity(host: list[dict[str, Any]]) -> list[dict[str, Any]]:
             tenth["vacuuming"] = after["vacuuming"]
         tenths.append(tenth)
     return tenths
+
+
+def server_flush_url(url: str) -> str:
+    """``url`` with its session's ``backend_flush_after`` at the server's default, 0 (``scale_engine``)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).update_query_dict({"options": "-c backend_flush_after=0"}).render_as_string(False)
 
 
 # ---- filling with bulk SQL -----------------------------------------------------------------------------
@@ -316,10 +331,14 @@ def scale_engine(
     autovacuum_off_sizes: list[int],
     storage_wait: float = 0.0,
     server_default_sizes: list[int] | None = None,
+    no_write_back_sizes: list[int] | None = None,
 ) -> dict[str, Any]:
     """All scale measurements on one engine. On PostgreSQL, ``server_default_sizes`` are drained once more
     from a table whose storage parameters are reset to the server's defaults, in the same run: the pair
-    shows what the package's per-table settings change, with the commit, the hour and the machine alike."""
+    shows what the package's per-table settings change, with the commit, the hour and the machine alike.
+    ``no_write_back_sizes`` are drained once more by a session left at the server's
+    ``backend_flush_after`` (0: the URL's ``options`` say so, which the package keeps): the pair shows what
+    the package's session setting changes."""
     result: dict[str, Any] = {"engine": bench.engine, "drains": [], "peek": []}
     label = bench.engine
     for rows in sorted(set(peek_sizes) - set(sizes)):  # peek-only sizes: fill, time, drop
@@ -330,12 +349,18 @@ def scale_engine(
         result["peek"].append(peek_and_count(bench, name, rows))
         print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
         bench.drop(name)
-    variants = [(rows, True, True) for rows in sorted(sizes)]
+    variants = [(rows, True, True, True) for rows in sorted(sizes)]
     if bench.engine == "postgresql":
-        variants += [(rows, False, True) for rows in sorted(autovacuum_off_sizes)]
-        variants += [(rows, True, False) for rows in sorted(server_default_sizes or [])]
-    for rows, autovacuum, package_storage in variants:
-        name = f"scale_{rows}" + ("" if autovacuum else "_noav") + ("" if package_storage else "_plain")
+        variants += [(rows, False, True, True) for rows in sorted(autovacuum_off_sizes)]
+        variants += [(rows, True, False, True) for rows in sorted(server_default_sizes or [])]
+        variants += [(rows, True, True, False) for rows in sorted(no_write_back_sizes or [])]
+    for rows, autovacuum, package_storage, write_back in variants:
+        name = (
+            f"scale_{rows}"
+            + ("" if autovacuum else "_noav")
+            + ("" if package_storage else "_plain")
+            + ("" if write_back else "_nowb")
+        )
         statements, _ = bench.provision(name, 0)
         table = statements["table"]
         if not autovacuum:
@@ -348,6 +373,7 @@ def scale_engine(
             "rows": rows,
             "autovacuum": autovacuum if bench.engine == "postgresql" else None,
             "package_storage_parameters": package_storage if bench.engine == "postgresql" else None,
+            "package_write_back": write_back if bench.engine == "postgresql" else None,
             "fill_seconds": fill_seconds,
             "fill_rows_per_s": rows / fill_seconds,
             "before": storage(bench, table, name),
@@ -357,7 +383,7 @@ def scale_engine(
             print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
         task = {
             "runner": "scale:drain_runner",
-            "url": bench.url,
+            "url": bench.url if write_back else server_flush_url(bench.url),
             "table": name,
             "qualified": table,
             "total": rows,
@@ -385,6 +411,7 @@ def scale_engine(
             rss_peak=max(rss),
             rss_end=rss[-1],
             cpu_seconds=info["cpu_seconds"],
+            backend_flush_after=info.get("backend_flush_after"),
             after=storage(bench, table, name),
         )
         if bench.engine == "postgresql":
@@ -402,7 +429,8 @@ def scale_engine(
         result["drains"].append(drain)
         print(
             f"  {label} drain {rows:>9,} rows{'' if autovacuum in (True, None) else ' (autovacuum off)'}"
-            f"{'' if package_storage else ' (server default storage parameters)'}: "
+            f"{'' if package_storage else ' (server default storage parameters)'}"
+            f"{'' if write_back else ' (backend_flush_after 0)'}: "
             f"fill {fill_seconds:.1f} s, drain {seconds:.1f} s = {rows / seconds:,.0f} msgs/s; deciles "
             + " ".join(f"{value:,.0f}" for value in segments)
             + "; I/O stall ms per tenth "

@@ -99,6 +99,8 @@ def _table_settings(drain: dict[str, Any]) -> str:
         return "off"
     if drain.get("package_storage_parameters") is False:
         return "on, server's defaults"
+    if drain.get("package_write_back") is False:
+        return "on, package's parameters, backend_flush_after 0"
     return "on, package's parameters" if drain["before"].get("storage_parameters") else "on"
 
 
@@ -108,8 +110,10 @@ def _runs_during(drain: dict[str, Any]) -> int:
 
 
 def _package_drains(drains: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Leave out the drains of tables reset to the server's defaults (``--server-default-storage``)."""
-    return [drain for drain in drains if drain.get("package_storage_parameters") is not False]
+    """Leave out the drains of tables reset to the server's defaults (``--server-default-storage``) and
+    those by a session left at the server's ``backend_flush_after`` (``--no-write-back``)."""
+    defaults = ("package_storage_parameters", "package_write_back")
+    return [drain for drain in drains if all(drain.get(key) is not False for key in defaults)]
 
 
 def _seconds(value: float) -> str:

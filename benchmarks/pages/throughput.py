@@ -72,7 +72,7 @@ def peek_rows(scale: dict[str, Any] | None, engine: str) -> dict[int, dict[str, 
 
 def package_drain(scale: dict[str, Any] | None, rows: int) -> dict[str, Any] | None:
     """The PostgreSQL drain of ``rows`` from a table as the package creates it (autovacuum on, its own
-    storage parameters), if the scale run has one."""
+    storage parameters) by a session as the package sets it up, if the scale run has one."""
     for result in (scale or {}).get("scale", []):
         if result["engine"] != "postgresql":
             continue
@@ -81,6 +81,7 @@ def package_drain(scale: dict[str, Any] | None, rows: int) -> dict[str, Any] | N
                 drain["rows"] == rows
                 and drain["autovacuum"]
                 and drain.get("package_storage_parameters", True)
+                and drain.get("package_write_back", True)
             ):
                 return drain
     return None
