@@ -23,11 +23,11 @@ from typing import Any
 
 from pages import (
     benchmarks_page,
+    dba_tables,
     mover_page,
     performance_page,
     readme_page,
     reliability_page,
-    scale_tables,
     spark_drain,
     spark_source,
     transcribed_text,
@@ -48,7 +48,7 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "performance.md": performance_page.blocks,
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
     ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
-    ROOT / "docs" / "dba.md": scale_tables.dba_blocks,
+    ROOT / "docs" / "dba.md": dba_tables.dba_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
     ROOT / "docs" / "concurrency.md": transcribed_text.concurrency_blocks,
     ROOT / "docs" / "delayed-delivery.md": mover_page.delayed_delivery_blocks,

@@ -1,0 +1,345 @@
+"""docs/dba.md's measured blocks: deep drains on PostgreSQL, what vacuum gives back and when, the picks'
+plans over a drain, and what the disk does to a drain's tenths; rendered from the committed result files."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pages.scale_tables import (
+    _mib,
+    _mixed_finding,
+    _returned,
+    _runs_during,
+    _seconds,
+    _short_return,
+)
+
+
+def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
+    """docs/dba.md's measured deep drains on PostgreSQL: flat or not, and the storage coming back."""
+    (result,) = [result for result in scale["scale"] if result["engine"] == "postgresql"]
+    meta = scale["meta"]
+    drains = [drain for drain in result["drains"] if drain["autovacuum"]]
+    lines = [
+        f"Measured ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
+        "`benchmarks/run.py --scale --deep`, kept as `docs/data/raw/scale-2f6db82.json`; "
+        "[benchmarks.md](benchmarks.md#scale) has the latest run), one consumer draining each queue with "
+        "`receive(max_messages=100)`, autovacuum on with the server's settings:",
+        "",
+    ]
+    for drain in drains:
+        deciles = drain["decile_msgs_per_s"]
+        back = drain.get("storage_return")
+        text = (
+            f"- {drain['rows']:,} rows: {deciles[0]:,.0f} msgs/s over the first tenth, "
+            f"{min(deciles):,.0f} over the slowest ({min(deciles) / deciles[0]:.2f}x), "
+            f"{drain['msgs_per_s']:,.0f} over the whole {_seconds(drain['seconds'])} drain"
+        )
+        if back:
+            text += "; " + _returned(drain).replace(f" at {drain['rows']:,} rows", "")
+            if back["back_after_seconds"] is not None:
+                text += " (storage back without a manual `VACUUM`)"
+        lines.append(text + ".")
+    if result.get("mixed"):
+        lines.append(f"- Then {_mixed_finding(result['mixed'])}")
+    if before:
+        (old,) = [r for r in before["scale"] if r["engine"] == "postgresql"]
+        deepest = max((d for d in old["drains"] if d["autovacuum"]), key=lambda d: d["rows"])
+        deciles = deepest["decile_msgs_per_s"]
+        lines += [
+            "",
+            f"Before the mark ({before['meta']['date'][:10]}, the run committed in c687d42, "
+            "`docs/data/raw/scale-c687d42.json`), "
+            f"the {deepest['rows']:,}-row drain ran at {deciles[0]:,.0f} msgs/s over its first tenth and "
+            f"{min(deciles):,.0f} over its slowest ({min(deciles) / deciles[0]:.2f}x), and autovacuum ran "
+            f"{deepest['after']['autovacuum_count'] - deepest['before']['autovacuum_count']} time(s) during "
+            f"the {deepest['seconds']:.0f} s drain.",
+        ]
+    return lines
+
+
+def _returning_drains(doc: dict[str, Any], *, package_storage: bool = True) -> list[dict[str, Any]]:
+    """The drains watched for their storage: from tables with the package's storage parameters, or (with
+    ``package_storage=False``) those reset to the server's defaults in the same run (absent before
+    ``--server-default-storage`` existed)."""
+    (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
+    return [
+        drain
+        for drain in result["drains"]
+        if drain["autovacuum"]
+        and drain.get("storage_return")
+        and drain.get("package_storage_parameters", True) is package_storage
+    ]
+
+
+def storage_return_paragraph(
+    doc: dict[str, Any],
+    defaults: dict[str, Any],
+    deep: dict[str, Any] | None = None,
+    earlier: dict[str, Any] | None = None,
+) -> list[str]:
+    """docs/dba.md's bound: how long after a drain a table created with the package's storage parameters
+    took to give its storage back without a manual VACUUM, beside the run with the server's defaults;
+    ``deep`` is a separate run of the deepest size, with the same parameters, when there is one."""
+    meta = doc["meta"]
+    drains = _returning_drains(doc) + (_returning_drains(deep) if deep else [])
+    parameters = ", ".join(f"`{entry}`" for entry in drains[0]["before"]["storage_parameters"]) or "none"
+    load = meta["load_average_before"][0]
+    busy = "; other work shared the CPUs" if load > meta["machine"]["cpus"] else ""
+    lines = [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
+        f"`{meta['command']}`, kept as `docs/benchmarks/storage-return.json`; load average {load:.1f} at the "
+        f"start{busy}), queues created by the package (storage parameters "
+        f"{parameters}), one consumer draining each with `receive(max_messages=100)`, the server's "
+        "`autovacuum_naptime` of 1 min, then the table's size polled every 5 s with no manual `VACUUM`:",
+        "",
+        "| queued rows | size after the drain | autovacuum runs during the drain | storage back after | "
+        "back to | with the server's defaults"
+        + (
+            " (the deepest size: the same run, below)"
+            if deep and _returning_drains(deep, package_storage=False)
+            else ""
+        )
+        + " |",
+        "|--:|--:|--:|--:|--:|--:|",
+    ]
+    (old,) = [r for r in defaults["scale"] if r["engine"] == "postgresql"]
+    before = {d["rows"]: d for d in old["drains"] if d["autovacuum"] and d.get("storage_return")}
+    if deep:  # the same run's table with the server's defaults, where there is one, over an older run's
+        before.update({d["rows"]: d for d in _returning_drains(deep, package_storage=False)})
+    for drain in drains:
+        back = drain["storage_return"]
+        last = back["samples"][-1]
+        during = drain["after"]["autovacuum_count"] - drain["before"]["autovacuum_count"]
+        after = (
+            f"**{back['back_after_seconds']:.0f} s**"
+            if back["back_after_seconds"] is not None
+            else f"not within {back['wait_seconds']:.0f} s"
+        )
+        default = before.get(drain["rows"])
+        lines.append(
+            f"| {drain['rows']:,} | {_mib(back['samples'][0][1])} | {during} | {after} | {_mib(last[1])} | "
+            + (_short_return(default) if default else "-")
+            + " |"
+        )
+    if deep:
+        deep_meta = deep["meta"]
+        lines += [
+            "",
+            f"The {_returning_drains(deep)[-1]['rows']:,}-row drain ran in a separate run "
+            f"({deep_meta['date'][:10]}, commit {deep_meta['commit']}, `{deep_meta['command']}`, kept as "
+            f"`docs/benchmarks/storage-return-deep.json`; load average "
+            f"{deep_meta['load_average_before'][0]:.1f} at the start).",
+        ]
+        plain = _returning_drains(deep, package_storage=False)
+        if plain:
+            lines += _deep_pair(_returning_drains(deep)[-1], plain[-1], earlier)
+        else:
+            lines += _deep_drain_cost(_returning_drains(deep)[-1], old, defaults["meta"])
+    backs = [drain["storage_return"]["back_after_seconds"] for drain in drains]
+    if backs and None not in backs:
+        lines += [
+            "",
+            f"Every drain's storage came back within {max(backs):.0f} s of its end, up to "
+            f"{drains[-1]['rows']:,} rows.",
+        ]
+    if not deep:
+        lines += [
+            "",
+            "The deepest size (`--deep`, 10,000,000 rows) has not been measured with these storage "
+            "parameters: the bound holds up to the sizes in the table, on PostgreSQL "
+            f"{meta['versions']['postgresql'].split()[0]}.",
+        ]
+    return lines
+
+
+def _deep_drain_cost(drain: dict[str, Any], defaults: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """What the storage parameters cost the deepest drain itself: its speed and its slowest tenth, beside
+    the same size drained from a table with the server's defaults (docs/benchmarks/scale.json)."""
+    deciles = drain["decile_msgs_per_s"]
+    text = (
+        f"That drain took {drain['seconds']:,.0f} s ({drain['msgs_per_s']:,.0f} msgs/s), its slowest tenth "
+        f"ran at {min(deciles) / deciles[0]:.2f}x its first"
+    )
+    (same,) = [d for d in defaults["drains"] if d["rows"] == drain["rows"] and d["autovacuum"]] or [None]
+    if same is None:
+        return ["", text + "."]
+    old = same["decile_msgs_per_s"]
+    commit = meta.get("commit", "unknown")
+    took = f"{same['seconds']:,.0f} s ({same['msgs_per_s']:,.0f} msgs/s)"
+    return [
+        "",
+        f"{text}; from a table with the server's defaults (commit {commit}) it took {took}, slowest tenth "
+        f"{min(old) / old[0]:.2f}x. The two runs differ in the table's settings, and also in commit and day. "
+        "With these parameters autovacuum works on the table during the drain. Where a queue that deep is "
+        "drained at once and the drain's speed matters, the alternative is to create that table without "
+        "them (`--no-storage-parameters`) and schedule `VacuumQueuesOperator` after the drain.",
+    ]
+
+
+def _deep_pair(
+    package: dict[str, Any], plain: dict[str, Any], earlier: dict[str, Any] | None = None
+) -> list[str]:
+    """The deepest size drained twice in one run: from a table with the package's storage parameters and
+    from one reset to the server's defaults (``--server-default-storage``), side by side; ``earlier`` is
+    a run before it of the package's table alone (docs/data/raw/storage-return-deep-290f200.json)."""
+    lines = [
+        "",
+        f"The same run then drained {plain['rows']:,} rows once more, from a table whose storage parameters "
+        "were reset to the server's defaults (`--server-default-storage`), so that the two tables differ "
+        "in nothing else:",
+        "",
+        "| table | fill | drain | msgs/s | slowest tenth / first | autovacuum runs during the drain | "
+        "storage back without a manual `VACUUM` |",
+        "|---|--:|--:|--:|--:|--:|---|",
+    ]
+    for label, drain in (("the package's storage parameters", package), ("the server's defaults", plain)):
+        deciles = drain["decile_msgs_per_s"]
+        lines.append(
+            f"| {label} | {drain['fill_seconds']:,.0f} s | {drain['seconds']:,.0f} s | "
+            f"{drain['msgs_per_s']:,.0f} | {min(deciles) / deciles[0]:.2f}x | {_runs_during(drain)} | "
+            f"{_short_return(drain)} |"
+        )
+    if earlier:
+        (drain,) = _returning_drains(earlier)[-1:]
+        deciles = drain["decile_msgs_per_s"]
+        meta = earlier["meta"]
+        lines += [
+            "",
+            f"A run of the package's table alone the same day ({meta['date'][11:16]} UTC, commit "
+            f"{meta['commit']}, kept as `docs/data/raw/storage-return-deep-290f200.json`) took "
+            f"{drain['seconds']:,.0f} s, slowest tenth {min(deciles) / deciles[0]:.2f}x, storage back "
+            f"{_short_return(drain)}. Between those two runs of the same table, hours apart, the slowest "
+            f"tenth moved from {min(deciles) / deciles[0]:.2f}x to "
+            f"{min(package['decile_msgs_per_s']) / package['decile_msgs_per_s'][0]:.2f}x: read the pair "
+            "above, not a single run, for what the parameters cost.",
+        ]
+    return lines
+
+
+def storage_bypass_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md's evidence for ``vacuum_index_cleanup = on``: the run made with only the autovacuum
+    settings, whose deepest drained table was not given back, not even by a manual VACUUM."""
+    (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
+    meta = doc["meta"]
+    deepest = max((d for d in result["drains"] if d["autovacuum"]), key=lambda d: d["rows"])
+    vacuumed, after = deepest["after_vacuum"], deepest["after"]
+    parameters = ", ".join(f"`{entry}`" for entry in deepest["before"]["storage_parameters"])
+    runs = after["autovacuum_count"] - deepest["before"]["autovacuum_count"]
+    returned = "; ".join(
+        _returned(d) for d in result["drains"] if d["autovacuum"] and d is not deepest and d["storage_return"]
+    )
+    return [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"`{meta['command']}`, kept as `docs/data/raw/storage-return-07d3244.json`), storage parameters "
+        f"{parameters} only: "
+        f"{returned}; but at {deepest['rows']:,} rows autovacuum ran {runs} time(s) during the "
+        f"{deepest['seconds']:.0f} s drain, and the table's storage came back "
+        f"{_short_return(deepest)}"
+        f"; a manual plain `VACUUM` then left {_mib(vacuumed['total_bytes'])} "
+        f"({vacuumed['dead_tuples']:,} dead rows, {vacuumed['live_tuples']:,} live).",
+    ]
+
+
+def deep_explain_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md's evidence: the pages the receive's pick reads over a drain, from the start and after
+    the low-water mark (benchmarks/explain_drain.py)."""
+    meta, drain = doc["meta"], doc["drain"]
+    points = drain["points"]
+    lines = [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"`{meta['command']}`): a queue of {drain['rows']:,} rows drained through the package, and at three "
+        "points `EXPLAIN (ANALYZE, BUFFERS)` of the pick of 100 (rolled back):",
+        "",
+        "| messages taken | dead tuples | autovacuum runs | pick from the start: pages, ms | "
+        "pick after the mark: pages, ms |",
+        "|--:|--:|--:|--:|--:|",
+    ]
+    for point in points:
+        after = point["after_mark"]
+        lines.append(
+            f"| {point['received']:,} | {point['dead_tuples']:,} | {point['autovacuum_count']} | "
+            f"{point['from_start']['pages']:,}, {point['from_start']['ms']:.2f} | "
+            + (f"{after['pages']:,}, {after['ms']:.2f} |" if after else "- |")
+        )
+    return lines
+
+
+def drain_io_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md's deep-drain tenths beside what each coincided with: two runs of one command."""
+    runs = doc["runs"]
+    first = runs[0]["meta"]
+    lines = [
+        f"Measured ({first['date'][:10]}, commit {first['commit']}, {len(runs)} runs back to back of "
+        f"`{first['command'].split(' --json')[0]}`, kept as `docs/data/raw/drain-io-04ced7b.json`): one "
+        "consumer draining 1,000,000 rows with `receive(max_messages=100)`, the package's table settings; "
+        "per tenth, its rate, the host's I/O stall time during it (Linux PSI), the page cache not yet "
+        "written to disk at its end, and the checkpoints PostgreSQL counted during it:",
+        "",
+        "| tenth | "
+        + " | ".join(
+            f"run {i + 1}: msgs/s, I/O stall ms, unwritten MiB, checkpoints" for i in range(len(runs))
+        )
+        + " |",
+        "|--:|" + "--:|" * len(runs),
+    ]
+    for tenth in range(10):
+        cells = []
+        for run in runs:
+            drain = run["drain"]
+            rate = drain["decile_msgs_per_s"][tenth]
+            activity = drain["decile_activity"][tenth]
+            stall, unwritten = activity["io_stall_ms"], activity["dirty_mb"]
+            cells.append(f"{rate:,.0f}, {stall:,}, {unwritten:,}, {activity['checkpoints']}")
+        lines.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+    lines.append("")
+    summary = []
+    for index, run in enumerate(runs):
+        drain = run["drain"]
+        deciles = drain["decile_msgs_per_s"]
+        vacuumed = any(tenth["vacuuming"] for tenth in drain["decile_activity"])
+        ratio = min(deciles) / deciles[0]
+        summary.append(
+            f"run {index + 1}: {drain['seconds']:.1f} s, slowest tenth / first {ratio:.2f}x, "
+            + ("a vacuum of the table ran during the drain" if vacuumed else "no vacuum of the table ran")
+        )
+    lines.append("; ".join(summary) + ".")
+    return lines
+
+
+def dba_blocks() -> dict[str, tuple[str, list[str]]]:
+    from pages.blocks import ROOT
+    from pages.transcribed_text import data_blocks
+
+    folder = ROOT / "docs" / "benchmarks"
+    # the run with the server's settings, before the package gave queue tables storage parameters: the
+    # problem dba.md describes, and the "with the server's defaults" column beside the package's tables
+    scale = json.loads((ROOT / "docs" / "data" / "raw" / "scale-2f6db82.json").read_text(encoding="utf-8"))
+    before_path = ROOT / "docs" / "data" / "raw" / "scale-c687d42.json"
+    before = json.loads(before_path.read_text(encoding="utf-8")) if before_path.exists() else None
+    explained = json.loads((folder / "deep-explain.json").read_text(encoding="utf-8"))
+    returned = json.loads((folder / "storage-return.json").read_text(encoding="utf-8"))
+    deep_path = folder / "storage-return-deep.json"
+    deep = json.loads(deep_path.read_text(encoding="utf-8")) if deep_path.exists() else None
+    earlier_path = ROOT / "docs" / "data" / "raw" / "storage-return-deep-290f200.json"
+    earlier = json.loads(earlier_path.read_text(encoding="utf-8")) if earlier_path.exists() else None
+    bypassed_path = ROOT / "docs" / "data" / "raw" / "storage-return-07d3244.json"
+    bypassed = json.loads(bypassed_path.read_text(encoding="utf-8"))
+    drain_io = json.loads(
+        (ROOT / "docs" / "data" / "raw" / "drain-io-04ced7b.json").read_text(encoding="utf-8")
+    )
+    return {
+        "dba-drain-io": ("docs/data/raw/drain-io-04ced7b.json", drain_io_paragraph(drain_io)),
+        "dba-storage-bypass": (
+            "docs/data/raw/storage-return-07d3244.json",
+            storage_bypass_paragraph(bypassed),
+        ),
+        "dba-vacuum-drain": ("docs/data/raw/scale-2f6db82.json", vacuum_paragraph(scale, before)),
+        "dba-storage-return": (
+            "docs/benchmarks/storage-return.json",
+            storage_return_paragraph(returned, scale, deep, earlier),
+        ),
+        "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
+        **data_blocks("babelfish.json"),
+    }
