@@ -329,7 +329,9 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     drain_io = json.loads(
         (ROOT / "docs" / "data" / "raw" / "drain-io-04ced7b.json").read_text(encoding="utf-8")
     )
+    latest = json.loads((folder / "scale.json").read_text(encoding="utf-8"))
     return {
+        "dba-write-back": ("docs/benchmarks/scale.json", write_back_paragraph(latest)),
         "dba-drain-io": ("docs/data/raw/drain-io-04ced7b.json", drain_io_paragraph(drain_io)),
         "dba-storage-bypass": (
             "docs/data/raw/storage-return-07d3244.json",
@@ -343,3 +345,78 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
         "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
         **data_blocks("babelfish.json"),
     }
+
+
+def _write_back_pairs(scale: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each PostgreSQL drain by a session left at ``backend_flush_after`` 0 (``--no-write-back``), with the
+    drain of the same size by a session as the package sets it up, from the same run."""
+    pairs = []
+    for result in scale["scale"]:
+        if result["engine"] != "postgresql":
+            continue
+        for plain in result["drains"]:
+            if plain.get("package_write_back") is not False:
+                continue
+            partner = next(
+                drain
+                for drain in result["drains"]
+                if drain["rows"] == plain["rows"]
+                and drain["autovacuum"]
+                and drain.get("package_storage_parameters") is not False
+                and drain.get("package_write_back") is not False
+            )
+            pairs.append((partner, plain))
+    return pairs
+
+
+def _write_back_summary(drain: dict[str, Any]) -> str:
+    deciles, tenths = drain["decile_msgs_per_s"], drain["decile_activity"]
+    unwritten = max(tenth["dirty_mb"] for tenth in tenths)
+    stall = max(tenth["io_stall_ms"] for tenth in tenths)
+    return (
+        f"{drain['seconds']:,.1f} s, {drain['msgs_per_s']:,.0f} msgs/s, slowest tenth / first "
+        f"{min(deciles) / deciles[0]:.2f}x, unwritten page cache at most {unwritten:,} MiB, I/O stall at "
+        f"most {stall:,} ms in a tenth, autovacuum ran "
+        f"{_runs_during(drain)} time(s) during the drain"
+    )
+
+
+def write_back_paragraph(scale: dict[str, Any]) -> list[str]:
+    """docs/dba.md: the same drains by sessions with and without ``backend_flush_after``, tenth by tenth."""
+    meta = scale["meta"]
+    pairs = _write_back_pairs(scale)
+    if not pairs:
+        return ["Not measured in the latest scale run: `benchmarks/run.py --scale --no-write-back 1000000`."]
+    lines = [
+        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"`{meta['command'].split(' --json')[0]}`, kept as `docs/benchmarks/scale.json`, "
+        f"{meta['machine']['cpus']} CPUs, {meta['machine']['cpu']}): each size drained by one consumer with "
+        "`receive(max_messages=100)` from a table with the package's settings, once by a session as the "
+        f"package sets it up (`backend_flush_after` {pairs[0][0].get('backend_flush_after')}) and once by a "
+        f"session left at the server's `backend_flush_after` ({pairs[0][1].get('backend_flush_after')}); "
+        "per tenth, its rate, the host's I/O stall time during it, the page cache not yet written to "
+        "disk at its end, and whether a vacuum of the table was running then:",
+        "",
+    ]
+    for written, plain in pairs:
+        lines += [
+            f"| {written['rows']:,} rows: tenth | package's session: msgs/s, I/O stall ms, unwritten MiB, "
+            "vacuum | left at 0: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
+            "|--:|--:|--:|",
+        ]
+        for tenth in range(10):
+            cells = []
+            for drain in (written, plain):
+                activity = drain["decile_activity"][tenth]
+                cells.append(
+                    f"{drain['decile_msgs_per_s'][tenth]:,.0f}, {activity['io_stall_ms']:,}, "
+                    f"{activity['dirty_mb']:,}, {'yes' if activity['vacuuming'] else 'no'}"
+                )
+            lines.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            f"{written['rows']:,} rows: the package's session {_write_back_summary(written)}; left at 0, "
+            f"{_write_back_summary(plain)}.",
+            "",
+        ]
+    return lines[:-1]

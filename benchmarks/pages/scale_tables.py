@@ -40,7 +40,8 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
         )
         if result["engine"] == "postgresql":
             ratios = ", ".join(
-                f"{min(d['decile_msgs_per_s']) / d['decile_msgs_per_s'][0]:.2f}x at {d['rows']:,}"
+                f"{min(d['decile_msgs_per_s']) / d['decile_msgs_per_s'][0]:.2f}x at {d['rows']:,} "
+                f"(a tenth of {_seconds(d['seconds'] / 10)})"
                 for d in drains
             )
             found.append(f"- {name}: the slowest tenth of each drain against its first tenth: {ratios}.")
@@ -59,6 +60,18 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
                     f"storage parameters: {plain['msgs_per_s']:,.0f} msgs/s, first tenth {deciles[0]:,.0f}, "
                     f"slowest {min(deciles):,.0f} ({min(deciles) / deciles[0]:.2f}x), autovacuum ran "
                     f"{_runs_during(plain)} time(s) during the drain; storage back {_short_return(plain)}."
+                )
+            for plain in result["drains"]:
+                if plain.get("package_write_back") is not False:
+                    continue
+                deciles = plain["decile_msgs_per_s"]
+                unwritten = max(tenth["dirty_mb"] for tenth in plain["decile_activity"])
+                found.append(
+                    f"- {name}, {plain['rows']:,} rows again by a session left at the server's "
+                    f"`backend_flush_after` ({plain.get('backend_flush_after')}): "
+                    f"{plain['msgs_per_s']:,.0f} msgs/s, first tenth {deciles[0]:,.0f}, slowest "
+                    f"{min(deciles):,.0f} ({min(deciles) / deciles[0]:.2f}x), unwritten page cache at most "
+                    f'{unwritten:,} MiB (docs/dba.md, "What else moves a deep drain\'s tenths").'
                 )
             if result.get("mixed"):
                 found.append(f"- {name}: {_mixed_finding(result['mixed'])}")
@@ -116,6 +129,8 @@ def _package_drains(drains: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _seconds(value: float) -> str:
+    if value < 0.1:
+        return f"{value * 1000:.0f} ms"
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
 
 
