@@ -4,9 +4,11 @@ checkpoint's fsync to flush while commits wait (docs/dba.md). A value anyone els
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from conftest import EngineTarget, odbc_target
 from postgres_plugin import PostgresServer
@@ -73,3 +75,37 @@ def odbc_postgres(request: pytest.FixtureRequest, tmp_path) -> Iterator[EngineTa
 def test_psqlodbc_connections_write_back_their_evictions_too(odbc_postgres: EngineTarget) -> None:
     with odbc_postgres.open() as transport:
         assert flush_after(transport) == BACKEND_FLUSH_AFTER
+
+
+@postgres_only
+def test_a_server_that_refuses_the_setting_still_serves_queues(
+    target: EngineTarget, postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A role denied ``pg_settings`` (as on a server without it): the statement fails, the session stays
+    at the server's value, a warning says so, and queues work on that connection."""
+    import airflow_provider_sqlqueue.dialects.postgres_session as session
+
+    role = f"flush_{uuid.uuid4().hex[:8]}"
+    password = uuid.uuid4().hex
+    postgres_server.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+    postgres_server.execute(f"CREATE DATABASE {role} OWNER {role}")
+    try:
+        denied = make_url(target.url).set(database=role)
+        with psycopg.connect(
+            denied.set(drivername="postgresql").render_as_string(False), autocommit=True
+        ) as c:
+            c.execute("REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC")
+        session._refusal_logged = False
+        url = denied.set(username=role, password=password)
+        with caplog.at_level(logging.WARNING), open_transport(url) as transport:
+            assert flush_after(transport) == "0"
+            queue = transport.queue("orders")
+            queue.create()
+            queue.send(b"served")
+            with queue.receive(1) as batch:
+                assert [message.body for message in batch] == [b"served"]
+        assert "backend_flush_after not set" in caplog.text
+        assert "permission denied" in caplog.text
+    finally:
+        postgres_server.execute(f"DROP DATABASE {role} WITH (FORCE)")
+        postgres_server.execute(f"DROP ROLE {role}")

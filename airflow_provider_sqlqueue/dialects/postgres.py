@@ -549,7 +549,7 @@ class PostgresDialect(PostgresStorage):
 
     def prepare_connection(self, connection: Any) -> None:
         connection.autocommit = False
-        write_back_own_evictions(connection)
+        write_back_own_evictions(connection, self.is_connection_lost)
 
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import psycopg
