@@ -516,7 +516,7 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
             if engine == "postgresql":
                 from postgres_bed import throwaway_postgres
 
-                cluster = stack.enter_context(throwaway_postgres(durable=True))
+                cluster = stack.enter_context(throwaway_postgres(durable=True, settings=args.server_setting))
                 url = raw_target = cluster.url()
             else:
                 raw_target = str(folder / "scale.db")
@@ -640,6 +640,13 @@ def main(argv: list[str] | None = None) -> int:
         "backend_flush_after (0) instead of the package's [none]",
     )
     parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="--scale: a postgresql.conf setting for the run's PostgreSQL cluster (repeatable) [none]",
+    )
+    parser.add_argument(
         "--deep", action="store_true", help=f"--scale: also drain {scale.DEEP_SIZE:,} rows on PostgreSQL"
     )
     parser.add_argument(
@@ -683,6 +690,12 @@ def main(argv: list[str] | None = None) -> int:
     only = [name.strip() for name in (args.only or ",".join(SECTIONS)).split(",") if name.strip()]
     if not only or not set(only) <= set(SECTIONS):
         parser.error("--only takes " + ", ".join(SECTIONS) + " (comma-separated)")
+    if args.server_setting and not args.scale:
+        parser.error("--server-setting is for --scale runs")
+    settings = [entry.partition("=") for entry in args.server_setting]
+    if any(not name.strip() or not sep or not value.strip() for name, sep, value in settings):
+        parser.error("--server-setting takes NAME=VALUE")
+    args.server_setting = {name.strip(): value.strip() for name, _, value in settings}
     if args.only and args.scale:
         parser.error("--only chooses sections of the throughput run, not of --scale")
     args.only = only
@@ -726,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
             "sections": args.only if not args.scale else [],
             "repeat": args.repeat,
             "postgresql_settings": "throwaway_postgres(durable=True): fsync, synchronous_commit and "
-            "full_page_writes on, shared_buffers=128MB, TCP on 127.0.0.1",
+            "full_page_writes on, shared_buffers=128MB, TCP on 127.0.0.1"
+            + "".join(f", {name}={value}" for name, value in args.server_setting.items()),
             "sqlite_settings": "journal_mode=WAL, synchronous=FULL (what the transport sets)",
             "load_average_before": os.getloadavg(),
         }
