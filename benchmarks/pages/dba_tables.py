@@ -330,7 +330,11 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
         (ROOT / "docs" / "data" / "raw" / "drain-io-04ced7b.json").read_text(encoding="utf-8")
     )
     latest = json.loads((folder / "scale.json").read_text(encoding="utf-8"))
+    server_flush = json.loads(
+        (ROOT / "docs" / "data" / "raw" / "server-flush-e0fcf77.json").read_text(encoding="utf-8")
+    )
     return {
+        "dba-server-flush": ("docs/data/raw/server-flush-e0fcf77.json", server_flush_paragraph(server_flush)),
         "dba-write-back": ("docs/benchmarks/scale.json", write_back_paragraph(latest)),
         "dba-drain-io": ("docs/data/raw/drain-io-04ced7b.json", drain_io_paragraph(drain_io)),
         "dba-storage-bypass": (
@@ -420,3 +424,47 @@ def write_back_paragraph(scale: dict[str, Any]) -> list[str]:
             "",
         ]
     return lines[:-1]
+
+
+def server_flush_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md: the deep drains with ``backend_flush_after`` in postgresql.conf (autovacuum workers
+    included) beside the same drains with only the package's sessions setting it, two runs back to back."""
+    server, package = (run["result"] for run in doc["runs"])
+    first = server["meta"]
+
+    def drains(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        (engine,) = result["scale"]
+        return {drain["rows"]: drain for drain in engine["drains"] if drain["autovacuum"]}
+
+    with_server, with_package = drains(server), drains(package)
+    deepest = max(with_server)
+    lines = [
+        f"Measured ({first['date'][:10]}, commit {first['commit']}, two runs back to back of "
+        f"`{package['meta']['command'].split(' --json')[0]}`, the first with `--server-setting "
+        "backend_flush_after=256kB`; kept as `docs/data/raw/server-flush-e0fcf77.json`): the package's "
+        "sessions set 256 kB in both runs; in the first the server's own value covered every backend, the "
+        f"autovacuum workers included. The {deepest:,}-row drain, tenth by tenth:",
+        "",
+        "| tenth | in postgresql.conf: msgs/s, I/O stall ms, unwritten MiB, vacuum | the package's sessions "
+        "only: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
+        "|--:|--:|--:|",
+    ]
+    for tenth in range(10):
+        cells = []
+        for drain in (with_server[deepest], with_package[deepest]):
+            activity = drain["decile_activity"][tenth]
+            cells.append(
+                f"{drain['decile_msgs_per_s'][tenth]:,.0f}, {activity['io_stall_ms']:,}, "
+                f"{activity['dirty_mb']:,}, {'yes' if activity['vacuuming'] else 'no'}"
+            )
+        lines.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "; ".join(
+            f"{rows:,} rows: in postgresql.conf {_write_back_summary(with_server[rows])}; the package's "
+            f"sessions only, {_write_back_summary(with_package[rows])}"
+            for rows in sorted(with_server)
+        )
+        + "."
+    )
+    return lines
