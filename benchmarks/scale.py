@@ -102,17 +102,15 @@ def drain_runner(task: dict[str, Any]) -> Any:
     with transport.connection():
         pass
     postgres = transport.dialect.name == "postgresql"
-    if postgres:
-        with transport.connection() as connection:
-            cursor = connection.cursor()
-            cursor.execute("SHOW backend_flush_after", ())
-            info_flush = str(cursor.fetchone()[0])
-            connection.rollback()
     total = task["total"]
     marks = [round(total * step / 10) for step in range(1, 11)]
     info: dict[str, Any] = {"rss_start": rss_bytes()}
     if postgres:
-        info["backend_flush_after"] = info_flush
+        with transport.connection() as connection:
+            cursor = connection.cursor()
+            cursor.execute("SHOW backend_flush_after", ())
+            info["backend_flush_after"] = str(cursor.fetchone()[0])
+            connection.rollback()
 
     def host_sample() -> dict[str, Any]:
         sample: dict[str, Any] = {"io_stall_ms": io_stall_ms(), "dirty_mb": dirty_mb()}

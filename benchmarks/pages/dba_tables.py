@@ -373,6 +373,21 @@ def _write_back_pairs(scale: dict[str, Any]) -> list[tuple[dict[str, Any], dict[
     return pairs
 
 
+def _paired_tenths(left: dict[str, Any], right: dict[str, Any]) -> list[str]:
+    """Table rows, one per tenth, of two drains side by side: rate, I/O stall, unwritten MiB, vacuum."""
+    rows = []
+    for tenth in range(10):
+        cells = []
+        for drain in (left, right):
+            activity = drain["decile_activity"][tenth]
+            cells.append(
+                f"{drain['decile_msgs_per_s'][tenth]:,.0f}, {activity['io_stall_ms']:,}, "
+                f"{activity['dirty_mb']:,}, {'yes' if activity['vacuuming'] else 'no'}"
+            )
+        rows.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def _write_back_summary(drain: dict[str, Any]) -> str:
     deciles, tenths = drain["decile_msgs_per_s"], drain["decile_activity"]
     unwritten = max(tenth["dirty_mb"] for tenth in tenths)
@@ -408,15 +423,7 @@ def write_back_paragraph(scale: dict[str, Any]) -> list[str]:
             "vacuum | left at 0: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
             "|--:|--:|--:|",
         ]
-        for tenth in range(10):
-            cells = []
-            for drain in (written, plain):
-                activity = drain["decile_activity"][tenth]
-                cells.append(
-                    f"{drain['decile_msgs_per_s'][tenth]:,.0f}, {activity['io_stall_ms']:,}, "
-                    f"{activity['dirty_mb']:,}, {'yes' if activity['vacuuming'] else 'no'}"
-                )
-            lines.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+        lines += _paired_tenths(written, plain)
         lines += [
             "",
             f"{written['rows']:,} rows: the package's session {_write_back_summary(written)}; left at 0, "
@@ -449,15 +456,7 @@ def server_flush_paragraph(doc: dict[str, Any]) -> list[str]:
         "only: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
         "|--:|--:|--:|",
     ]
-    for tenth in range(10):
-        cells = []
-        for drain in (with_server[deepest], with_package[deepest]):
-            activity = drain["decile_activity"][tenth]
-            cells.append(
-                f"{drain['decile_msgs_per_s'][tenth]:,.0f}, {activity['io_stall_ms']:,}, "
-                f"{activity['dirty_mb']:,}, {'yes' if activity['vacuuming'] else 'no'}"
-            )
-        lines.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
+    lines += _paired_tenths(with_server[deepest], with_package[deepest])
     lines.append("")
     lines.append(
         "; ".join(
