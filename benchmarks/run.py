@@ -695,6 +695,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = [entry.partition("=") for entry in args.server_setting]
     if any(not name.strip() or not sep or not value.strip() for name, sep, value in settings):
         parser.error("--server-setting takes NAME=VALUE")
+    if any(
+        not name.strip().replace("_", "").isalnum() or "'" in value or "\n" in value
+        for name, _, value in settings
+    ):
+        parser.error("--server-setting: NAME is letters, digits and _, VALUE holds no quote or line break")
     args.server_setting = {name.strip(): value.strip() for name, _, value in settings}
     if args.only and args.scale:
         parser.error("--only chooses sections of the throughput run, not of --scale")
