@@ -11,6 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from airflow_provider_sqlqueue.dialects import (
+    BabelfishDialect,
+    PostgresDialect,
+    SqliteDialect,
+    SqlServerDialect,
+)
+from airflow_provider_sqlqueue.dialects.odbc import PostgresOverOdbc, SqliteOverOdbc
 from airflow_provider_sqlqueue.model.errors import MessageTooLarge, TransientDatabaseError
 from airflow_provider_sqlqueue.transport import headers as h
 from airflow_provider_sqlqueue.transport import open_transport
@@ -21,6 +28,7 @@ from airflow_provider_sqlqueue.transport.message import (
     new_message_ids_and_texts,
     uuid_from_int,
 )
+from airflow_provider_sqlqueue.transport.queue.plain_rows import plain_send_rows
 from airflow_provider_sqlqueue.transport.queue.rows import parse_id, parse_text_ids
 
 
@@ -30,6 +38,72 @@ def test_default_header_text_is_what_the_encoder_writes() -> None:
         standard = {h.MESSAGE_ID: text_id, h.CORRELATION_ID: text_id, h.MESSAGE_INTENT: "Send"}
         expected = h.encode_headers({**standard, h.CONVERSATION_ID: conversation, h.TIME_SENT: time_sent})
         assert h.default_headers_text(text_id, time_sent, conversation) == expected
+
+
+def test_default_header_texts_of_a_batch_are_those_of_each_message() -> None:
+    time_sent = h.time_sent_now()
+    ids, conversations = new_id_texts(20), new_id_texts(20)
+    expected = [
+        h.encode_headers(
+            {
+                h.MESSAGE_ID: message_id,
+                h.CORRELATION_ID: message_id,
+                h.MESSAGE_INTENT: "Send",
+                h.CONVERSATION_ID: conversation,
+                h.TIME_SENT: time_sent,
+            }
+        )
+        for message_id, conversation in zip(ids, conversations, strict=True)
+    ]
+    assert h.default_headers_texts(ids, time_sent, conversations) == expected
+    assert len(set(expected)) == 20
+    with pytest.raises(ValueError):
+        h.default_headers_texts(ids, time_sent, conversations[:-1])
+
+
+class _TextBodyDialect(SqliteDialect):
+    """A dialect whose send_params changes a value (as one binding bodies differently would)."""
+
+    def send_params(self, message_id, correlation_id, reply_to_address, time_to_be_received, headers, body):  # type: ignore[no-untyped-def]
+        return super().send_params(
+            message_id, correlation_id, reply_to_address, time_to_be_received, headers, body.hex()
+        )
+
+
+class _IdTwiceDialect(SqliteDialect):
+    """A dialect that binds the Id twice and leaves CorrelationId out."""
+
+    def send_params(self, message_id, correlation_id, reply_to_address, time_to_be_received, headers, body):  # type: ignore[no-untyped-def]
+        return (message_id, message_id, None, None, headers, body)
+
+
+@pytest.mark.parametrize(
+    "dialect",
+    [
+        SqliteDialect(),
+        PostgresDialect(),
+        SqlServerDialect(),
+        BabelfishDialect(),
+        PostgresOverOdbc(),
+        SqliteOverOdbc(),
+        _TextBodyDialect(),
+        _IdTwiceDialect(),
+    ],
+    ids=lambda dialect: type(dialect).__name__,
+)
+def test_plain_rows_of_a_batch_are_what_send_params_gives_each(dialect) -> None:
+    ids, texts = new_message_ids_and_texts(7)
+    keys = [dialect.row_id(value) for value in ids]
+    time_sent = h.time_sent_now()
+    headers = h.default_headers_texts(texts, time_sent, new_id_texts(7))
+    bodies = [bytes([index]) * (index + 1) for index in range(7)]
+    expected = [
+        dialect.send_params(key, text, None, None, header, body)
+        for key, text, header, body in zip(keys, texts, headers, bodies, strict=True)
+    ]
+    assert plain_send_rows(dialect, keys, texts, headers, bodies) == expected
+    with pytest.raises(ValueError):
+        plain_send_rows(dialect, keys, texts, headers, bodies[:-1])
 
 
 def test_time_sent_is_the_nservicebus_format_of_now() -> None:

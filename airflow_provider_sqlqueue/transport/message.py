@@ -248,33 +248,3 @@ class ReceivedMessage:
 
     def text(self, encoding: str = "utf-8") -> str:
         return self.body.decode(encoding)
-
-
-def received_message(
-    id: uuid.UUID,
-    headers: dict[str, str | None],
-    body: bytes,
-    row_version: int,
-    expires: datetime | None,
-    correlation_id: str | None,
-    reply_to_address: str | None,
-    headers_text: str | None = None,
-) -> ReceivedMessage:
-    """A :class:`ReceivedMessage` from values already checked, without the frozen dataclass's
-    per-field ``__init__`` (a third of its cost): every received message is built here."""
-    made = object.__new__(ReceivedMessage)
-    object.__setattr__(
-        made,
-        "__dict__",
-        {
-            "id": id,
-            "headers": headers,
-            "body": body,
-            "row_version": row_version,
-            "expires": expires,
-            "correlation_id": correlation_id,
-            "reply_to_address": reply_to_address,
-            "headers_text": headers_text,
-        },
-    )
-    return made

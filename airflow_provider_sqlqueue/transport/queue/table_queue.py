@@ -34,11 +34,12 @@ from ...model.errors import (
     QueueNotFound,
     TransientDatabaseError,
 )
-from ..headers import default_headers_text, time_sent_now
+from ..headers import default_headers_text, default_headers_texts, time_sent_now
 from ..lease import shared_cursor
 from ..message import OutgoingMessage, new_id_texts, new_message_ids_and_texts
 from .batch import ReceivedBatch
 from .low_water import LowWaterMark
+from .plain_rows import plain_send_rows
 from .provisioning import (
     create_table,
     drop_table,
@@ -190,11 +191,8 @@ class TableQueue:
         keys: list[Any] = texts if self._ids_bind_as_text else [row_id(value) for value in ids]
         limit = self.transport.max_body_bytes
         if all(type(item) is bytes for item in items) and max(map(len, items)) <= limit:  # type: ignore[arg-type]
-            rows = [
-                send_params(key, text, None, None, default_headers_text(text, time_sent, conversation), body)
-                for key, text, conversation, body in zip(keys, texts, conversations, items, strict=True)
-            ]
-            return rows, ids
+            headers = default_headers_texts(texts, time_sent, conversations)
+            return plain_send_rows(dialect, keys, texts, headers, items), ids  # type: ignore[arg-type]
         rows = []
         for index, item in enumerate(items):
             kind = type(item)
