@@ -14,12 +14,13 @@ Each case runs on fresh tables twice per round, back to back: once through this 
 ``TableQueue``) and once through plain psycopg / sqlite3 executing the very statement text the project's
 dialect renders, with the same transaction structure and pre-built parameters (the ceiling). The ratio is
 project msgs/s divided by raw msgs/s, so it isolates the Python overhead of the project; with several
-rounds the median is reported. Every timed case runs in freshly spawned processes that connect and prepare
-their input before a common start signal; a send is timed from that signal until the last process has
-finished, a receive until the last message was received (its transaction committed), whichever process got
-it: a process that then waits in SQLite's busy handler (1, 2, 5, ... up to 100 ms between tries) only to find
-the queue empty delays its own exit, not the messages. Receives are checked: every pre-filled message
-received exactly once, the table empty after.
+rounds the median is reported. Every timed case runs in freshly spawned processes that connect, prepare
+their input and run one full garbage collection (``gc.collect()``: the clock then does not include sweeping
+the objects their imports and preparation made) before a common start signal; a send is timed from that
+signal until the last process has finished, a receive until the last message was received (its transaction
+committed), whichever process got it: a process that then waits in SQLite's busy handler (1, 2, 5, ... up
+to 100 ms between tries) only to find the queue empty delays its own exit, not the messages. Receives are
+checked: every pre-filled message received exactly once, the table empty after.
 
 Performance is reported from one run, never asserted.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import multiprocessing
@@ -247,6 +249,9 @@ def _worker(task: dict[str, Any], events: Any, start: Any) -> None:
     pid = os.getpid()
     try:
         run, close, info = _runner_for(task)(task)
+        # The imports and the preparation just made tens of thousands of objects the collector has not
+        # seen; left young, the first collections inside the clock would sweep and promote them all.
+        gc.collect()
         events.put(("ready", pid))
         if not start.wait(WORKER_TIMEOUT):
             raise TimeoutError("no start signal")
