@@ -538,6 +538,7 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
                 args.storage_wait,
                 args.server_default_storage,
                 args.no_write_back,
+                args.throttled_vacuum,
             )
             if args.mixed_seconds and engine == "postgresql":
                 print(f"  {ENGINE_LABELS[engine]}: mixed run, {args.mixed_seconds:.0f} s", flush=True)
@@ -638,6 +639,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="PostgreSQL sizes drained again, in the same run, by a session left at the server's "
         "backend_flush_after (0) instead of the package's [none]",
+    )
+    parser.add_argument(
+        "--throttled-vacuum",
+        type=sizes,
+        default=[],
+        help="PostgreSQL sizes drained again, in the same run, from a table whose autovacuum sleeps as the "
+        "server's default says (autovacuum_vacuum_cost_delay reset) instead of running unthrottled [none]",
     )
     parser.add_argument(
         "--server-setting",

@@ -330,13 +330,17 @@ def scale_engine(
     storage_wait: float = 0.0,
     server_default_sizes: list[int] | None = None,
     no_write_back_sizes: list[int] | None = None,
+    throttled_sizes: list[int] | None = None,
 ) -> dict[str, Any]:
     """All scale measurements on one engine. On PostgreSQL, ``server_default_sizes`` are drained once more
     from a table whose storage parameters are reset to the server's defaults, in the same run: the pair
     shows what the package's per-table settings change, with the commit, the hour and the machine alike.
     ``no_write_back_sizes`` are drained once more by a session left at the server's
     ``backend_flush_after`` (0: the URL's ``options`` say so, which the package keeps): the pair shows what
-    the package's session setting changes."""
+    the package's session setting changes. ``throttled_sizes`` are drained once more from a table whose
+    ``autovacuum_vacuum_cost_delay`` is reset to the server's (autovacuum sleeps between pages), every
+    other parameter the package's: the pair shows what the package's unthrottled vacuum costs a drain and
+    gives its storage."""
     result: dict[str, Any] = {"engine": bench.engine, "drains": [], "peek": []}
     label = bench.engine
     for rows in sorted(set(peek_sizes) - set(sizes)):  # peek-only sizes: fill, time, drop
@@ -347,17 +351,19 @@ def scale_engine(
         result["peek"].append(peek_and_count(bench, name, rows))
         print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
         bench.drop(name)
-    variants = [(rows, True, True, True) for rows in sorted(sizes)]
+    variants = [(rows, True, True, True, False) for rows in sorted(sizes)]
     if bench.engine == "postgresql":
-        variants += [(rows, False, True, True) for rows in sorted(autovacuum_off_sizes)]
-        variants += [(rows, True, False, True) for rows in sorted(server_default_sizes or [])]
-        variants += [(rows, True, True, False) for rows in sorted(no_write_back_sizes or [])]
-    for rows, autovacuum, package_storage, write_back in variants:
+        variants += [(rows, False, True, True, False) for rows in sorted(autovacuum_off_sizes)]
+        variants += [(rows, True, False, True, False) for rows in sorted(server_default_sizes or [])]
+        variants += [(rows, True, True, False, False) for rows in sorted(no_write_back_sizes or [])]
+        variants += [(rows, True, True, True, True) for rows in sorted(throttled_sizes or [])]
+    for rows, autovacuum, package_storage, write_back, throttled in variants:
         name = (
             f"scale_{rows}"
             + ("" if autovacuum else "_noav")
             + ("" if package_storage else "_plain")
             + ("" if write_back else "_nowb")
+            + ("_throttled" if throttled else "")
         )
         statements, _ = bench.provision(name, 0)
         table = statements["table"]
@@ -365,6 +371,8 @@ def scale_engine(
             bench.admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
         if not package_storage:
             bench.admin.execute(f"ALTER TABLE {table} RESET ({', '.join(STORAGE_PARAMETER_NAMES)})")
+        if throttled:
+            bench.admin.execute(f"ALTER TABLE {table} RESET (autovacuum_vacuum_cost_delay)")
         fill_seconds = fill(bench, table, rows)
         bench.settle(table)
         drain: dict[str, Any] = {
@@ -372,6 +380,7 @@ def scale_engine(
             "autovacuum": autovacuum if bench.engine == "postgresql" else None,
             "package_storage_parameters": package_storage if bench.engine == "postgresql" else None,
             "package_write_back": write_back if bench.engine == "postgresql" else None,
+            "throttled_vacuum": throttled if bench.engine == "postgresql" else None,
             "fill_seconds": fill_seconds,
             "fill_rows_per_s": rows / fill_seconds,
             "before": storage(bench, table, name),
@@ -428,7 +437,8 @@ def scale_engine(
         print(
             f"  {label} drain {rows:>9,} rows{'' if autovacuum in (True, None) else ' (autovacuum off)'}"
             f"{'' if package_storage else ' (server default storage parameters)'}"
-            f"{'' if write_back else ' (backend_flush_after 0)'}: "
+            f"{'' if write_back else ' (backend_flush_after 0)'}"
+            f"{' (autovacuum_vacuum_cost_delay: the server default)' if throttled else ''}: "
             f"fill {fill_seconds:.1f} s, drain {seconds:.1f} s = {rows / seconds:,.0f} msgs/s; deciles "
             + " ".join(f"{value:,.0f}" for value in segments)
             + "; I/O stall ms per tenth "

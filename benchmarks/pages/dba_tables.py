@@ -368,6 +368,7 @@ def _write_back_pairs(scale: dict[str, Any]) -> list[tuple[dict[str, Any], dict[
                 and drain["autovacuum"]
                 and drain.get("package_storage_parameters") is not False
                 and drain.get("package_write_back") is not False
+                and not drain.get("throttled_vacuum")
             )
             pairs.append((partner, plain))
     return pairs

@@ -113,6 +113,8 @@ def _table_settings(drain: dict[str, Any]) -> str:
         return "on, server's defaults"
     if drain.get("package_write_back") is False:
         return "on, package's parameters, backend_flush_after 0"
+    if drain.get("throttled_vacuum"):
+        return "on, package's parameters, the server's autovacuum_vacuum_cost_delay"
     return "on, package's parameters" if drain["before"].get("storage_parameters") else "on"
 
 
@@ -122,10 +124,15 @@ def _runs_during(drain: dict[str, Any]) -> int:
 
 
 def _package_drains(drains: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Leave out the drains of tables reset to the server's defaults (``--server-default-storage``) and
-    those by a session left at the server's ``backend_flush_after`` (``--no-write-back``)."""
+    """Leave out the drains of tables reset to the server's defaults (``--server-default-storage``), those
+    by a session left at the server's ``backend_flush_after`` (``--no-write-back``) and those of a table
+    whose autovacuum sleeps (``--throttled-vacuum``)."""
     defaults = ("package_storage_parameters", "package_write_back")
-    return [drain for drain in drains if all(drain.get(key) is not False for key in defaults)]
+    return [
+        drain
+        for drain in drains
+        if all(drain.get(key) is not False for key in defaults) and not drain.get("throttled_vacuum")
+    ]
 
 
 def _seconds(value: float) -> str:

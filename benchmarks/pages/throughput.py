@@ -82,6 +82,7 @@ def package_drain(scale: dict[str, Any] | None, rows: int) -> dict[str, Any] | N
                 and drain["autovacuum"]
                 and drain.get("package_storage_parameters", True)
                 and drain.get("package_write_back", True)
+                and not drain.get("throttled_vacuum")
             ):
                 return drain
     return None
