@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
+from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -23,6 +24,7 @@ from airflow_provider_sqlqueue.transport import headers as h
 from airflow_provider_sqlqueue.transport import open_transport
 from airflow_provider_sqlqueue.transport.message import (
     OutgoingMessage,
+    ReceivedMessage,
     new_id_texts,
     new_message_ids,
     new_message_ids_and_texts,
@@ -104,6 +106,23 @@ def test_plain_rows_of_a_batch_are_what_send_params_gives_each(dialect) -> None:
     assert plain_send_rows(dialect, keys, texts, headers, bodies) == expected
     with pytest.raises(ValueError):
         plain_send_rows(dialect, keys, texts, headers, bodies[:-1])
+
+
+def test_received_messages_are_the_dataclass_built_field_by_field(tmp_path) -> None:
+    transport = open_transport(f"sqlite:///{tmp_path}/fields.db")
+    queue = transport.queue("orders")
+    queue.create()
+    queue.send_batch([b"one", OutgoingMessage(b"two", {"NServiceBus.CorrelationId": "c-2"})])
+    with queue.receive(max_messages=2) as batch:
+        received = list(batch)
+    transport.close()
+    assert [message.body for message in received] == [b"one", b"two"]
+    for message in received:
+        rebuilt = ReceivedMessage(**{field.name: getattr(message, field.name) for field in fields(message)})
+        assert vars(message) == vars(rebuilt)
+        assert message == rebuilt
+        assert replace(message, body=b"x").body == b"x"
+    assert received[1].correlation_id == "c-2"
 
 
 def test_time_sent_is_the_nservicebus_format_of_now() -> None:

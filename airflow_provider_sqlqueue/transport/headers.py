@@ -40,6 +40,7 @@ __all__ = [
     "format_time_span",
     "format_timestamp",
     "parse_timestamp",
+    "read_header_map",
     "timestamp_or_none",
 ]
 

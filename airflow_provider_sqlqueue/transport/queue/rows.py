@@ -116,7 +116,7 @@ def decode_rows(raw: Sequence[Any]) -> tuple[list[ReceivedMessage], int, list[Po
         except ValueError:
             poison.append(PoisonRow(Row(*row), f"the Id {row_id!r} is not a UUID"))
             continue
-        message = new(ReceivedMessage)  # what received_message() makes, without a call per message
+        message = new(ReceivedMessage)  # the frozen dataclass's fields all at once, without its __init__
         give(
             message,
             "__dict__",
