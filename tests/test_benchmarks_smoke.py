@@ -174,3 +174,46 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
     if importlib.util.find_spec("matplotlib") is not None:
         assert image.stat().st_size > 10_000
         assert "](images/benchmarks.png)" in page
+
+
+@pytest.mark.skipif(find_postgres_bindir() is None, reason="PostgreSQL is not installed")
+def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -> None:
+    """``--throttled-vacuum``: the same size drained again from a table whose autovacuum sleeps as the
+    server's default says, every other storage parameter the package's; the pages leave it out of the
+    package's figures."""
+    scale = tmp_path / "scale.json"
+    _run(
+        str(BENCHMARKS / "run.py"),
+        "--scale",
+        "--engines",
+        "postgresql",
+        "--scale-sizes",
+        "2000",
+        "--peek-sizes",
+        "1000",
+        "--autovacuum-off",
+        "",
+        "--throttled-vacuum",
+        "2000",
+        "--storage-wait",
+        "1",
+        "--json",
+        str(scale),
+    )
+    (result,) = json.loads(scale.read_text(encoding="utf-8"))["scale"]
+    package, throttled = result["drains"]
+    assert (package["throttled_vacuum"], throttled["throttled_vacuum"]) == (False, True)
+    assert "autovacuum_vacuum_cost_delay=0" in package["before"]["storage_parameters"]
+    throttled_parameters = throttled["before"]["storage_parameters"]
+    assert not any(entry.startswith("autovacuum_vacuum_cost_delay") for entry in throttled_parameters)
+    assert set(throttled_parameters) == set(package["before"]["storage_parameters"]) - {
+        "autovacuum_vacuum_cost_delay=0"
+    }
+    assert throttled["rows"] == package["rows"] == 2000 and _positive(throttled["msgs_per_s"])
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from pages.scale_tables import _package_drains
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert _package_drains(result["drains"]) == [package]

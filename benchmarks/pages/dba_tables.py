@@ -333,7 +333,9 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     server_flush = json.loads(
         (ROOT / "docs" / "data" / "raw" / "server-flush-e0fcf77.json").read_text(encoding="utf-8")
     )
+    throttled = json.loads((ROOT / THROTTLED_VACUUM_RUN).read_text(encoding="utf-8"))
     return {
+        "dba-throttled-vacuum": (THROTTLED_VACUUM_RUN, throttled_vacuum_paragraph(throttled)),
         "dba-server-flush": ("docs/data/raw/server-flush-e0fcf77.json", server_flush_paragraph(server_flush)),
         "dba-write-back": ("docs/benchmarks/scale.json", write_back_paragraph(latest)),
         "dba-drain-io": ("docs/data/raw/drain-io-04ced7b.json", drain_io_paragraph(drain_io)),
@@ -349,6 +351,48 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
         "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
         **data_blocks("babelfish.json"),
     }
+
+
+THROTTLED_VACUUM_RUN = "docs/data/raw/throttled-vacuum-8bd77eb.json"
+
+
+def throttled_vacuum_paragraph(doc: dict[str, Any]) -> list[str]:
+    """docs/dba.md: the deepest drain from a table with the package's unthrottled autovacuum beside the
+    same drain from one whose ``autovacuum_vacuum_cost_delay`` is the server's (``--throttled-vacuum``)."""
+    meta = doc["meta"]
+    (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
+    package_drains = {
+        drain["rows"]: drain
+        for drain in result["drains"]
+        if drain["autovacuum"] and not drain.get("throttled_vacuum")
+    }
+    pairs = [
+        (package_drains[drain["rows"]], drain) for drain in result["drains"] if drain.get("throttled_vacuum")
+    ]
+    lines = [
+        f"Measured ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"`{meta['command'].split(' --json')[0]}`, kept as `{THROTTLED_VACUUM_RUN}`, "
+        f"{meta['machine']['cpus']} CPUs, {meta['machine']['cpu']}): in one run, each size drained by one "
+        "consumer with `receive(max_messages=100)` from a table with the "
+        "package's parameters, and once more from a table whose `autovacuum_vacuum_cost_delay` was reset to "
+        "the server's, every other parameter the package's. Per tenth, its rate, the host's I/O stall time "
+        "during it, the page cache not yet written to disk at its end, and whether a vacuum of the table "
+        "was running then:",
+        "",
+    ]
+    for unthrottled, throttled in pairs:
+        lines += [
+            f"| {throttled['rows']:,} rows: tenth | unthrottled (the package's): msgs/s, I/O stall ms, "
+            "unwritten MiB, vacuum | the server's cost delay: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
+            "|--:|--:|--:|",
+            *_paired_tenths(unthrottled, throttled),
+            "",
+            f"{throttled['rows']:,} rows: unthrottled {_write_back_summary(unthrottled)}, storage back "
+            f"{_short_return(unthrottled)}; with the server's cost delay, {_write_back_summary(throttled)}, "
+            f"storage back {_short_return(throttled)}.",
+            "",
+        ]
+    return lines[:-1]
 
 
 def _write_back_pairs(scale: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
