@@ -14,6 +14,7 @@ from pages.scale_tables import (
     _seconds,
     _short_return,
 )
+from pages.throughput import is_package_drain
 
 
 def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
@@ -362,9 +363,7 @@ def throttled_vacuum_paragraph(doc: dict[str, Any]) -> list[str]:
     meta = doc["meta"]
     (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
     package_drains = {
-        drain["rows"]: drain
-        for drain in result["drains"]
-        if drain["autovacuum"] and not drain.get("throttled_vacuum")
+        drain["rows"]: drain for drain in result["drains"] if drain["autovacuum"] and is_package_drain(drain)
     }
     pairs = [
         (package_drains[drain["rows"]], drain) for drain in result["drains"] if drain.get("throttled_vacuum")
@@ -408,11 +407,7 @@ def _write_back_pairs(scale: dict[str, Any]) -> list[tuple[dict[str, Any], dict[
             partner = next(
                 drain
                 for drain in result["drains"]
-                if drain["rows"] == plain["rows"]
-                and drain["autovacuum"]
-                and drain.get("package_storage_parameters") is not False
-                and drain.get("package_write_back") is not False
-                and not drain.get("throttled_vacuum")
+                if drain["rows"] == plain["rows"] and drain["autovacuum"] and is_package_drain(drain)
             )
             pairs.append((partner, plain))
     return pairs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.throughput import ENGINE_LABELS
+from pages.throughput import ENGINE_LABELS, is_package_drain
 
 
 def _mib(value: float) -> str:
@@ -127,12 +127,7 @@ def _package_drains(drains: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Leave out the drains of tables reset to the server's defaults (``--server-default-storage``), those
     by a session left at the server's ``backend_flush_after`` (``--no-write-back``) and those of a table
     whose autovacuum sleeps (``--throttled-vacuum``)."""
-    defaults = ("package_storage_parameters", "package_write_back")
-    return [
-        drain
-        for drain in drains
-        if all(drain.get(key) is not False for key in defaults) and not drain.get("throttled_vacuum")
-    ]
+    return [drain for drain in drains if is_package_drain(drain)]
 
 
 def _seconds(value: float) -> str:

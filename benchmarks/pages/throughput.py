@@ -70,6 +70,18 @@ def peek_rows(scale: dict[str, Any] | None, engine: str) -> dict[int, dict[str, 
     return {}
 
 
+def is_package_drain(drain: dict[str, Any]) -> bool:
+    """Whether a scale drain ran as the package sets things up: not from a table reset to the server's
+    storage defaults (``--server-default-storage``), not by a session left at the server's
+    ``backend_flush_after`` (``--no-write-back``), not from a table whose autovacuum sleeps
+    (``--throttled-vacuum``). Autovacuum on or off is the caller's question."""
+    return (
+        drain.get("package_storage_parameters") is not False
+        and drain.get("package_write_back") is not False
+        and not drain.get("throttled_vacuum")
+    )
+
+
 def package_drain(scale: dict[str, Any] | None, rows: int) -> dict[str, Any] | None:
     """The PostgreSQL drain of ``rows`` from a table as the package creates it (autovacuum on, its own
     storage parameters) by a session as the package sets it up, if the scale run has one."""
@@ -77,13 +89,7 @@ def package_drain(scale: dict[str, Any] | None, rows: int) -> dict[str, Any] | N
         if result["engine"] != "postgresql":
             continue
         for drain in result["drains"]:
-            if (
-                drain["rows"] == rows
-                and drain["autovacuum"]
-                and drain.get("package_storage_parameters", True)
-                and drain.get("package_write_back", True)
-                and not drain.get("throttled_vacuum")
-            ):
+            if drain["rows"] == rows and drain["autovacuum"] and is_package_drain(drain):
                 return drain
     return None
 
