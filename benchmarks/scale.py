@@ -351,20 +351,20 @@ def scale_engine(
         result["peek"].append(peek_and_count(bench, name, rows))
         print(f"  {label} peek_estimate/count at {rows:,} rows: {result['peek'][-1]}", flush=True)
         bench.drop(name)
-    variants = [(rows, True, True, True, False) for rows in sorted(sizes)]
+    # each drain is the package's setup or differs from it in one way, named by its table's suffix
+    variants = [(rows, "") for rows in sorted(sizes)]
     if bench.engine == "postgresql":
-        variants += [(rows, False, True, True, False) for rows in sorted(autovacuum_off_sizes)]
-        variants += [(rows, True, False, True, False) for rows in sorted(server_default_sizes or [])]
-        variants += [(rows, True, True, False, False) for rows in sorted(no_write_back_sizes or [])]
-        variants += [(rows, True, True, True, True) for rows in sorted(throttled_sizes or [])]
-    for rows, autovacuum, package_storage, write_back, throttled in variants:
-        name = (
-            f"scale_{rows}"
-            + ("" if autovacuum else "_noav")
-            + ("" if package_storage else "_plain")
-            + ("" if write_back else "_nowb")
-            + ("_throttled" if throttled else "")
-        )
+        for suffix, chosen in (
+            ("_noav", autovacuum_off_sizes),
+            ("_plain", server_default_sizes),
+            ("_nowb", no_write_back_sizes),
+            ("_throttled", throttled_sizes),
+        ):
+            variants += [(rows, suffix) for rows in sorted(chosen or [])]
+    for rows, suffix in variants:
+        autovacuum, package_storage = suffix != "_noav", suffix != "_plain"
+        write_back, throttled = suffix != "_nowb", suffix == "_throttled"
+        name = f"scale_{rows}{suffix}"
         statements, _ = bench.provision(name, 0)
         table = statements["table"]
         if not autovacuum:
