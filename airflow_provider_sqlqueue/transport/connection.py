@@ -22,13 +22,12 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.pool import PoolProxiedConnection, QueuePool
-from sqlalchemy.pool.base import _ConnDialect
 
 from ..dialects import Dialect, dialect_for_server, get_dialect
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
 from .lease import ConnectionLease
+from .pool import ConnectionPool, PooledConnection
 from .queue import TableQueue
 
 log = logging.getLogger(__name__)
@@ -132,16 +131,6 @@ def odbc_connection_string(url: URL) -> str:
     return ";".join(f"{key}={_odbc_value(str(value))}" for key, value in parts.items())
 
 
-class _PoolRollback(_ConnDialect):
-    """Lets the pool roll back a returned connection the way the transport's dialect says."""
-
-    def __init__(self, transport: Transport) -> None:
-        self._transport = transport
-
-    def do_rollback(self, dbapi_connection: Any) -> None:
-        self._transport.dialect.rollback(dbapi_connection)
-
-
 class Transport:
     """A database holding queue tables: its dialect, a connection pool and the queues opened on it.
 
@@ -166,6 +155,11 @@ class Transport:
     ) -> None:
         if lock_mode not in ("auto", "row", "advisory"):
             raise ConfigurationError(f"lock_mode must be 'auto', 'row' or 'advisory', not {lock_mode!r}")
+        if pool_size < 1 or max_overflow < 0:
+            raise ConfigurationError(
+                f"pool_size must be at least 1 and max_overflow at least 0, not {pool_size} and "
+                f"{max_overflow}"
+            )
         self.dialect = dialect
         self.lock_mode = lock_mode
         self.description = description
@@ -199,13 +193,12 @@ class Transport:
             return connection
 
         self._create = create
-        self._pool = QueuePool(
+        self._pool = ConnectionPool(
             create,
-            pool_size=pool_size,
-            max_overflow=max_overflow,
+            self._reset_returned,
+            size=pool_size,
+            overflow=max_overflow,
             timeout=pool_timeout,
-            reset_on_return="rollback",
-            dialect=_PoolRollback(self),
         )
         self._queues: dict[tuple[str, str | None], Any] = {}
         self._lock = threading.Lock()
@@ -221,6 +214,11 @@ class Transport:
 
     def close(self) -> None:
         self._pool.dispose()
+
+    def _reset_returned(self, connection: Any) -> None:
+        """What a connection coming back to the pool goes through: the dialect's rollback (read at each
+        return, since the first connection may switch the dialect to the server's variant)."""
+        self.dialect.rollback(connection)
 
     def new_connection(self) -> Any:
         """A new DB-API connection outside the pool, set up as the pool's are; the caller closes it."""
@@ -300,9 +298,7 @@ class Transport:
                 self._queues[key] = queue
         return queue
 
-    def connection(
-        self, address: QueueAddress | None = None
-    ) -> AbstractContextManager[PoolProxiedConnection]:
+    def connection(self, address: QueueAddress | None = None) -> AbstractContextManager[PooledConnection]:
         """A pooled DB-API connection, as a context manager; driver errors come out translated into the
         transport's errors.
 

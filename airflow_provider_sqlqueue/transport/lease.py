@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import PoolProxiedConnection
-
 from ..model.address import QueueAddress
 from ..model.errors import TransientDatabaseError
+from .pool import PooledConnection, PoolExhausted
 
 if TYPE_CHECKING:
     from .connection import Transport
@@ -33,7 +31,7 @@ def shared_cursor(connection: Any) -> Any:
     psycopg sets up type adaptation per cursor: a new cursor for each one-message receive cost about 40 µs
     of client CPU. The cursor lives in the pool's per-connection ``info`` and is dropped after any error.
     """
-    if not isinstance(connection, PoolProxiedConnection):
+    if not isinstance(connection, PooledConnection):
         return connection.cursor()
     driver = connection.dbapi_connection
     entry = connection.info.get(_SHARED_CURSOR)
@@ -42,7 +40,7 @@ def shared_cursor(connection: Any) -> Any:
     return entry[1]
 
 
-def _forget_shared_cursor(connection: PoolProxiedConnection) -> None:
+def _forget_shared_cursor(connection: PooledConnection) -> None:
     entry = connection.info.pop(_SHARED_CURSOR, None)
     if entry is not None:
         try:
@@ -59,13 +57,13 @@ class ConnectionLease:
     def __init__(self, transport: Transport, address: QueueAddress | None) -> None:
         self._transport = transport
         self._address = address
-        self._pooled: PoolProxiedConnection | None = None
+        self._pooled: PooledConnection | None = None
 
-    def __enter__(self) -> PoolProxiedConnection:
+    def __enter__(self) -> PooledConnection:
         transport = self._transport
         try:
             self._pooled = transport._pool.connect()
-        except PoolTimeout as error:
+        except PoolExhausted as error:
             raise TransientDatabaseError(
                 f"no free database connection within the pool timeout ({transport.pool_size} in use); "
                 "raise pool_size or lower concurrency"
