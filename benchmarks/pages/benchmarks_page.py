@@ -253,7 +253,7 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
     """The whole page; ``charted`` says whether it shows the chart at ``image_link`` or says why not."""
     meta = doc["meta"]
     rounds = f"{meta['repeat']} round{'s' if meta['repeat'] > 1 else ''}"
-    targets = compute_targets(doc, scale, drains=True)
+    targets = compute_targets(doc, scale, issue18=True)
     passed = sum(1 for target in targets if target["status"] == "PASS")
     missed = sum(1 for target in targets if target["status"] == "MISS")
     busy = meta.get("load_average_before", [0])[0] > 0.5 * (meta["machine"]["cpus"] or 1)

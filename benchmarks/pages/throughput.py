@@ -105,10 +105,11 @@ def side_spread(row: dict[str, Any], side: str) -> dict[str, float]:
 
 # ---- targets --------------------------------------------------------------------------------------------
 def compute_targets(
-    doc: dict[str, Any] | None, scale: dict[str, Any] | None, *, drains: bool = False
+    doc: dict[str, Any] | None, scale: dict[str, Any] | None, *, issue18: bool = False
 ) -> list[dict[str, Any]]:
     """Every target of issue 7 as a ratio within one run: value, threshold, PASS / MISS / not measured;
-    with ``drains``, also issue 18's flat PostgreSQL drains (not in the older records of performance.md)."""
+    with ``issue18``, also issue 18's (SQLite's one-message receive, the flat PostgreSQL drains), which the
+    older records of performance.md do not carry."""
     targets: list[dict[str, Any]] = []
 
     def add(
@@ -275,6 +276,15 @@ def compute_targets(
             0.8,
             detail,
         )
+    for consumers in (1, 4) if issue18 else ():
+        value, detail = core_ratio("sqlite", f"receive_{consumers}c")
+        add(
+            f"SQLite single-message receive, {consumers} consumer{'s' if consumers > 1 else ''}, vs raw "
+            "sqlite3",
+            value,
+            0.8,
+            detail,
+        )
     for engine in ("postgresql", "sqlite"):
         peek = peek_rows(scale, engine)
         small, large = peek.get(1_000), peek.get(1_000_000)
@@ -295,7 +305,7 @@ def compute_targets(
             detail,
             True,
         )
-    for rows in (1_000_000, 10_000_000) if drains else ():
+    for rows in (1_000_000, 10_000_000) if issue18 else ():
         drain = package_drain(scale, rows)
         value, detail = None, f"needs run.py --scale with {rows:,} rows (--deep for 10,000,000)"
         if drain:
@@ -363,7 +373,7 @@ def summary_text(doc: dict[str, Any]) -> str:
         for skipped in doc.get("skipped", []):
             lines.append(f"  skipped {skipped['peer']} on {skipped['engine']}: {skipped['reason']}")
         lines += wakeup_text(doc)
-        targets = compute_targets(doc, None)
+        targets = compute_targets(doc, None, issue18=True)
     else:
         for result in doc["scale"]:
             for drain in result["drains"]:
@@ -373,7 +383,7 @@ def summary_text(doc: dict[str, Any]) -> str:
                     f" RSS {drain['rss_start'] / 2**20:.0f}/{drain['rss_peak'] / 2**20:.0f}/"
                     f"{drain['rss_end'] / 2**20:.0f} MiB"
                 )
-        targets = compute_targets(None, doc, drains=True)
+        targets = compute_targets(None, doc, issue18=True)
     lines.append("targets:")
     for target in targets:
         if target["status"] != "not measured":
