@@ -274,8 +274,9 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
     ]
     if busy or meta["machine"]["cpus"] <= 2:
         lines += [
-            f"**Read with care:** the machine has {meta['machine']['cpus']} CPUs and was shared with other "
-            "work during the run (1-minute load average "
+            f"**Read with care:** the machine has {meta['machine']['cpus']} CPUs"
+            + (" and was shared with other work during the run" if busy else "")
+            + " (1-minute load average "
             f"{meta['load_average_before'][0]:.2f} at the start, {meta['load_average_after'][0]:.2f} at the "
             "end). With 4 consumers, 4 client processes and their server backends share those CPUs, so the "
             "4-consumer rows measure contention as much as parallelism, and single figures are noisy: look "
