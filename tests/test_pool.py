@@ -182,6 +182,20 @@ def test_a_connection_whose_reset_fails_is_closed(tmp_path: Path) -> None:
     fresh.close()
 
 
+def test_a_return_interrupted_mid_reset_closes_the_connection_and_frees_its_place(tmp_path: Path) -> None:
+    opener = Opener(tmp_path / "pool.db")
+
+    def reset(connection: Any) -> None:
+        raise KeyboardInterrupt
+
+    pool = ConnectionPool(opener, reset, size=1, overflow=0, timeout=0.5)
+    connection = pool.connect()
+    with pytest.raises(KeyboardInterrupt):
+        connection.close()
+    assert is_closed(opener.opened[0]) and pool.open_connections == 0
+    pool.connect().close()  # its place is free: no wait, no PoolExhausted
+
+
 def test_dispose_closes_idle_now_and_lent_on_return(tmp_path: Path) -> None:
     pool, opener = make_pool(tmp_path, size=2, overflow=0)
     idle, lent = pool.connect(), pool.connect()

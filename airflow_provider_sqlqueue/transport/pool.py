@@ -177,6 +177,12 @@ class ConnectionPool:
                 log.warning("resetting a returned connection failed (%s); it is closed instead", error)
                 _close_quietly(entry.driver)
                 valid = False
+            except BaseException:  # interrupted mid-rollback: the connection's state is unknown
+                _close_quietly(entry.driver)
+                with self._lock:
+                    self._open -= 1
+                    self._freed.notify()
+                raise
         with self._lock:
             if valid and entry.generation == self._generation and len(self._idle) < self._size:
                 self._idle.append(entry)
