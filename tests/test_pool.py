@@ -185,15 +185,21 @@ def test_a_connection_whose_reset_fails_is_closed(tmp_path: Path) -> None:
 def test_a_return_interrupted_mid_reset_closes_the_connection_and_frees_its_place(tmp_path: Path) -> None:
     opener = Opener(tmp_path / "pool.db")
 
+    interrupt = {"now": True}
+
     def reset(connection: Any) -> None:
-        raise KeyboardInterrupt
+        if interrupt["now"]:
+            raise KeyboardInterrupt
+        connection.rollback()
 
     pool = ConnectionPool(opener, reset, size=1, overflow=0, timeout=0.5)
     connection = pool.connect()
     with pytest.raises(KeyboardInterrupt):
         connection.close()
     assert is_closed(opener.opened[0]) and pool.open_connections == 0
+    interrupt["now"] = False
     pool.connect().close()  # its place is free: no wait, no PoolExhausted
+    assert pool.open_connections == pool.idle_connections == 1
 
 
 def test_dispose_closes_idle_now_and_lent_on_return(tmp_path: Path) -> None:
