@@ -34,6 +34,7 @@ from .connection import Transport, open_transport
 from .delayed import DelayedMover, DelayedStore
 from .endpoint import Endpoint
 from .message import OutgoingMessage, ReceivedMessage
+from .pool import PooledConnection
 from .pump import MessageContext, MessagePump, PumpStats, RampUpController, Strategy, load_handler
 from .queue import (
     Finding,
@@ -60,6 +61,7 @@ __all__ = [
     "MessageTooLarge",
     "OutgoingMessage",
     "PermissionDenied",
+    "PooledConnection",
     "PumpStats",
     "QueueAddress",
     "QueueNotFound",
