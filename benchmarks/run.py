@@ -539,6 +539,7 @@ def scale_run(args: argparse.Namespace, context: Any, folder: Path, meta: dict[s
                 args.server_default_storage,
                 args.no_write_back,
                 args.throttled_vacuum,
+                args.throttle_cost_delay,
             )
             if args.mixed_seconds and engine == "postgresql":
                 print(f"  {ENGINE_LABELS[engine]}: mixed run, {args.mixed_seconds:.0f} s", flush=True)
@@ -648,6 +649,13 @@ def main(argv: list[str] | None = None) -> int:
         "server's default says (autovacuum_vacuum_cost_delay reset) instead of running unthrottled [none]",
     )
     parser.add_argument(
+        "--throttle-cost-delay",
+        type=float,
+        metavar="MS",
+        help="--throttled-vacuum: set autovacuum_vacuum_cost_delay to MS milliseconds on those tables "
+        "instead of resetting it to the server's [reset]",
+    )
+    parser.add_argument(
         "--server-setting",
         action="append",
         default=[],
@@ -700,6 +708,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--only takes " + ", ".join(SECTIONS) + " (comma-separated)")
     if args.server_setting and not args.scale:
         parser.error("--server-setting is for --scale runs")
+    if args.throttle_cost_delay is not None and not (
+        args.throttled_vacuum and 0 <= args.throttle_cost_delay <= 100
+    ):
+        parser.error("--throttle-cost-delay takes 0 to 100 (ms) and needs --throttled-vacuum")
     settings = [entry.partition("=") for entry in args.server_setting]
     if any(not name.strip() or not sep or not value.strip() for name, sep, value in settings):
         parser.error("--server-setting takes NAME=VALUE")

@@ -331,6 +331,7 @@ def scale_engine(
     server_default_sizes: list[int] | None = None,
     no_write_back_sizes: list[int] | None = None,
     throttled_sizes: list[int] | None = None,
+    throttle_cost_delay_ms: float | None = None,
 ) -> dict[str, Any]:
     """All scale measurements on one engine. On PostgreSQL, ``server_default_sizes`` are drained once more
     from a table whose storage parameters are reset to the server's defaults, in the same run: the pair
@@ -338,9 +339,9 @@ def scale_engine(
     ``no_write_back_sizes`` are drained once more by a session left at the server's
     ``backend_flush_after`` (0: the URL's ``options`` say so, which the package keeps): the pair shows what
     the package's session setting changes. ``throttled_sizes`` are drained once more from a table whose
-    ``autovacuum_vacuum_cost_delay`` is reset to the server's (autovacuum sleeps between pages), every
-    other parameter the package's: the pair shows what the package's unthrottled vacuum costs a drain and
-    gives its storage."""
+    ``autovacuum_vacuum_cost_delay`` is reset to the server's (autovacuum sleeps between pages), or set to
+    ``throttle_cost_delay_ms``, every other parameter the package's: the pair shows what the package's
+    unthrottled vacuum costs a drain and gives its storage."""
     result: dict[str, Any] = {"engine": bench.engine, "drains": [], "peek": []}
     label = bench.engine
     for rows in sorted(set(peek_sizes) - set(sizes)):  # peek-only sizes: fill, time, drop
@@ -371,8 +372,12 @@ def scale_engine(
             bench.admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
         if not package_storage:
             bench.admin.execute(f"ALTER TABLE {table} RESET ({', '.join(STORAGE_PARAMETER_NAMES)})")
-        if throttled:
+        if throttled and throttle_cost_delay_ms is None:
             bench.admin.execute(f"ALTER TABLE {table} RESET (autovacuum_vacuum_cost_delay)")
+        elif throttled:
+            bench.admin.execute(
+                f"ALTER TABLE {table} SET (autovacuum_vacuum_cost_delay = {float(throttle_cost_delay_ms)})"
+            )
         fill_seconds = fill(bench, table, rows)
         bench.settle(table)
         drain: dict[str, Any] = {
@@ -381,6 +386,7 @@ def scale_engine(
             "package_storage_parameters": package_storage if bench.engine == "postgresql" else None,
             "package_write_back": write_back if bench.engine == "postgresql" else None,
             "throttled_vacuum": throttled if bench.engine == "postgresql" else None,
+            "throttle_cost_delay_ms": throttle_cost_delay_ms if throttled else None,
             "fill_seconds": fill_seconds,
             "fill_rows_per_s": rows / fill_seconds,
             "before": storage(bench, table, name),
@@ -438,7 +444,7 @@ def scale_engine(
             f"  {label} drain {rows:>9,} rows{'' if autovacuum in (True, None) else ' (autovacuum off)'}"
             f"{'' if package_storage else ' (server default storage parameters)'}"
             f"{'' if write_back else ' (backend_flush_after 0)'}"
-            f"{' (autovacuum_vacuum_cost_delay: the server default)' if throttled else ''}: "
+            f"{_throttle_label(throttle_cost_delay_ms) if throttled else ''}: "
             f"fill {fill_seconds:.1f} s, drain {seconds:.1f} s = {rows / seconds:,.0f} msgs/s; deciles "
             + " ".join(f"{value:,.0f}" for value in segments)
             + "; I/O stall ms per tenth "
@@ -452,6 +458,12 @@ def scale_engine(
             with contextlib.suppress(sqlite3.Error):
                 bench.admin.execute("VACUUM")  # give the file back before the next size
     return result
+
+
+def _throttle_label(cost_delay_ms: float | None) -> str:
+    if cost_delay_ms is None:
+        return " (autovacuum_vacuum_cost_delay: the server default)"
+    return f" (autovacuum_vacuum_cost_delay = {cost_delay_ms:g} ms)"
 
 
 # ---- senders and receivers together at a steady backlog ------------------------------------------------

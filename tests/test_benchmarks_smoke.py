@@ -217,3 +217,46 @@ def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -
     finally:
         sys.path.remove(str(BENCHMARKS))
     assert _package_drains(result["drains"]) == [package]
+
+
+def test_scale_throttles_the_vacuum_by_the_delay_asked(tmp_path: Path) -> None:
+    """``--throttle-cost-delay MS``: the throttled table gets that ``autovacuum_vacuum_cost_delay`` instead of
+    the server's, and the record says which."""
+    scale = tmp_path / "scale.json"
+    _run(
+        str(BENCHMARKS / "run.py"),
+        "--scale",
+        "--engines",
+        "postgresql",
+        "--scale-sizes",
+        "2000",
+        "--peek-sizes",
+        "1000",
+        "--autovacuum-off",
+        "",
+        "--throttled-vacuum",
+        "2000",
+        "--throttle-cost-delay",
+        "0.5",
+        "--storage-wait",
+        "1",
+        "--json",
+        str(scale),
+    )
+    (result,) = json.loads(scale.read_text(encoding="utf-8"))["scale"]
+    package, throttled = result["drains"]
+    assert (package["throttle_cost_delay_ms"], throttled["throttle_cost_delay_ms"]) == (None, 0.5)
+    assert "autovacuum_vacuum_cost_delay=0.5" in throttled["before"]["storage_parameters"]
+    assert set(throttled["before"]["storage_parameters"]) - {"autovacuum_vacuum_cost_delay=0.5"} == set(
+        package["before"]["storage_parameters"]
+    ) - {"autovacuum_vacuum_cost_delay=0"}
+
+
+def test_the_throttle_delay_needs_a_throttled_size() -> None:
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "run.py"), "--scale", "--throttle-cost-delay", "0.5"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2 and "needs --throttled-vacuum" in completed.stderr

@@ -114,6 +114,9 @@ def _table_settings(drain: dict[str, Any]) -> str:
     if drain.get("package_write_back") is False:
         return "on, package's parameters, backend_flush_after 0"
     if drain.get("throttled_vacuum"):
+        delay = drain.get("throttle_cost_delay_ms")
+        if delay is not None:
+            return f"on, package's parameters, autovacuum_vacuum_cost_delay = {delay:g} ms"
         return "on, package's parameters, the server's autovacuum_vacuum_cost_delay"
     return "on, package's parameters" if drain["before"].get("storage_parameters") else "on"
 
