@@ -132,11 +132,12 @@ class PostgresStorage(Dialect):
                 f"next vacuum; to have it now, run: {vacuum}"
             )
         elif live is not None and heap_pages >= EMPTY_PAGES_WORTH_A_VACUUM and heap_pages > 4 * max(live, 1):
-            # Even at one row a page, the live rows fill under a quarter of the pages: the rest are empty,
-            # and no autovacuum will come for them, since no dead rows are left to count (a vacuum that
-            # could not take the table's lock for a moment kept them for reuse).
+            # Even at one row a page, the live rows fill under a quarter of the pages: the rest hold no
+            # live row, and no autovacuum will come for them, since no dead rows are counted (a vacuum that
+            # could not take the table's lock for a moment kept them for reuse, or one that overlapped the
+            # end of a drain dropped the rows deleted behind it from the count).
             advice.append(
-                f"{heap_pages:,} table pages hold {int(live):,} live rows: the empty pages stay until a "
-                f"vacuum gives them back, and autovacuum will not run for them; run: {vacuum}"
+                f"{heap_pages:,} table pages hold {int(live):,} live rows: the pages without live rows stay "
+                f"until a vacuum gives them back, and autovacuum will not run for them; run: {vacuum}"
             )
         return tuple(advice)

@@ -3,6 +3,7 @@ plans over a drain, and what the disk does to a drain's tenths; rendered from th
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -335,8 +336,16 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
         (ROOT / "docs" / "data" / "raw" / "server-flush-e0fcf77.json").read_text(encoding="utf-8")
     )
     throttled = json.loads((ROOT / THROTTLED_VACUUM_RUN).read_text(encoding="utf-8"))
+    half_ms = json.loads((ROOT / HALF_MS_VACUUM_RUN).read_text(encoding="utf-8"))
     return {
-        "dba-throttled-vacuum": (THROTTLED_VACUUM_RUN, throttled_vacuum_paragraph(throttled)),
+        "dba-throttled-vacuum": (
+            THROTTLED_VACUUM_RUN,
+            throttled_vacuum_paragraph(throttled, THROTTLED_VACUUM_RUN),
+        ),
+        "dba-throttled-vacuum-half-ms": (
+            HALF_MS_VACUUM_RUN,
+            throttled_vacuum_paragraph(half_ms, HALF_MS_VACUUM_RUN),
+        ),
         "dba-server-flush": ("docs/data/raw/server-flush-e0fcf77.json", server_flush_paragraph(server_flush)),
         "dba-write-back": ("docs/benchmarks/scale.json", write_back_paragraph(latest)),
         "dba-drain-io": ("docs/data/raw/drain-io-04ced7b.json", drain_io_paragraph(drain_io)),
@@ -355,11 +364,18 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
 
 
 THROTTLED_VACUUM_RUN = "docs/data/raw/throttled-vacuum-8bd77eb.json"
+HALF_MS_VACUUM_RUN = "docs/data/raw/throttled-vacuum-559c8da-0.5ms.json"
 
 
-def throttled_vacuum_paragraph(doc: dict[str, Any]) -> list[str]:
+def _delay_label(drain: dict[str, Any]) -> str:
+    delay = drain.get("throttle_cost_delay_ms")
+    return "the server's cost delay" if delay is None else f"a cost delay of {delay:g} ms"
+
+
+def throttled_vacuum_paragraph(doc: dict[str, Any], kept_as: str) -> list[str]:
     """docs/dba.md: the deepest drain from a table with the package's unthrottled autovacuum beside the
-    same drain from one whose ``autovacuum_vacuum_cost_delay`` is the server's (``--throttled-vacuum``)."""
+    same drain from one whose ``autovacuum_vacuum_cost_delay`` is the server's or the run's
+    (``--throttled-vacuum``, ``--throttle-cost-delay``)."""
     meta = doc["meta"]
     (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
     package_drains = {
@@ -368,27 +384,35 @@ def throttled_vacuum_paragraph(doc: dict[str, Any]) -> list[str]:
     pairs = [
         (package_drains[drain["rows"]], drain) for drain in result["drains"] if drain.get("throttled_vacuum")
     ]
+    delays = {_delay_label(throttled) for _, throttled in pairs}
+    set_to = (
+        "was reset to the server's"
+        if delays == {"the server's cost delay"}
+        else "was set to " + ", ".join(sorted(label.removeprefix("a cost delay of ") for label in delays))
+    )
     lines = [
         f"Measured ({meta['date'][:10]}, commit {meta['commit']}, "
-        f"`{meta['command'].split(' --json')[0]}`, kept as `{THROTTLED_VACUUM_RUN}`, "
+        f"`{meta['command'].split(' --json')[0]}`, kept as `{kept_as}`, "
         f"{meta['machine']['cpus']} CPUs, {meta['machine']['cpu']}): in one run, each size drained by one "
         "consumer with `receive(max_messages=100)` from a table with the "
-        "package's parameters, and once more from a table whose `autovacuum_vacuum_cost_delay` was reset to "
-        "the server's, every other parameter the package's. Per tenth, its rate, the host's I/O stall time "
+        f"package's parameters, and once more from a table whose `autovacuum_vacuum_cost_delay` {set_to}, "
+        "every other parameter the package's. Per tenth, its rate, the host's I/O stall time "
         "during it, the page cache not yet written to disk at its end, and whether a vacuum of the table "
         "was running then:",
         "",
     ]
     for unthrottled, throttled in pairs:
+        label = _delay_label(throttled)
         lines += [
             f"| {throttled['rows']:,} rows: tenth | unthrottled (the package's): msgs/s, I/O stall ms, "
-            "unwritten MiB, vacuum | the server's cost delay: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
+            f"unwritten MiB, vacuum | {label}: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
             "|--:|--:|--:|",
             *_paired_tenths(unthrottled, throttled),
             "",
             f"{throttled['rows']:,} rows: unthrottled {_write_back_summary(unthrottled)}, storage back "
-            f"{_short_return(unthrottled)}; with the server's cost delay, {_write_back_summary(throttled)}, "
-            f"storage back {_short_return(throttled)}.",
+            f"{_short_return(unthrottled)}{_vacuums_after(unthrottled)}; with {label}, "
+            f"{_write_back_summary(throttled)}, storage back {_short_return(throttled)}"
+            f"{_vacuums_after(throttled)}.",
             "",
         ]
     return lines[:-1]
@@ -426,6 +450,22 @@ def _paired_tenths(left: dict[str, Any], right: dict[str, Any]) -> list[str]:
             )
         rows.append(f"| {tenth + 1} | " + " | ".join(cells) + " |")
     return rows
+
+
+def _vacuums_after(drain: dict[str, Any]) -> str:
+    """For a drain whose storage did not come back: when autovacuum last finished a run while the run
+    watched, and what the manual ``VACUUM`` after the wait left."""
+    watched = drain.get("storage_return") or {}
+    if not watched or watched.get("back_after_seconds") is not None or "after_vacuum" not in drain:
+        return ""
+    samples = watched["samples"]
+    runs = samples[-1][2] - drain["after"]["autovacuum_count"]
+    ends = [at for (_, _, before), (at, _, now) in itertools.pairwise(samples) if now > before]
+    finished = f"{runs} autovacuum run(s) finished after the drain" + (
+        f", the last {ends[-1]:.0f} s after it" if ends else ""
+    )
+    left = drain["after_vacuum"]["total_bytes"] / 2**20
+    return f": {finished}, and a manual `VACUUM` after the wait left {left:,.0f} MiB"
 
 
 def _write_back_summary(drain: dict[str, Any]) -> str:
