@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from postgres_cluster import find_postgres_bindir
@@ -176,11 +177,9 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
         assert "](images/benchmarks.png)" in page
 
 
-@pytest.mark.skipif(find_postgres_bindir() is None, reason="PostgreSQL is not installed")
-def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -> None:
-    """``--throttled-vacuum``: the same size drained again from a table whose autovacuum sleeps as the
-    server's default says, every other storage parameter the package's; the pages leave it out of the
-    package's figures."""
+def _throttled_pair(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A 2,000-row scale run with ``--throttled-vacuum`` (and ``extra``): the package's drain and the
+    throttled one."""
     scale = tmp_path / "scale.json"
     _run(
         str(BENCHMARKS / "run.py"),
@@ -195,6 +194,7 @@ def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -
         "",
         "--throttled-vacuum",
         "2000",
+        *extra,
         "--storage-wait",
         "1",
         "--json",
@@ -202,6 +202,15 @@ def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -
     )
     (result,) = json.loads(scale.read_text(encoding="utf-8"))["scale"]
     package, throttled = result["drains"]
+    return package, throttled
+
+
+@pytest.mark.skipif(find_postgres_bindir() is None, reason="PostgreSQL is not installed")
+def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -> None:
+    """``--throttled-vacuum``: the same size drained again from a table whose autovacuum sleeps as the
+    server's default says, every other storage parameter the package's; the pages leave it out of the
+    package's figures."""
+    package, throttled = _throttled_pair(tmp_path)
     assert (package["throttled_vacuum"], throttled["throttled_vacuum"]) == (False, True)
     assert "autovacuum_vacuum_cost_delay=0" in package["before"]["storage_parameters"]
     throttled_parameters = throttled["before"]["storage_parameters"]
@@ -216,35 +225,14 @@ def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -
         from pages.scale_tables import _package_drains
     finally:
         sys.path.remove(str(BENCHMARKS))
-    assert _package_drains(result["drains"]) == [package]
+    assert _package_drains([package, throttled]) == [package]
 
 
+@pytest.mark.skipif(find_postgres_bindir() is None, reason="PostgreSQL is not installed")
 def test_scale_throttles_the_vacuum_by_the_delay_asked(tmp_path: Path) -> None:
     """``--throttle-cost-delay MS``: the throttled table gets that ``autovacuum_vacuum_cost_delay`` instead of
     the server's, and the record says which."""
-    scale = tmp_path / "scale.json"
-    _run(
-        str(BENCHMARKS / "run.py"),
-        "--scale",
-        "--engines",
-        "postgresql",
-        "--scale-sizes",
-        "2000",
-        "--peek-sizes",
-        "1000",
-        "--autovacuum-off",
-        "",
-        "--throttled-vacuum",
-        "2000",
-        "--throttle-cost-delay",
-        "0.5",
-        "--storage-wait",
-        "1",
-        "--json",
-        str(scale),
-    )
-    (result,) = json.loads(scale.read_text(encoding="utf-8"))["scale"]
-    package, throttled = result["drains"]
+    package, throttled = _throttled_pair(tmp_path, "--throttle-cost-delay", "0.5")
     assert (package["throttle_cost_delay_ms"], throttled["throttle_cost_delay_ms"]) == (None, 0.5)
     assert "autovacuum_vacuum_cost_delay=0.5" in throttled["before"]["storage_parameters"]
     assert set(throttled["before"]["storage_parameters"]) - {"autovacuum_vacuum_cost_delay=0.5"} == set(
