@@ -337,6 +337,7 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
     )
     throttled = json.loads((ROOT / THROTTLED_VACUUM_RUN).read_text(encoding="utf-8"))
     half_ms = json.loads((ROOT / HALF_MS_VACUUM_RUN).read_text(encoding="utf-8"))
+    half_ms_again = json.loads((ROOT / HALF_MS_VACUUM_RUN_AGAIN).read_text(encoding="utf-8"))
     return {
         "dba-throttled-vacuum": (
             THROTTLED_VACUUM_RUN,
@@ -345,6 +346,10 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
         "dba-throttled-vacuum-half-ms": (
             HALF_MS_VACUUM_RUN,
             throttled_vacuum_paragraph(half_ms, HALF_MS_VACUUM_RUN),
+        ),
+        "dba-throttled-vacuum-half-ms-again": (
+            HALF_MS_VACUUM_RUN_AGAIN,
+            throttled_vacuum_paragraph(half_ms_again, HALF_MS_VACUUM_RUN_AGAIN),
         ),
         "dba-server-flush": ("docs/data/raw/server-flush-e0fcf77.json", server_flush_paragraph(server_flush)),
         "dba-write-back": ("docs/benchmarks/scale.json", write_back_paragraph(latest)),
@@ -365,6 +370,7 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
 
 THROTTLED_VACUUM_RUN = "docs/data/raw/throttled-vacuum-8bd77eb.json"
 HALF_MS_VACUUM_RUN = "docs/data/raw/throttled-vacuum-559c8da-0.5ms.json"
+HALF_MS_VACUUM_RUN_AGAIN = "docs/data/raw/throttled-vacuum-8dccbdf-0.5ms.json"
 
 
 def _delay_label(drain: dict[str, Any]) -> str:
