@@ -47,7 +47,9 @@ class BabelfishDialect(SqlServerDialect):
 
     Babelfish accepts the table hints but does not honour them: a receiver does not skip a row another
     open transaction holds (``READPAST``); it waits for that transaction, then finds the row gone and
-    takes the next ones. No message reaches two receivers, but receivers wait for each other.
+    deletes nothing in its place. No message reaches two receivers, but receivers wait for each other, and
+    a receive can come back empty while messages are queued (``skips_held_rows``: a pump run until the
+    queue is empty confirms an empty receive with a peek here).
     """
 
     name = "sqlserver"
@@ -61,6 +63,7 @@ class BabelfishDialect(SqlServerDialect):
     # takes the whole server down (PANIC: ERRORDATA_STACK_SIZE exceeded). A session that was refused a
     # lock is therefore closed, which ends that process, instead of asking again.
     refused_lock_spoils_session = True
+    skips_held_rows = False
     # Microsoft's ODBC driver describes NULL parameters with sp_describe_undeclared_parameters, which
     # Babelfish 4.3 cuts at 4,000 characters: the syntax error that follows ends the open transaction and
     # the driver carries on, so earlier statements of that transaction are silently undone. 25 rows keep

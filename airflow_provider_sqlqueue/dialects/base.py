@@ -142,6 +142,9 @@ class Dialect(ABC):
     default_schema: ClassVar[str | None]
     # A session whose request for a lock was refused must be closed, not reused (see BabelfishDialect).
     refused_lock_spoils_session = False
+    # Whether a receive skips rows other receivers hold (READPAST, SKIP LOCKED). Where the hints are accepted
+    # but not honoured, a receive can come back empty while messages are queued (MessagePump._drained).
+    skips_held_rows: ClassVar[bool] = True
     variant: ClassVar[str | None] = None  # a named variant of the engine, e.g. "babelfish" for SQL Server
     # Whether the addresses this engine's headers carry (ReplyToAddress, FailedQ, ForwardDestination) name
     # the catalog: the reference's SQL Server form always does, its PostgreSQL form never does.

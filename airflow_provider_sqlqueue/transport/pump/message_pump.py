@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...model.address import QueueAddress
-from ...model.errors import ConfigurationError, QueueNotFound
+from ...model.errors import ConfigurationError, QueueNotFound, SqlQueueError
 from ..queue import TableQueue, TransactionMode
 from ..queue.startup import (
     DEFAULT_PURGE_BATCH_SIZE,
@@ -472,10 +472,25 @@ class MessagePump:
             self._settle(outcome)
             if outcome == EMPTY:
                 self.counters.add("idle_rounds")
-                if self._until_empty and self._in_flight == 0:
+                if self._drained():
                     self._finish("empty")
                     return
                 self.idle_sleep(self.idle_delay)
+
+    def _drained(self) -> bool:
+        """After an empty receive: whether a run until the queue is empty may end here (nothing in flight).
+
+        Where receives do not skip rows other receivers hold (Babelfish), a receive can come back empty
+        beside queued messages, so a peek, which counts every row, confirms it first."""
+        if not self._until_empty or self._in_flight != 0:
+            return False
+        if self.queue.dialect.skips_held_rows:
+            return True
+        try:
+            return self.queue.peek_estimate() == 0
+        except SqlQueueError as error:
+            log.warning("peek of %s failed (%s); receiving on", self.queue.address, error)
+            return False
 
     def _idle_wait(self) -> None:
         """Sleep the idle delay; with ``until_empty``, wake as soon as nothing is in flight."""

@@ -266,7 +266,7 @@ class AdaptiveStrategy:
                 controller.record(received)
                 if not received:
                     pump.counters.add("idle_rounds")
-                    if pump._until_empty and pump.in_flight == 0:
+                    if pump._drained():
                         pump._finish("empty")
                         return
                 delay = back_off.after(received)
