@@ -1,4 +1,5 @@
-"""The transport's connection pool (transport/pool.py), on real SQLite connections."""
+"""The transport's connection pool (transport/pool.py), on real SQLite connections and, where a driver's
+behaviour matters, on PostgreSQL and SQL Server."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_sqlqueue.model.errors import ConfigurationError
+from airflow_provider_sqlqueue.spark.drain.transactions import execute
 from airflow_provider_sqlqueue.transport import open_transport
 from airflow_provider_sqlqueue.transport.pool import ConnectionPool, PooledConnection, PoolExhausted
 
@@ -232,3 +234,57 @@ def test_the_transport_resets_returned_connections_through_its_dialect(tmp_path:
             connection.cursor().execute('DELETE FROM "orders"')
         with queue.receive() as batch:
             assert [message.body for message in batch] == [b"kept"]
+
+
+def test_the_cursors_of_a_loan_are_closed_when_it_ends(tmp_path: Path) -> None:
+    pool, opener = make_pool(tmp_path)
+    loan = pool.connect()
+    given_back = loan.cursor()
+    given_back.execute("SELECT 1").fetchone()
+    loan.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed cursor"):
+        given_back.execute("SELECT 1")
+    loan = pool.connect()
+    invalidated = loan.cursor()
+    loan.invalidate()
+    loan.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        invalidated.execute("SELECT 1")
+    assert is_closed(opener.opened[0]) and pool.open_connections == 0
+
+
+def test_a_thread_borrowing_what_another_just_gave_back_runs_its_statements(target) -> None:
+    """A cursor that outlives its loan is closed with it. pyodbc frees a cursor's statement on its driver
+    connection without holding the GIL, so one dying in its thread after the loan, while another thread ran
+    a statement on the same connection (the last one given back is the first lent), failed that statement
+    or crashed the process (FreeTDS); the Spark drain's heartbeat thread met it beside the driver's."""
+    errors: list[tuple[str, BaseException]] = []
+    stop = threading.Event()
+    with target.open() as transport:
+        beats = transport.dialect.qualified_name(transport.resolve("beats"))
+        p = transport.dialect.placeholder
+        execute(transport, f"CREATE TABLE {beats} (RunId VARCHAR(50) PRIMARY KEY, Beats INT)")
+        execute(transport, f"INSERT INTO {beats} VALUES ({p}, 0)", ("run",))
+        beat = f"UPDATE {beats} SET Beats = Beats + 1 WHERE RunId = {p}"
+
+        def heartbeat() -> None:
+            while not stop.wait(0.001):
+                try:
+                    execute(transport, beat, ("run",))
+                except BaseException as error:
+                    errors.append(("heartbeat", error))
+
+        thread = threading.Thread(target=heartbeat, daemon=True)
+        thread.start()
+        try:
+            for _ in range(1000):
+                execute(transport, beat, ("run",))
+                execute(transport, f"SELECT Beats FROM {beats} WHERE RunId = {p}", ("run",), write=False)
+        except BaseException as error:
+            errors.append(("driver", error))
+        finally:
+            stop.set()
+            thread.join(30)
+        beaten = execute(transport, f"SELECT Beats FROM {beats} WHERE RunId = {p}", ("run",), write=False)
+    assert not errors, errors[:3]
+    assert int(beaten[0][0]) >= 1000

@@ -10,6 +10,11 @@ What the pool promises:
 
 - at most ``size + overflow`` driver connections exist at once (lent, idle or being opened); a caller
   that finds none free waits up to ``timeout`` seconds and then gets :class:`PoolExhausted`;
+- the cursors a loan opened with ``cursor()`` are closed when it ends, in the borrower's thread, before the
+  connection can be lent again: a driver may otherwise reach the connection when the cursor object dies,
+  after another thread has borrowed it (pyodbc frees a dead cursor's statement without holding the GIL; on
+  FreeTDS that crashed the process, Microsoft's driver failed the other thread's statement with
+  "Connection is busy with results for another command");
 - a connection is reset (``reset``, the dialect's rollback) when it comes back, and kept only while fewer
   than ``size`` are idle; one whose reset fails, or that was invalidated, is closed instead;
 - :meth:`ConnectionPool.dispose` closes the idle connections; those lent before it are closed when they
@@ -44,30 +49,38 @@ class _Entry:
         self.info: dict[str, Any] = {}
 
 
-def _close_quietly(driver: Any) -> None:
+def _close_quietly(closable: Any) -> None:
     try:
-        driver.close()
+        closable.close()
     except Exception as error:  # it is being dropped anyway
-        log.debug("closing a pooled connection failed: %s", error)
+        log.debug("closing %s failed: %s", type(closable).__name__, error)
 
 
 class PooledConnection:
     """One loan of a driver connection: the DB-API methods reach the driver's; :meth:`close` gives it back.
 
     ``info`` is a dict that stays with the driver connection from loan to loan. :meth:`invalidate` closes
-    the driver connection and keeps it out of the pool (after an error that may have broken it).
+    the driver connection and keeps it out of the pool (after an error that may have broken it). Cursors
+    from :meth:`cursor` belong to the loan and are closed with it.
     """
 
-    __slots__ = ("_entry", "_pool", "dbapi_connection", "info")
+    __slots__ = ("_cursors", "_entry", "_pool", "dbapi_connection", "info")
 
     def __init__(self, pool: ConnectionPool, entry: _Entry) -> None:
         self._pool: ConnectionPool | None = pool
         self._entry = entry
+        self._cursors: list[Any] | None = None
         self.dbapi_connection: Any = entry.driver
         self.info = entry.info
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
-        return self._driver().cursor(*args, **kwargs)
+        """A new driver cursor, closed when the loan ends."""
+        cursor = self._driver().cursor(*args, **kwargs)
+        if self._cursors is None:
+            self._cursors = [cursor]
+        else:
+            self._cursors.append(cursor)
+        return cursor
 
     def commit(self) -> None:
         self._driver().commit()
@@ -85,6 +98,7 @@ class PooledConnection:
         if driver is None:
             return
         self.dbapi_connection = None
+        self._close_cursors()
         _close_quietly(driver)
 
     def close(self) -> None:
@@ -93,8 +107,14 @@ class PooledConnection:
         if pool is None:
             return
         self._pool = None
+        self._close_cursors()
         pool._give_back(self._entry, self.dbapi_connection is not None)
         self.dbapi_connection = None
+
+    def _close_cursors(self) -> None:
+        cursors, self._cursors = self._cursors, None
+        for cursor in cursors or ():
+            _close_quietly(cursor)
 
     def _driver(self) -> Any:
         driver = self.dbapi_connection
