@@ -376,7 +376,7 @@ def scale_engine(
             bench.admin.execute(f"ALTER TABLE {table} RESET (autovacuum_vacuum_cost_delay)")
         elif throttled:
             bench.admin.execute(
-                f"ALTER TABLE {table} SET (autovacuum_vacuum_cost_delay = {float(throttle_cost_delay_ms)})"
+                f"ALTER TABLE {table} SET (autovacuum_vacuum_cost_delay = {float(throttle_cost_delay_ms):g})"
             )
         fill_seconds = fill(bench, table, rows)
         bench.settle(table)

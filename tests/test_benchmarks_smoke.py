@@ -212,11 +212,11 @@ def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -
     package's figures."""
     package, throttled = _throttled_pair(tmp_path)
     assert (package["throttled_vacuum"], throttled["throttled_vacuum"]) == (False, True)
-    assert "autovacuum_vacuum_cost_delay=0" in package["before"]["storage_parameters"]
+    assert "autovacuum_vacuum_cost_delay=0.5" in package["before"]["storage_parameters"]
     throttled_parameters = throttled["before"]["storage_parameters"]
     assert not any(entry.startswith("autovacuum_vacuum_cost_delay") for entry in throttled_parameters)
     assert set(throttled_parameters) == set(package["before"]["storage_parameters"]) - {
-        "autovacuum_vacuum_cost_delay=0"
+        "autovacuum_vacuum_cost_delay=0.5"
     }
     assert throttled["rows"] == package["rows"] == 2000 and _positive(throttled["msgs_per_s"])
 
@@ -232,12 +232,12 @@ def test_scale_pairs_a_throttled_vacuum_with_the_package_table(tmp_path: Path) -
 def test_scale_throttles_the_vacuum_by_the_delay_asked(tmp_path: Path) -> None:
     """``--throttle-cost-delay MS``: the throttled table gets that ``autovacuum_vacuum_cost_delay`` instead of
     the server's, and the record says which."""
-    package, throttled = _throttled_pair(tmp_path, "--throttle-cost-delay", "0.5")
-    assert (package["throttle_cost_delay_ms"], throttled["throttle_cost_delay_ms"]) == (None, 0.5)
-    assert "autovacuum_vacuum_cost_delay=0.5" in throttled["before"]["storage_parameters"]
-    assert set(throttled["before"]["storage_parameters"]) - {"autovacuum_vacuum_cost_delay=0.5"} == set(
+    package, throttled = _throttled_pair(tmp_path, "--throttle-cost-delay", "0")
+    assert (package["throttle_cost_delay_ms"], throttled["throttle_cost_delay_ms"]) == (None, 0)
+    assert "autovacuum_vacuum_cost_delay=0" in throttled["before"]["storage_parameters"]
+    assert set(throttled["before"]["storage_parameters"]) - {"autovacuum_vacuum_cost_delay=0"} == set(
         package["before"]["storage_parameters"]
-    ) - {"autovacuum_vacuum_cost_delay=0"}
+    ) - {"autovacuum_vacuum_cost_delay=0.5"}
 
 
 def test_the_throttle_delay_needs_a_throttled_size() -> None:

@@ -28,7 +28,7 @@ postgres_only = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
 PACKAGE_PARAMETERS = [
     "autovacuum_vacuum_scale_factor=0",
     "autovacuum_vacuum_threshold=1000",
-    "autovacuum_vacuum_cost_delay=0",
+    "autovacuum_vacuum_cost_delay=0.5",
     "vacuum_index_cleanup=on",
 ]
 # Autovacuum off for the tables whose dead rows a test counts: it must not clean them up first.
