@@ -64,7 +64,8 @@ class TableOptions:
 
     ``storage_parameters`` matter on PostgreSQL only: the table's ``WITH (...)`` storage parameters. None
     (the default) gives the dialect's ``default_storage_parameters`` (on PostgreSQL autovacuum then vacuums
-    the table after every 1,000 dead rows, unthrottled, so a drained table's storage comes back by itself);
+    the table after every 1,000 dead rows, at a quarter of the server's throttling, so a drained table's
+    storage comes back by itself);
     a mapping replaces them, ``{}`` creates the table with none. Other engines have none and ignore them.
     """
 

@@ -378,9 +378,25 @@ def _delay_label(drain: dict[str, Any]) -> str:
     return "the server's cost delay" if delay is None else f"a cost delay of {delay:g} ms"
 
 
+def _package_label(drain: dict[str, Any]) -> str:
+    """The package's table of a pair, named by the cost delay it was created with at the run's commit (the
+    package's default has changed since: 0 until 7b38f80, 0.5 ms after)."""
+    delay = next(
+        (
+            entry.split("=", 1)[1]
+            for entry in drain["before"]["storage_parameters"]
+            if entry.startswith("autovacuum_vacuum_cost_delay=")
+        ),
+        None,
+    )
+    if delay is None:
+        return "the package's (the server's cost delay)"
+    return "unthrottled (the package's then)" if float(delay) == 0 else f"the package's ({float(delay):g} ms)"
+
+
 def throttled_vacuum_paragraph(doc: dict[str, Any], kept_as: str) -> list[str]:
-    """docs/dba.md: the deepest drain from a table with the package's unthrottled autovacuum beside the
-    same drain from one whose ``autovacuum_vacuum_cost_delay`` is the server's or the run's
+    """docs/dba.md: the deepest drain from a table with the package's parameters of the run's commit beside
+    the same drain from one whose ``autovacuum_vacuum_cost_delay`` is the server's or the run's
     (``--throttled-vacuum``, ``--throttle-cost-delay``)."""
     meta = doc["meta"]
     (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
@@ -407,16 +423,16 @@ def throttled_vacuum_paragraph(doc: dict[str, Any], kept_as: str) -> list[str]:
         "was running then:",
         "",
     ]
-    for unthrottled, throttled in pairs:
-        label = _delay_label(throttled)
+    for package, throttled in pairs:
+        label, package_label = _delay_label(throttled), _package_label(package)
         lines += [
-            f"| {throttled['rows']:,} rows: tenth | unthrottled (the package's): msgs/s, I/O stall ms, "
+            f"| {throttled['rows']:,} rows: tenth | {package_label}: msgs/s, I/O stall ms, "
             f"unwritten MiB, vacuum | {label}: msgs/s, I/O stall ms, unwritten MiB, vacuum |",
             "|--:|--:|--:|",
-            *_paired_tenths(unthrottled, throttled),
+            *_paired_tenths(package, throttled),
             "",
-            f"{throttled['rows']:,} rows: unthrottled {_write_back_summary(unthrottled)}, storage back "
-            f"{_short_return(unthrottled)}{_vacuums_after(unthrottled)}; with {label}, "
+            f"{throttled['rows']:,} rows: {package_label.split(' (')[0]} {_write_back_summary(package)}, "
+            f"storage back {_short_return(package)}{_vacuums_after(package)}; with {label}, "
             f"{_write_back_summary(throttled)}, storage back {_short_return(throttled)}"
             f"{_vacuums_after(throttled)}.",
             "",
