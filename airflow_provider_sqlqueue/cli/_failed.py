@@ -111,23 +111,8 @@ def failed_list(args: argparse.Namespace, out: Console, err: Console) -> int:
     return Exit.OK
 
 
-def _preview(body: bytes, limit: int) -> dict[str, Any]:
-    """The body's first ``limit`` bytes: as text if the body is UTF-8, else as hex."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        fields: dict[str, Any] = {"body": body[:limit].hex(), "body_encoding": "hex"}
-    else:
-        fields = {
-            "body": text.encode("utf-8")[:limit].decode("utf-8", errors="ignore"),
-            "body_encoding": "utf-8",
-        }
-    fields["body_bytes"] = len(body)
-    fields["body_truncated"] = len(body) > limit
-    return fields
-
-
 def failed_show(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ..transport.browse import preview_body
     from ..transport.failed import STACK_TRACE, show_failed
 
     with connected(args) as transport:
@@ -146,7 +131,7 @@ def failed_show(args: argparse.Namespace, out: Console, err: Console) -> int:
             "row_version": message.row_version,
             "headers": message.headers,
             "stack_trace": message.headers.get(STACK_TRACE),
-            **_preview(message.body, args.max_body_bytes),
+            **preview_body(message.body, args.max_body_bytes).as_dict(),
         }
         if message.header_error:
             record["header_error"] = message.header_error

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from .connection import Transport
     from .queue import TableQueue
 
-__all__ = ["MAX_BROWSE", "BrowsedMessage", "browse", "count_expired", "queue_tables"]
+__all__ = [
+    "MAX_BROWSE",
+    "BodyPreview",
+    "BrowsedMessage",
+    "browse",
+    "count_expired",
+    "preview_body",
+    "queue_tables",
+]
 
 MAX_BROWSE = 100_000
 
@@ -58,6 +66,38 @@ class BrowsedMessage:
     def time_sent(self) -> datetime | None:
         """The sender's ``NServiceBus.TimeSent`` header as an aware UTC time, None if absent or unreadable."""
         return h.timestamp_or_none(self.headers.get(h.TIME_SENT))
+
+
+@dataclass(frozen=True)
+class BodyPreview:
+    """The first bytes of a message body, for people: ``text`` is the body's start as text when the whole
+    body is UTF-8 (``encoding`` ``utf-8``), else as hexadecimal digits (``hex``), so a binary body is never
+    handed to a terminal or a page as characters."""
+
+    text: str
+    encoding: str
+    size: int
+    truncated: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "body": self.text,
+            "body_encoding": self.encoding,
+            "body_bytes": self.size,
+            "body_truncated": self.truncated,
+        }
+
+
+def preview_body(body: bytes, limit: int) -> BodyPreview:
+    """The first ``limit`` bytes of ``body`` (a UTF-8 character cut at the limit is left out)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigurationError(f"a body preview's limit must be a non-negative int, not {limit!r}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return BodyPreview(body[:limit].hex(), "hex", len(body), len(body) > limit)
+    shown = text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+    return BodyPreview(shown, "utf-8", len(body), len(body) > limit)
 
 
 def _text(value: Any) -> str:
