@@ -51,6 +51,13 @@ def metric_part(value: str) -> str:
     return _INVALID.sub("_", value) or "_"
 
 
+class Silent:
+    """Where metrics go when Airflow's backend failed to start: nowhere (every call is accepted)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
 def backend() -> Any:
     """The deployment's metrics backend, built once per process from Airflow's configuration."""
     global _backend, _backend_pid
@@ -62,9 +69,7 @@ def backend() -> Any:
                 _backend = get_stats_factory()()
             except Exception as error:  # a misconfigured backend must not fail a task or a trigger
                 log.warning("sqlqueue metrics are off: Airflow's metrics backend failed to start: %s", error)
-                from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
-
-                _backend = NoStatsLogger()
+                _backend = Silent()
             _backend_pid = os.getpid()
         return _backend
 

@@ -338,6 +338,11 @@ class Dialect(ABC):
         Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires; takes no lasting locks."""
         raise NotImplementedError(f"{self.display_name} cannot browse queues")
 
+    def oldest_headers(self, address: QueueAddress) -> str:
+        """SELECT of RowVersion and Headers of the oldest unexpired committed row (no parameter; no row when
+        none): what a gauge needs for the oldest message's age, without its body. Takes no lasting locks."""
+        raise NotImplementedError(f"{self.display_name} cannot read the oldest message's headers")
+
     def count_expired(self, address: QueueAddress) -> str:
         """Number of rows whose Expires has passed by the database clock (what a purge would delete)."""
         raise NotImplementedError(f"{self.display_name} cannot count expired messages")
@@ -354,6 +359,11 @@ class Dialect(ABC):
 
     def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
         return (after, size)
+
+    def failed_newest(self, address: QueueAddress) -> str:
+        """SELECT of RowVersion, Id and Headers of the newest N rows (one parameter: N), newest first: the
+        bounded sample the Queues page groups. Read-only, no lasting locks."""
+        raise NotImplementedError(f"{self.display_name} cannot read the newest failed messages")
 
     def failed_messages(self, address: QueueAddress) -> str:
         """SELECT of the rows whose Id is the parameter (an error queue may hold a message more than

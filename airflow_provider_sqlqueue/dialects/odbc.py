@@ -220,6 +220,8 @@ _STATEMENT_METHODS = {
     "peek_bounds",
     "count_exact",
     "browse",
+    "oldest_headers",
+    "failed_newest",
     "count_expired",
     "queue_tables",
     "purge_expired_batch",

@@ -346,6 +346,18 @@ class PostgresDialect(PostgresStorage):
             "ORDER BY RowVersion LIMIT %s"
         )
 
+    def oldest_headers(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
+            "WHERE Expires IS NULL OR Expires > statement_timestamp() ORDER BY RowVersion LIMIT 1"
+        )
+
+    def failed_newest(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
+            "ORDER BY RowVersion DESC LIMIT %s"
+        )
+
     def failed_page(self, address: QueueAddress) -> str:
         return (
             f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "

@@ -219,6 +219,12 @@ class SqliteDialect(Dialect):
             "ORDER BY RowVersion LIMIT ?"
         )
 
+    def oldest_headers(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
+            f"WHERE Expires IS NULL OR Expires > {_NOW} ORDER BY RowVersion LIMIT 1"
+        )
+
     def count_expired(self, address: QueueAddress) -> str:
         return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires <= {_NOW}"
 
@@ -235,6 +241,12 @@ class SqliteDialect(Dialect):
         return (
             f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
             "WHERE RowVersion > ? ORDER BY RowVersion LIMIT ?"
+        )
+
+    def failed_newest(self, address: QueueAddress) -> str:
+        return (
+            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
+            "ORDER BY RowVersion DESC LIMIT ?"
         )
 
     def failed_messages(self, address: QueueAddress) -> str:

@@ -248,6 +248,21 @@ class SqlServerDialect(Dialect):
             "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]"
         )
 
+    def oldest_headers(self, address: QueueAddress) -> str:
+        # As browse (READPAST: rows in flight are skipped), one row and no Body.
+        return (
+            "SELECT TOP (1) [RowVersion], [Headers] "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
+            "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]"
+        )
+
+    def failed_newest(self, address: QueueAddress) -> str:
+        return (
+            "SELECT TOP (?) [RowVersion], [Id], [Headers] "
+            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
+            "ORDER BY [RowVersion] DESC"
+        )
+
     def failed_page(self, address: QueueAddress) -> str:
         # As browse: READPAST skips rows another session holds (a retry in flight) instead of waiting.
         return (

@@ -39,6 +39,7 @@ __all__ = [
     "BrowsedMessage",
     "browse",
     "count_expired",
+    "oldest_time_sent",
     "preview_body",
     "queue_tables",
 ]
@@ -161,6 +162,24 @@ def browse(queue: TableQueue, max_messages: int = 10) -> list[BrowsedMessage]:
             )
         )
     return messages
+
+
+def oldest_time_sent(queue: TableQueue) -> datetime | None:
+    """When the oldest unexpired message of ``queue`` was sent (its ``NServiceBus.TimeSent`` header), read
+    from that one row's RowVersion and Headers, never its body; None when the queue is empty or the header
+    is absent or unreadable."""
+    try:
+        rows = _query(queue, queue.dialect.oldest_headers(queue.address), ())
+    except Exception as error:
+        _require(queue, error)
+        raise
+    if not rows:
+        return None
+    try:
+        headers = h.decode_headers(_text(rows[0][1]))
+    except HeaderFormatError:
+        return None
+    return h.timestamp_or_none(dict(headers).get(h.TIME_SENT))
 
 
 def count_expired(queue: TableQueue) -> int:

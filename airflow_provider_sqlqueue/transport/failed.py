@@ -51,12 +51,14 @@ __all__ = [
     "RETRY_REMOVED_PREFIXES",
     "FailedGroup",
     "FailedRow",
+    "FailedSample",
     "FailureFilter",
     "FailureOutcome",
     "Refusal",
     "delete_failed",
     "failed_groups",
     "failed_rows",
+    "failed_sample",
     "retry_failed",
     "show_failed",
 ]
@@ -74,6 +76,7 @@ RETRY_REMOVED_PREFIXES = (
 )
 PAGE_SIZE = 500
 MAX_BATCH = 10_000
+MAX_SAMPLE = 100_000
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,11 @@ class FailureOutcome:
     done: list[str] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     batches: int = 0
+    # Where a retry limited by ``max_rows`` stopped: the last RowVersion it read, the newest it would read,
+    # and whether rows may remain between the two (call again with ``after=read_to, up_to=up_to``).
+    read_to: int | None = None
+    up_to: int | None = None
+    more: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -209,14 +217,13 @@ def _require(queue: TableQueue, error: Exception) -> None:
 
 
 def failed_rows(
-    error_queue: TableQueue, page_size: int = PAGE_SIZE, up_to: int | None = None
+    error_queue: TableQueue, page_size: int = PAGE_SIZE, up_to: int | None = None, after: int = 0
 ) -> Iterator[FailedRow]:
     """Every row of ``error_queue`` (Id and headers, no body) in RowVersion order, read in keyset pages
     of ``page_size`` rows, each page its own short read-only statement; with ``up_to`` only the rows up
-    to that RowVersion."""
+    to that RowVersion, with ``after`` only those after that one."""
     dialect = error_queue.dialect
     statement = dialect.failed_page(error_queue.address)
-    after = 0
     while True:
         try:
             rows = _query(error_queue, statement, dialect.failed_page_params(after, page_size))
@@ -251,13 +258,21 @@ def _canonical_names(transport: Transport) -> Callable[[str], str]:
 
 
 def _selected(
-    error_queue: TableQueue, selection: FailureFilter | None, *, bounded: bool = False
+    error_queue: TableQueue,
+    selection: FailureFilter | None,
+    *,
+    bounded: bool = False,
+    after: int = 0,
+    up_to: int | None = None,
+    max_rows: int | None = None,
+    progress: FailureOutcome | None = None,
 ) -> Iterator[FailedRow]:
-    """The selected rows; ``bounded``: only those there when it starts, so that a retry or delete ends
-    even while the pump keeps moving messages (perhaps the ones just retried) into the error queue."""
+    """The selected rows; ``bounded``: only those there when it starts (up to ``up_to`` when given), so
+    that a retry or delete ends even while the pump keeps moving messages (perhaps the ones just retried)
+    into the error queue. ``max_rows``: read no more than that many rows after ``after``, selected or not,
+    and note in ``progress`` where the reading stopped."""
     canonical = _canonical_names(error_queue.transport)
-    up_to = None
-    if bounded:
+    if bounded and up_to is None:
         try:
             _oldest, up_to = error_queue.peek_bounds()
         except Exception as error:
@@ -265,9 +280,18 @@ def _selected(
             raise
         if up_to is None:
             return
-    for row in failed_rows(error_queue, up_to=up_to):
+    if progress is not None:
+        progress.up_to = up_to
+    page_size = PAGE_SIZE if max_rows is None else min(PAGE_SIZE, max_rows)
+    for read, row in enumerate(failed_rows(error_queue, page_size, up_to=up_to, after=after), 1):
+        if progress is not None:
+            progress.read_to = row.row_version
         if selection is None or selection.matches(row, canonical):
             yield row
+        if max_rows is not None and read >= max_rows:
+            if progress is not None:
+                progress.more = up_to is None or row.row_version < up_to
+            return
 
 
 def failed_groups(error_queue: TableQueue, selection: FailureFilter | None = None) -> list[FailedGroup]:
@@ -283,6 +307,46 @@ def failed_groups(error_queue: TableQueue, selection: FailureFilter | None = Non
             )
         group.add(row)
     return sorted(groups.values(), key=lambda g: (-g.count, g.failed_queue or "", g.key))
+
+
+@dataclass(frozen=True)
+class FailedSample:
+    """The groups of the newest ``limit`` rows of an error queue: ``read`` rows were grouped, and ``more``
+    says the error queue holds older rows that were not read."""
+
+    groups: list[FailedGroup]
+    read: int
+    limit: int
+    more: bool
+
+
+def failed_sample(error_queue: TableQueue, limit: int = 1000) -> FailedSample:
+    """The failed-message groups of at most the newest ``limit`` rows of ``error_queue`` (headers only,
+    one statement of ``limit + 1`` rows), largest group first: a bounded cost however long the queue."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SAMPLE:
+        raise ConfigurationError(f"limit must be an int between 1 and {MAX_SAMPLE:,}, not {limit!r}")
+    dialect = error_queue.dialect
+    try:
+        rows = _query(error_queue, dialect.failed_newest(error_queue.address), (limit + 1,))
+    except Exception as error:
+        _require(error_queue, error)
+        raise
+    groups: dict[str, FailedGroup] = {}
+    for row_version, message_id, raw_headers in rows[:limit]:
+        raw = _text(raw_headers)
+        try:
+            headers, problem = dict(h.decode_headers(raw)), None
+        except HeaderFormatError as error:
+            headers, problem = {}, str(error)
+        row = FailedRow(int(row_version), _canonical_id(message_id), headers, raw, problem)
+        group = groups.get(row.group_key)
+        if group is None:
+            group = groups[row.group_key] = FailedGroup(
+                row.group_key, row.failed_queue, row.exception_type, row.exception_message
+            )
+        group.add(row)
+    ordered = sorted(groups.values(), key=lambda g: (-g.count, g.failed_queue or "", g.key))
+    return FailedSample(ordered, min(len(rows), limit), limit, len(rows) > limit)
 
 
 def show_failed(error_queue: TableQueue, message_id: str) -> list[BrowsedMessage]:
@@ -343,15 +407,28 @@ def _batches(rows: Iterator[FailedRow], size: int) -> Iterator[list[FailedRow]]:
 
 
 def retry_failed(
-    error_queue: TableQueue, selection: FailureFilter | None = None, batch_size: int = 100
+    error_queue: TableQueue,
+    selection: FailureFilter | None = None,
+    batch_size: int = 100,
+    *,
+    max_rows: int | None = None,
+    after: int = 0,
+    up_to: int | None = None,
 ) -> FailureOutcome:
     """Move the selected failed messages back to their ``FailedQ`` queues, ``batch_size`` per transaction.
 
     Refused (left in the error queue, reported in :attr:`FailureOutcome.refused`): a message without a
     readable ``FailedQ`` header, or whose source queue does not exist. A message another session moved
     or deleted meanwhile is skipped.
+
+    With ``max_rows``, one step of a long retry: read at most that many rows of the error queue after
+    RowVersion ``after`` and no newer than ``up_to`` (default: the newest row now), retry the selected ones
+    among them, and say in the outcome where it stopped (``read_to``, ``up_to``, ``more``), so a caller
+    such as the Queues page resumes with ``after=outcome.read_to, up_to=outcome.up_to``.
     """
     _check_batch_size(batch_size)
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise ConfigurationError(f"max_rows must be a positive int, not {max_rows!r}")
     transport = error_queue.transport
     sources: dict[str, TableQueue | tuple[str, bool]] = {}
 
@@ -383,7 +460,10 @@ def retry_failed(
     outcome = FailureOutcome()
     dialect = error_queue.dialect
     take = dialect.take_failed_row(error_queue.address)
-    for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
+    selected = _selected(
+        error_queue, selection, bounded=True, after=after, up_to=up_to, max_rows=max_rows, progress=outcome
+    )
+    for batch in _batches(selected, batch_size):
         moves: list[tuple[FailedRow, TableQueue]] = []
         for row in batch:
             source = source_of(row)
@@ -422,7 +502,11 @@ def retry_failed(
 
 
 def delete_failed(
-    error_queue: TableQueue, selection: FailureFilter | None = None, batch_size: int = 100
+    error_queue: TableQueue,
+    selection: FailureFilter | None = None,
+    batch_size: int = 100,
+    *,
+    permanent: bool = False,
 ) -> FailureOutcome:
     """Delete the selected failed messages for good, ``batch_size`` per transaction."""
     _check_batch_size(batch_size)

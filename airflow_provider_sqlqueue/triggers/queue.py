@@ -8,6 +8,10 @@
   restart or a handover to another triggerer does not fire again for the messages still waiting. Without a
   state store (an older Airflow, a trigger run outside a triggerer) the watermark lives in memory.
 
+Both send the queue's gauges each poll (docs/operating.md, "Metrics") from statements whose cost does not
+grow with the queue: the depth the poll saw, the oldest message's age from that row's headers (not its
+body) and the error queue's peek estimate.
+
 Transient database failures (a restart, a lost connection) are logged and polled through. Any other
 failure (a missing queue or connection, an unexpected driver error) ends the task trigger with an
 ``error`` event that names the cause; the event trigger logs it and keeps watching, backing off to 30 s,
@@ -20,7 +24,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
@@ -29,7 +33,20 @@ from ..metrics import emit_queue_gauges
 from ..transport import ConfigurationError, TransientDatabaseError
 from ..transport.overview import queue_gauges
 
+if TYPE_CHECKING:
+    from ..transport.queue import TableQueue
+
 COUNT_MODES = ("estimate", "exact")
+
+
+async def emit_gauges(conn_id: str, queue: TableQueue, depth: int, log: logging.Logger) -> None:
+    """``queue``'s gauges for Airflow's metrics, with the depth the poll just saw; the two other reads
+    (oldest message's headers, error queue's estimate) run in a worker thread. Never fails the trigger."""
+    try:
+        gauges = await asyncio.to_thread(queue_gauges, queue, depth)
+        emit_queue_gauges(conn_id, gauges)
+    except Exception as error:
+        log.debug("metrics of %s not sent: %s", queue.address, error)
 
 
 def _check(queue_name: str, min_messages: int, count_mode: str, poll_interval: float) -> None:
@@ -86,14 +103,13 @@ class PendingMessagesTrigger(BaseTrigger):
         return TriggerEvent({"status": status, "queue": self.queue_name, **payload})
 
     async def _emit_gauges(self, hook: SqlQueueHook, depth: int) -> None:
-        """The queue's gauges for Airflow's metrics (docs/operating.md, "Metrics"): the depth this poll saw,
-        the oldest message's age and the error queue's count. Never fails the trigger."""
+        """The queue's gauges (:func:`emit_gauges`) with the depth this poll saw."""
         try:
             queue = hook.get_queue(self.queue_name)
-            gauges = await asyncio.to_thread(queue_gauges, queue, depth)
-            emit_queue_gauges(self.sqlqueue_conn_id, gauges)
         except Exception as error:
             self.log.debug("metrics of %s not sent: %s", self.queue_name, error)
+            return
+        await emit_gauges(self.sqlqueue_conn_id, queue, depth, self.log)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
@@ -118,6 +134,30 @@ class PendingMessagesTrigger(BaseTrigger):
             await hook.aclose()
 
 
+# The Task SDK releases (Airflow 3.3.x) whose AssetStateStoreAccessors keeps one accessor per asset in
+# ``_by_name`` and ``_by_uri``: tests/test_trigger_gauges.py holds that on the pinned release.
+TESTED_TASK_SDK = ("1.3",)
+
+
+def asset_accessors(store: Any) -> list[Any] | None:
+    """The per-asset accessors of an ``AssetStateStoreAccessors`` watching several assets, or None where
+    the Task SDK is not a release whose layout was tested (a version-gated fallback: Airflow has no public
+    listing of them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("apache-airflow-task-sdk")
+    except PackageNotFoundError:
+        return None
+    if ".".join(release.split(".")[:2]) not in TESTED_TASK_SDK:
+        return None
+    by_name = getattr(store, "_by_name", None)
+    by_uri = getattr(store, "_by_uri", None)
+    if not isinstance(by_name, dict) or not isinstance(by_uri, dict):
+        return None
+    return [*by_name.values(), *by_uri.values()]
+
+
 class DurableWatermark:
     """The newest RowVersion an event trigger fired for, kept where a restarted triggerer finds it.
 
@@ -126,6 +166,10 @@ class DurableWatermark:
     key naming the connection and queue, so several queues may watch one asset. A state store that cannot
     be reached is logged and the watermark is kept in memory: at worst one duplicate event, never a missed
     one.
+
+    With one watched asset the store's own public ``aget``/``aset`` are used. With several, Airflow offers
+    no public way to list the store's assets: :func:`asset_accessors` finds them on the Task SDK releases
+    this was tested on, and elsewhere the watermark is kept in memory.
     """
 
     KEY_PREFIX = "sqlqueue.watermark"
@@ -144,20 +188,33 @@ class DurableWatermark:
     def durable(self) -> bool:
         return self.store is not None
 
-    def _accessors(self) -> list[Any]:
+    async def _read_all(self) -> list[Any]:
         try:
-            self.store._single_accessor()
-        except ValueError:  # several assets watch this trigger: keep the watermark on each of them
-            by_name = getattr(self.store, "_by_name", {})
-            by_uri = getattr(self.store, "_by_uri", {})
-            return [*by_name.values(), *by_uri.values()]
-        return [self.store]
+            return [await self.store.aget(self.key, None)]
+        except ValueError:  # several assets watch this trigger: the watermark is kept on each of them
+            return [await accessor.aget(self.key, None) for accessor in self._several()]
+
+    async def _write_all(self, value: int) -> None:
+        try:
+            await self.store.aset(self.key, value)
+        except ValueError:
+            for accessor in self._several():
+                await accessor.aset(self.key, value)
+
+    def _several(self) -> list[Any]:
+        accessors = asset_accessors(self.store)
+        if accessors is None:
+            raise RuntimeError(
+                "several assets watch this trigger and this Task SDK's state store cannot list them "
+                f"(tested on {', '.join(TESTED_TASK_SDK)}.x)"
+            )
+        return accessors
 
     async def load(self) -> int | None:
         if self.store is None:
             return self.value
         try:
-            stored = [await accessor.aget(self.key, None) for accessor in self._accessors()]
+            stored = await self._read_all()
         except Exception as error:
             self.log.warning(
                 "cannot read the watermark %s from the asset state store (%s); keeping it in memory",
@@ -175,8 +232,7 @@ class DurableWatermark:
         if self.store is None:
             return
         try:
-            for accessor in self._accessors():
-                await accessor.aset(self.key, value)
+            await self._write_all(value)
         except Exception as error:
             self.log.warning(
                 "cannot write the watermark %s to the asset state store (%s); keeping it in memory",
@@ -246,6 +302,7 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
                     delay = max(self.poll_interval, 30.0)
                 else:
                     depth = 0 if oldest is None or newest is None else newest - oldest + 1
+                    await emit_gauges(self.sqlqueue_conn_id, queue, depth, self.log)
                     fresh = newest is not None and (seen is None or newest != seen)
                     if depth >= self.min_messages and fresh:
                         yield TriggerEvent(
