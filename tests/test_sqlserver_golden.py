@@ -93,6 +93,8 @@ UPDATE_GOLDEN = os.environ.get("SQLQUEUE_UPDATE_GOLDEN") == "1"
 DIALECT = SqlServerDialect()
 # Where the delayed mover's statements move rows to: another table, a dot inside its name.
 MOVE_DESTINATION = QueueAddress("Billing.Input", "dbo")
+# Where an error queue's deleted messages go (transport/archive.py): rendered as the case address's archive.
+ARCHIVE_DESTINATION = QueueAddress("error_archive", "dbo")
 
 # One golden file per address case. Strings go through QueueAddress.parse (the canonical address form);
 # every address is then resolved by the dialect (default schema dbo, length limits).
@@ -121,6 +123,8 @@ APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
 SYSTEM_VARIABLES_BY_KIND = {
     "open_transaction": ["@@TRANCOUNT", "@@TRANCOUNT"],
     "purge_expired_batch": ["@@ROWCOUNT"],
+    "archive_failed_row": ["@@ROWCOUNT"],
+    "purge_archive_batch": ["@@ROWCOUNT"],
 }
 # table_exists binds the quoted name (OBJECT_ID) on SQL Server; Babelfish's reads sys.tables by schema, name.
 TABLE_EXISTS_PARAMETERS: dict[type[SqlServerDialect], int] = {BabelfishDialect: 2}
@@ -479,6 +483,39 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
             extra={"literals": {"Session"}},
         )
     )
+
+    # The archive of an error queue (transport/archive.py): its table, index, purge and count rendered for the
+    # same address as if it were the archive table; the move from the address into ARCHIVE_DESTINATION.
+    out.append(
+        Statement(
+            "create_archive_table", "create_archive_table", d.create_archive_table(address), (exp.Create,), 0
+        )
+    )
+    for index in d.archive_indexes(address):
+        out.append(Statement("archive_index", f"archive_index {index.name}", index.create, (exp.Create,), 0))
+    for recoverable in (True, False):
+        [archive_move] = d.archive_failed_row(address, ARCHIVE_DESTINATION, recoverable)
+        out.append(
+            Statement(
+                "archive_failed_row",
+                f"archive_failed_row{'' if recoverable else ' without Recoverable'}",
+                archive_move,
+                (exp.Delete, exp.Select),
+                1,
+                extra={"recoverable": recoverable},
+            )
+        )
+    out.append(
+        Statement(
+            "purge_archive_batch",
+            "purge_archive_batch",
+            d.purge_archive_batch(address),
+            (exp.Delete, exp.Select),
+            3,
+            d.purge_archive_params(30 * 86400, 10_000),
+        )
+    )
+    out.append(Statement("count_archive", "count_archive", d.count_archive(address), (exp.Select,), 0))
 
     # The schema inspection, with the parameters inspect() binds, and the fix it proposes for varchar Headers.
     cursor = _RecordingCursor()
@@ -1480,6 +1517,123 @@ def check_count_delayed(statement: Statement, trees: list[exp.Expression], addre
     )
 
 
+# Column, type, type parameters, nullable: the queue's columns (Recoverable nullable: later NServiceBus
+# tables have none), the row's RowVersion in the error queue, and when it was archived (GETUTCDATE()).
+ARCHIVE_COLUMNS = [
+    ("Id", _TYPE.UUID, [], False),
+    ("CorrelationId", _TYPE.VARCHAR, ["255"], True),
+    ("ReplyToAddress", _TYPE.VARCHAR, ["255"], True),
+    ("Recoverable", _TYPE.BIT, [], True),
+    ("Expires", _TYPE.DATETIME, [], True),
+    ("Headers", _TYPE.NVARCHAR, ["MAX"], False),
+    ("Body", _TYPE.VARBINARY, ["MAX"], True),
+    ("ErrorRowVersion", _TYPE.BIGINT, [], False),
+    ("ArchivedAt", _TYPE.DATETIME, [], False),
+]
+ARCHIVE_MOVED = ["Id", "CorrelationId", "ReplyToAddress", "Recoverable", "Expires", "Headers", "Body"]
+
+
+def check_create_archive_table(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    create = trees[0]
+    fail_unless(create.args.get("kind") == "TABLE", f"not CREATE TABLE:\n{statement.sql}")
+    found = []
+    for definition in create.this.expressions:
+        nullable = [c.kind for c in definition.constraints if isinstance(c.kind, exp.NotNullColumnConstraint)]
+        fail_unless(len(nullable) == 1, f"{definition.name}: say NULL or NOT NULL explicitly")
+        found.append(
+            (
+                definition.name,
+                definition.kind.this,
+                [
+                    p.this.name.upper() if isinstance(p.this, exp.Var) else str(p.this.this)
+                    for p in definition.kind.expressions
+                ],
+                bool(nullable[0].args.get("allow_null")),
+            )
+        )
+    fail_unless(found == ARCHIVE_COLUMNS, f"archive columns {found} != {ARCHIVE_COLUMNS}")
+    fail_unless(
+        "[ArchivedAt] datetime NOT NULL DEFAULT GETUTCDATE()" in statement.sql
+        and "IDENTITY" not in statement.sql,
+        f"ArchivedAt is not stamped by GETUTCDATE(), or a column is an IDENTITY:\n{statement.sql}",
+    )
+
+
+def check_archive_index(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    create = trees[0]
+    params = create.this.args["params"]
+    keys = [(o.this.name, bool(o.args.get("desc"))) for o in params.args.get("columns") or []]
+    fail_unless(
+        create.this.name == "Index_ArchivedAt"
+        and create.args.get("kind") == "NONCLUSTERED INDEX"
+        and keys == [("ArchivedAt", False)],
+        f"not NONCLUSTERED INDEX [Index_ArchivedAt] on ([ArchivedAt] ASC):\n{statement.sql}",
+    )
+
+
+def check_archive_failed_row(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """The delayed mover's form: DELETE ... OUTPUT deleted.<every column> INTO the archive, one row by its
+    RowVersion, then its count; nothing computed on the way (Babelfish takes no expression over deleted)."""
+    sql = statement.sql
+    delete, count = trees
+    fail_unless(
+        isinstance(delete.this, exp.Table) and delete.this.name == address.table, f"DELETE target:\n{sql}"
+    )
+    condition = delete.args["where"].this
+    fail_unless(
+        isinstance(condition, exp.EQ)
+        and condition.this.name == "RowVersion"
+        and isinstance(condition.expression, exp.Placeholder),
+        f"the row is not picked by [RowVersion] = ?:\n{sql}",
+    )
+    returning = delete.args.get("returning")
+    outputs = [node.sql(dialect="tsql") for node in returning.expressions] if returning is not None else []
+    wanted = [
+        "NULL" if name == "Recoverable" and not statement.extra["recoverable"] else f"deleted.[{name}]"
+        for name in [*ARCHIVE_MOVED, "RowVersion"]
+    ]
+    fail_unless(outputs == wanted, f"OUTPUT {outputs} is not {wanted}:\n{sql}")
+    columns = ", ".join(bracket(c) for c in [*ARCHIVE_MOVED, "ErrorRowVersion"])
+    into = f" INTO {expected_qualified_name(ARCHIVE_DESTINATION)} ({columns}) WHERE "
+    fail_unless(into in sql, f"not INTO the archive's columns:\n{sql}")
+    fail_unless(sql.endswith("; SELECT @@ROWCOUNT") and isinstance(count, exp.Select), f"no count:\n{sql}")
+
+
+def check_purge_archive(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """Rows archived before GETUTCDATE() minus ? seconds, at most TOP (?) of them oldest first (the
+    subquery), and never a younger row (the outer condition), then the count."""
+    sql = statement.sql
+    older = "[ArchivedAt] < DATEADD(second, ?, GETUTCDATE())"
+    fail_unless(sql.count(older) == 2, f"the age condition is not on both the DELETE and its pick:\n{sql}")
+    delete, count = trees
+    both = delete.args["where"].this
+    fail_unless(isinstance(both, exp.And), f"the DELETE is not age AND pick:\n{sql}")
+    in_ = both.expression
+    fail_unless(
+        isinstance(in_, exp.In) and in_.this.name == "ErrorRowVersion", f"not by ErrorRowVersion:\n{sql}"
+    )
+    select = in_.args["query"].this
+    limit = select.args.get("limit")
+    fail_unless(limit is not None and isinstance(limit.expression, exp.Placeholder), f"no TOP (?):\n{sql}")
+    fail_unless(_order(select) == [("ArchivedAt", False)], f"the pick is not oldest first:\n{sql}")
+    fail_unless("@@ROWCOUNT" in sql and isinstance(count, exp.Select), f"the purge returns no count:\n{sql}")
+    fail_unless(
+        statement.params == (-30 * 86400, 10_000, -30 * 86400),
+        f"parameters {statement.params} are not (-seconds, N, -seconds)",
+    )
+
+
+def check_count_archive(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    fail_unless(
+        statement.sql == f"SELECT count_big(*) FROM {expected_qualified_name(address)}",
+        f"count:\n{statement.sql}",
+    )
+
+
 def check_mover_lock(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
     """The mover election: a session-owned exclusive app lock, tried without waiting, and its release."""
     sql = statement.sql
@@ -1536,6 +1690,7 @@ USES_TIME = {
     "store_delayed",
     "select_due_delayed",
     "next_due_delayed",
+    "purge_archive_batch",
 }
 SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
     "create_table": check_create_table,
@@ -1575,6 +1730,11 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "count_delayed": check_count_delayed,
     "try_lock_delayed_mover": check_mover_lock,
     "unlock_delayed_mover": check_mover_lock,
+    "create_archive_table": check_create_archive_table,
+    "archive_index": check_archive_index,
+    "archive_failed_row": check_archive_failed_row,
+    "purge_archive_batch": check_purge_archive,
+    "count_archive": check_count_archive,
 }
 
 

@@ -438,6 +438,7 @@ _COMMAND_MODULES = {
     "failed_show": "_failed",
     "failed_retry": "_failed",
     "failed_delete": "_failed",
+    "failed_purge_archive": "_failed",
 }
 
 

@@ -157,12 +157,22 @@ def failed_show(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _report(
-    args: argparse.Namespace, out: Console, err: Console, verb: str, error_queue: str, outcome: Any
+    args: argparse.Namespace,
+    out: Console,
+    err: Console,
+    verb: str,
+    error_queue: str,
+    outcome: Any,
+    extra: dict[str, Any] | None = None,
 ) -> int:
     if args.json:
-        print_json({"error_queue": error_queue, "action": verb, **outcome.as_dict()})
+        print_json({"error_queue": error_queue, "action": verb, **(extra or {}), **outcome.as_dict()})
     else:
-        note(out, f"{error_queue}: {verb} {len(outcome.done):,} message(s) in {outcome.batches} batch(es)")
+        where = f" into {extra['archive']}" if extra and extra.get("archive") else ""
+        note(
+            out,
+            f"{error_queue}: {verb} {len(outcome.done):,} message(s){where} in {outcome.batches} batch(es)",
+        )
         for refusal in outcome.refused:
             note(err, f"refused: {refusal.reason}", "red")
     if not outcome.refused:
@@ -183,15 +193,19 @@ def failed_retry(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def failed_delete(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ..transport.archive import ErrorArchive
     from ..transport.failed import delete_failed, failed_groups
 
     selection = _selection(args, require=True)
     with connected(args) as transport:
         error_queue = existing_queue(transport, args.error_queue)
+        archive = None if args.permanent else str(ErrorArchive.of(error_queue).address)
+        extra = {"archive": archive}
+        how = "for good" if archive is None else f"into the archive {archive}"
         if not args.yes:
             count = sum(group.count for group in failed_groups(error_queue, selection))
             if count == 0:
-                return _report(args, out, err, "deleted", str(error_queue.address), _empty())
+                return _report(args, out, err, "deleted", str(error_queue.address), _empty(), extra)
             if not sys.stdin.isatty():
                 raise CliError(
                     Exit.USAGE,
@@ -199,14 +213,38 @@ def failed_delete(args: argparse.Namespace, out: Console, err: Console) -> int:
                     "no terminal to confirm on",
                     "pass --yes to delete without asking",
                 )
-            err.print(
-                f"Delete {count:,} failed message(s) from {error_queue.address} for good? [y/N] ", end=""
-            )
+            err.print(f"Delete {count:,} failed message(s) from {error_queue.address} {how}? [y/N] ", end="")
             if input().strip().lower() not in ("y", "yes"):
                 note(err, "nothing deleted")
                 return Exit.OK
-        outcome = delete_failed(error_queue, selection, args.batch_size)
-    return _report(args, out, err, "deleted", str(error_queue.address), outcome)
+        outcome = delete_failed(error_queue, selection, args.batch_size, permanent=args.permanent)
+    return _report(args, out, err, "deleted", str(error_queue.address), outcome, extra)
+
+
+def failed_purge_archive(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ..transport import ConfigurationError
+    from ..transport.archive import ErrorArchive, parse_age
+
+    try:
+        age = parse_age(args.older_than)
+    except ConfigurationError as error:
+        raise CliError(Exit.USAGE, str(error)) from None
+    with connected(args) as transport:
+        error_queue = existing_queue(transport, args.error_queue)
+        archive = ErrorArchive.of(error_queue)
+        purged = archive.purge(age, args.batch_size)
+    if args.json:
+        print_json(
+            {
+                "error_queue": str(error_queue.address),
+                "archive": str(archive.address),
+                "older_than_seconds": int(age.total_seconds()),
+                "purged": purged,
+            }
+        )
+    else:
+        note(out, f"{archive.address}: purged {purged:,} message(s) archived more than {args.older_than} ago")
+    return Exit.OK
 
 
 def _empty() -> Any:
@@ -221,7 +259,8 @@ def add_failed_commands(
     command: Callable[..., argparse.ArgumentParser],
     run: Callable[[str], Callable[[argparse.Namespace, Console, Console], int]],
 ) -> None:
-    """``sqlqueue failed list|show|retry|delete``: ``command`` and ``run`` are the main parser's helpers."""
+    """``sqlqueue failed list|show|retry|delete|purge-archive``: ``command`` and ``run`` are the main
+    parser's helpers."""
     failed = commands.add_parser(
         "failed",
         help="list, show, retry or delete the messages of an error queue",
@@ -276,7 +315,10 @@ def add_failed_commands(
     )
     p.set_defaults(run=run("failed_show"))
 
-    for name, verb in (("retry", "move back to the queue they failed in"), ("delete", "delete for good")):
+    for name, verb in (
+        ("retry", "move back to the queue they failed in"),
+        ("delete", "move into the error queue's archive table (--permanent: delete for good)"),
+    ):
         p = failed_action(
             name,
             f"{verb}: the given Ids, a group, or --all",
@@ -290,4 +332,23 @@ def add_failed_commands(
         )
         if name == "delete":
             p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+            p.add_argument(
+                "--permanent",
+                action="store_true",
+                help="delete for good instead of moving into <error queue>_archive",
+            )
         p.set_defaults(run=run(f"failed_{name}"))
+
+    p = failed_action(
+        "purge-archive",
+        "delete the messages archived longer ago than --older-than from the error queue's archive",
+        "  sqlqueue failed purge-archive --older-than 30d --url sqlite:///queues.db\n"
+        "  sqlqueue failed purge-archive --older-than 12h --error-queue error --json\n",
+    )
+    p.add_argument(
+        "--older-than", required=True, metavar="AGE", help="a number and a unit (s, m, h, d, w), e.g. 30d"
+    )
+    p.add_argument(
+        "--batch-size", type=positive_int, default=10_000, metavar="N", help="rows per transaction (10000)"
+    )
+    p.set_defaults(run=run("failed_purge_archive"))

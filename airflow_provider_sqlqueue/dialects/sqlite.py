@@ -268,6 +268,59 @@ class SqliteDialect(Dialect):
             f"SELECT RowVersion FROM {table} WHERE Expires < {_NOW} LIMIT ?)"
         )
 
+    # ---- the archive beside an error queue -----------------------------------------------------
+    def create_archive_table(self, address: QueueAddress) -> str:
+        return (
+            f"CREATE TABLE {self.qualified_name(address)} (\n"
+            "    Id TEXT NOT NULL,\n"
+            "    CorrelationId TEXT NULL,\n"
+            "    ReplyToAddress TEXT NULL,\n"
+            "    Recoverable INTEGER NULL,\n"
+            "    Expires TEXT NULL,\n"
+            "    Headers TEXT NOT NULL,\n"
+            "    Body BLOB NULL,\n"
+            "    ErrorRowVersion INTEGER NOT NULL,\n"
+            f"    ArchivedAt TEXT NOT NULL DEFAULT ({_NOW})\n)"
+        )
+
+    def archive_indexes(self, address: QueueAddress) -> list[IndexSpec]:
+        archived_at = self.object_name(address, "ArchivedAt")
+        return [
+            IndexSpec(
+                archived_at,
+                f"CREATE INDEX {self._schema_prefix(address)}{self.quote(archived_at)} "
+                f"ON {self.quote(address.table)} (ArchivedAt)",
+            )
+        ]
+
+    def archive_failed_row(
+        self, address: QueueAddress, archive: QueueAddress, with_recoverable: bool = True
+    ) -> list[str]:
+        # SQLite cannot insert what a DELETE returns: the copy and the DELETE run under the caller's write
+        # lock (BEGIN IMMEDIATE), so no other writer comes between them.
+        recoverable = "Recoverable" if with_recoverable else "NULL"
+        table = self.qualified_name(address)
+        return [
+            f"INSERT INTO {self.qualified_name(archive)} (Id, CorrelationId, ReplyToAddress, Recoverable, "
+            "Expires, Headers, Body, ErrorRowVersion) "
+            f"SELECT Id, CorrelationId, ReplyToAddress, {recoverable}, Expires, Headers, Body, RowVersion "
+            f"FROM {table} WHERE RowVersion = ?",
+            f"DELETE FROM {table} WHERE RowVersion = ? RETURNING RowVersion",
+        ]
+
+    def purge_archive_batch(self, archive: QueueAddress) -> str:
+        table = self.qualified_name(archive)
+        return (
+            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+            "WHERE ArchivedAt < strftime('%Y-%m-%d %H:%M:%f', 'now', ?) LIMIT ?)"
+        )
+
+    def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
+        return (f"-{older_than_seconds} seconds", size)
+
+    def count_archive(self, archive: QueueAddress) -> str:
+        return f"SELECT count(*) FROM {self.qualified_name(archive)}"
+
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         schema = address.schema or "main"
         findings = []

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
 from . import headers as h
+from .archive import ErrorArchive
 from .browse import BrowsedMessage, _canonical_id, _query, _text
 from .queue.rows import as_utc
 
@@ -508,11 +509,26 @@ def delete_failed(
     *,
     permanent: bool = False,
 ) -> FailureOutcome:
-    """Delete the selected failed messages for good, ``batch_size`` per transaction."""
+    """Delete the selected failed messages, ``batch_size`` per transaction: moved into the error queue's
+    archive table (:mod:`.archive`, created here if missing), or with ``permanent`` deleted for good.
+
+    Each row moves by one server-side statement in its batch's transaction, so at every commit it is in
+    exactly one of the two tables; a batch that fails leaves both as they were. Where the archive is
+    missing and this role may not create it, PermissionDenied names the fix and nothing is deleted.
+    """
     _check_batch_size(batch_size)
     outcome = FailureOutcome()
     dialect = error_queue.dialect
-    take = dialect.take_failed_row(error_queue.address)
+    archive = None
+    if permanent:
+        take = [dialect.take_failed_row(error_queue.address)]
+    else:
+        try:
+            archive = ErrorArchive.of(error_queue)
+            archive.ensure()
+        except Exception as error:
+            _require(error_queue, error)
+            raise
     for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
         deleted = []
         with error_queue.transport.connection(error_queue.address) as connection:
@@ -520,11 +536,23 @@ def delete_failed(
             begin = dialect.begin_write()
             if begin:
                 cursor.execute(begin, ())
+            if archive is not None:
+                with_recoverable = error_queue._has_recoverable(cursor)
+                take = dialect.archive_failed_row(error_queue.address, archive.address, with_recoverable)
             for row in batch:
-                cursor.execute(take, (row.row_version,))
-                if dialect.fetch_rows(cursor):
+                for statement in take:
+                    cursor.execute(statement, (row.row_version,))
+                if _taken(dialect, cursor, counted=archive is not None):
                     deleted.append(row.id)
             connection.commit()
         outcome.done.extend(deleted)
         outcome.batches += 1
     return outcome
+
+
+def _taken(dialect: Any, cursor: Any, *, counted: bool) -> bool:
+    """Whether the last statement took its row (another session may have taken it first)."""
+    rows = dialect.fetch_rows(cursor)
+    if counted and dialect.purge_returns_count():
+        return bool(rows and int(rows[0][0]))
+    return bool(rows)

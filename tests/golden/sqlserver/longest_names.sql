@@ -176,6 +176,35 @@ DECLARE @result int; EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Ex
 -- params: ["sqlqueue_89d2d827_mover"]
 EXEC sp_releaseapplock @Resource = ?, @LockOwner = 'Session'
 
+-- create_archive_table
+CREATE TABLE [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq] (
+    [Id] uniqueidentifier NOT NULL,
+    [CorrelationId] varchar(255) NULL,
+    [ReplyToAddress] varchar(255) NULL,
+    [Recoverable] bit NULL,
+    [Expires] datetime NULL,
+    [Headers] nvarchar(max) NOT NULL,
+    [Body] varbinary(max) NULL,
+    [ErrorRowVersion] bigint NOT NULL,
+    [ArchivedAt] datetime NOT NULL DEFAULT GETUTCDATE()
+)
+
+-- archive_index Index_ArchivedAt
+CREATE NONCLUSTERED INDEX [Index_ArchivedAt] ON [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq] ([ArchivedAt] ASC)
+
+-- archive_failed_row
+DELETE FROM [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Recoverable], deleted.[Expires], deleted.[Headers], deleted.[Body], deleted.[RowVersion] INTO [dbo].[error_archive] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body], [ErrorRowVersion]) WHERE [RowVersion] = ?; SELECT @@ROWCOUNT
+
+-- archive_failed_row without Recoverable
+DELETE FROM [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], NULL, deleted.[Expires], deleted.[Headers], deleted.[Body], deleted.[RowVersion] INTO [dbo].[error_archive] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body], [ErrorRowVersion]) WHERE [RowVersion] = ?; SELECT @@ROWCOUNT
+
+-- purge_archive_batch
+-- params: [-2592000, 10000, -2592000]
+DELETE FROM [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq] WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE()) AND [ErrorRowVersion] IN (SELECT TOP (?) [ErrorRowVersion] FROM [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq] WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE()) ORDER BY [ArchivedAt]); SELECT @@ROWCOUNT
+
+-- count_archive
+SELECT count_big(*) FROM [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq]
+
 -- index_first_columns
 -- params: ["[cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].[ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss].[qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq]"]
 SELECT c.name, i.type FROM [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].sys.indexes i JOIN [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 JOIN [cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc].sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE i.object_id = OBJECT_ID(?)
