@@ -399,6 +399,8 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     out.append(Statement("peek_bounds", "peek_bounds", d.peek_bounds(address), (exp.Select,), 0))
     out.append(Statement("count_exact", "count_exact", d.count_exact(address), (exp.Select,), 0))
     out.append(Statement("browse", "browse", d.browse(address), (exp.Select,), 1))
+    out.append(Statement("oldest_headers", "oldest_headers", d.oldest_headers(address), (exp.Select,), 0))
+    out.append(Statement("failed_newest", "failed_newest", d.failed_newest(address), (exp.Select,), 1))
     out.append(Statement("count_expired", "count_expired", d.count_expired(address), (exp.Select,), 0))
     out.append(
         Statement(
@@ -1307,6 +1309,32 @@ def check_browse(statement: Statement, trees: list[exp.Expression], address: Que
     fail_unless(not any(word in sql.upper() for word in ("DELETE", "UPDATE", "UPDLOCK")), sql)
 
 
+def check_oldest_headers(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The gauges' read of the oldest message's age: the browse's oldest unexpired row, its headers only."""
+    sql = statement.sql
+    fail_unless(
+        sql.startswith("SELECT TOP (1) [RowVersion], [Headers] FROM ")
+        and "WITH (READPAST, READCOMMITTEDLOCK)" in sql
+        and sql.endswith("ORDER BY [RowVersion]")
+        and "[Expires] IS NULL OR [Expires] > GETUTCDATE()" in sql
+        and "[Body]" not in sql,
+        f"not the oldest unexpired row's headers past locked ones:\n{sql}",
+    )
+
+
+def check_failed_newest(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The Queues page's bounded sample of an error queue: the newest N rows' headers, past locked ones."""
+    sql = statement.sql
+    fail_unless(
+        sql.startswith("SELECT TOP (?) [RowVersion], [Id], [Headers] FROM ")
+        and "WITH (READPAST, READCOMMITTEDLOCK)" in sql
+        and sql.endswith("ORDER BY [RowVersion] DESC")
+        and "[Body]" not in sql,
+        f"not the newest rows' headers past locked ones:\n{sql}",
+    )
+    fail_unless(not any(word in sql.upper() for word in ("DELETE", "UPDATE", "UPDLOCK")), sql)
+
+
 def check_count_expired(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
     fail_unless(
         "count_big(*)" in statement.sql
@@ -1685,6 +1713,7 @@ USES_TIME = {
     "receive_batch",
     "count_exact",
     "browse",
+    "oldest_headers",
     "count_expired",
     "purge_expired_batch",
     "store_delayed",
@@ -1711,6 +1740,8 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "peek_bounds": check_peek_bounds,
     "count_exact": check_count,
     "browse": check_browse,
+    "oldest_headers": check_oldest_headers,
+    "failed_newest": check_failed_newest,
     "count_expired": check_count_expired,
     "queue_tables": check_queue_tables,
     "purge_expired_batch": check_purge,

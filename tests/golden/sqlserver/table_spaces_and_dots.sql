@@ -127,6 +127,12 @@ SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires]
 -- browse
 SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
 
+-- oldest_headers
+SELECT TOP (1) [RowVersion], [Headers] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]
+
+-- failed_newest
+SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) ORDER BY [RowVersion] DESC
+
 -- count_expired
 SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
 
