@@ -25,6 +25,7 @@ from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperat
 from airflow_provider_sqlqueue.operators.send import SendMessageOperator
 from airflow_provider_sqlqueue.sensors.queue import QueueSensor
 from airflow_provider_sqlqueue.transport import ConfigurationError, OutgoingMessage
+from airflow_provider_sqlqueue.transport.archive import ErrorArchive
 from airflow_provider_sqlqueue.triggers.queue import (
     PendingMessagesTrigger,
     QueueMessagesEventTrigger,
@@ -307,10 +308,12 @@ def test_message_queue_trigger_dispatches_to_the_sqlqueue_provider(conn) -> None
 def test_provisioning_twice_is_harmless_and_reports_findings(conn, target) -> None:
     operator = ProvisionQueuesOperator(task_id="p", endpoint="Sales", instance_suffix="node1")
     first = operator.execute({})
-    assert sorted(first["created"]) == sorted(conn.queue(n).name for n in ["Sales", "Sales.node1", "audit"])
+    archive = ErrorArchive.of(conn.queue("error"))
+    created = [conn.queue(n).name for n in ["Sales", "Sales.node1", "audit"]] + [str(archive.address)]
+    assert sorted(first["created"]) == sorted(created) and archive.exists()
     assert first["existing"] == [conn.queue("error").name] and first["findings"] == {}
     second = operator.execute({})
-    assert second["created"] == [] and len(second["existing"]) == 4
+    assert second["created"] == [] and len(second["existing"]) == 5
     assert endpoint_queues("Sales", instance_specific_queue=False, audit_queue=None) == ["Sales", "error"]
 
 
@@ -325,7 +328,9 @@ def test_dry_run_renders_every_statement_and_creates_nothing(conn, target, tmp_p
         queue = conn.queue(name)
         assert not queue.exists()
         assert queue.create_script() in script
-    assert script.count("CREATE TABLE") == 4  # error too: a script is for an empty database
+    archive = ErrorArchive.of(conn.queue("error"))
+    assert archive.create_script() in script and not archive.exists()
+    assert script.count("CREATE TABLE") == 5  # error and its archive too: a script is for an empty database
 
 
 def test_purge_operator_counts_per_queue(conn) -> None:

@@ -208,3 +208,24 @@ def test_cli_deletes_into_the_archive_permanently_on_request_and_purges_it(
     assert code == Exit.OK and purged["purged"] == 2 and archive.count() == 1
     code, _records, err = sqlqueue(target, capsys, "failed", "purge-archive", "--older-than", "soon")
     assert code == Exit.USAGE and "30d" in err and archive.count() == 1
+
+
+def test_create_and_script_make_the_error_queues_archive_beside_it(target: EngineTarget, capsys) -> None:
+    def run(*args: str) -> tuple[int, str]:
+        database = ["--url", target.url] + (["--schema", target.schema] if target.schema else [])
+        capsys.readouterr()
+        code = cli.main([args[0], *database, *args[1:]])
+        return code, capsys.readouterr().out
+
+    code, out = run("create", "orders", "error", "--json")
+    made = json.loads(out)
+    with target.open() as transport:
+        archive = ErrorArchive.of(transport.queue("error"))
+        assert code == Exit.OK and made["created"][-1] == str(archive.address) and archive.exists()
+        assert not ErrorArchive.of(transport.queue("orders")).exists()
+        code, out = run("script", "orders", "error")
+        assert code == Exit.OK and out.count("CREATE TABLE") == 3 and archive.create_script() in out
+        code, out = run("script", "orders", "error", "--error-queue", "orders")
+        orders_archive = ErrorArchive.of(transport.queue("orders"))
+        assert out.count("CREATE TABLE") == 3 and orders_archive.create_script() in out
+        assert archive.create_script() not in out

@@ -181,6 +181,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also build indexes missing from existing tables; this blocks their receivers while it runs",
     )
     p.add_argument("--json", action="store_true", help='print {"created": [...], "existing": [...]}')
+    p.add_argument(
+        "--error-queue",
+        metavar="QUEUE",
+        help="the listed queue that is the error queue, made with its archive table <error>_archive "
+        "(default: the connection's error queue, else error)",
+    )
     p.set_defaults(run=_run("create"))
 
     p = _command(
@@ -357,6 +363,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("queues", nargs="+", metavar="QUEUE")
     p.add_argument("--engine", choices=["sqlserver", "postgresql", "sqlite"], help="render for this engine")
+    p.add_argument(
+        "--error-queue",
+        metavar="QUEUE",
+        help="the listed queue that is the error queue, scripted with its archive table <error>_archive "
+        "(default: the connection's error queue, else error)",
+    )
     _table_options(p)
     p.set_defaults(run=_run("script"))
 

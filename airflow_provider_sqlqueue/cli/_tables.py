@@ -41,15 +41,30 @@ def table_options(args: argparse.Namespace) -> Any:
         raise CliError(Exit.USAGE, str(error)) from None
 
 
+def _is_error_queue(address: Any, error_address: Any, explicit: bool) -> bool:
+    """Whether ``address`` is the error queue, whose archive table (transport/archive.py) is made beside
+    it: the queue ``--error-queue`` names; without it, the connection's error queue (else ``error``) in
+    any schema the command names."""
+    if address == error_address:
+        return True
+    return not explicit and address.table == error_address.table and address.catalog == error_address.catalog
+
+
 # ---- create / drop -------------------------------------------------------------------------------------
 def create(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ..transport.archive import ErrorArchive
+
     options = table_options(args)
     created, existing = [], []
     with connected(args, may_create_file=True) as transport:
+        error_address = transport.queue(args.error_queue or transport.error_queue or "error").address
         for name in dict.fromkeys(args.queues):
             queue = transport.queue(name)
             made = queue.create(options, add_missing_indexes=args.add_missing_indexes)
             (created if made else existing).append(str(queue.address))
+            if _is_error_queue(queue.address, error_address, bool(args.error_queue)):
+                archive = ErrorArchive.of(queue)
+                (created if archive.create() else existing).append(str(archive.address))
         if args.json:
             print_json({"created": created, "existing": existing})
         else:
@@ -102,6 +117,7 @@ def drop(args: argparse.Namespace, out: Console, err: Console) -> int:
 def script(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..dialects import get_dialect
     from ..transport import QueueAddress
+    from ..transport.archive import ErrorArchive, archive_address, archive_script
     from ._support import database_choice
 
     options = table_options(args)
@@ -109,12 +125,16 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
         if database_choice(args) is not None and (args.url or args.conn_id):
             raise CliError(Exit.USAGE, "give either --engine or a database (--url / --conn-id), not both")
         dialect = get_dialect(args.engine)
+        error_address = dialect.resolve(QueueAddress.parse(args.error_queue or "error"), args.schema)
 
         def render(name: str) -> tuple[str, str]:
             address = dialect.resolve(QueueAddress.parse(name), args.schema)
             statements = [dialect.create_table(address, options)]
             statements += [index.create for index in dialect.indexes(address, options)]
-            return str(address), "".join(f"{dialect.display_sql(s)};\n" for s in statements)
+            ddl = "".join(f"{dialect.display_sql(s)};\n" for s in statements)
+            if _is_error_queue(address, error_address, bool(args.error_queue)):
+                ddl += _archive_comment(archive_address(dialect, address)) + archive_script(dialect, address)
+            return str(address), ddl
 
         engine = dialect.display_name
         parts = [render(name) for name in dict.fromkeys(args.queues)]
@@ -128,9 +148,14 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
         try:
             engine = transport.dialect.display_name
             parts = []
+            error_address = transport.queue(args.error_queue or transport.error_queue or "error").address
             for name in dict.fromkeys(args.queues):
                 queue = transport.queue(name)
-                parts.append((str(queue.address), queue.create_script(options)))
+                ddl = queue.create_script(options)
+                if _is_error_queue(queue.address, error_address, bool(args.error_queue)):
+                    archive = ErrorArchive.of(queue)
+                    ddl += _archive_comment(archive.address) + archive.create_script()
+                parts.append((str(queue.address), ddl))
         finally:
             transport.close()
     described = f"layout {options.layout}" if engine == "SQL Server" else ""
@@ -150,6 +175,10 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
     sys.stdout.write("\n".join(lines))
     sys.stdout.flush()
     return Exit.OK
+
+
+def _archive_comment(address: Any) -> str:
+    return f"-- the error queue's archive {address}: where 'sqlqueue failed delete' moves messages\n"
 
 
 def storage_fields(storage: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import QueueAddress, TableOptions
+from ..transport.archive import ErrorArchive
 from ._rendered import as_names
 
 
@@ -62,7 +63,8 @@ class ProvisionQueuesOperator(BaseOperator):
         default: exactly when ``instance_suffix`` is given. True without a suffix raises ``ValueError``.
     :param instance_suffix: the suffix (templated). Never the worker's host name: that differs per
         Celery worker or Kubernetes pod, and each run would create another table.
-    :param error_queue: shared error queue name, or None.
+    :param error_queue: shared error queue name, or None. It is created with its archive table
+        ``<error>_archive``, where deleted failed messages go (see the operating guide).
     :param audit_queue: shared audit queue name, or None.
     :param extra_queues: further queue names (templated).
     :param layout: ``clustered`` (the seeds' layout) or ``heap`` (SQL Server only).
@@ -76,7 +78,8 @@ class ProvisionQueuesOperator(BaseOperator):
         so the missing ones are reported as findings instead; turn it on for a quiet window.
     :param dry_run: create nothing; return the DDL script (real queue names in it).
     :param script_path: with ``dry_run``, also write the script to this file (templated).
-    :return: ``{"created": [...], "existing": [...], "findings": {...}}``, or the script for a dry run.
+    :return: ``{"created": [...], "existing": [...], "findings": {...}}`` (the archive table among the
+        created or existing names), or the script for a dry run.
     """
 
     template_fields: Sequence[str] = ("endpoint", "instance_suffix", "extra_queues", "script_path")
@@ -138,6 +141,12 @@ class ProvisionQueuesOperator(BaseOperator):
             result = hook.provision(
                 names, self.options, dry_run=self.dry_run, add_missing_indexes=self.add_missing_indexes
             )
+            if self.error_queue:
+                archive = ErrorArchive.of(hook.get_queue(self.error_queue))
+                if self.dry_run:
+                    result["script"] += "\n" + archive.create_script()
+                else:
+                    result["created" if archive.create() else "existing"].append(str(archive.address))
         finally:
             hook.close()
         if self.dry_run:

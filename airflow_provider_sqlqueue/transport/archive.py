@@ -27,10 +27,10 @@ from ..model.errors import ConfigurationError, PermissionDenied
 from .queue.provisioning import begin_creation, first_value, table_exists, table_exists_on
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from ..dialects.base import Dialect
     from .queue import TableQueue
 
-__all__ = ["ARCHIVE_SUFFIX", "ErrorArchive", "archive_address", "parse_age"]
+__all__ = ["ARCHIVE_SUFFIX", "ErrorArchive", "archive_address", "archive_script", "parse_age"]
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,18 @@ ARCHIVE_SUFFIX = "archive"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def archive_address(transport: Transport, error_queue: QueueAddress) -> QueueAddress:
+def archive_address(dialect: Dialect, error_queue: QueueAddress) -> QueueAddress:
     """``<error table>_archive`` beside the (resolved) error queue's address."""
-    return error_queue.with_table(transport.dialect.object_name(error_queue, ARCHIVE_SUFFIX))
+    return error_queue.with_table(dialect.object_name(error_queue, ARCHIVE_SUFFIX))
+
+
+def archive_script(dialect: Dialect, error_queue: QueueAddress) -> str:
+    """The DDL that :meth:`ErrorArchive.create` runs for the archive of ``error_queue`` (a resolved
+    address), as a script a DBA can review and run; no database needed."""
+    address = archive_address(dialect, error_queue)
+    statements = [dialect.create_archive_table(address)]
+    statements += [index.create for index in dialect.archive_indexes(address)]
+    return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
 
 
 def parse_age(text: str | timedelta | int) -> timedelta:
@@ -64,7 +73,7 @@ class ErrorArchive:
     def __init__(self, error_queue: TableQueue) -> None:
         self.error_queue = error_queue
         self.transport = error_queue.transport
-        self.address = archive_address(self.transport, error_queue.address)
+        self.address = archive_address(self.transport.dialect, error_queue.address)
 
     @classmethod
     def of(cls, error_queue: TableQueue) -> ErrorArchive:
@@ -105,10 +114,7 @@ class ErrorArchive:
 
     def create_script(self) -> str:
         """The DDL :meth:`create` runs for a new archive, as a script a DBA can review and run."""
-        dialect = self.transport.dialect
-        statements = [dialect.create_archive_table(self.address)]
-        statements += [index.create for index in dialect.archive_indexes(self.address)]
-        return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
+        return archive_script(self.transport.dialect, self.error_queue.address)
 
     def exists(self) -> bool:
         return table_exists(self.transport, self.address)
@@ -123,9 +129,9 @@ class ErrorArchive:
             raise PermissionDenied(
                 f"the archive {self.address} of error queue {self.error_queue.address} does not exist and "
                 f"this role may not create it ({error}). Nothing was deleted. Create it with the "
-                f"provisioning role (`sqlqueue create {self.error_queue.address}`, or the DDL of "
-                f"`sqlqueue script {self.error_queue.address}`), or delete for good with permanent=True "
-                "(`--permanent`)"
+                f"provisioning role (`sqlqueue create {self.error_queue.address} --error-queue "
+                f"{self.error_queue.address}`, the DDL of `sqlqueue script`, or ProvisionQueuesOperator), "
+                "or delete for good with permanent=True (`--permanent`)"
             ) from error
 
     # ---- reading and purging -------------------------------------------------------------------
