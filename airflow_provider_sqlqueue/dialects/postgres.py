@@ -28,6 +28,7 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
+from .postgres_archive import PostgresArchive
 from .postgres_picks import AFTER_ROW_VERSION, delete_taken
 from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
@@ -81,7 +82,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class PostgresDialect(PostgresStorage):
+class PostgresDialect(PostgresArchive, PostgresStorage):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"
@@ -397,54 +398,6 @@ class PostgresDialect(PostgresStorage):
             f"SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() "
             "LIMIT %s FOR UPDATE SKIP LOCKED",
         )
-
-    # ---- the archive beside an error queue -----------------------------------------------------
-    def create_archive_table(self, address: QueueAddress) -> str:
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    Id uuid NOT NULL,\n"
-            "    CorrelationId varchar(255) NULL,\n"
-            "    ReplyToAddress varchar(255) NULL,\n"
-            "    Recoverable boolean NULL,\n"
-            "    Expires timestamptz NULL,\n"
-            "    Headers text NOT NULL,\n"
-            "    Body bytea NULL,\n"
-            "    ErrorRowVersion bigint NOT NULL,\n"
-            "    ArchivedAt timestamptz NOT NULL DEFAULT statement_timestamp()\n)"
-        )
-
-    def archive_indexes(self, address: QueueAddress) -> list[IndexSpec]:
-        archived_at = self.object_name(address, "ArchivedAt")
-        return [
-            IndexSpec(
-                archived_at,
-                f"CREATE INDEX {self.quote(archived_at)} ON {self.qualified_name(address)} (ArchivedAt)",
-            )
-        ]
-
-    def archive_failed_row(
-        self, address: QueueAddress, archive: QueueAddress, with_recoverable: bool = True
-    ) -> list[str]:
-        recoverable = "Recoverable" if with_recoverable else "NULL::boolean"
-        return [
-            f"WITH taken AS (DELETE FROM {self.qualified_name(address)} WHERE RowVersion = %s "
-            f"RETURNING Id, CorrelationId, ReplyToAddress, {recoverable} AS Recoverable, Expires, Headers, "
-            f"Body, RowVersion) INSERT INTO {self.qualified_name(archive)} (Id, CorrelationId, "
-            "ReplyToAddress, Recoverable, Expires, Headers, Body, ErrorRowVersion) "
-            "SELECT Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body, RowVersion "
-            "FROM taken RETURNING ErrorRowVersion"
-        ]
-
-    def purge_archive_batch(self, archive: QueueAddress) -> str:
-        # The archive has no key of its own (nothing updates its rows, so a ctid stays the row's).
-        table = self.qualified_name(archive)
-        return (
-            f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
-            "WHERE ArchivedAt < statement_timestamp() - %s * interval '1 second' LIMIT %s))"
-        )
-
-    def count_archive(self, archive: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(archive)}"
 
     # ---- for roles without the UPDATE privilege: advisory locks instead of row locks ------------------
     # ``OFFSET 0`` keeps the lock out of the inner scan, so only rows taken in RowVersion order are tried

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from ..model.address import QueueAddress
-from .browse import oldest_time_sent, queue_tables
+from .browse import estimated_depth, oldest_time_sent, queue_tables
 from .failed import FailedGroup, failed_sample
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _oldest(queue: TableQueue, checked_at: datetime) -> tuple[datetime | None, f
 def queue_depth(queue: TableQueue, exact_below: int = 0) -> tuple[int, bool]:
     """(depth, exact) of ``queue``: the peek estimate, whose cost does not grow with the queue, replaced
     by an exact count when that estimate is below ``exact_below`` (0: never)."""
-    estimate = queue.peek_estimate()
+    estimate = estimated_depth(queue)
     if estimate < exact_below:
         return queue.count(), True
     return estimate, False
@@ -119,9 +119,9 @@ def queue_gauges(queue: TableQueue, depth: int | None = None) -> QueueGauges:
     if queue.error_queue is not None:
         errors = queue.transport.queue(queue.error_queue, error_queue=None)
         error_name = str(errors.address)
-        failed = errors.peek_estimate() if errors.exists() else None
+        failed = estimated_depth(errors) if errors.exists() else None
     return QueueGauges(
-        str(queue.address), queue.peek_estimate() if depth is None else depth, age, error_name, failed
+        str(queue.address), estimated_depth(queue) if depth is None else depth, age, error_name, failed
     )
 
 
