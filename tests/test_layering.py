@@ -49,7 +49,8 @@ ALLOWED: dict[str, set[str]] = {
     # The Airflow side of metrics: the deployment's metrics backend fed with the core's figures.
     "metrics": {"model", "transport"},
     "triggers": {"model", "dialects", "transport", "hooks", "metrics"},
-    "sensors": {"model", "dialects", "transport", "hooks", "triggers"},
+    # A sensor in poke mode sends the gauges its trigger sends when deferred.
+    "sensors": {"model", "dialects", "transport", "hooks", "triggers", "metrics"},
     "queues": {"model", "dialects", "transport", "hooks", "triggers"},
     "operators": {"model", "dialects", "transport", "handlers", "hooks", "spark", "metrics"},
     # The Airflow plugin (the Queues page): a web app over the hook and the core.

@@ -25,6 +25,7 @@ from test_airflow_units import first_event
 
 from airflow_provider_sqlqueue import metrics
 from airflow_provider_sqlqueue.metrics import metric_part
+from airflow_provider_sqlqueue.sensors.queue import QueueSensor
 from airflow_provider_sqlqueue.transport import Transport
 from airflow_provider_sqlqueue.transport.pump import MessagePump
 from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger
@@ -140,6 +141,30 @@ def test_the_sensors_trigger_sends_depth_age_and_failed_gauges(
     [(age, kind)] = statsd.wait_for(name("queue", queue, "oldest_age_seconds"))
     assert kind == "g" and 0.05 <= age < 60
     assert statsd.wait_for(name("queue", queue, "failed")) == [(2.0, "g")]
+
+
+def test_the_sensor_in_poke_mode_sends_the_same_gauges_each_poke(
+    statsd: StatsdListener, conn: Transport
+) -> None:
+    fail_into_error_queue(conn, 1)
+    orders = conn.queue("orders")
+    orders.send_batch(["o1"])
+    time.sleep(0.05)
+    sensor = QueueSensor(task_id="wait", queue_name="orders", min_messages=3, deferrable=False)
+    assert not sensor.poke({}).is_done
+    queue = str(orders.address)
+    assert statsd.wait_for(name("queue", queue, "depth")) == [(1.0, "g")]
+    assert statsd.wait_for(name("queue", queue, "failed")) == [(1.0, "g")]
+    [(age, kind)] = statsd.wait_for(name("queue", queue, "oldest_age_seconds"))
+    assert kind == "g" and 0.05 <= age < 60
+
+    orders.send_batch(["o2", "o3"])
+    done = sensor.poke({})
+    assert done.is_done and done.xcom_value == 3
+    deadline = time.monotonic() + 10
+    while len(statsd.values(name("queue", queue, "depth"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert statsd.values(name("queue", queue, "depth")) == [(1.0, "g"), (3.0, "g")]
 
 
 def test_a_broken_metrics_backend_never_fails_the_trigger(conn: Transport, monkeypatch) -> None:

@@ -10,6 +10,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
+from ..metrics import emit_queue_gauges
+from ..transport.overview import queue_gauges
 from ..triggers.queue import COUNT_MODES, PendingMessagesTrigger
 
 
@@ -38,6 +40,9 @@ class QueueSensor(BaseSensorOperator):
         and expired rows, so a poke that reaches the threshold confirms it with an exact count before
         succeeding) or ``exact`` (counts unexpired rows on every poke; scans the table).
     :param deferrable: defer to the triggerer; defaults to ``[operators] default_deferrable``.
+
+    Each poke, like each of the trigger's polls, sends the queue's gauges (depth as this poke counted it,
+    oldest message's age, its error queue's estimate) to Airflow's metrics backend (see metrics.py).
     """
 
     template_fields: Sequence[str] = ("queue_name", "min_messages")
@@ -72,6 +77,7 @@ class QueueSensor(BaseSensorOperator):
             if self.count_mode == "estimate" and depth >= threshold:
                 # The estimate counts gaps and expired rows: confirm before succeeding.
                 depth = hook.depth(self.queue_name, "exact")
+            self._emit_gauges(hook, depth)
         finally:
             hook.close()
         self.log.info(
@@ -82,6 +88,13 @@ class QueueSensor(BaseSensorOperator):
             threshold,
         )
         return PokeReturnValue(is_done=depth >= threshold, xcom_value=depth)
+
+    def _emit_gauges(self, hook: SqlQueueHook, depth: int) -> None:
+        """The queue's gauges with the depth this poke saw, as the trigger sends them; never fails it."""
+        try:
+            emit_queue_gauges(self.sqlqueue_conn_id, queue_gauges(hook.get_queue(self.queue_name), depth))
+        except Exception as error:
+            self.log.debug("metrics of %s not sent: %s", self.queue_name, error)
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
