@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "commit": provenance.commit(),
         "before_commit": BEFORE_COMMIT,
-        "before_how": "the parent commit's package, exported with git archive and run in the same run",
+        "before_how": "the package of the commit before the reads were bounded, exported with git archive "
+        "and run in the same run",
         "python": platform.python_version(),
         "queued": args.queued,
         "failed": args.failed,

@@ -1,7 +1,7 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, docs/delayed-delivery.md, README.md and
-benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
+docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, docs/delayed-delivery.md, docs/operating.md,
+README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -26,6 +26,7 @@ from pages import (
     dba_tables,
     mover_page,
     performance_page,
+    queues_cost,
     readme_page,
     reliability_page,
     spark_drain,
@@ -52,6 +53,7 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
     ROOT / "docs" / "concurrency.md": transcribed_text.concurrency_blocks,
     ROOT / "docs" / "delayed-delivery.md": mover_page.delayed_delivery_blocks,
+    ROOT / "docs" / "operating.md": queues_cost.operating_blocks,
     ROOT / "README.md": reliability_page.readme_blocks,
 }
 
