@@ -266,7 +266,9 @@ def test_operator_retries_a_group_and_fails_naming_a_refused_message(failed, tar
     value_errors = next(g for g in failed_groups(error) if g.exception_type == "ValueError" and g.count == 3)
 
     result = RetryFailedMessagesOperator(task_id="group", group=value_errors.key, batch_size=2).execute({})
-    assert len(result["done"]) == 3 and result["refused"] == [] and result["batches"] == 2
+    assert result["count"] == 3 and result["refused"] == 0 and result["batches"] == 2
+    assert result["queues"] == {str(transport.queue("orders").address): 3} and "done" not in result
+    assert {result["first_id"], result["last_id"]} <= set(stored_rows(transport.queue("orders")))
     assert transport.queue("orders").count() == 3 and len(stored_rows(error)) == 4
 
     error.send(b"v-lost", headers={"NServiceBus.FailedQ": "gone"})

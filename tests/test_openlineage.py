@@ -3,10 +3,14 @@ OpenLineage's naming spec names each engine's tables (issue 15, point 12)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
+from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
 
 pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is not installed")
 
@@ -112,3 +116,58 @@ def test_sql_server_namespace_comes_from_the_odbc_server(monkeypatch: pytest.Mon
         connection = {"conn_type": "mssql", "host": server, "schema": "shop", "login": "u", "password": "p"}
         monkeypatch.setenv("AIRFLOW_CONN_SHOP", json.dumps(connection))
         assert SqlQueueHook(sqlqueue_conn_id="shop").openlineage_namespace() == expected
+
+
+@pytest.mark.slow
+def test_retry_all_reports_every_queue_it_retried_into_through_dag_test(
+    airflow_db: Path,  # noqa: F811
+    target,
+    tmp_path: Path,
+) -> None:
+    """dag.test() of RetryFailedMessagesOperator(retry_all=True) with OpenLineage writing its events to a
+    file: the task's COMPLETE event reads the error queue and writes both queues the messages went back
+    to; its XCom is a count with the first and last Id."""
+    from test_failed import Handler, drain
+
+    handler = Handler()
+    with target.open() as transport:
+        transport.queue("error").create()
+        for name, bodies in (("orders", [b"v1", b"v2", b"k1"]), ("invoices", [b"v4"])):
+            transport.queue(name).create()
+            transport.queue(name).send_batch(bodies)
+            drain(transport.queue(name), handler)
+        namespace, prefix = expected_naming(target, transport)
+        addresses = {name: str(transport.queue(name).address) for name in ("orders", "invoices")}
+    events = tmp_path / "openlineage.jsonl"
+    env = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).with_name("dags")),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(events), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "sqlqueue-tests",
+    }
+    run = run_dag(target, "sqlqueue_test_failed_retry_all", env=env)
+
+    assert_succeeded(run, target)
+    [returned] = re.findall(r"^retry returned (\{.*\})", run.output, flags=re.MULTILINE)
+    result = json.loads(returned)
+    assert result["count"] == 4 and result["refused"] == 0 and result["batches"] == 2
+    assert result["queues"] == {addresses["orders"]: 3, addresses["invoices"]: 1}
+    handler.broken = False
+    with target.open() as transport:
+        for name in ("orders", "invoices"):
+            drain(transport.queue(name), handler)
+    assert len(handler.seen) == 4 and {result["first_id"], result["last_id"]} <= set(handler.seen)
+
+    completed = [
+        event
+        for event in map(json.loads, events.read_text().splitlines())
+        if event["eventType"] == "COMPLETE" and event["job"]["name"].endswith(".retry_all")
+    ]
+    assert len(completed) == 1, events.read_text()
+    [event] = completed
+    assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(namespace, prefix + "error")]
+    assert sorted((d["namespace"], d["name"]) for d in event["outputs"]) == [
+        (namespace, prefix + "invoices"),
+        (namespace, prefix + "orders"),
+    ]

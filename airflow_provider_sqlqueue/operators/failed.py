@@ -32,7 +32,9 @@ class RetryFailedMessagesOperator(BaseOperator):
     :param retry_all: retry every message of the error queue when no filter is given.
     :param batch_size: messages per transaction (default 100).
     :param fail_on_refused: fail the task when a message was refused (default True).
-    :return: ``{"done": [Ids retried], "refused": [{"id", "reason", "missing_queue"}], "batches": n}``.
+    :return: ``{"error_queue", "count", "first_id", "last_id", "batches", "queues", "refused"}``: how many
+        were retried with the first and last Id (not every Id: an XCom stays small whatever the error
+        queue holds), the number retried into each queue, and how many were refused (each is in the log).
     """
 
     template_fields: Sequence[str] = (
@@ -103,6 +105,7 @@ class RetryFailedMessagesOperator(BaseOperator):
             outcome = retry_failed(error_queue, selection, self.batch_size)
         finally:
             hook.close()
+        self.retried_into = sorted(outcome.queues)
         self.log.info(
             "retried %d failed message(s) from %s in %d batch(es)",
             len(outcome.done),
@@ -117,12 +120,23 @@ class RetryFailedMessagesOperator(BaseOperator):
                 f"({len(outcome.done)} retried): {outcome.refused[0].reason}"
                 + (" (and more in the log)" if len(outcome.refused) > 1 else "")
             )
-        return outcome.as_dict()
+        return {
+            "error_queue": str(error_queue.address),
+            "count": len(outcome.done),
+            "first_id": outcome.done[0] if outcome.done else None,
+            "last_id": outcome.done[-1] if outcome.done else None,
+            "batches": outcome.batches,
+            "queues": dict(sorted(outcome.queues.items())),
+            "refused": len(outcome.refused),
+        }
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage: the error queue read, and the source queue written when one is named."""
+        """OpenLineage: the error queue read; written, every queue the run retried messages into (for any
+        selection, ``retry_all`` too), or where it retried none, the ``failed_queue`` it was given."""
         from ._lineage import operator_lineage
 
         names = [self.error_queue_name] if isinstance(self.error_queue_name, str) else []
-        outputs = [self.failed_queue] if isinstance(self.failed_queue, str) and self.failed_queue else []
+        outputs = getattr(self, "retried_into", None) or (
+            [self.failed_queue] if isinstance(self.failed_queue, str) and self.failed_queue else []
+        )
         return operator_lineage(self.sqlqueue_conn_id, inputs=names, outputs=outputs)

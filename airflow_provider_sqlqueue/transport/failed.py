@@ -196,6 +196,8 @@ class FailureOutcome:
     done: list[str] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     batches: int = 0
+    # A retry's messages per queue they went back to (its lineage's outputs, whatever the selection).
+    queues: dict[str, int] = field(default_factory=dict)
     # Where a retry limited by ``max_rows`` stopped: the last RowVersion it read, the newest it would read,
     # and whether rows may remain between the two (call again with ``after=read_to, up_to=up_to``).
     read_to: int | None = None
@@ -476,7 +478,7 @@ def retry_failed(
                 moves.append((row, source))
         if not moves:
             continue
-        moved = []
+        moved, into = [], []
         with transport.connection(error_queue.address) as connection:
             cursor = connection.cursor()
             begin = dialect.begin_write()
@@ -496,8 +498,11 @@ def retry_failed(
                         (message_id, correlation_id, reply_to, headers_text, body),
                     )
                 moved.append(row.id)
+                into.append(str(source.address))
             connection.commit()
         outcome.done.extend(moved)
+        for name in into:
+            outcome.queues[name] = outcome.queues.get(name, 0) + 1
         outcome.batches += 1
     return outcome
 
