@@ -78,9 +78,11 @@ def _oldest(queue: TableQueue, checked_at: datetime) -> tuple[datetime | None, f
     return sent, round((checked_at - sent).total_seconds(), 3) if sent else None
 
 
-def queue_depth(queue: TableQueue, exact_below: int = 0) -> tuple[int, bool]:
+def queue_depth(queue: TableQueue, exact_below: int | None = 0) -> tuple[int, bool]:
     """(depth, exact) of ``queue``: the peek estimate, whose cost does not grow with the queue, replaced
-    by an exact count when that estimate is below ``exact_below`` (0: never)."""
+    by an exact count when that estimate is below ``exact_below`` (0: never; None: always, no estimate)."""
+    if exact_below is None:
+        return queue.count(), True
     estimate = estimated_depth(queue)
     if estimate < exact_below:
         return queue.count(), True
@@ -88,8 +90,10 @@ def queue_depth(queue: TableQueue, exact_below: int = 0) -> tuple[int, bool]:
 
 
 def queue_state(
-    transport: Transport, address: QueueAddress | str, checked_at: datetime, exact_below: int = 0
+    transport: Transport, address: QueueAddress | str, checked_at: datetime, exact_below: int | None = None
 ) -> QueueState:
+    """A queue's state; its depth as :func:`queue_depth` reads it (by default an exact count, as
+    ``sqlqueue stats`` shows it; the Queues page passes its threshold)."""
     queue = transport.queue(address, error_queue=None)
     sent, age = _oldest(queue, checked_at)
     depth, exact = queue_depth(queue, exact_below)
