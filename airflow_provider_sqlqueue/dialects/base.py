@@ -515,7 +515,32 @@ class Dialect(ArchiveStatements, ABC):
         """Block on a listening connection until a notification arrives (True) or ``timeout`` passes."""
         raise NotImplementedError(f"{self.display_name} has no push notification")
 
+    # ---- savepoints: one message of a batch inside the batch's transaction ----------------------
+    def savepoint(self, name: str) -> str:
+        """Mark a savepoint in the open transaction (a batching pump's message, before its handler's
+        writes)."""
+        return f"SAVEPOINT {self.quote(name)}"
+
+    def rollback_to_savepoint(self, name: str) -> str:
+        """Undo what ran since :meth:`savepoint`, keeping the transaction; fails where the transaction
+        is gone (the engine rolled it back), which the caller takes as the whole transaction's failure."""
+        return f"ROLLBACK TO SAVEPOINT {self.quote(name)}"
+
+    def release_savepoint(self, name: str) -> str | None:
+        """Forget the savepoint, keeping its work in the transaction; None where the engine has no
+        statement for it (the savepoint then ends with the transaction)."""
+        return f"RELEASE SAVEPOINT {self.quote(name)}"
+
     # ---- driver glue ---------------------------------------------------------------------------
+    # The DB-API connection class of this dialect's driver as "module.Class": a caller's connection of
+    # another class is refused before a statement in this dialect's parameter style runs on it.
+    driver_connection_class: ClassVar[str] = ""
+    # What a pyodbc connection's SQL_DBMS_NAME says for this engine (pyodbc reaches several engines).
+    odbc_dbms_name: ClassVar[str | None] = None
+    # SQLAlchemy's dialect for this engine and driver (wrapping a transport connection for a handler);
+    # None where SQLAlchemy has none.
+    sqlalchemy_dialect: ClassVar[str | None] = None
+
     def row_id(self, value: Any) -> Any:
         """Convert a uuid.UUID to what the driver binds for the Id column."""
         return value

@@ -45,6 +45,9 @@ def _detail(error: BaseException) -> str:
 class _Pyodbc:
     """What every dialect spoken through pyodbc shares."""
 
+    driver_connection_class = "pyodbc.Connection"
+    sqlalchemy_dialect = None  # SQLAlchemy has no dialect for PostgreSQL or SQLite over pyodbc
+
     def row_id(self, value: Any) -> Any:
         return str(value)
 
@@ -73,6 +76,7 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     """
 
     placeholder = "?"
+    odbc_dbms_name = "PostgreSQL"
 
     def listen_statement(self, address: QueueAddress) -> None:
         return None
@@ -141,6 +145,8 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
 
 class SqliteOverOdbc(_Pyodbc, SqliteDialect):
     """SQLite's statements for the SQLite3 ODBC driver, receiving without ``RETURNING``."""
+
+    odbc_dbms_name = "SQLite"
 
     def begin_write(self) -> None:
         return None  # the driver opens a transaction before the first statement itself

@@ -91,6 +91,8 @@ class PostgresDialect(PostgresArchive, PostgresStorage):
     max_body_bytes = 1024**3 - 1024**2  # bytea is capped at 1 GiB; leave room for the protocol message
     send_batch_rows = 1000
     placeholder = "%s"
+    driver_connection_class = "psycopg.Connection"
+    sqlalchemy_dialect = "postgresql+psycopg"
     # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
     # and sleeps 0.5 ms per cost limit of pages instead of the server's 2: a drained table's pages are all
     # empty, and the vacuum that follows gives them back to the file system by itself. Unthrottled (0), its

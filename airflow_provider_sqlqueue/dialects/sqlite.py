@@ -60,6 +60,8 @@ class SqliteDialect(Dialect):
     send_batch_rows = 500  # 6 parameters a row, well under SQLITE_MAX_VARIABLE_NUMBER
     placeholder = "?"
     single_writer = True
+    driver_connection_class = "sqlite3.Connection"
+    sqlalchemy_dialect = "sqlite+pysqlite"
     storage_note = (
         "not applicable on SQLite: a deleted row's pages go to the file's freelist and later sends reuse "
         "them, so the file does not grow; only a VACUUM of the whole file (which holds the write lock "

@@ -70,6 +70,9 @@ class SqlServerDialect(SqlServerArchive):
     max_body_bytes = 2**31 - 1  # varbinary(max)
     send_batch_rows = 250  # 7 parameters a row, under the 2,100-parameter limit of one statement
     placeholder = "?"
+    driver_connection_class = "pyodbc.Connection"
+    odbc_dbms_name = "Microsoft SQL Server"  # Babelfish reports the same
+    sqlalchemy_dialect = "mssql+pyodbc"
     storage_note = (
         "not applicable on SQL Server: the ghost cleanup task removes deleted rows and frees their pages by "
         "itself; nothing to schedule"
@@ -165,6 +168,17 @@ class SqlServerDialect(SqlServerArchive):
             "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
             "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION"
         )
+
+    def savepoint(self, name: str) -> str:
+        return f"SAVE TRANSACTION {self.quote(name)}"
+
+    def rollback_to_savepoint(self, name: str) -> str:
+        # Babelfish ends the whole transaction on some statement errors (a missing table, a failed
+        # conversion) and opens a new one: the savepoint is then gone and this fails, as it should.
+        return f"ROLLBACK TRANSACTION {self.quote(name)}"
+
+    def release_savepoint(self, name: str) -> None:
+        return None  # T-SQL has no RELEASE: the savepoint ends with the transaction
 
     def current_catalog(self) -> str:
         return "SELECT DB_NAME()"

@@ -33,6 +33,7 @@ from ..model.errors import (
 from .connection import Transport, open_transport
 from .delayed import DelayedMover, DelayedStore
 from .endpoint import Endpoint
+from .lent import LentConnection, ReceiveConnection
 from .message import OutgoingMessage, ReceivedMessage
 from .pool import PooledConnection
 from .pump import MessageContext, MessagePump, PumpStats, RampUpController, Strategy, load_handler
@@ -56,6 +57,7 @@ __all__ = [
     "Finding",
     "HeaderFormatError",
     "InvalidQueueName",
+    "LentConnection",
     "MessageContext",
     "MessagePump",
     "MessageTooLarge",
@@ -66,6 +68,7 @@ __all__ = [
     "QueueAddress",
     "QueueNotFound",
     "RampUpController",
+    "ReceiveConnection",
     "ReceivedBatch",
     "ReceivedMessage",
     "SqlQueueError",

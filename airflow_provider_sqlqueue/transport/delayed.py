@@ -42,6 +42,7 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from . import headers as h
+from .callers import write_in_callers_transaction
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
 from .queue.provisioning import begin_creation, table_exists_on
@@ -222,9 +223,22 @@ class DelayedStore:
         *,
         delay: timedelta | float | None = None,
         deliver_at: datetime | None = None,
+        connection: Any = None,
     ) -> uuid.UUID:
-        """Store a message for ``destination``, due after ``delay`` (database clock) or at ``deliver_at``."""
+        """Store a message for ``destination``, due after ``delay`` (database clock) or at ``deliver_at``.
+
+        With ``connection`` (as for :meth:`TableQueue.send`) the row joins that connection's transaction,
+        uncommitted. This process's movers are told at once: committed after it is due, it moves at the
+        mover's next look.
+        """
         prepared = self.prepare(destination, message, headers, delay=delay, deliver_at=deliver_at)
+        if connection is not None:
+            store = self._sql_store
+            write_in_callers_transaction(
+                self.dialect, connection, self.address, lambda cursor: cursor.execute(store, prepared.params)
+            )
+            self.notify(prepared.due_in)
+            return prepared.message.id
         with self.transport.connection(self.address) as connection:
             self.store_on(connection, prepared)
             connection.commit()

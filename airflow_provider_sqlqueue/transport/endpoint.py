@@ -140,8 +140,10 @@ class Endpoint:
         time_to_be_received: timedelta | None = None,
         delay: timedelta | float | None = None,
         deliver_at: datetime | None = None,
+        connection: Any = None,
     ) -> Any:
-        """Send from this instance; with ``delay`` or ``deliver_at`` through the delayed table."""
+        """Send from this instance; with ``delay`` or ``deliver_at`` through the delayed table. With
+        ``connection`` the send joins that connection's transaction (see :meth:`TableQueue.send`)."""
         if isinstance(message, OutgoingMessage):
             outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
         else:
@@ -149,10 +151,12 @@ class Endpoint:
             merged.update(headers or {})
             outgoing = OutgoingMessage(message, merged, time_to_be_received)
         if delay is None and deliver_at is None:
-            return self.transport.queue(destination).send(outgoing)
+            return self.transport.queue(destination).send(outgoing, connection=connection)
         if self.delayed is None:
             raise ConfigurationError(f"endpoint {self.address} was created without delayed delivery")
-        return self.delayed.store(destination, outgoing, delay=delay, deliver_at=deliver_at)
+        return self.delayed.store(
+            destination, outgoing, delay=delay, deliver_at=deliver_at, connection=connection
+        )
 
     # ---- receiving -----------------------------------------------------------------------------
     def start(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError
 from .. import headers as h
+from ..lent import LentConnection, ReceiveConnection, receive_connection
 from ..message import OutgoingMessage, ReceivedMessage
 from ..queue import ReceivedBatch, TableQueue, TransactionMode
 
@@ -29,6 +30,11 @@ class MessageContext:
     With ``buffered`` (a batching pump, whose retries happen inside the batch's transaction), atomic sends
     are kept in memory until :meth:`flush`, which the pump calls only once the handler has returned: a failed
     attempt's sends are dropped with the attempt instead of committing with the rest of the batch.
+
+    :attr:`connection` and :attr:`sqlalchemy_connection` lend the handler the receive's connection and
+    transaction for its own statements (not in mode ``none``, whose receive committed before the handler
+    ran). With ``savepoint`` (a batching pump) the first of them marks that savepoint before lending, so
+    the pump can undo a failed attempt's statements alone.
     """
 
     def __init__(
@@ -39,6 +45,7 @@ class MessageContext:
         attempt: int,
         *,
         buffered: bool = False,
+        savepoint: str | None = None,
     ):
         self.message = message
         self.queue = pump.queue
@@ -51,6 +58,53 @@ class MessageContext:
         self._buffered = buffered and pump.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
         self._pending_sends: dict[QueueAddress, tuple[TableQueue, list[OutgoingMessage]]] = {}
         self._pending_delayed: list[Callable[[], None]] = []
+        self._savepoint = savepoint
+        self._lent: LentConnection | None = None
+        self._sqlalchemy: ReceiveConnection | None = None
+
+    @property
+    def connection(self) -> LentConnection:
+        """The receive's DB-API connection, in the receive's transaction: what the handler runs on it
+        commits with the receive and the handler's sends, or rolls back with them (and the message is
+        received again). Do not commit, roll back or close it: those are refused. Valid during this
+        handler call only. ``connection.dbapi_connection`` is the driver's own connection object."""
+        return self._lend()
+
+    @property
+    def sqlalchemy_connection(self) -> ReceiveConnection:
+        """The same connection and transaction as :attr:`connection`, as a SQLAlchemy ``Connection``
+        (for ``text()`` statements, Core tables, pandas or an ORM ``Session``, which joins it). Do not
+        commit or roll back; ``begin_nested()`` gives a savepoint. Not for PostgreSQL or SQLite reached
+        through ODBC, which SQLAlchemy has no dialect for."""
+        connection = self._sqlalchemy
+        if connection is None:
+            connection = self._sqlalchemy = receive_connection(self.queue.transport, self._lend())
+        return connection
+
+    @property
+    def lent_connection(self) -> bool:
+        """Whether the handler was lent the receive's connection in this attempt."""
+        return self._lent is not None
+
+    def _lend(self) -> LentConnection:
+        lent = self._lent
+        if lent is not None:
+            return lent
+        if self.transaction_mode is TransactionMode.NONE:
+            raise ConfigurationError(
+                "transaction mode 'none' commits the receive before the handler runs, so there is no "
+                "receive transaction to write in; use transaction_mode='sends_atomic_with_receive' (or "
+                "'receive_only') for the handler's statements to commit or roll back with the message"
+            )
+        if self._savepoint is not None:
+            self._batch.savepoint(self._savepoint)
+        lent = self._lent = LentConnection(self._batch.connection)
+        return lent
+
+    def end(self) -> None:
+        """Withdraw the lent connection (the pump calls it when the handler's attempt ends)."""
+        if self._lent is not None:
+            self._lent.end()
 
     def __repr__(self) -> str:
         return f"<MessageContext {self.message.id} attempt={self.attempt} on {self.queue.address}>"

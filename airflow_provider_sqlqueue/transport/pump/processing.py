@@ -38,6 +38,10 @@ ERROR = "error"  # the database failed
 SKIPPED = "skipped"  # the pump was stopping; nothing was received
 
 
+# The savepoint each message of a batch runs under once its handler uses the receive's connection.
+MESSAGE_SAVEPOINT = "sqlqueue_message"
+
+
 class Rollback(Exception):
     """Raised inside a receive block to roll it back."""
 
@@ -67,10 +71,7 @@ class MessageProcessor:
         started = datetime.now(timezone.utc)
         context = MessageContext(pump, message, batch, attempt)
         try:
-            if self._pass_context:
-                pump.handler(message, context)
-            else:
-                pump.handler(message)
+            self._call_handler(message, context)
         except Exception as error:
             pump.failures.record(message.id, error)
             if pump.transaction_mode is TransactionMode.NONE:
@@ -106,10 +107,13 @@ class MessageProcessor:
     ) -> None:
         """Handle one message of a batch inside the batch's transaction, retrying a failing handler in place.
 
-        A failed attempt's sends were buffered and are dropped with it; after ``immediate_retries`` more
-        attempts the message goes to the error queue in the same transaction, so the rest of the batch still
-        commits. Raising (a database error while writing the sends, or :class:`Rollback` when the stop gave
-        up on this handler) rolls the whole batch back. ``counters`` are added to the pump's after the commit.
+        A failed attempt's sends were buffered and are dropped with it; so are its own statements, run
+        under a savepoint that the first use of the lent connection marks (:data:`MESSAGE_SAVEPOINT`). After
+        ``immediate_retries`` more attempts the message goes to the error queue in the same transaction
+        (after the rollback to the savepoint), so the rest of the batch still commits. Raising (a database
+        error while writing the sends, a savepoint the engine already rolled back with the whole
+        transaction, or :class:`Rollback` when the stop gave up on this handler) rolls the whole batch back.
+        ``counters`` are added to the pump's after the commit.
         """
         pump = self._pump
         prepared = self._prepare(message, batch, counters)
@@ -119,15 +123,17 @@ class MessageProcessor:
         started = datetime.now(timezone.utc) if pump.audit_queue is not None else None
         context: MessageContext | None = None
         while True:
+            if self._pass_context:
+                context = MessageContext(
+                    pump, message, batch, attempt, buffered=True, savepoint=MESSAGE_SAVEPOINT
+                )
             try:
-                if self._pass_context:
-                    context = MessageContext(pump, message, batch, attempt, buffered=True)
-                    pump.handler(message, context)
-                else:
-                    pump.handler(message)
+                self._call_handler(message, context)
                 break
             except Exception as error:
                 count = pump.failures.record(message.id, error)
+                if context is not None and context.lent_connection:
+                    batch.rollback_to_savepoint(MESSAGE_SAVEPOINT)
                 if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
                     info, copy = pump.failures.get(message.id), _copy_text(message, drop_forward)
                     self._move_to_error_queue(message, batch, info, copy, counters)
@@ -148,12 +154,25 @@ class MessageProcessor:
             except Exception as error:
                 pump.failures.record(message.id, error)  # a message whose sends always fail gets moved
                 raise
+            if context.lent_connection:
+                batch.release_savepoint(MESSAGE_SAVEPOINT)
             after_commit.extend(context.after_commit)
         if started is not None:
             self._audit(message, batch, started, _copy_text(message, drop_forward), counters)
         if attempt > 1:
             pump.failures.clear(message.id)
         counters.add("processed")
+
+    def _call_handler(self, message: ReceivedMessage, context: MessageContext | None) -> None:
+        """Run the handler (with its context where it takes one); its lent connection ends with the call."""
+        try:
+            if self._pass_context and context is not None:
+                self._pump.handler(message, context)
+            else:
+                self._pump.handler(message)
+        finally:
+            if context is not None:
+                context.end()
 
     def _prepare(
         self, message: ReceivedMessage, batch: ReceivedBatch, counters: Counters

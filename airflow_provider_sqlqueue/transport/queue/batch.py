@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError
+from ..lease import shared_cursor
 from ..message import OutgoingMessage, ReceivedMessage
 from .transaction_mode import TransactionMode
 
@@ -95,6 +96,27 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
                 "wait for this receive's own write lock. Use transaction_mode='sends_atomic_with_receive'"
             )
         return target.send_batch(messages)
+
+    def savepoint(self, name: str) -> None:
+        """Mark a savepoint in this receive's transaction (a batching pump's message: see processing.py)."""
+        shared_cursor(self._connection).execute(self.queue.dialect.savepoint(name), ())
+
+    def rollback_to_savepoint(self, name: str) -> None:
+        """Undo what ran since :meth:`savepoint` and forget the savepoint, keeping the receive. Raises where
+        the engine already ended the transaction (the savepoint is gone): the whole receive must then
+        roll back."""
+        dialect = self.queue.dialect
+        cursor = shared_cursor(self._connection)
+        cursor.execute(dialect.rollback_to_savepoint(name), ())
+        release = dialect.release_savepoint(name)
+        if release is not None:
+            cursor.execute(release, ())
+
+    def release_savepoint(self, name: str) -> None:
+        """Keep what ran since :meth:`savepoint` in the receive's transaction and forget the savepoint."""
+        release = self.queue.dialect.release_savepoint(name)
+        if release is not None:
+            shared_cursor(self._connection).execute(release, ())
 
     def send_in_receive_transaction(
         self,

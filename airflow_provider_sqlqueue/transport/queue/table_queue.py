@@ -34,6 +34,7 @@ from ...model.errors import (
     QueueNotFound,
     TransientDatabaseError,
 )
+from ..callers import write_in_callers_transaction
 from ..headers import default_headers_text, default_headers_texts, time_sent_now
 from ..lease import shared_cursor
 from ..message import OutgoingMessage, new_id_texts, new_message_ids_and_texts
@@ -214,8 +215,17 @@ class TableQueue:
         message: OutgoingMessage | bytes | str,
         headers: Mapping[str, str | None] | None = None,
         time_to_be_received: timedelta | None = None,
+        *,
+        connection: Any = None,
     ) -> uuid.UUID:
-        """Send one message (one INSERT, one commit); return its Id."""
+        """Send one message (one INSERT, one commit); return its Id.
+
+        With ``connection`` (a SQLAlchemy ``Connection`` or a DB-API connection of this transport's driver,
+        on the same database) the INSERT runs in that connection's transaction and nothing is committed:
+        the message is sent when the caller commits, and not at all if the caller rolls back.
+        """
+        if connection is not None:
+            return self._send_in(connection, [OutgoingMessage.of(message, headers, time_to_be_received)])[0]
         if headers or time_to_be_received:
             outgoing = OutgoingMessage.of(message, headers, time_to_be_received)
             params, message_id = self._row_params(outgoing), outgoing.id
@@ -230,10 +240,26 @@ class TableQueue:
             connection.commit()
         return message_id
 
-    def send_batch(self, messages: Iterable[OutgoingMessage | bytes | str]) -> list[uuid.UUID]:
-        """Send many messages atomically with multi-row INSERTs in one transaction; return their Ids."""
+    def send_batch(
+        self, messages: Iterable[OutgoingMessage | bytes | str], *, connection: Any = None
+    ) -> list[uuid.UUID]:
+        """Send many messages atomically with multi-row INSERTs in one transaction; return their Ids.
+
+        With ``connection`` they are written in that connection's transaction, uncommitted (see
+        :meth:`send`)."""
+        if connection is not None:
+            return self._send_in(connection, messages)
         with self.transport.connection(self.address) as connection:
             return self._send_on(connection, messages, commit=True)
+
+    def _send_in(self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str]) -> list[uuid.UUID]:
+        """Write ``messages`` in a caller's transaction (see callers.py), without committing."""
+        rows, ids = self._plain_rows(messages)
+        if rows:
+            write_in_callers_transaction(
+                self.dialect, connection, self.address, lambda cursor: self._write_rows(cursor, rows)
+            )
+        return ids
 
     def _send_on(
         self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str], *, commit: bool
@@ -246,6 +272,13 @@ class TableQueue:
             begin = self.dialect.begin_write()
             if begin and len(rows) > self.dialect.send_batch_rows:
                 cursor.execute(begin, ())
+        self._write_rows(cursor, rows)
+        if commit:
+            connection.commit()
+        return ids
+
+    def _write_rows(self, cursor: Any, rows: list[Any]) -> None:
+        """The INSERTs of a send (bulk where the dialect can), in the cursor's transaction."""
         with_recoverable = self._has_recoverable(cursor)
         chunk = self.dialect.send_batch_rows
         with self._recoverable_guard():
@@ -259,9 +292,6 @@ class TableQueue:
                 else:
                     statement = self._sql.send_batch(len(part), with_recoverable)
                     cursor.execute(statement, list(chain.from_iterable(part)))
-        if commit:
-            connection.commit()
-        return ids
 
     def _has_recoverable(self, cursor: Any) -> bool:
         """Whether the table has the legacy Recoverable column: asked once per queue, then remembered.

@@ -1,0 +1,248 @@
+"""A receive's connection lent to its handler: as a DB-API connection and as a SQLAlchemy ``Connection``,
+both over the same driver connection and transaction.
+
+What a handler writes through either commits with the receive's DELETE and its sends, or rolls back with
+them, so processing a message and changing a table of the same database happen exactly once together.
+The transaction stays the pump's: ``commit``, ``rollback`` and ``close`` of the DB-API connection are
+refused, and so are ``commit``, ``rollback`` and ``begin`` of the SQLAlchemy one (``begin_nested`` gives a
+savepoint inside it). SQLAlchemy never ends the transaction itself: its ``Connection`` is built over a
+proxy whose ``commit`` and ``rollback`` refuse, opened already in a transaction (so an ORM ``Session``
+bound to it joins instead of committing), and its ``close`` leaves the driver connection alone.
+
+Once the handler's attempt ends the lent connection is withdrawn: a handler that kept it gets an error
+instead of a connection another operation may be using.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool, PoolProxiedConnection
+
+from ..model.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .connection import Transport
+
+__all__ = ["LentConnection", "ReceiveConnection", "sqlalchemy_engine"]
+
+_REFUSED = (
+    "{what} is refused: this connection holds the receive's transaction, which the pump commits with the "
+    "message's receive and sends. Raise from the handler to roll it all back (the message is received "
+    "again); use a savepoint (SAVEPOINT, or begin_nested() in SQLAlchemy) to undo part of it"
+)
+_ON_CONNECT = "sqlqueue.sqlalchemy_on_connect"
+
+
+class LentConnection:
+    """The receive's DB-API connection as lent to a handler: the driver connection's own methods, except
+    that ``commit``, ``rollback`` and ``close`` are refused and nothing works once the attempt ended.
+
+    ``dbapi_connection`` is the driver's connection object itself (``sqlite3.Connection``,
+    ``psycopg.Connection``, ``pyodbc.Connection``), for libraries that insist on its type: do not commit,
+    roll back or close it either.
+    """
+
+    __slots__ = ("_ended", "_pooled")
+
+    def __init__(self, pooled: Any) -> None:
+        self._pooled = pooled
+        self._ended = False
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "lent"
+        return f"<LentConnection {state} in the receive's transaction>"
+
+    def _live(self) -> Any:
+        if self._ended:
+            raise ConfigurationError(
+                "the receive this connection was lent for has ended; use the connection only inside the "
+                "handler call it was given to"
+            )
+        return self._pooled
+
+    @property
+    def is_open(self) -> bool:
+        return not self._ended and getattr(self._pooled, "is_valid", True)
+
+    @property
+    def pooled(self) -> Any:
+        """The transport's loan of the connection (cursors from it close when the receive ends)."""
+        return self._live()
+
+    @property
+    def dbapi_connection(self) -> Any:
+        pooled = self._live()
+        return getattr(pooled, "dbapi_connection", pooled)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return self._live().cursor(*args, **kwargs)
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        """The drivers' shortcut (a new cursor that runs one statement), with a cursor of the loan."""
+        cursor = self.cursor()
+        cursor.execute(*args, **kwargs)
+        return cursor
+
+    def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        cursor = self.cursor()
+        cursor.executemany(*args, **kwargs)
+        return cursor
+
+    def commit(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="commit()"))
+
+    def rollback(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="rollback()"))
+
+    def close(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="close()"))
+
+    def invalidate(self) -> None:
+        """Close the driver connection (after an error that broke it): the receive then fails and its
+        messages stay queued."""
+        pooled = self._live()
+        if hasattr(pooled, "invalidate"):
+            pooled.invalidate()
+
+    def end(self) -> None:
+        """Withdraw the connection from the handler (the pump calls it when the attempt ends)."""
+        self._ended = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dbapi_connection, name)
+
+
+class _LentToSqlAlchemy(PoolProxiedConnection):
+    """What a SQLAlchemy ``Connection`` drives: the lent connection, in the shape of a pool's connection.
+
+    SQLAlchemy ends a transaction only through ``commit`` and ``rollback`` here (its dialects' ``do_commit``
+    and ``do_rollback``), which the lent connection refuses; ``close`` gives nothing back, since the
+    transport's pool owns the driver connection.
+    """
+
+    def __init__(self, lent: LentConnection) -> None:
+        self._lent = lent
+        self._info: dict[Any, Any] = {}
+
+    @property
+    def dbapi_connection(self) -> Any:  # type: ignore[override]
+        return self._lent.dbapi_connection
+
+    @property
+    def driver_connection(self) -> Any:  # type: ignore[override]
+        return self._lent.dbapi_connection
+
+    @property
+    def is_valid(self) -> bool:
+        return self._lent.is_open
+
+    @property
+    def is_detached(self) -> bool:
+        return False
+
+    @property
+    def info(self) -> dict[Any, Any]:  # type: ignore[override]
+        return self._info
+
+    @property
+    def record_info(self) -> dict[Any, Any]:  # type: ignore[override]
+        return self._info
+
+    def invalidate(self, e: BaseException | None = None, soft: bool = False) -> None:
+        if not soft and self._lent.is_open:
+            self._lent.invalidate()
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return self._lent.cursor(*args, **kwargs)
+
+    def commit(self) -> None:
+        self._lent.commit()
+
+    def rollback(self) -> None:
+        self._lent.rollback()
+
+    def detach(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="detach()"))
+
+    def close(self) -> None:
+        return None
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self._lent.dbapi_connection, key)
+
+
+class ReceiveConnection(Connection):
+    """A SQLAlchemy ``Connection`` in the receive's transaction (see the module's description).
+
+    It starts inside a transaction that the pump owns: ``commit()``, ``rollback()`` and ``begin()`` are
+    refused, ``begin_nested()`` opens a savepoint, ``close()`` (and leaving a ``with`` block) ends nothing.
+    """
+
+    def __init__(self, engine: Engine, lent: LentConnection) -> None:
+        super().__init__(engine, connection=_LentToSqlAlchemy(lent))
+        super().begin()  # no statement: SQLAlchemy's BEGIN is the driver's, already open
+
+    def begin(self) -> Any:
+        raise ConfigurationError(_REFUSED.format(what="begin()"))
+
+    def commit(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="commit()"))
+
+    def rollback(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="rollback()"))
+
+    def close(self) -> None:
+        return None  # the pump ends the transaction and the loan
+
+    def detach(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="detach()"))
+
+
+_engines: weakref.WeakKeyDictionary[Transport, Engine] = weakref.WeakKeyDictionary()
+_engines_lock = threading.Lock()
+
+
+def sqlalchemy_engine(transport: Transport) -> Engine:
+    """The SQLAlchemy ``Engine`` that wraps ``transport``'s connections, made once per transport.
+
+    Its own pool lends nothing but the one new connection (closed again) on which SQLAlchemy reads the
+    server's version and settings; that first connection is also where SQLAlchemy rolls back after
+    reading them, which on a lent connection would undo the receive.
+    """
+    with _engines_lock:
+        engine = _engines.get(transport)
+        if engine is not None:
+            return engine
+        name = transport.dialect.sqlalchemy_dialect
+        if name is None:
+            raise ConfigurationError(
+                f"SQLAlchemy has no dialect for {transport.dialect.display_name} through this driver "
+                f"({transport.dialect.driver_connection_class}); use the DB-API connection instead"
+            )
+        engine = create_engine(f"{name}://", creator=transport.new_connection, poolclass=NullPool)
+        with engine.connect():
+            pass
+        _engines[transport] = engine
+        return engine
+
+
+def receive_connection(transport: Transport, lent: LentConnection) -> ReceiveConnection:
+    """A SQLAlchemy ``Connection`` over ``lent``; the driver connection gets SQLAlchemy's per-connection
+    setup once (what its pool does for a connection it opens: SQL Server's DATETIMEOFFSET reader, SQLite's
+    REGEXP), remembered with the connection from loan to loan."""
+    engine = sqlalchemy_engine(transport)
+    pooled = lent.pooled
+    driver = lent.dbapi_connection
+    info = getattr(pooled, "info", None)
+    if info is None or info.get(_ON_CONNECT) is not driver:
+        on_connect = engine.dialect.on_connect()
+        if on_connect is not None:
+            on_connect(driver)
+        if info is not None:
+            info[_ON_CONNECT] = driver
+    return ReceiveConnection(engine, lent)
