@@ -156,8 +156,24 @@ def test_a_driver_chosen_by_the_connection_is_refused_before_anything_is_loaded(
         {"conn_type": "sqlqueue", "extra": {"engine": "sqlserver", "odbc_connect": "DSN=erp;UID=sa"}},
         {"conn_type": "odbc", **SERVER, "extra": {"dsn": "erp"}},
         {"conn_type": "odbc", **SERVER, "extra": {"Encrypt": "yes;FILEDSN=/tmp/erp.dsn"}},
+        {"conn_type": "mssql", **SERVER, "password": "x%3BFILEDSN%3D/tmp/erp.dsn"},
+        {
+            "conn_type": "sqlqueue",
+            "extra": {"engine": "sqlserver", "odbc_connect": "SERVER=h;APP=x%3bSAVEFILE%3d/tmp/erp.dsn"},
+        },
+        {"conn_type": "mssql", **SERVER, "extra": {"connect_options": "APP=x%253BDSN%253Derp"}},
     ],
-    ids=["DSN", "FILEDSN", "SAVEFILE", "odbc_connect DSN", "odbc dsn extra", "odbc extra value"],
+    ids=[
+        "DSN",
+        "FILEDSN",
+        "SAVEFILE",
+        "odbc_connect DSN",
+        "odbc dsn extra",
+        "odbc extra value",
+        "FILEDSN percent-encoded in the password",
+        "SAVEFILE percent-encoded in odbc_connect",
+        "DSN encoded twice in connect_options",
+    ],
 )
 def test_data_sources_named_by_the_connection_are_refused(
     connection: dict, monkeypatch: pytest.MonkeyPatch

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
 from typing import Any, Literal
-from urllib.parse import quote, quote_plus
 
 try:
     from airflow.providers.common.sql.hooks.sql import DbApiHook
@@ -24,7 +23,8 @@ except ImportError as missing:  # the entry point is there without the airflow e
         "airflow-provider-sqlqueue is installed without its 'airflow' extra, so its hook, sensor, triggers "
         f"and operators cannot load ({missing}): pip install 'airflow-provider-sqlqueue[airflow]'"
     ) from missing
-from sqlalchemy.engine import URL
+import sqlalchemy
+from sqlalchemy.engine import URL, Engine, make_url
 
 from ..transport import (
     ConfigurationError,
@@ -40,6 +40,17 @@ from ..transport import (
     open_transport,
 )
 from ..transport.connection import DEFAULT_ODBC_DRIVER, odbc_pairs, odbc_value, parse_odbc_string
+from .connection_url import (
+    DRIVER_KEYWORDS,
+    DRIVER_SETTING,
+    SECRET_ODBC_KEYWORDS,
+    SECRET_QUERY_KEYS,
+    SecretHidingURL,
+    driver_in_extra_allowed,
+    odbc_string_sqlalchemy_hands_over,
+    percent_decoded_forms,
+    secret_forms,
+)
 
 CountMode = Literal["estimate", "exact"]
 
@@ -67,10 +78,6 @@ LIBPQ_EXTRAS = {
     "gssencmode",
     "channel_binding",
 }
-# Keywords that make the ODBC driver manager load a shared library (DRIVER, or one named by a DSN) or write
-# a file (SAVEFILE). Whoever may edit a connection must not choose them; see _driver_keywords_refused.
-DRIVER_KEYWORDS = ("DRIVER", "DSN", "FILEDSN", "SAVEFILE")
-DRIVER_SETTING = "[providers.odbc] allow_driver_in_extra"
 ENGINE_ALIASES = {
     "postgresql": "postgresql",
     "postgres": "postgresql",
@@ -80,61 +87,6 @@ ENGINE_ALIASES = {
     "mssql": "sqlserver",
     "sql server": "sqlserver",
 }
-
-
-SECRET_ODBC_KEYWORDS = ("PWD", "PASSWORD")
-SECRET_QUERY_KEYS = ("password", "pwd")
-
-
-def secret_forms(secret: str) -> set[str]:
-    """Every form in which ``secret`` can appear in a URL, an ODBC string or a log line: raw, as an ODBC
-    value (braced, ``}`` doubled), and each of those URL-encoded the ways SQLAlchemy and urllib encode."""
-    forms: set[str] = set()
-    for text in (secret, odbc_value(secret)):
-        forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
-    return forms
-
-
-def _hide_odbc_secrets(odbc: str) -> str:
-    return ";".join(
-        f"{key}={'***' if key in SECRET_ODBC_KEYWORDS else odbc_value(value)}"
-        for key, value in odbc_pairs(odbc)
-    )
-
-
-class SecretHidingURL(URL):
-    """A SQLAlchemy URL whose ``str`` and ``repr`` hide the password wherever it sits: in the password
-    field (as SQLAlchemy does), in a ``password``/``pwd`` query parameter, and as ``PWD`` inside the
-    ``odbc_connect`` string, where SQLAlchemy would show it URL-encoded."""
-
-    __slots__ = ()
-
-    def render_as_string(self, hide_password: bool = True) -> str:
-        if not hide_password:
-            return super().render_as_string(hide_password=False)
-        query: dict[str, str | tuple[str, ...]] = {}
-        for key, value in self.query.items():
-            values = (value,) if isinstance(value, str) else tuple(value)
-            if key.lower() in SECRET_QUERY_KEYS:
-                values = tuple("***" for _ in values)
-            elif key.lower() == "odbc_connect":
-                values = tuple(_hide_odbc_secrets(text) for text in values)
-            query[key] = values[0] if len(values) == 1 else values
-        shown = URL.create(
-            self.drivername, self.username, self.password, self.host, self.port, self.database, query
-        )
-        return shown.render_as_string(hide_password=True)
-
-
-def driver_in_extra_allowed() -> bool:
-    """The odbc provider's rule, honoured here too: may a connection choose the ODBC driver?
-
-    A driver is a shared library that every worker and the triggerer load, so by default only the code
-    (the hook's ``driver``, or ``hook_params``) and the deployment (``default_odbc_driver``) choose it.
-    """
-    from airflow.sdk import conf
-
-    return conf.getboolean("providers.odbc", "allow_driver_in_extra", fallback=False)
 
 
 def _options(text: str | None) -> dict[str, str]:
@@ -240,13 +192,17 @@ class SqlQueueHook(DbApiHook):
         return default
 
     def _check_driver_keywords(self, odbc: str, where: str) -> None:
-        """Refuse DRIVER, DSN, FILEDSN or SAVEFILE in ``odbc`` unless it is the driver the hook chose."""
+        """Refuse DRIVER, DSN, FILEDSN or SAVEFILE in ``odbc`` unless it is the driver the hook chose: in
+        ``odbc`` as it is and in each of its percent-decoded forms (see :func:`percent_decoded_forms`), so
+        that no consumer that decodes it, as SQLAlchemy 2.0 does, finds a driver the check did not see."""
         if driver_in_extra_allowed():
             return
-        chosen = self.odbc_driver
-        for key, value in odbc_pairs(odbc):
-            if key in DRIVER_KEYWORDS and not (key == "DRIVER" and value == chosen):
-                raise self._driver_refused(f"{where} sets {key}=")
+        chosen = {self.odbc_driver, *percent_decoded_forms(self.odbc_driver)}
+        decoded = " once percent-decoded (as SQLAlchemy 2.0's pyodbc dialect decodes odbc_connect)"
+        for form, how in [(odbc, ""), *((text, decoded) for text in percent_decoded_forms(odbc))]:
+            for key, value in odbc_pairs(form):
+                if key in DRIVER_KEYWORDS and not (key == "DRIVER" and value in chosen):
+                    raise self._driver_refused(f"{where} sets {key}={how}")
 
     def _odbc_string(self) -> str:
         conn = self.connection
@@ -279,7 +235,7 @@ class SqlQueueHook(DbApiHook):
         for key, value in options.items():
             parts[key.upper()] = value
         built = ";".join(f"{key}={odbc_value(str(value))}" for key, value in parts.items())
-        self._check_driver_keywords(built, "its Host, Schema or Login")
+        self._check_driver_keywords(built, "its Host, Schema, Login or Password")
         return built
 
     def _sqlite_path(self) -> str:
@@ -359,10 +315,59 @@ class SqlQueueHook(DbApiHook):
                 database=conn.schema or None,
                 query=query,
             )
-        return SecretHidingURL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
+        url = SecretHidingURL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
+        # What SQLAlchemy itself makes of the URL, and of its rendering parsed back, is what
+        # create_engine(hook.sqlalchemy_url) or create_engine(hook.get_uri()) would hand the driver manager.
+        how = f"its ODBC string, as SQLAlchemy {sqlalchemy.__version__} hands it to the driver manager,"
+        for form in (url, make_url(url.render_as_string(hide_password=False))):
+            self._check_driver_keywords(odbc_string_sqlalchemy_hands_over(form), how)
+        return url
 
     def get_uri(self) -> str:
-        return self.sqlalchemy_url.render_as_string(hide_password=False)
+        """The connection as a SQLAlchemy URL string, password included (registered with the masker).
+
+        For SQL Server it is refused where the installed SQLAlchemy (2.0) would percent-decode its
+        ``odbc_connect`` into another string than the one the hook checked and the transport uses (a ``%``
+        escape or a ``+`` in a password, say): ``create_engine`` of it would log in with a changed password
+        or worse. :meth:`get_sqlalchemy_engine` has no such limit: it connects through the transport.
+        """
+        url = self.sqlalchemy_url
+        odbc = url.query.get("odbc_connect")
+        if isinstance(odbc, str) and odbc_string_sqlalchemy_hands_over(url) != odbc:
+            raise ConfigurationError(
+                f"connection {self.get_conn_id()!r}: its ODBC string holds a '%' escape or a '+' that "
+                f"SQLAlchemy {sqlalchemy.__version__} would decode in odbc_connect, so an engine made "
+                "from get_uri() would connect with another string than the one checked; use "
+                "hook.get_sqlalchemy_engine() (or SQLAlchemy 2.1, which does not decode it)"
+            )
+        return url.render_as_string(hide_password=False)
+
+    def get_sqlalchemy_engine(self, engine_kwargs: dict[str, Any] | None = None) -> Engine:
+        """A SQLAlchemy engine on the connection's database (also behind ``inspector`` and the SQL
+        operators' lineage).
+
+        For SQL Server each connection comes from the transport's own connect (``creator``): pyodbc gets the
+        ODBC string the hook built and checked, exactly; SQLAlchemy parses no connection string, so neither
+        its percent-decoding of ``odbc_connect`` (2.0) nor anything else can slip a driver in. PostgreSQL
+        and SQLite engines take :attr:`sqlalchemy_url` (psycopg and sqlite3 load no driver named by it).
+        """
+        options = dict(engine_kwargs or {})
+        if self.engine != "sqlserver":
+            return sqlalchemy.create_engine(self.sqlalchemy_url, **options)
+        if "creator" in options:
+            raise ConfigurationError(
+                "SqlQueueHook.get_sqlalchemy_engine connects SQL Server through the hook's transport; "
+                "engine_kwargs cannot replace its creator"
+            )
+        transport = self.get_transport()  # builds and checks the ODBC string now, before any engine exists
+        return sqlalchemy.create_engine(
+            URL.create("mssql+pyodbc"), creator=transport.new_connection, **options
+        )
+
+    @cached_property
+    def dialect_name(self) -> str:
+        """SQLAlchemy's name of the engine (``mssql``, ``postgresql``, ``sqlite``), without a URL."""
+        return {"sqlserver": "mssql", "postgresql": "postgresql", "sqlite": "sqlite"}[self.engine]
 
     def get_transport(self) -> Transport:
         """The transport of this connection, opened once per hook (pooled connections, cached queues)."""

@@ -1,0 +1,102 @@
+"""What an Airflow connection may put into the URL SqlQueueHook builds of it.
+
+Two rules: no ODBC driver (a shared library) chosen by whoever edits the connection, in any form a consumer
+of the URL will decode (SQLAlchemy 2.0 percent-decodes ``odbc_connect``); and the password hidden in every
+form the URL can carry it (raw, ODBC-quoted, URL-encoded).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, quote_plus, unquote_plus
+
+from sqlalchemy.engine import URL
+
+from ..transport.connection import odbc_pairs, odbc_value
+
+# Keywords that make the ODBC driver manager load a shared library (DRIVER, or one named by a DSN) or write
+# a file (SAVEFILE). Whoever may edit a connection must not choose them (SqlQueueHook._check_driver_keywords).
+DRIVER_KEYWORDS = ("DRIVER", "DSN", "FILEDSN", "SAVEFILE")
+DRIVER_SETTING = "[providers.odbc] allow_driver_in_extra"
+
+SECRET_ODBC_KEYWORDS = ("PWD", "PASSWORD")
+SECRET_QUERY_KEYS = ("password", "pwd")
+
+
+def secret_forms(secret: str) -> set[str]:
+    """Every form in which ``secret`` can appear in a URL, an ODBC string or a log line: raw, as an ODBC
+    value (braced, ``}`` doubled), and each of those URL-encoded the ways SQLAlchemy and urllib encode."""
+    forms: set[str] = set()
+    for text in (secret, odbc_value(secret)):
+        forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
+    return forms
+
+
+def _hide_odbc_secrets(odbc: str) -> str:
+    return ";".join(
+        f"{key}={'***' if key in SECRET_ODBC_KEYWORDS else odbc_value(value)}"
+        for key, value in odbc_pairs(odbc)
+    )
+
+
+class SecretHidingURL(URL):
+    """A SQLAlchemy URL whose ``str`` and ``repr`` hide the password wherever it sits: in the password
+    field (as SQLAlchemy does), in a ``password``/``pwd`` query parameter, and as ``PWD`` inside the
+    ``odbc_connect`` string, where SQLAlchemy would show it URL-encoded."""
+
+    __slots__ = ()
+
+    def render_as_string(self, hide_password: bool = True) -> str:
+        if not hide_password:
+            return super().render_as_string(hide_password=False)
+        query: dict[str, str | tuple[str, ...]] = {}
+        for key, value in self.query.items():
+            values = (value,) if isinstance(value, str) else tuple(value)
+            if key.lower() in SECRET_QUERY_KEYS:
+                values = tuple("***" for _ in values)
+            elif key.lower() == "odbc_connect":
+                values = tuple(_hide_odbc_secrets(text) for text in values)
+            query[key] = values[0] if len(values) == 1 else values
+        shown = URL.create(
+            self.drivername, self.username, self.password, self.host, self.port, self.database, query
+        )
+        return shown.render_as_string(hide_password=True)
+
+
+def driver_in_extra_allowed() -> bool:
+    """The odbc provider's rule, honoured here too: may a connection choose the ODBC driver?
+
+    A driver is a shared library that every worker and the triggerer load, so by default only the code
+    (the hook's ``driver``, or ``hook_params``) and the deployment (``default_odbc_driver``) choose it.
+    """
+    from airflow.sdk import conf
+
+    return conf.getboolean("providers.odbc", "allow_driver_in_extra", fallback=False)
+
+
+def percent_decoded_forms(text: str) -> list[str]:
+    """``text`` percent-decoded as ``unquote_plus`` decodes (``+`` a space), once, twice, ... until nothing
+    changes: what a consumer that decodes an ODBC string hands the driver manager. SQLAlchemy 2.0's pyodbc
+    dialect decodes ``odbc_connect`` once more after the URL's own decoding (2.1 no longer does), so
+    ``PWD=x%3BDRIVER%3D/lib.so`` reaches the driver manager there as ``PWD=x;DRIVER=/lib.so``.
+
+    Ends: a round that does not shorten the string only turned ``+`` into spaces, and the next round can
+    find a ``+`` only by decoding ``%2B``, which shortens it."""
+    forms: list[str] = []
+    current = text
+    while (decoded := unquote_plus(current)) != current:
+        forms.append(decoded)
+        current = decoded
+    return forms
+
+
+def odbc_string_sqlalchemy_hands_over(url: URL) -> str:
+    """The ODBC string the installed SQLAlchemy's pyodbc dialect would pass to ``pyodbc.connect`` for
+    ``url``, asked of the dialect itself (no driver is imported or loaded)."""
+    arguments, _ = url.get_dialect()().create_connect_args(url)
+    return str(arguments[0])
+
+
+def sqlalchemy_decodes_odbc_connect() -> bool:
+    """Whether the installed SQLAlchemy percent-decodes ``odbc_connect`` (2.0 does, 2.1 does not)."""
+    probe = URL.create("mssql+pyodbc", query={"odbc_connect": "A=%3B"})
+    return odbc_string_sqlalchemy_hands_over(probe) != "A=%3B"

@@ -1,0 +1,477 @@
+"""Every SQLAlchemy path SqlQueueHook inherits from DbApiHook, under the oldest SQLAlchemy pyproject.toml
+allows and under the venv's: no connection field or extra reaches an ODBC driver library through them.
+
+SQLAlchemy 2.0's pyodbc dialect percent-decodes ``odbc_connect`` once more after the URL's own decoding
+(2.1 does not), so a password of ``x%3BDRIVER%3D/path/lib.so`` reached the driver manager there as
+``PWD=x;DRIVER=/path/lib.so``. Each attack runs in a child process, once with the venv's SQLAlchemy and
+once with the floor's first on ``PYTHONPATH`` (installed by ``.ci/setup.sh`` into
+``.venv/sqlalchemy-floor/<version>``), against a real shared library that writes a marker file when the
+driver manager loads it. The positive controls, with ``[providers.odbc] allow_driver_in_extra`` on, prove
+that each path does load a library the connection names and that SQLAlchemy 2.0 decodes each encoded form
+into a DRIVER the driver manager loads; the refusals then prove that without the setting nothing is loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from importlib.metadata import version as installed_version
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+pytest.importorskip("pyodbc", reason="the mssql extra is not installed")
+
+from conftest import EngineTarget
+
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+from airflow_provider_sqlqueue.transport.connection import odbc_pairs, parse_odbc_string
+
+REPO = Path(__file__).resolve().parent.parent
+ALLOW_ENV = "AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"
+MARKER_ENV = "SQLQUEUE_TEST_DRIVER_MARKER"
+# The driver the code chooses in these runs: a library that does not exist, so that no real driver is
+# ever loaded beside the test library (one crashed a process that had loaded both).
+NO_DRIVER = "/nonexistent/libsqlqueue-no-driver.so"
+LIBRARY_SOURCE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+    const char *marker = getenv("SQLQUEUE_TEST_DRIVER_MARKER");
+    if (marker) { FILE *file = fopen(marker, "w"); if (file) { fputs("loaded\n", file); fclose(file); } }
+}
+"""
+SERVER = {"host": "127.0.0.1", "port": 1, "login": "sa", "schema": "erp"}
+
+
+def floor_version() -> str:
+    """The oldest SQLAlchemy pyproject.toml allows."""
+    found = re.search(r'^\s*"sqlalchemy>=([0-9.]+),', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert found, "pyproject.toml's SQLAlchemy pin has no floor"
+    return found.group(1)
+
+
+def floor_folder() -> Path:
+    """Where .ci/setup.sh installs the floor SQLAlchemy (``pip install --target``); a failure, not a skip,
+    when it is missing: these runs are the point of the test."""
+    folder = Path(sys.prefix) / "sqlalchemy-floor" / floor_version()
+    if not (folder / "sqlalchemy" / "__init__.py").is_file():
+        pytest.fail(f"SQLAlchemy {floor_version()} is not installed in {folder}: run bash .ci/setup.sh")
+    return folder
+
+
+def attacks(library: str) -> dict[str, dict[str, Any]]:
+    """Connections whose fields name ``library`` only once percent-decoded."""
+    sqlserver = {"engine": "sqlserver"}
+    return {
+        "password %3B on mssql": {
+            "conn_type": "mssql",
+            **SERVER,
+            "password": f"x%3BDRIVER%3D{library}",
+        },
+        "password %3b, + for a space, on sqlqueue": {
+            "conn_type": "sqlqueue",
+            **SERVER,
+            "password": f"x%3b+DRIVER%3d{library}",
+            "extra": sqlserver,
+        },
+        "password %7D closing its braces on mssql": {
+            "conn_type": "mssql",
+            **SERVER,
+            "password": f"p;w%7D%3BDRIVER%3D{library}%3B",
+        },
+        "password %7B...%7D braces on odbc": {
+            "conn_type": "odbc",
+            **SERVER,
+            "password": f"%7Bx%7D%3BDRIVER%3D%7B{library}%7D",
+        },
+        "connect_options APP= on sqlqueue": {
+            "conn_type": "sqlqueue",
+            **SERVER,
+            "extra": {**sqlserver, "connect_options": f"APP=x%3BDRIVER%3D{library}"},
+        },
+        "connect_options APP= on mssql": {
+            "conn_type": "mssql",
+            **SERVER,
+            "extra": {"connect_options": f"Encrypt=no;APP=x%3BDRIVER%3D{library}"},
+        },
+        "odbc_connect on sqlqueue": {
+            "conn_type": "sqlqueue",
+            "extra": {**sqlserver, "odbc_connect": f"SERVER=127.0.0.1,1;APP=x%3BDRIVER%3D{library}"},
+        },
+        "odbc_connect on mssql": {
+            "conn_type": "mssql",
+            "extra": {"odbc_connect": f"SERVER=127.0.0.1,1;UID=sa;PWD=x%3B%20DRIVER%3D{library}"},
+        },
+        "extra value on odbc": {"conn_type": "odbc", **SERVER, "extra": {"APP": f"x%3BDRIVER%3D{library}"}},
+    }
+
+
+def direct(library: str) -> dict[str, Any]:
+    """A connection that names ``library`` outright (the positive control of every path)."""
+    return {
+        "conn_type": "sqlqueue",
+        **SERVER,
+        "extra": {"engine": "sqlserver", "connect_options": f"Encrypt=no;Driver={{{library}}}"},
+    }
+
+
+# Each path of the hook that can open a database connection, as the child process runs it.
+PATHS = [
+    "sqlalchemy_url, get_sqlalchemy_engine().connect()",
+    "inspector",
+    "get_conn()",
+    "get_records()",
+    "run()",
+    "get_df() (pandas)",
+    "get_pandas_df()",
+    "get_df_by_chunks() (pandas)",
+    "test_connection()",
+    "create_engine(get_uri())",
+    "create_engine(sqlalchemy_url)",
+]
+
+GET_URI_PROBE = "the ODBC string SQLAlchemy makes of get_uri()"
+
+_ATTEMPTS_IN_A_CHILD = r"""
+import json, os, sys
+import sqlalchemy
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from airflow_provider_sqlqueue.hooks.connection_url import (
+    odbc_string_sqlalchemy_hands_over, sqlalchemy_decodes_odbc_connect
+)
+from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+
+
+def engine_connect(hook):
+    _ = hook.sqlalchemy_url
+    with hook.get_sqlalchemy_engine().connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+def tested_connection(hook):
+    works, message = hook.test_connection()
+    if not works:
+        raise RuntimeError(message)
+
+
+
+job = json.load(sys.stdin)
+GET_URI_PROBE = job["get_uri_probe"]
+PATHS = {
+    "sqlalchemy_url, get_sqlalchemy_engine().connect()": engine_connect,
+    "inspector": lambda hook: hook.inspector.get_table_names(),
+    "get_conn()": lambda hook: hook.get_conn().close(),
+    "get_records()": lambda hook: hook.get_records("SELECT 1"),
+    "run()": lambda hook: hook.run("SELECT 1"),
+    "get_df() (pandas)": lambda hook: hook.get_df("SELECT 1", df_type="pandas"),
+    "get_pandas_df()": lambda hook: hook.get_pandas_df("SELECT 1"),
+    "get_df_by_chunks() (pandas)": lambda hook: list(hook.get_df_by_chunks("SELECT 1", chunksize=1)),
+    "test_connection()": tested_connection,
+    "create_engine(get_uri())": lambda hook: create_engine(hook.get_uri()).connect().close(),
+    "create_engine(sqlalchemy_url)": lambda hook: create_engine(hook.sqlalchemy_url).connect().close(),
+    GET_URI_PROBE: lambda hook: odbc_string_sqlalchemy_hands_over(make_url(hook.get_uri())),
+}
+results = []
+for number, attempt in enumerate(job["attempts"]):
+    conn_id = f"rogue_{number}"
+    os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(attempt["connection"])
+    os.environ["SQLQUEUE_TEST_DRIVER_MARKER"] = attempt["marker"]
+    if attempt["allow"]:
+        os.environ["AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"] = "True"
+    else:
+        os.environ.pop("AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA", None)
+    hook = SqlQueueHook(sqlqueue_conn_id=conn_id, driver=job["driver"])
+    try:
+        returned = PATHS[attempt["path"]](hook)
+        outcome = f"returned: {returned}" if isinstance(returned, str) else "connected"
+    except Exception as error:
+        outcome = f"{type(error).__name__}: {error}"
+    finally:
+        hook.close()
+    results.append({"outcome": outcome, "loaded": os.path.exists(attempt["marker"])})
+with open(job["results"], "w") as file:
+    json.dump(
+        {
+            "sqlalchemy": sqlalchemy.__version__,
+            "imported_from": sqlalchemy.__file__,
+            "decodes_odbc_connect": sqlalchemy_decodes_odbc_connect(),
+            "results": results,
+        },
+        file,
+    )
+"""
+
+SQLALCHEMIES = ["venv", "floor"]
+CASES = list(attacks("x"))
+PERCENT_PASSWORD = "P%3Bw;d}{+%41 %zz"
+PERCENT_CONNECTION = {"conn_type": "mssql", **SERVER, "password": PERCENT_PASSWORD}
+
+
+# With the setting on, each attack goes through the hook's own engine and through SQLAlchemy's parsing.
+ALLOWED_ATTACK_PATHS = [PATHS[0], "create_engine(get_uri())", "create_engine(sqlalchemy_url)"]
+
+
+def planned_attempts() -> list[tuple[str, bool, str]]:
+    """(case, allowed, path) of every attempt: each attack through each path, refused and allowed, the
+    direct form through each path, allowed (the control), and get_uri() of a legitimate password."""
+    attempts = [(case, False, path) for case in CASES for path in PATHS]
+    attempts += [(case, True, path) for case in CASES for path in ALLOWED_ATTACK_PATHS]
+    attempts += [("direct", True, path) for path in PATHS]
+    return [*attempts, ("percent password", False, GET_URI_PROBE)]
+
+
+class Runs:
+    """Every attempt in one child process per SQLAlchemy (the venv's and the floor's), run once for the
+    module, each with a library and a marker file of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            pytest.fail("needs a C compiler to build the library that must not be loaded (.ci/setup.sh: gcc)")
+        source = folder / "rogue.c"
+        source.write_text(LIBRARY_SOURCE)
+        self.library = folder / "librogue.so"
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", str(self.library), str(source)], check=True)
+        self._runs: dict[str, dict[str, Any]] = {}
+
+    def result(self, sqlalchemy: str, case: str, allow: bool, path: str) -> tuple[dict[str, Any], dict]:
+        """The child's run (its SQLAlchemy) and the outcome of one attempt: what it raised or returned,
+        and whether the library was loaded."""
+        if sqlalchemy not in self._runs:
+            self._runs[sqlalchemy] = self._run(sqlalchemy)
+        run = self._runs[sqlalchemy]
+        return run, run["results"][planned_attempts().index((case, allow, path))]
+
+    def _connection(self, tag: str, case: str) -> dict[str, Any]:
+        """The attempt's connection, naming a copy of the library of its own where the library may be
+        loaded (a constructor runs once per process and library). The refusals of one attack share a copy:
+        each connection's password is one more secret for Airflow's masker to match, every later one
+        slower."""
+        if case == "percent password":
+            return PERCENT_CONNECTION
+        library = self.folder / f"librogue-{tag}.so"
+        if not library.exists():
+            shutil.copyfile(self.library, library)
+        return direct(str(library)) if case == "direct" else attacks(str(library))[case]
+
+    def _run(self, sqlalchemy: str) -> dict[str, Any]:
+        results = self.folder / f"results-{sqlalchemy}.json"
+        attempts = []
+        for number, (case, allow, path) in enumerate(planned_attempts()):
+            tag = f"{sqlalchemy}-{number}"
+            shared = f"{sqlalchemy}-refused-{CASES.index(case)}" if not allow and case in CASES else tag
+            attempts.append(
+                {
+                    "path": path,
+                    "allow": allow,
+                    "connection": self._connection(shared, case),
+                    "marker": str(self.folder / f"{tag}.marker"),
+                }
+            )
+        env = {key: value for key, value in os.environ.items() if key not in (ALLOW_ENV, MARKER_ENV)}
+        if sqlalchemy == "floor":
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(floor_folder()), env.get("PYTHONPATH")]))
+        job = {
+            "driver": NO_DRIVER,
+            "results": str(results),
+            "get_uri_probe": GET_URI_PROBE,
+            "attempts": attempts,
+        }
+        child = subprocess.run(
+            [sys.executable, "-c", _ATTEMPTS_IN_A_CHILD],
+            input=json.dumps(job),
+            text=True,
+            env=env,
+            timeout=300,
+            capture_output=True,
+        )
+        assert child.returncode == 0 and results.exists(), f"the child failed:\n{child.stderr[-4000:]}"
+        run = json.loads(results.read_text())
+        expected = floor_version() if sqlalchemy == "floor" else installed_version("sqlalchemy")
+        assert run["sqlalchemy"] == expected, run["imported_from"]
+        if sqlalchemy == "floor":
+            assert run["imported_from"].startswith(str(floor_folder())), run["imported_from"]
+        # SQLAlchemy 2.0 decodes odbc_connect and 2.1 does not: say which this run had, so that the
+        # assertions below are about the release that was actually imported
+        assert run["decodes_odbc_connect"] == (tuple(map(int, expected.split(".")[:2])) < (2, 1))
+        return run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(tmp_path_factory.mktemp("rogue"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("sqlalchemy", SQLALCHEMIES)
+def test_each_path_loads_a_library_the_connection_names_when_the_deployment_allows_it(
+    sqlalchemy: str, path: str, runs: Runs
+) -> None:
+    run, result = runs.result(sqlalchemy, "direct", True, path)
+    assert result["loaded"], f"SQLAlchemy {run['sqlalchemy']}: {path} loaded nothing ({result['outcome']})"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("sqlalchemy", SQLALCHEMIES)
+def test_sqlalchemy_2_0_decodes_each_attack_into_a_driver_it_loads_when_the_deployment_allows_it(
+    sqlalchemy: str, case: str, runs: Runs
+) -> None:
+    """The reviewer's finding, kept as the control of the refusals: an engine SQLAlchemy 2.0 makes of the
+    hook's URL loads the library; 2.1's does not. The hook's own paths never do (they hand pyodbc the
+    string as the hook built it), and get_uri() refuses a string SQLAlchemy would decode, setting or not."""
+    for path in ALLOWED_ATTACK_PATHS:
+        run, result = runs.result(sqlalchemy, case, True, path)
+        expected = path == "create_engine(sqlalchemy_url)" and run["decodes_odbc_connect"]
+        assert result["loaded"] == expected, f"SQLAlchemy {run['sqlalchemy']}, {path}: {result['outcome']}"
+        if path == "create_engine(get_uri())" and run["decodes_odbc_connect"]:
+            assert "would decode in odbc_connect" in result["outcome"], result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("sqlalchemy", SQLALCHEMIES)
+def test_a_percent_encoded_driver_is_refused_on_every_path_and_nothing_is_loaded(
+    sqlalchemy: str, case: str, path: str, runs: Runs
+) -> None:
+    run, result = runs.result(sqlalchemy, case, False, path)
+    assert not result["loaded"], f"SQLAlchemy {run['sqlalchemy']}: {path} loaded the library"
+    assert "allow_driver_in_extra" in result["outcome"] and "percent-decoded" in result["outcome"], result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sqlalchemy", SQLALCHEMIES)
+def test_get_uri_is_refused_only_where_sqlalchemy_would_decode_a_password(
+    sqlalchemy: str, runs: Runs
+) -> None:
+    """Under 2.0 an engine made of ``get_uri()`` would log in with ``P;w...A...`` instead of the password;
+    under 2.1 it gets the ODBC string the hook built."""
+    run, result = runs.result(sqlalchemy, "percent password", False, GET_URI_PROBE)
+    if run["decodes_odbc_connect"]:
+        assert result["outcome"].startswith("ConfigurationError"), result
+        assert "get_sqlalchemy_engine()" in result["outcome"]
+    else:
+        handed = result["outcome"].removeprefix("returned: ")
+        assert parse_odbc_string(handed)["PWD"] == PERCENT_PASSWORD, result
+
+
+# ---- legitimate percent signs still work ----------------------------------------------------------------
+
+
+def test_a_password_with_percent_escapes_reaches_pyodbc_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_PERCENT", json.dumps(PERCENT_CONNECTION))
+    hook = SqlQueueHook(sqlqueue_conn_id="percent", driver="FreeTDS")
+    odbc = hook.sqlalchemy_url.query["odbc_connect"]
+    assert parse_odbc_string(odbc)["PWD"] == PERCENT_PASSWORD
+    assert [key for key, _ in odbc_pairs(odbc)] == ["DRIVER", "SERVER", "DATABASE", "UID", "PWD"]
+
+
+# PERCENT_PASSWORD without its "}": FreeTDS does not read "}}" in a braced value as "}" (Microsoft's driver
+# and psqlODBC do), so no password holding "}" logs in through FreeTDS.
+LOGIN_PASSWORD = PERCENT_PASSWORD.replace("}", "")
+
+
+@pytest.fixture
+def percent_login(
+    request: pytest.FixtureRequest, target: EngineTarget
+) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """An Airflow connection (and the driver the code chooses) of a login whose password holds ``%``
+    escapes, ``+``, ``;`` and braces, which may use the queue ``orders``; SQLite, which has no password,
+    as it is."""
+    password = f"{LOGIN_PASSWORD}-{secrets.token_hex(4)}"
+    name = f"pct_{uuid.uuid4().hex[:8]}"
+    escaped = password.replace("'", "''")
+    with target.open() as admin:
+        admin.queue("orders").create()
+    if target.engine == "sqlite":
+        yield target.airflow_connection(), None
+        return
+    if target.engine == "postgresql":
+        server = request.getfixturevalue("postgres_server")
+        server.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{escaped}'")
+        server.execute(f'GRANT USAGE ON SCHEMA "{target.schema}" TO "{name}"')
+        server.execute(f'GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA "{target.schema}" TO "{name}"')
+        try:
+            yield {**target.airflow_connection(), "login": name, "password": password}, None
+        finally:
+            server.execute(f'DROP OWNED BY "{name}"')
+            server.execute(f'DROP ROLE "{name}"')
+        return
+    import pyodbc
+    from conftest import _mssql_execute
+
+    _mssql_execute(target.url, f"CREATE LOGIN [{name}] WITH PASSWORD = '{escaped}'")
+    _mssql_execute(target.url, f"CREATE USER [{name}] FOR LOGIN [{name}]")
+    _mssql_execute(target.url, f"GRANT SELECT, INSERT, DELETE ON SCHEMA::[{target.schema}] TO [{name}]")
+    parts = parse_odbc_string(target.url)
+    options = ";".join(
+        f"{key}={value}"
+        for key, value in parts.items()
+        if key not in ("DRIVER", "SERVER", "UID", "PWD", "DATABASE")
+    )
+    connection = {
+        "conn_type": "mssql",
+        "host": parts["SERVER"],
+        "schema": parts.get("DATABASE"),
+        "login": name,
+        "password": password,
+        "extra": {"connect_options": options},
+    }
+    try:
+        yield connection, parts["DRIVER"]
+    finally:
+        for statement in (f"DROP USER [{name}]", f"DROP LOGIN [{name}]"):
+            with contextlib.suppress(pyodbc.Error):
+                _mssql_execute(target.url, statement)
+
+
+def test_every_engine_path_works_with_a_password_holding_percent_escapes(
+    target: EngineTarget,
+    percent_login: tuple[dict[str, Any], str | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the real engines: the transport, the hook's SQLAlchemy engine, its inspector, the pandas helper
+    and an engine of ``get_uri()`` (the venv's SQLAlchemy 2.1 does not decode) all log in with the password
+    as it is, and see the same queue table."""
+    from sqlalchemy import create_engine, text
+
+    connection, driver = percent_login
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_PCT", json.dumps(connection))
+    hook = SqlQueueHook(sqlqueue_conn_id="pct", driver=driver, default_schema=target.schema)
+    engines = []
+    try:
+        if target.engine != "sqlite":
+            assert "%3B" in (hook.connection.password or "")
+        queue = hook.get_queue("orders")
+        hook.send("orders", b"through the percent password")
+        table = hook.get_transport().dialect.qualified_name(queue.address)
+        count = f"SELECT COUNT(*) FROM {table}"
+        assert [tuple(row) for row in hook.get_records(count)] == [(1,)]
+        engines = [hook.get_sqlalchemy_engine(), create_engine(hook.get_uri())]
+        for engine in engines:
+            with engine.connect() as session:
+                assert session.execute(text(count)).scalar() == 1
+        assert queue.address.table in hook.inspector.get_table_names(schema=queue.address.schema)
+        engines.append(hook.inspector.bind)
+        assert int(hook.get_df(count, df_type="pandas").iloc[0, 0]) == 1
+    finally:
+        for engine in engines:
+            engine.dispose()
+        hook.close()
