@@ -65,4 +65,4 @@ def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Pa
     print(output)
     assert process.returncode == 0, f"the UI check failed (exit {process.returncode}):\n{output[-6000:]}"
     shots = sorted(p.name for p in (tmp_path / "images").glob("airflow-ui-*.png"))
-    assert len(shots) == 8, shots
+    assert len(shots) == 10, shots

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +21,10 @@ from conftest import EngineTarget
 from fastapi.testclient import TestClient
 from test_airflow_dags import airflow_db  # noqa: F401  (a fixture)
 
+from airflow_provider_sqlqueue.model.errors import ConfigurationError
 from airflow_provider_sqlqueue.transport import Transport
-from airflow_provider_sqlqueue.transport.browse import browse
+from airflow_provider_sqlqueue.transport.browse import browse, preview_body
+from airflow_provider_sqlqueue.transport.failed import failed_rows
 from airflow_provider_sqlqueue.transport.overview import human_age, queues_overview
 from airflow_provider_sqlqueue.transport.pump import MessagePump
 
@@ -98,11 +103,28 @@ def test_ages_are_written_for_people(seconds: float | None, text: str) -> None:
 
 
 # ---- the web app ---------------------------------------------------------------------------------
-class LoggedIn:
-    """Who the app sees as logged in (None: nobody); Airflow's simple auth manager decides the rest."""
+class Client:
+    """The app in-process, called as Airflow's users are: with a bearer token the simple auth manager
+    issued (``role`` None: no token), so Airflow's own ``get_user`` and auth manager decide everything."""
 
-    def __init__(self) -> None:
-        self.user: Any = None
+    def __init__(self, client: TestClient, manager: Any) -> None:
+        self.http = client
+        self.manager = manager
+
+    def as_role(self, role: str | None) -> None:
+        from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+        self.http.headers.pop("Authorization", None)
+        if role is not None:
+            token = self.manager.generate_jwt(SimpleAuthManagerUser(username=role.lower(), role=role))
+            self.http.headers["Authorization"] = f"Bearer {token}"
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.http.get(path, params=params, follow_redirects=False)
+
+    def post(self, path: str, body: dict[str, Any], **headers: str) -> Any:
+        sent = {"Content-Type": "application/json", **headers}
+        return self.http.post(path, content=json.dumps(body), headers=sent)
 
 
 @pytest.fixture
@@ -111,126 +133,364 @@ def app(
     queues: Transport,
     target: EngineTarget,
     monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[tuple[TestClient, LoggedIn]]:
-    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
-    from fastapi import HTTPException
+) -> Iterator[Client]:
+    from airflow.api_fastapi.app import create_auth_manager
 
     from airflow_provider_sqlqueue.plugins import queues_app
 
     for key, value in target.airflow_env(CONN_ID).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
-    manager = SimpleAuthManager()
-    monkeypatch.setattr(queues_app, "_auth_manager", lambda: manager)
-    logged_in = LoggedIn()
-
-    def user() -> Any:
-        if logged_in.user is None:
-            raise HTTPException(401, "Not authenticated")
-        return logged_in.user
-
-    application = queues_app.create_app()
-    application.dependency_overrides[queues_app._user] = user
-    application.dependency_overrides[queues_app._session] = lambda: logged_in.user
-    with TestClient(application, base_url="http://airflow.test") as client:
-        yield client, logged_in
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", secrets.token_urlsafe(64))
+    manager = create_auth_manager()
+    with TestClient(queues_app.create_app(), base_url="http://airflow.test") as client:
+        yield Client(client, manager)
 
 
-def as_role(logged_in: LoggedIn, role: str) -> None:
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-
-    logged_in.user = SimpleAuthManagerUser(username=role.lower(), role=role)
+def retry(app: Client, group: str, **headers: str) -> Any:
+    return app.post("/api/retry", {"conn_id": CONN_ID, "group": group}, **headers)
 
 
-def retry(client: TestClient, group: str, **headers: str) -> Any:
-    body = json.dumps({"conn_id": CONN_ID, "group": group})
-    return client.post("/api/retry", content=body, headers={"Content-Type": "application/json", **headers})
+def delete(app: Client, conn_id: str = CONN_ID, **selection: str) -> Any:
+    return app.post("/api/delete", {"conn_id": conn_id, **selection}, Origin="http://airflow.test")
 
 
-def test_a_viewer_sees_the_queues_and_may_not_retry_an_op_may(app, queues: Transport) -> None:
-    client, logged_in = app
-    as_role(logged_in, "VIEWER")
-    answer = client.get("/api/queues", params={"conn_id": CONN_ID})
-    assert answer.status_code == 200, answer.text
-    seen = answer.json()
-    depths = {table(row["queue"]): row["messages"] for row in seen["queues"]}
+def a_group(transport: Transport, queue: str) -> str:
+    """The group key of the failed messages of ``queue`` (read by the transport, not the app)."""
+    rows = [r for r in failed_rows(transport.queue("error")) if table(r.failed_queue) == queue]
+    assert rows, f"no failed message of {queue}"
+    return rows[0].group_key
+
+
+def audit_entries(after: int) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(event, owner, extra) of Airflow's audit log entries with an id above ``after``."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(select(Log.event, Log.owner, Log.extra).where(Log.id > after).order_by(Log.id))
+        return [(event, owner, json.loads(extra or "{}")) for event, owner, extra in rows]
+
+
+def last_audit_id() -> int:
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return int(session.scalar(select(func.max(Log.id))) or 0)
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database
+def test_a_viewer_is_served_no_connection_and_cannot_tell_forbidden_from_unknown(
+    app: Client, queues: Transport
+) -> None:
+    app.as_role("VIEWER")
+    group = a_group(queues, "payments")
+    message_id = next(r.id for r in failed_rows(queues.queue("error")))
+    forbidden = [
+        app.get("/api/queues", conn_id=CONN_ID),
+        app.get("/api/failed", conn_id=CONN_ID, group=group),
+        app.get("/api/message", conn_id=CONN_ID, id=message_id),
+        retry(app, group, Origin="http://airflow.test"),
+        delete(app, group=group),
+    ]
+    unknown = [
+        app.get("/api/queues", conn_id="nope"),
+        app.get("/api/failed", conn_id="nope", group=group),
+        app.get("/api/message", conn_id="nope", id=message_id),
+        app.post("/api/retry", {"conn_id": "nope", "group": group}, Origin="http://airflow.test"),
+        delete(app, "nope", group=group),
+    ]
+    for refused, missing in zip(forbidden, unknown, strict=True):
+        assert (refused.status_code, refused.content) == (missing.status_code, missing.content)
+        assert refused.status_code == 404 and refused.json() == {"detail": queues_app_not_served()}
+    assert queues.queue("error").count() == 3
+
+    page = app.get("/queues")
+    assert page.status_code == 200 and "that you may read" in page.text
+    assert CONN_ID not in page.text and 'id="queues"' not in page.text
+    for path, params in (
+        ("/queues", {"conn_id": CONN_ID}),
+        ("/failed", {"conn_id": CONN_ID, "group": group}),
+        ("/message", {"conn_id": CONN_ID, "id": message_id}),
+    ):
+        shown = app.get(path, **params)
+        assert shown.status_code == 404 and queues_app_not_served() in shown.text, path
+        assert "payment service unreachable" not in shown.text and 'class="retry"' not in shown.text
+
+
+def queues_app_not_served() -> str:
+    from airflow_provider_sqlqueue.plugins.queues_app import NOT_SERVED
+
+    return NOT_SERVED
+
+
+def test_an_op_lists_a_group_opens_a_message_retries_and_deletes_and_each_is_audited(
+    app: Client, queues: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_sqlqueue.plugins import failed_views
+
+    app.as_role("OP")
+    seen = app.get("/api/queues", conn_id=CONN_ID)
+    assert seen.status_code == 200, seen.text
+    depths = {table(row["queue"]): row["messages"] for row in seen.json()["queues"]}
     assert depths["orders"] == 3 and depths["error"] == 3
-    payments = next(g for g in seen["failed_groups"] if table(g["failed_queue"]) == "payments")
+    payments = next(g for g in seen.json()["failed_groups"] if table(g["failed_queue"]) == "payments")
     assert payments["count"] == 2
 
-    refused = retry(client, payments["group"])
-    assert refused.status_code == 403 and "edit connection" in refused.json()["detail"]
-    assert queues.queue("error").count() == 3
+    listed = app.get("/api/failed", conn_id=CONN_ID, group=payments["group"]).json()
+    stored = {r.id for r in failed_rows(queues.queue("error")) if table(r.failed_queue) == "payments"}
+    assert {m["id"] for m in listed["messages"]} == stored and listed["more"] is False
+    assert {m["exception_message"] for m in listed["messages"]} == {"payment service unreachable"}
+    first = app.get("/api/failed", conn_id=CONN_ID, group=payments["group"], limit=1).json()
+    assert len(first["messages"]) == 1 and first["more"] is True
+    assert first["messages"][0]["id"] == listed["messages"][0]["id"]
+    assert app.get("/api/failed", conn_id=CONN_ID, group=payments["group"], limit=0).status_code == 422
+    with monkeypatch.context() as patched:  # a group's listing reads a bounded slice of the error queue
+        patched.setattr(failed_views, "GROUP_SCAN_ROWS", 1)
+        bounded = app.get("/api/failed", conn_id=CONN_ID, group=a_group(queues, "refunds")).json()
+        page = app.get("/failed", conn_id=CONN_ID, group=bounded["group"]).text
+    assert (bounded["messages"], bounded["more"], bounded["read"]) == ([], True, 1)
+    assert "None in the oldest 1 failed messages" in page
+    page = app.get("/failed", conn_id=CONN_ID, group=payments["group"])
+    assert page.status_code == 200 and all(f'data-id="{i}"' in page.text for i in stored)
+    assert 'id="delete-group"' in page.text
 
-    page = client.get("/queues", params={"conn_id": CONN_ID})
-    assert page.status_code == 200 and 'id="retry-not-allowed"' in page.text
-    assert 'class="retry"' not in page.text
+    one = sorted(stored)[0]
+    shown = app.get("/api/message", conn_id=CONN_ID, id=one).json()
+    assert shown["id"] == one and shown["group"] == payments["group"]
+    assert shown["body"] in ("p1", "p2") and shown["body_encoding"] == "utf-8"
+    assert "ConnectionError: payment service unreachable" in shown["stack_trace"]
+    assert "NServiceBus.ExceptionInfo.StackTrace" not in shown["headers"]
+    assert table(shown["headers"]["NServiceBus.FailedQ"]) == "payments"
+    page = app.get("/message", conn_id=CONN_ID, id=one)
+    assert page.status_code == 200 and 'id="stack-trace"' in page.text and 'id="delete-message"' in page.text
+    assert 'id="confirm-delete"' in page.text and "confirm(" not in page.text  # the frame allows no dialogs
+    absent = str(uuid.uuid4())
+    assert app.get("/api/message", conn_id=CONN_ID, id=absent).status_code == 404
+    assert app.get("/message", conn_id=CONN_ID, id=absent).status_code == 404
 
-    as_role(logged_in, "OP")
-    failed_ids = {m.id for m in browse(queues.queue("error"), 10) if m.headers.get("NServiceBus.FailedQ")}
-    done = retry(client, payments["group"], Origin="http://airflow.test")
+    before = last_audit_id()
+    done = retry(app, payments["group"], Origin="http://airflow.test")
     assert done.status_code == 200, done.text
-    assert len(done.json()["done"]) == 2 and done.json()["refused"] == []
-    back = {m.id for m in browse(queues.queue("payments"), 10)}
-    assert back == set(done.json()["done"]) and back <= failed_ids
-    assert queues.queue("error").count() == 1
-    page = client.get("/queues", params={"conn_id": CONN_ID})
-    assert page.text.count('class="retry"') == 1
+    assert set(done.json()["done"]) == stored and done.json()["refused"] == []
+    assert {m.id for m in browse(queues.queue("payments"), 10)} == stored
+    refunds = a_group(queues, "refunds")
+    [refund_id] = [r.id for r in failed_rows(queues.queue("error"))]
+    gone = delete(app, id=refund_id)
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["done"] == [refund_id] and queues.queue("error").count() == 0
+    assert app.get("/api/failed", conn_id=CONN_ID, group=refunds).json()["messages"] == []
+
+    entries = audit_entries(before)
+    assert [(event, owner) for event, owner, _ in entries] == [
+        ("sqlqueue.retry_failed", "op"),
+        ("sqlqueue.delete_failed", "op"),
+    ]
+    assert entries[0][2] == {
+        "conn_id": CONN_ID,
+        "group": payments["group"],
+        "method": "POST",
+        "done": 2,
+        "refused": 0,
+    }
+    assert entries[1][2] == {"conn_id": CONN_ID, "id": refund_id, "method": "POST", "done": 1}
 
 
-def test_a_retry_must_be_json_from_this_origin_and_nobody_gets_in_without_a_session(
-    app, queues: Transport
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database
+def test_an_admin_deletes_a_group_and_every_role_reads_only_its_own_connections(
+    app: Client, queues: Transport
 ) -> None:
-    client, logged_in = app
-    as_role(logged_in, "ADMIN")
-    group = client.get("/api/queues", params={"conn_id": CONN_ID}).json()["failed_groups"][0]["group"]
-    cross = retry(client, group, Origin="http://evil.example")
-    assert cross.status_code == 403 and "cross-origin" in cross.json()["detail"]
-    form = client.post("/api/retry", data={"conn_id": CONN_ID, "group": group})
-    assert form.status_code in (415, 422)
-    bad = retry(client, "not-a-group")
-    assert bad.status_code == 422
-    assert queues.queue("error").count() == 3
-
-    logged_in.user = None
-    page = client.get("/queues", follow_redirects=False)
-    assert page.status_code == 303 and "/auth/login" in page.headers["location"]
-    assert client.get("/api/queues", params={"conn_id": CONN_ID}).status_code == 401
-    assert retry(client, group).status_code == 401
-    assert queues.queue("error").count() == 3
-
-
-def test_the_page_escapes_what_it_shows_and_lists_stored_connections(app, target: EngineTarget) -> None:
     from airflow.models.connection import Connection
     from airflow.utils.session import create_session
 
-    client, logged_in = app
-    as_role(logged_in, "VIEWER")
-    stored = Connection(conn_id="sqlqueue_stored_example", conn_type="sqlqueue", host="/tmp/x.db")
+    stored = [
+        Connection(conn_id="sqlqueue_stored_example", conn_type="sqlqueue", host="/tmp/x.db"),
+        Connection(conn_id="hr_postgres_stored", conn_type="postgres", host="127.0.0.1", login="hr"),
+    ]
     with create_session() as session:
-        session.add(stored)
+        session.add_all(stored)
     try:
-        page = client.get("/queues", params={"conn_id": CONN_ID}).text
+        pages = {}
+        for role in ("VIEWER", "OP", "ADMIN"):
+            app.as_role(role)
+            pages[role] = app.get("/queues", conn_id=CONN_ID).text
     finally:
         with create_session() as session:
-            session.query(Connection).filter(Connection.conn_id == "sqlqueue_stored_example").delete()
-    assert "<script>alert(" not in page
-    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more" in page
-    assert re.search(r'<option value="sqlqueue_stored_example"', page)
-    assert re.search(rf'<option value="{CONN_ID}" selected>', page)
+            session.query(Connection).filter(
+                Connection.conn_id.in_(["sqlqueue_stored_example", "hr_postgres_stored"])
+            ).delete()
+    assert "sqlqueue_stored_example" not in pages["VIEWER"]
+    for role in ("OP", "ADMIN"):
+        assert re.search(r'<option value="sqlqueue_stored_example"', pages[role]), role
+        assert re.search(rf'<option value="{CONN_ID}" selected>', pages[role]), role
+        assert "hr_postgres_stored" not in pages[role], role
+
+    app.as_role("ADMIN")
+    group = a_group(queues, "payments")
+    before = last_audit_id()
+    gone = delete(app, group=group)
+    assert gone.status_code == 200 and len(gone.json()["done"]) == 2
+    assert queues.queue("error").count() == 1 and queues.queue("payments").count() == 0
+    [(event, owner, extra)] = audit_entries(before)
+    assert (event, owner, extra["group"], extra["done"]) == ("sqlqueue.delete_failed", "admin", group, 2)
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("conn_type", ["postgres", "sqlite"])
+def test_a_connection_of_another_type_is_not_served_even_to_an_admin_and_is_never_opened(
+    app: Client, conn_type: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``postgres`` connection to a port this test listens on (nothing may connect) or a ``sqlite`` one
+    naming a file (nothing may create it): both answer as an unknown id does, for every role."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.setblocking(False)
+    database = tmp_path / "hr.db"
+    if conn_type == "postgres":
+        connection = {
+            "conn_type": "postgres",
+            "host": "127.0.0.1",
+            "port": listener.getsockname()[1],
+            "login": "postgres",
+            "password": "superuser-secret",
+            "schema": "hr",
+        }
+    else:
+        connection = {"conn_type": "sqlite", "host": str(database)}
+    monkeypatch.setenv("AIRFLOW_CONN_HR_DATABASE", json.dumps(connection))
+    try:
+        for role in ("ADMIN", "OP", "VIEWER"):
+            app.as_role(role)
+            other = app.get("/api/queues", conn_id="hr_database")
+            unknown = app.get("/api/queues", conn_id="nope")
+            assert (other.status_code, other.content) == (unknown.status_code, unknown.content) and (
+                other.status_code == 404
+            ), role
+            page = app.get("/queues", conn_id="hr_database")
+            assert page.status_code == 404 and 'id="queues"' not in page.text, role
+            assert "superuser-secret" not in page.text and "127.0.0.1" not in page.text, role
+            refused = delete(app, "hr_database", group="0" * 12)
+            assert (refused.status_code, refused.content) == (unknown.status_code, unknown.content), role
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+        assert not database.exists()
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database
+def test_a_write_must_be_json_from_this_origin_and_nobody_gets_in_without_a_session(
+    app: Client, queues: Transport
+) -> None:
+    app.as_role("ADMIN")
+    group = app.get("/api/queues", conn_id=CONN_ID).json()["failed_groups"][0]["group"]
+    message_id = next(r.id for r in failed_rows(queues.queue("error")))
+    for path, body in (("/api/retry", {"group": group}), ("/api/delete", {"id": message_id})):
+        cross = app.post(path, {"conn_id": CONN_ID, **body}, Origin="http://evil.example")
+        assert cross.status_code == 403 and "cross-origin" in cross.json()["detail"], path
+        form = app.http.post(path, data={"conn_id": CONN_ID, **body})
+        assert form.status_code in (415, 422), path
+    assert retry(app, "not-a-group").status_code == 422
+    assert delete(app, group=group, id=message_id).status_code == 422
+    assert delete(app).status_code == 422
+    assert delete(app, id="not-an-id").status_code == 422
+    assert queues.queue("error").count() == 3
+
+    app.as_role(None)
+    page = app.get("/queues")
+    assert page.status_code == 303 and "/auth/login" in page.headers["location"]
+    assert app.get("/message", conn_id=CONN_ID, id=message_id).status_code == 303
+    assert app.get("/api/queues", conn_id=CONN_ID).status_code == 401
+    assert retry(app, group).status_code == 401
+    assert delete(app, group=group).status_code == 401
+    assert queues.queue("error").count() == 3
+
+
+def test_the_user_comes_from_get_user_by_its_keyword_parameters() -> None:
+    """The app calls Airflow's ``core_api.security.get_user`` with ``request=`` and ``bearer_credentials=``
+    (the parameters ``GetUserDep`` resolves); this fails first if a release renames them."""
+    import inspect
+
+    from airflow.api_fastapi.core_api.security import get_user
+
+    parameters = inspect.signature(get_user).parameters
+    assert {"request", "bearer_credentials"} <= set(parameters)
+    assert all(p.default is not inspect.Parameter.empty for n, p in parameters.items() if n != "request")
+
+
+def test_the_pages_escape_what_they_show_and_preview_bodies_safely(app: Client, queues: Transport) -> None:
+    error = queues.queue("error")
+    hostile_id = str(
+        error.send(
+            HOSTILE + " body",
+            headers={
+                "NServiceBus.FailedQ": "refunds",
+                "NServiceBus.ExceptionInfo.ExceptionType": "<b>Bold</b>",
+                "NServiceBus.ExceptionInfo.Message": HOSTILE,
+                "NServiceBus.ExceptionInfo.StackTrace": "Traceback " + HOSTILE,
+                "X-Hostile<img src=x onerror=alert(1)>": HOSTILE,
+            },
+        )
+    )
+    binary_id = str(error.send(b"\xff\xfe<script>" * 1000, headers={"NServiceBus.FailedQ": "refunds"}))
+    app.as_role("OP")
+    overview = app.get("/queues", conn_id=CONN_ID).text
+    hostile_group = a_group_of(queues, hostile_id)
+    group_page = app.get("/failed", conn_id=CONN_ID, group=hostile_group).text
+    message_page = app.get("/message", conn_id=CONN_ID, id=hostile_id).text
+    binary_page = app.get("/message", conn_id=CONN_ID, id=binary_id).text
+    for page in (overview, group_page, message_page, binary_page):
+        assert "<script>alert(" not in page and "<img src=x" not in page and "<b>Bold" not in page
+        assert page.count("<script>") == page.count("</script>")  # only the page's own scripts
+    escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"
+    assert escaped in overview and escaped in group_page
+    assert message_page.count(escaped) >= 4  # message header, stack trace, custom header, body
+    assert "X-Hostile&lt;img src=x onerror=alert(1)&gt;" in message_page
+
+    binary = app.get("/api/message", conn_id=CONN_ID, id=binary_id).json()
+    assert binary["body_encoding"] == "hex" and binary["body_bytes"] == 10_000 and binary["body_truncated"]
+    assert binary["body"] == (b"\xff\xfe<script>" * 1000)[:4096].hex()
+    assert "10,000 bytes, not UTF-8" in binary_page and "<script>" not in binary["body"]
+
+
+def a_group_of(transport: Transport, message_id: str) -> str:
+    return next(r.group_key for r in failed_rows(transport.queue("error")) if r.id == message_id)
+
+
+@pytest.mark.parametrize(
+    ("body", "limit", "preview"),
+    [
+        (b"hello", 16, ("hello", "utf-8", 5, False)),
+        ("é".encode() * 3, 3, ("é", "utf-8", 6, True)),  # a character cut at the limit is left out
+        (b"\xff\x00abc", 2, ("ff00", "hex", 5, True)),
+        (b"", 4, ("", "utf-8", 0, False)),
+    ],
+)
+def test_a_body_preview_is_text_only_for_utf8_and_never_longer_than_its_limit(
+    body: bytes, limit: int, preview: tuple[str, str, int, bool]
+) -> None:
+    shown = preview_body(body, limit)
+    assert (shown.text, shown.encoding, shown.size, shown.truncated) == preview
+    with pytest.raises(ConfigurationError):
+        preview_body(body, -1)
 
 
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)
-def test_no_password_reaches_a_page_or_an_error(app, target: EngineTarget, monkeypatch) -> None:
-    client, logged_in = app
-    as_role(logged_in, "VIEWER")
+def test_no_password_reaches_a_page_or_an_error(app: Client, target: EngineTarget, monkeypatch) -> None:
+    app.as_role("OP")
     connection = target.airflow_connection()
     password = str(connection["password"])
-    page = client.get("/queues", params={"conn_id": CONN_ID}).text
-    seen = client.get("/api/queues", params={"conn_id": CONN_ID}).text
+    page = app.get("/queues", conn_id=CONN_ID).text
+    seen = app.get("/api/queues", conn_id=CONN_ID).text
     wrong = dict(connection, port=1, password=password)
     monkeypatch.setenv("AIRFLOW_CONN_SQLQUEUE_BROKEN", json.dumps(wrong))
-    broken = client.get("/queues", params={"conn_id": "sqlqueue_broken"}).text
+    broken = app.get("/queues", conn_id="sqlqueue_broken").text
     assert 'id="error"' in broken
-    for text in (page, seen, broken):
+    failed = app.get("/api/failed", conn_id="sqlqueue_broken", group="0" * 12)
+    assert failed.status_code == 502
+    for text in (page, seen, broken, failed.text):
         assert password not in text

@@ -1,16 +1,18 @@
-"""The HTML of the Queues page (``templates/queues.html``): one self-contained document (no external
-script, font or style), shown by Airflow's UI in its frame. Jinja2 escapes every value; the only script
-posts a retry and reloads."""
+"""The HTML of the Queues page (``templates/queues.html``) and of its views of a failed-message group
+(``group.html``) and of one failed message (``message.html``): self-contained documents (no external
+script, font or style), shown by Airflow's UI in its frame. Jinja2 escapes every value; the only scripts
+post a retry or a delete (after a confirmation on the page) and reload."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from jinja2 import Environment, PackageLoader
 
 from ..transport.overview import QueuesOverview, human_age
 
-__all__ = ["render_page"]
+__all__ = ["render_group", "render_message", "render_page"]
 
 
 def _stamp(moment: datetime | None) -> str:
@@ -33,7 +35,10 @@ def render_page(
     overview: QueuesOverview | None,
     error: str | None,
     may_retry: bool,
+    exact: bool = False,
+    exact_below: int = 0,
 ) -> str:
+    """The page; ``exact``: depths were counted where the estimate is below ``exact_below``."""
     return _environment.get_template("queues.html").render(
         connections=connections,
         conn_id=conn_id,
@@ -41,6 +46,50 @@ def render_page(
         overview=overview,
         error=error,
         may_retry=may_retry,
+        exact=exact,
+        exact_below=exact_below,
         age=human_age,
         stamp=_stamp,
+    )
+
+
+def render_group(
+    *,
+    conn_id: str,
+    group: str,
+    listed: dict[str, Any] | None,
+    limit: int,
+    max_limit: int,
+    error: str | None,
+    may_retry: bool,
+) -> str:
+    """A group's messages as :func:`.queues_app.group_messages` lists them."""
+    return _environment.get_template("group.html").render(
+        conn_id=conn_id,
+        group=group,
+        listed=listed,
+        limit=limit,
+        max_limit=max_limit,
+        error=error,
+        may_retry=may_retry,
+    )
+
+
+def render_message(
+    *,
+    conn_id: str,
+    message_id: str,
+    message: dict[str, Any] | None,
+    preview_bytes: int,
+    error: str | None,
+    may_retry: bool,
+) -> str:
+    """One message as :func:`.queues_app.failed_message` gives it (its body cut at ``preview_bytes``)."""
+    return _environment.get_template("message.html").render(
+        conn_id=conn_id,
+        message_id=message_id,
+        message=message,
+        preview_bytes=preview_bytes,
+        error=error,
+        may_retry=may_retry,
     )

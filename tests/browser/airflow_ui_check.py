@@ -10,11 +10,19 @@ browser:
     producer sends, waits until the run page shows the sensor ``Deferred``, sends the missing messages
     and waits until the page shows the task, the consumer and the run ``Success``;
 (c) opens the provider's Queues page from the navigation (Browse → Queues), sees a queue's depth change
-    after a send, sees the failed-message group a broken handler left in the error queue, retries it with
-    one click and sees the messages back in their queue; then, logged in as a viewer, sees the same page
-    without a Retry button and is refused (403) when posting a retry all the same.
+    after a send, sees the failed-message group a broken handler left in the error queue, opens the group
+    and one of its messages (headers, body, stack trace), retries the group with one click and sees the
+    messages back in their queue; as admin, is not served a ``postgres``-type connection (the answer of an
+    unknown id; nothing connects to its port);
+(d) logged in as a viewer (403 on ``/api/v2/connections/sqlqueue_default``), is served no connection: none
+    listed, and the page's API answers for ``sqlqueue_default`` exactly as for an unknown id, retry and
+    delete included;
+(e) logged in as an op, deletes one message from its detail view and then the rest of the group from the
+    Queues page, each after the browser's confirmation: both move to the archive beside the error queue,
+    and Airflow's audit log (REST ``/api/v2/eventLogs``) holds both deletes under ``op`` and the admin's
+    retry.
 
-Everything runs logged in through Airflow's login page, as ``admin`` and then ``viewer`` (simple auth
+Everything runs logged in through Airflow's login page, as ``admin``, ``viewer`` and ``op`` (simple auth
 manager accounts with random passwords; see airflow_stack.py).
 
 States are read from the page; the REST API only cross-checks them. Screenshots go to ``--images``
@@ -32,10 +40,12 @@ import json
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
 import traceback
+import urllib.error
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,6 +74,8 @@ CONN_ID = "sqlqueue_default"
 FAILING_QUEUE = "payments"
 FAILING = 4  # messages a broken handler sends to the error queue in (c)
 SENT_TO_ORDERS = 3  # messages (c) sends to watch the depth change
+OTHER_TYPE_CONN_ID = "hr_postgres"  # a postgres-type connection the Queues page must never open
+USERS = {"admin": "ADMIN", "viewer": "VIEWER", "op": "OP"}
 # Standard connection fields: form input name -> the label Airflow gives it when not relabelled.
 STANDARD_FIELDS = {
     "description": "Description",
@@ -357,8 +369,10 @@ def log_in(page: Any, stack: AirflowStack, user: str) -> None:
 
 
 def queue_depth(frame: Any, queue: str) -> str:
+    """The depth the page shows, without its estimate mark (≈): the queues here have no gaps in their
+    RowVersions, so the estimate is the exact count."""
     cell = frame.locator(f'#queues tr[data-queue="{queue}"] td.depth')
-    return cell.inner_text().strip() if cell.count() == 1 else f"(no row for {queue})"
+    return cell.inner_text().strip().lstrip("≈ ") if cell.count() == 1 else f"(no row for {queue})"
 
 
 def broken(message: Any, context: Any) -> None:
@@ -419,6 +433,10 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
     page.screenshot(path=str(images / "airflow-ui-queues.png"))
     log(f"screenshot airflow-ui-queues.png (group: {' | '.join(text.split())})")
 
+    check_message_view(page, frame, failed, images)
+    frame.locator("#back").click()
+    group = frame.locator("#failed tr[data-group]").filter(has_text=FAILING_QUEUE)
+    group.wait_for(timeout=30_000)
     group.get_by_role("button", name=re.compile("Retry")).click()
     outcome = frame.locator("#outcome")
     wait_page(
@@ -442,30 +460,205 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
     log(f"retried with one click: {outcome.inner_text()!r}; {FAILING_QUEUE} holds them, Ids kept")
 
 
+def check_message_view(page: Any, frame: Any, failed: dict[str, str | None], images: Path) -> None:
+    """From the failed group on the Queues page: its messages, then one message's headers, body and stack
+    trace, all in the UI's frame."""
+    frame.locator("#failed tr[data-group]").filter(has_text=FAILING_QUEUE).locator("a.messages").click()
+    rows = frame.locator("#messages tr[data-id]")
+    wait_page(page, "the group's messages", lambda: rows.count() == FAILING or rows.count(), 30, 1000)
+    listed = {rows.nth(i).get_attribute("data-id") for i in range(rows.count())}
+    expect(listed == set(failed), f"the group view lists {listed}, the error queue holds {set(failed)}")
+    first = sorted(listed)[0]
+    frame.locator(f'#messages tr[data-id="{first}"] a.message').click()
+    frame.locator("#stack-trace").wait_for(timeout=30_000)
+    trace = frame.locator("#stack-trace").inner_text()
+    body = frame.locator("#body").inner_text()
+    headers = frame.locator("#headers").inner_text()
+    expect(
+        "ConnectionError: payment service unreachable" in trace,
+        f"the message view's stack trace reads {trace[:300]!r}",
+    )
+    expect(body.startswith("payment "), f"the message view's body reads {body[:100]!r}")
+    expect(
+        "NServiceBus.FailedQ" in headers and str(failed[first]) in headers,
+        f"the message view's headers lack FailedQ or the MessageId {failed[first]}: {headers[:300]!r}",
+    )
+    page.screenshot(path=str(images / "airflow-ui-message.png"))
+    log(f"screenshot airflow-ui-message.png (message {first}: headers, body {body!r}, stack trace)")
+
+
+def other_type_connection(stack: AirflowStack, port: int) -> None:
+    """A postgres-type connection with a superuser's login, pointing at a port this check listens on."""
+    stack.api(
+        "POST",
+        "/api/v2/connections",
+        {
+            "connection_id": OTHER_TYPE_CONN_ID,
+            "conn_type": "postgres",
+            "host": "127.0.0.1",
+            "port": port,
+            "login": "postgres",
+            "password": "superuser-secret",
+            "schema": "hr",
+        },
+    )
+
+
+def same_answer(page: Any, stack: AirflowStack, conn_id: str, who: str) -> tuple[int, str]:
+    """The page API's answers for ``conn_id`` and for an unknown id, which must be the same (404)."""
+    answers = []
+    for asked in (conn_id, "no_such_connection_id"):
+        response = page.request.get(f"{stack.base_url}/sqlqueue/api/queues?conn_id={asked}")
+        answers.append((response.status, response.text()))
+    expect(
+        answers[0] == answers[1] and answers[0][0] == 404,
+        f"{who}: {conn_id} is answered {answers[0]}, an unknown id {answers[1]}",
+    )
+    return answers[0]
+
+
+def check_other_type(page: Any, stack: AirflowStack) -> None:
+    """As admin: a postgres-type connection is not served, and the API server never connects to it."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(5)
+        listener.setblocking(False)
+        other_type_connection(stack, listener.getsockname()[1])
+        status, body = same_answer(page, stack, OTHER_TYPE_CONN_ID, "admin")
+        response = page.goto(
+            f"{stack.base_url}/sqlqueue/queues?conn_id={OTHER_TYPE_CONN_ID}", wait_until="domcontentloaded"
+        )
+        shown = page.locator("#error").inner_text()
+        expect(
+            response is not None and response.status == 404 and "that you may read" in shown,
+            f"the page for {OTHER_TYPE_CONN_ID} answered {response and response.status}: {shown!r}",
+        )
+        expect(page.locator("#queues").count() == 0, f"the page shows queues of {OTHER_TYPE_CONN_ID}")
+        options = page.locator("#conn_id option").all_inner_texts()
+        expect(CONN_ID in options, f"the admin's connection list is {options}")
+        try:
+            listener.accept()
+            raise CheckFailed(f"the API server connected to {OTHER_TYPE_CONN_ID}'s port")
+        except BlockingIOError:
+            pass
+    log(
+        f"admin: {OTHER_TYPE_CONN_ID} (postgres) answered {status} {body} as an unknown id; nothing connected"
+    )
+
+
 def check_viewer(context: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.failed import failed_rows
+
     expect(len(fail_messages(queue_file, 0)) == FAILING, "the retried messages did not fail again")
+    try:
+        stack.api("GET", f"/api/v2/connections/{CONN_ID}", user="viewer")
+        raise CheckFailed(f"the viewer may read /api/v2/connections/{CONN_ID}")
+    except urllib.error.HTTPError as error:
+        expect(error.code == 403, f"/api/v2/connections/{CONN_ID} answered the viewer {error.code}")
     context.clear_cookies()  # the admin's session ends here
     page = context.new_page()
     log_in(page, stack, "viewer")
     page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
     frame = page.frame_locator("iframe")
-    frame.locator("#failed").wait_for(timeout=30_000)
-    expect(frame.locator("button.retry").count() == 0, "the viewer is offered a Retry button")
-    frame.locator("#retry-not-allowed").wait_for(timeout=10_000)
-    group = frame.locator("#failed tr[data-group]").first.get_attribute("data-group")
-    answer = page.request.post(
-        f"{stack.base_url}/sqlqueue/api/retry",
-        data=json.dumps({"conn_id": CONN_ID, "group": group}),
-        headers={"Content-Type": "application/json", "Origin": stack.base_url},
+    frame.locator("h1").wait_for(timeout=30_000)
+    text = frame.locator("body").inner_text()
+    expect(
+        "that you may read" in text and CONN_ID not in text and frame.locator("#failed").count() == 0,
+        f"the viewer's Queues page reads {text[:300]!r}",
     )
-    expect(answer.status == 403, f"the viewer's retry was answered {answer.status}: {answer.text()[:200]}")
-    from airflow_provider_sqlqueue.transport import open_transport
-
+    status, body = same_answer(page, stack, CONN_ID, "viewer")
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        group = next(failed_rows(transport.queue("error"))).group_key
+    for action in ("retry", "delete"):
+        answer = page.request.post(
+            f"{stack.base_url}/sqlqueue/api/{action}",
+            data=json.dumps({"conn_id": CONN_ID, "group": group}),
+            headers={"Content-Type": "application/json", "Origin": stack.base_url},
+        )
+        expect(
+            (answer.status, answer.text()) == (status, body),
+            f"the viewer's {action} was answered {answer.status}: {answer.text()[:200]}",
+        )
     with open_transport(f"sqlite:///{queue_file}") as transport:
         left = transport.queue("error").count()
-    expect(left == FAILING, f"the error queue holds {left} after the viewer's refused retry, not {FAILING}")
+    expect(left == FAILING, f"the error queue holds {left} after the viewer's refused writes, not {FAILING}")
     page.screenshot(path=str(images / "airflow-ui-queues-viewer.png"))
-    log("screenshot airflow-ui-queues-viewer.png (viewer: no Retry button; a posted retry is refused 403)")
+    log(f"screenshot airflow-ui-queues-viewer.png (viewer: served no connection, {CONN_ID} as unknown)")
+    page.close()
+
+
+def confirm_and_click(page: Any, frame: Any, button: Any, expected: str) -> None:
+    """Click a Delete button, check the page's confirmation mentions ``expected`` and confirm it. (Airflow's
+    frame is sandboxed without ``allow-modals``: the page asks in itself, not with ``confirm()``.)"""
+    button.click()
+    panel = frame.locator("#confirm-delete")
+    panel.wait_for(state="visible", timeout=10_000)
+    text = frame.locator("#confirm-text").inner_text()
+    expect(expected in text and "archive" in text, f"the confirmation reads {text!r}")
+    frame.locator("#confirm-yes").click()
+
+
+def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.archive import ErrorArchive
+
+    context.clear_cookies()  # the viewer's session ends here
+    page = context.new_page()
+    log_in(page, stack, "op")
+    page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
+    frame = page.frame_locator("iframe")
+    frame.locator("#failed").wait_for(timeout=30_000)
+    frame.locator("#failed tr[data-group] a.messages").first.click()
+    frame.locator("#messages tr[data-id] a.message").first.click()
+    confirm_and_click(page, frame, frame.locator("#delete-message"), "this message")
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        "the message's delete",
+        lambda: outcome.inner_text().startswith("Moved 1 message(s) to the archive") or outcome.inner_text(),
+        30,
+        1000,
+    )
+    rows = frame.locator("#messages tr[data-id]")
+    expect(rows.count() == FAILING - 1, f"the group lists {rows.count()} after one delete")
+    frame.locator("#back").click()
+    group = frame.locator("#failed tr[data-group]").first
+    group.wait_for(timeout=30_000)
+    group.locator("button.delete").click()  # asked, then cancelled: nothing moves
+    frame.locator("#confirm-no").click()
+    frame.locator("#confirm-delete").wait_for(state="hidden", timeout=10_000)
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        kept = transport.queue("error").count()
+    expect(kept == FAILING - 1, f"error holds {kept} after a cancelled delete, not {FAILING - 1}")
+    confirm_and_click(page, frame, group.locator("button.delete"), f"{FAILING - 1} message(s)")
+    frame.locator("#no-failed").wait_for(timeout=30_000)
+    expect(
+        frame.locator("#outcome").inner_text().startswith(f"Moved {FAILING - 1} message(s) to the archive"),
+        f"the group's delete says {frame.locator('#outcome').inner_text()!r}",
+    )
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        error = transport.queue("error")
+        left, archived = error.count(), ErrorArchive.of(error).count()
+    expect((left, archived) == (0, FAILING), f"error holds {left}, its archive {archived} after the deletes")
+    page.screenshot(path=str(images / "airflow-ui-queues-deleted.png"))
+    log(f"screenshot airflow-ui-queues-deleted.png (op: 1, then {FAILING - 1}; {archived} archived)")
+
+    entries = {}
+    for event in ("sqlqueue.retry_failed", "sqlqueue.delete_failed"):
+        found = stack.api("GET", f"/api/v2/eventLogs?event={event}&order_by=id")["event_logs"]
+        entries[event] = [(e["owner"], json.loads(e["extra"] or "{}")) for e in found]
+    retried = [extra.get("done") for owner, extra in entries["sqlqueue.retry_failed"] if owner == "admin"]
+    deleted = [
+        (owner, extra.get("id") is not None, extra.get("done"))
+        for owner, extra in entries["sqlqueue.delete_failed"]
+    ]
+    expect(sum(retried) == FAILING, f"the audit log's retries by admin: {entries['sqlqueue.retry_failed']}")
+    expect(
+        deleted == [("op", True, 1), ("op", False, FAILING - 1)],
+        f"the audit log's deletes: {entries['sqlqueue.delete_failed']}",
+    )
+    log(f"audit log: admin's retry ({sum(retried)} messages), op's deletes {deleted}")
     page.close()
 
 
@@ -474,7 +667,7 @@ def run_check(images: Path, home: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     images.mkdir(parents=True, exist_ok=True)
-    stack = AirflowStack(home, log=log)
+    stack = AirflowStack(home, log=log, users=USERS)
     queue_file = home / "queues.db"
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -504,8 +697,10 @@ def run_check(images: Path, home: Path) -> None:
                 timings["sensor run"] = time.monotonic() - t1
                 t1 = time.monotonic()
                 check_queues_page(page, stack, queue_file, images)
+                check_other_type(page, stack)
                 check_viewer(context, stack, queue_file, images)
-                timings["queues page"] = time.monotonic() - t1
+                check_op(context, stack, queue_file, images)
+                timings["queues page"] = time.monotonic() - t1  # admin, viewer and op
             except BaseException:
                 shot = home / "airflow-ui-failure.png"
                 try:

@@ -1,0 +1,121 @@
+"""Who may see and change which connection on the Queues page, and the record of what they changed.
+
+The auth manager decides, asked as Airflow's own connection routes ask it (``requires_access_connection``
+in ``airflow.api_fastapi.core_api.security``): reading a connection (``GET``) to be shown its queues and
+failed messages, editing it (``PUT``) to retry or delete through it. Only connections of this provider's
+type are served: the API server logs in with a connection's credentials, so a ``postgres`` or ``mssql``
+connection (perhaps a superuser's) is never opened here, whoever asks. Retries and deletes go to Airflow's
+audit log.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import HTTPException, status
+
+from ..hooks.sqlqueue import SqlQueueHook
+
+__all__ = [
+    "CONN_TYPE",
+    "DELETE_EVENT",
+    "NOT_SERVED",
+    "QUEUES_VIEW",
+    "RETRY_EVENT",
+    "audit",
+    "may_edit",
+    "may_read",
+    "queue_connection_ids",
+    "require_read",
+    "require_view",
+]
+
+QUEUES_VIEW = "SQL Queues"
+CONN_TYPE = SqlQueueHook.conn_type
+# The one answer for an id that is unknown, forbidden to this user or not of type sqlqueue.
+NOT_SERVED = "no SQL Queue connection with that id that you may read"
+RETRY_EVENT = "sqlqueue.retry_failed"  # the audit log's event names
+DELETE_EVENT = "sqlqueue.delete_failed"
+
+
+def auth_manager() -> Any:
+    """The API server's auth manager."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return get_auth_manager()
+
+
+def may_view(user: Any) -> bool:
+    return bool(auth_manager().is_authorized_custom_view(method="GET", resource_name=QUEUES_VIEW, user=user))
+
+
+def may_use(user: Any, conn_id: str, method: str) -> bool:
+    """The auth manager's answer for ``method`` on connection ``conn_id``, asked as Airflow's connection
+    routes ask it (``requires_access_connection``): with the connection's team when multi-team is on."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+    from airflow.configuration import conf
+
+    team_name = None
+    if conf.getboolean("core", "multi_team", fallback=False):
+        from airflow.models.connection import Connection
+
+        team_name = Connection.get_team_name(conn_id)
+    details = ConnectionDetails(conn_id=conn_id, team_name=team_name)
+    return bool(auth_manager().is_authorized_connection(method=method, details=details, user=user))
+
+
+def may_edit(user: Any, conn_id: str) -> bool:
+    """Whether ``user`` may write through ``conn_id`` (retry, delete): the right to edit it."""
+    return may_use(user, conn_id, "PUT")
+
+
+def is_queue_connection(conn_id: str) -> bool:
+    """Whether ``conn_id`` names a connection (stored, in a secrets backend or the environment) of type
+    ``sqlqueue``; looking it up opens nothing."""
+    try:
+        return SqlQueueHook.get_connection(conn_id).conn_type == CONN_TYPE
+    except Exception:
+        return False
+
+
+def may_read(user: Any, conn_id: str) -> bool:
+    return may_use(user, conn_id, "GET") and is_queue_connection(conn_id)
+
+
+def require_view(user: Any) -> None:
+    if not may_view(user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"you may not see {QUEUES_VIEW}")
+
+
+def require_read(user: Any, conn_id: str) -> None:
+    """404 with one body whether ``conn_id`` is unknown, forbidden to ``user`` or of another type."""
+    require_view(user)
+    if not may_read(user, conn_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, NOT_SERVED)
+
+
+def queue_connection_ids(user: Any) -> list[str]:
+    """The ids of the connections of type ``sqlqueue`` stored in the metadata database that ``user`` may
+    read (``get_authorized_connections``, the filter of ``GET /api/v2/connections``)."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    readable = auth_manager().get_authorized_connections(user=user, method="GET")
+    with create_session() as session:
+        found = session.scalars(select(Connection.conn_id).where(Connection.conn_type == CONN_TYPE))
+        return sorted(str(conn_id) for conn_id in found if conn_id in readable)
+
+
+def audit(user: Any, event: str, details: dict[str, Any]) -> None:
+    """An entry in Airflow's audit log: who (``owner``), ``event``, and ``details`` as JSON in ``extra``,
+    the shape Airflow's own routes write with ``api_fastapi.logging.decorators.action_logging``. That is a
+    route dependency, which records the request before it runs and would have this module import Airflow's
+    core API wherever plugins load; this entry is written after the action, so it says what was done."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+
+    name = user.get_name()
+    with create_session() as session:
+        session.add(Log(event=event, owner=name, owner_display_name=name, extra=json.dumps(details)))
