@@ -224,8 +224,9 @@ ALLOWED_ATTACK_PATHS = [PATHS[0], "create_engine(get_uri())", "create_engine(sql
 
 
 def planned_attempts() -> list[tuple[str, bool, str]]:
-    """(case, allowed, path) of every attempt: each attack through each path, refused and allowed, the
-    direct form through each path, allowed (the control), and get_uri() of a legitimate password."""
+    """(case, allowed, path) of every attempt: each attack through each path with the setting off and
+    through ALLOWED_ATTACK_PATHS with it on, the direct form through each path with it on (the control),
+    and get_uri() of a legitimate password."""
     attempts = [(case, False, path) for case in CASES for path in PATHS]
     attempts += [(case, True, path) for case in CASES for path in ALLOWED_ATTACK_PATHS]
     attempts += [("direct", True, path) for path in PATHS]
@@ -234,7 +235,7 @@ def planned_attempts() -> list[tuple[str, bool, str]]:
 
 class Runs:
     """Every attempt in one child process per SQLAlchemy (the venv's and the floor's), run once for the
-    module, each with a library and a marker file of its own."""
+    module, each with a marker file of its own (see ``_connection`` for the libraries)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
