@@ -427,3 +427,85 @@ def test_through_odbc_a_batch_rolls_back_a_failing_messages_rows_alone_and_sends
     if target.engine == "postgresql":  # a pyodbc connection, but to another engine
         with pytest.raises(ConfigurationError, match="reaches SQLite"):
             transport.queue("out").send(b"x", connection=pyodbc.connect(other, autocommit=False))
+
+
+# ---- under the oldest SQLAlchemy pyproject.toml allows ---------------------------------------------------
+
+FLOOR_SCENARIO = """
+import json, sys
+import sqlalchemy
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+from airflow_provider_sqlqueue.transport import MessagePump, open_transport
+
+path = sys.argv[1]
+traced = []
+with open_transport(f"sqlite:///{path}") as transport:
+    for name in ("error", "out", "orders"):
+        transport.queue(name).create()
+    with transport.connection() as connection:
+        connection.cursor().execute("CREATE TABLE invoices (order_id varchar(40) PRIMARY KEY)")
+        connection.commit()
+    transport.queue("orders").send_batch([b"o1", b"o2"])
+
+    def handler(message, context):
+        driver = context.connection.dbapi_connection
+        driver.set_trace_callback(traced.append)
+        try:
+            order = message.body.decode()
+            with context.sqlalchemy_connection as connection:
+                connection.execute(text("INSERT INTO invoices VALUES (:o)"), {"o": order})
+            with Session(bind=context.sqlalchemy_connection) as session:
+                session.execute(text("INSERT INTO invoices VALUES (:o)"), {"o": order + "s"})
+                session.commit()
+            if order == "o2":
+                raise RuntimeError("roll back o2")
+        finally:
+            driver.set_trace_callback(None)
+
+    MessagePump(transport.queue("orders"), handler, immediate_retries=0, idle_delay=0.1).run(
+        until_empty=True, timeout=30
+    )
+    engine = create_engine(f"sqlite:///{path}")
+    for outcome in ("rollback", "commit"):
+        with engine.connect() as caller:
+            transport.queue("out").send(outcome.encode(), connection=caller)
+            getattr(caller, outcome)()
+    engine.dispose()
+    with transport.queue("out").receive(max_messages=10) as batch:
+        sent = sorted(m.body.decode() for m in batch)
+    with transport.connection() as connection:
+        rows = sorted(row[0] for row in connection.cursor().execute("SELECT order_id FROM invoices"))
+        connection.commit()
+ended = [s for s in traced if s.split()[0].upper() in ("COMMIT", "ROLLBACK", "END", "BEGIN")]
+print(json.dumps({"version": sqlalchemy.__version__, "rows": rows, "sent": sent, "ended": ended}))
+"""
+
+
+def test_the_lent_and_the_callers_connections_under_the_oldest_sqlalchemy_allowed(tmp_path) -> None:
+    """The lent connection builds on SQLAlchemy's Connection and pool-connection interfaces: run the
+    SQLite scenario in a child process with the floor's SQLAlchemy (.ci/setup.sh installs it) first."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    floor = re.search(r'^\s*"sqlalchemy>=([0-9.]+),', (repo / "pyproject.toml").read_text(), re.MULTILINE)
+    assert floor, "pyproject.toml's SQLAlchemy pin has no floor"
+    folder = Path(sys.prefix) / "sqlalchemy-floor" / floor.group(1)
+    if not (folder / "sqlalchemy" / "__init__.py").is_file():
+        pytest.fail(f"SQLAlchemy {floor.group(1)} is not installed in {folder}: run bash .ci/setup.sh")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(repo)])}
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOR_SCENARIO, str(tmp_path / "queues.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"version": floor.group(1), "rows": ["o1", "o1s"], "sent": ["commit"], "ended": []}
