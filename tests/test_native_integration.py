@@ -230,6 +230,30 @@ def test_sqlalchemy_neither_commits_nor_rolls_back_the_lent_connection(target, q
     assert bodies(queues, "out") == Counter({b"o1": 1})
 
 
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_the_sqlalchemy_wrapping_does_not_keep_a_transport_alive(target) -> None:
+    import gc
+    import weakref
+
+    transport = target.open()
+    transport.queue("orders").create()
+    transport.queue("orders").send(b"o1")
+    used: list[bool] = []
+    MessagePump(
+        transport.queue("orders"),
+        lambda message, context: used.append(
+            context.sqlalchemy_connection.execute(text("SELECT 1")).scalar()
+        ),
+        **FAST,
+    ).run(until_empty=True, timeout=30)
+    assert used == [1]
+    transport.close()
+    owner = weakref.ref(transport)
+    del transport
+    gc.collect()
+    assert owner() is None
+
+
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
 def test_a_handler_may_not_end_the_receives_transaction_nor_keep_its_connection(target, queues) -> None:
     business = Business(queues)

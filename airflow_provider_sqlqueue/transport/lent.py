@@ -224,7 +224,15 @@ def sqlalchemy_engine(transport: Transport) -> Engine:
                 f"SQLAlchemy has no dialect for {transport.dialect.display_name} through this driver "
                 f"({transport.dialect.driver_connection_class}); use the DB-API connection instead"
             )
-        engine = create_engine(f"{name}://", creator=transport.new_connection, poolclass=NullPool)
+        owner = weakref.ref(transport)  # the engine is the transport's: it must not keep it alive
+
+        def connect() -> Any:
+            opened = owner()
+            if opened is None:
+                raise ConfigurationError("the transport of this SQLAlchemy engine was discarded")
+            return opened.new_connection()
+
+        engine = create_engine(f"{name}://", creator=connect, poolclass=NullPool)
         with engine.connect():
             pass
         _engines[transport] = engine
