@@ -413,3 +413,75 @@ def test_a_reused_mssql_connection_becomes_the_odbc_string_the_docs_show(
     assert SqlQueueHook(sqlqueue_conn_id="reused").sqlalchemy_url.query["odbc_connect"] == documented.group(1)
     set_connection(monkeypatch, "reused", {**connection, "extra": {"sqlalchemy_scheme": "mssql+pymssql"}})
     assert SqlQueueHook(sqlqueue_conn_id="reused").sqlalchemy_url.query["odbc_connect"] == documented.group(1)
+
+
+# ---- PostgreSQL: no file or library chosen through libpq options ------------------------------------------
+FILE_OPTIONS_ENV = "AIRFLOW__SQLQUEUE__ALLOW_FILE_OPTIONS_IN_EXTRA"
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"connect_options": "sslkeylogfile={folder}/keys.log"}, "sslkeylogfile"),
+        ({"connect_options": "application_name=x;SSLKeyLogFile={folder}/keys.log"}, "sslkeylogfile"),
+        ({"connect_options": "service=erp"}, "service"),
+        ({"connect_options": "passfile={folder}/pgpass"}, "passfile"),
+        ({"sslkey": "rogue_engine:key-1"}, "sslkey"),
+        ({"connect_options": "sslkey={folder}/a:b"}, "sslkey"),
+    ],
+    ids=["sslkeylogfile", "key case", "service", "passfile", "sslkey engine extra", "sslkey engine option"],
+)
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_libpq_options_naming_files_or_engines_are_refused_before_connecting(
+    target, extra: dict, named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(FILE_OPTIONS_ENV, raising=False)
+    extra = {key: value.format(folder=tmp_path) for key, value in extra.items()}
+    connection = target.airflow_connection()
+    set_connection(monkeypatch, "pg_files", {**connection, "extra": {**connection["extra"], **extra}})
+    hook = SqlQueueHook(sqlqueue_conn_id="pg_files")
+    try:
+        with pytest.raises(ConfigurationError, match=r"allow_file_options_in_extra") as refused:
+            hook.send("orders", b"must not connect")
+    finally:
+        hook.close()
+    assert f"{named}=" in str(refused.value).lower()
+    assert list(tmp_path.iterdir()) == [], "a file was written"
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_passfile_in_the_extras_is_read_only_where_the_deployment_allows_it(
+    target, postgres_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The positive control for the refusals above: libpq does read the file the connection names."""
+    import uuid
+
+    role = f"qpass_{uuid.uuid4().hex[:8]}"
+    secret = uuid.uuid4().hex
+    postgres_server.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{secret}'")
+    postgres_server.execute(f'GRANT USAGE, CREATE ON SCHEMA "{target.schema}" TO "{role}"')
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:{role}:{secret}\n")
+    passfile.chmod(0o600)
+    connection = {**target.airflow_connection(), "login": role, "password": None}
+    connection["extra"] = {**connection["extra"], "connect_options": f"passfile={passfile}"}
+    set_connection(monkeypatch, "pg_passfile", connection)
+    try:
+        monkeypatch.setenv(FILE_OPTIONS_ENV, "True")
+        allowed = SqlQueueHook(sqlqueue_conn_id="pg_passfile")
+        try:
+            allowed.get_transport().queue("orders").create()
+            allowed.send("orders", b"logged in with the passfile's password")
+            assert allowed.depth("orders", "exact") == 1
+        finally:
+            allowed.close()
+        monkeypatch.delenv(FILE_OPTIONS_ENV)
+        refused = SqlQueueHook(sqlqueue_conn_id="pg_passfile")
+        try:
+            with pytest.raises(ConfigurationError, match="passfile="):
+                refused.depth("orders", "exact")
+        finally:
+            refused.close()
+    finally:
+        postgres_server.execute(f'DROP OWNED BY "{role}"')
+        postgres_server.execute(f'DROP ROLE "{role}"')

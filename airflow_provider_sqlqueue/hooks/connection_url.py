@@ -18,6 +18,16 @@ from ..transport.connection import odbc_pairs, odbc_value
 DRIVER_KEYWORDS = ("DRIVER", "DSN", "FILEDSN", "SAVEFILE")
 DRIVER_SETTING = "[providers.odbc] allow_driver_in_extra"
 
+# libpq options that write a file, or read settings or passwords from a file of the connection's choosing;
+# sslkey as ``engine:key`` loads an OpenSSL engine, a shared library. Refused in a connection's extras unless
+# the deployment sets FILE_OPTIONS_SETTING (libpq_option_refusal).
+LIBPQ_FILE_OPTIONS = {
+    "sslkeylogfile": "writes the TLS session keys to that file",
+    "passfile": "reads passwords from that file",
+    "service": "reads any connection setting, these included, from a service file",
+}
+FILE_OPTIONS_SETTING = "[sqlqueue] allow_file_options_in_extra"
+
 SECRET_ODBC_KEYWORDS = ("PWD", "PASSWORD")
 SECRET_QUERY_KEYS = ("password", "pwd")
 
@@ -100,3 +110,22 @@ def sqlalchemy_decodes_odbc_connect() -> bool:
     """Whether the installed SQLAlchemy percent-decodes ``odbc_connect`` (2.0 does, 2.1 does not)."""
     probe = URL.create("mssql+pyodbc", query={"odbc_connect": "A=%3B"})
     return odbc_string_sqlalchemy_hands_over(probe) != "A=%3B"
+
+
+def file_options_in_extra_allowed() -> bool:
+    """May a PostgreSQL connection's extras name files for libpq to write or read settings from?"""
+    from airflow.sdk import conf
+
+    return conf.getboolean("sqlqueue", "allow_file_options_in_extra", fallback=False)
+
+
+def libpq_option_refusal(key: str, value: str) -> str | None:
+    """Why libpq option ``key=value`` from a connection would write a file, read settings from one or load
+    a library; None when it does none of these. ``sslkey`` holding a ``:`` names an OpenSSL engine, which
+    libpq loads (outside Windows every colon counts, whatever comes before it)."""
+    name = key.strip().lower()
+    if name in LIBPQ_FILE_OPTIONS:
+        return LIBPQ_FILE_OPTIONS[name]
+    if name == "sslkey" and ":" in value:
+        return "names an OpenSSL engine (engine:key), a shared library that libpq loads"
+    return None

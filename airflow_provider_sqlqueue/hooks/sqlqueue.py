@@ -43,10 +43,13 @@ from ..transport.connection import DEFAULT_ODBC_DRIVER, odbc_pairs, odbc_value, 
 from .connection_url import (
     DRIVER_KEYWORDS,
     DRIVER_SETTING,
+    FILE_OPTIONS_SETTING,
     SECRET_ODBC_KEYWORDS,
     SECRET_QUERY_KEYS,
     SecretHidingURL,
     driver_in_extra_allowed,
+    file_options_in_extra_allowed,
+    libpq_option_refusal,
     odbc_string_sqlalchemy_hands_over,
     percent_decoded_forms,
     secret_forms,
@@ -306,6 +309,7 @@ class SqlQueueHook(DbApiHook):
                 if key in LIBPQ_EXTRAS and isinstance(value, str | int | float)
             }
             query |= _options(self.connection_extra.get("connect_options"))
+            self._check_libpq_options(query)
             return SecretHidingURL.create(
                 "postgresql+psycopg",
                 username=conn.login or None,
@@ -322,6 +326,21 @@ class SqlQueueHook(DbApiHook):
         for form in (url, make_url(url.render_as_string(hide_password=False))):
             self._check_driver_keywords(odbc_string_sqlalchemy_hands_over(form), how)
         return url
+
+    def _check_libpq_options(self, options: Mapping[str, str]) -> None:
+        """Refuse a libpq option from the connection's extras that writes a file, reads settings or
+        passwords from one, or loads an OpenSSL engine, unless the deployment allows it."""
+        if file_options_in_extra_allowed():
+            return
+        for key, value in options.items():
+            why = libpq_option_refusal(key, value)
+            if why is not None:
+                raise ConfigurationError(
+                    f"connection {self.get_conn_id()!r}: its extras set {key}=, which {why}. Whoever edits "
+                    "a connection may not choose files or libraries on the workers and the triggerer unless "
+                    f"{FILE_OPTIONS_SETTING} is True in the Airflow configuration "
+                    "(AIRFLOW__SQLQUEUE__ALLOW_FILE_OPTIONS_IN_EXTRA=True)"
+                )
 
     def get_uri(self) -> str:
         """The connection as a SQLAlchemy URL string, password included (registered with the masker).
