@@ -23,6 +23,7 @@ from test_pump import FAST
 from airflow_provider_sqlqueue.transport import (
     ConfigurationError,
     DelayedStore,
+    Endpoint,
     MessagePump,
     QueueNotFound,
     Transport,
@@ -389,18 +390,26 @@ def test_a_connection_that_cannot_hold_the_callers_transaction_is_refused(target
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)
-def test_a_sqlalchemy_connection_outside_a_transaction_gets_one_its_commit_ends(target, queues) -> None:
+def test_a_sqlalchemy_connection_outside_a_transaction_gets_one_its_commit_ends_and_endpoints_send_in_it(
+    target, queues
+) -> None:
     engine = callers_engine(target)
     out = queues.queue("out")
+    sales = Endpoint(queues, "Sales", instance_specific_queue=False)
+    sales.create()
     statements: list[str] = []
     event.listen(engine, "commit", lambda connection: statements.append("COMMIT"))
     with engine.connect() as connection:
         assert isinstance(connection, Connection) and not connection.in_transaction()
         out.send(b"x", connection=connection)
         assert connection.in_transaction()
+        sales.send("out", b"from sales", connection=connection)  # an endpoint's send, now and delayed
+        sales.send("out", b"later", delay=3600, connection=connection)
+        assert out.count() == 0 and sales.delayed is not None and sales.delayed.count() == 0
         connection.commit()
     engine.dispose()
-    assert statements == ["COMMIT"] and bodies(queues, "out") == Counter({b"x": 1})
+    assert statements == ["COMMIT"] and bodies(queues, "out") == Counter({b"x": 1, b"from sales": 1})
+    assert sales.delayed.count() == 1
 
 
 # ---- PostgreSQL and SQLite through ODBC: the DB-API connection only ---------------------------------------
