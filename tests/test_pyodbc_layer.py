@@ -64,3 +64,18 @@ def test_odbc_storage_report_and_vacuum(transport, target: EngineTarget) -> None
     assert storage.table_bytes and storage.table_bytes > 2000 * 1024
     assert result.ran and result.bytes_before and result.bytes_after is not None
     assert result.bytes_after < result.bytes_before / 10
+
+
+def test_odbc_failed_delete_archives_and_purges(transport) -> None:
+    """The archive's statements through psqlODBC and the SQLite ODBC driver (placeholders rewritten)."""
+    from airflow_provider_sqlqueue.transport.archive import ErrorArchive
+    from airflow_provider_sqlqueue.transport.failed import FailureFilter, delete_failed
+
+    error = transport.queue("error")
+    error.create()
+    sent = [str(error.send(body, headers={"NServiceBus.FailedQ": "orders"})) for body in (b"a", b"b", b"c")]
+    archive = ErrorArchive.of(error)
+    outcome = delete_failed(error, FailureFilter(ids=sent[:2]), batch_size=1)
+    assert sorted(outcome.done) == sorted(sent[:2]) and outcome.batches == 2
+    assert archive.count() == 2 and error.count() == 1
+    assert archive.purge("1d") == 0 and archive.purge(0) == 2 and archive.count() == 0

@@ -299,7 +299,9 @@ class SqliteDialect(Dialect):
         self, address: QueueAddress, archive: QueueAddress, with_recoverable: bool = True
     ) -> list[str]:
         # SQLite cannot insert what a DELETE returns: the copy and the DELETE run under the caller's write
-        # lock (BEGIN IMMEDIATE), so no other writer comes between them.
+        # lock (BEGIN IMMEDIATE), so no other writer comes between them. The last statement answers with
+        # a row when the DELETE took one (changes()), not through RETURNING, which the SQLite ODBC driver
+        # loses (tests/test_pyodbc_layer.py); it takes the RowVersion as every statement here does.
         recoverable = "Recoverable" if with_recoverable else "NULL"
         table = self.qualified_name(address)
         return [
@@ -307,7 +309,8 @@ class SqliteDialect(Dialect):
             "Expires, Headers, Body, ErrorRowVersion) "
             f"SELECT Id, CorrelationId, ReplyToAddress, {recoverable}, Expires, Headers, Body, RowVersion "
             f"FROM {table} WHERE RowVersion = ?",
-            f"DELETE FROM {table} WHERE RowVersion = ? RETURNING RowVersion",
+            f"DELETE FROM {table} WHERE RowVersion = ?",
+            "SELECT 1 WHERE changes() > 0 AND ? IS NOT NULL",
         ]
 
     def purge_archive_batch(self, archive: QueueAddress) -> str:
