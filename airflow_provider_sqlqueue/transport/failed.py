@@ -1,5 +1,5 @@
 """Failed messages in an error queue: list them in groups, show one, retry them to where they failed, or
-delete them.
+delete them (into the error queue's archive table by default, see :mod:`.archive`).
 
 A message the pump gives up on lands in the error queue with NServiceBus's failure headers
 (:mod:`.recoverability`): ``NServiceBus.FailedQ`` names the queue it failed in, the
