@@ -151,6 +151,28 @@ def test_the_json_says_which_depths_are_estimates_and_whether_more_failed_rows_e
     assert "Count exactly" in page.text and "≈ 3" in page.text
 
 
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_the_page_says_more_when_older_failed_messages_were_not_grouped(
+    app: Client,  # noqa: F811
+    queues: Transport,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = app
+    client.as_role("OP")
+    monkeypatch.setattr(queues_app, "FAILED_GROUPS_LIMIT", 2)
+    seen = client.get("/api/queues", conn_id=CONN_ID).json()
+    assert (seen["failed_read"], seen["failed_limit"], seen["failed_more"]) == (2, 2, True)
+    # the newest two: the refunds failure (hostile text) and the second payments failure
+    assert sorted(g["count"] for g in seen["failed_groups"]) == [1, 1]
+    page = client.get("/queues", conn_id=CONN_ID)
+    assert 'id="failed-more"' in page.text and "Retry all" in page.text
+
+    monkeypatch.setattr(queues_app, "FAILED_GROUPS_LIMIT", 3)
+    everything = client.get("/api/queues", conn_id=CONN_ID).json()
+    assert (everything["failed_read"], everything["failed_more"]) == (3, False)
+    assert 'id="failed-more"' not in client.get("/queues", conn_id=CONN_ID).text
+
+
 # ---- the oldest message's age without its body --------------------------------------------------------
 @pytest.mark.postgres
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)

@@ -35,7 +35,7 @@ from ..transport.failed import (
     delete_failed,
     retry_failed,
 )
-from ..transport.overview import EXACT_BELOW, QueuesOverview, queues_overview
+from ..transport.overview import EXACT_BELOW, FAILED_LIMIT, QueuesOverview, queues_overview
 from .access import (
     DELETE_EVENT,
     NOT_SERVED,
@@ -76,6 +76,8 @@ class RetryRequest(BaseModel):
 # A retry request reads at most this many error-queue rows (headers only) and retries the group's among
 # them, so no request holds the API server for long however large the group; the page's script repeats it.
 RETRY_ROWS_PER_REQUEST = 2000
+# How many of the newest error-queue rows a page load groups (the page says "more…" beyond them).
+FAILED_GROUPS_LIMIT = FAILED_LIMIT
 
 
 def _retry_step(outcome: FailureOutcome, after: int) -> dict[str, Any]:
@@ -173,7 +175,10 @@ def _overview(conn_id: str, exact: bool = False) -> tuple[QueuesOverview | None,
         with opened as hook:
             transport = hook.get_transport()
             overview = queues_overview(
-                transport, transport.error_queue or "error", exact_below=exact_below() if exact else 0
+                transport,
+                transport.error_queue or "error",
+                exact_below=exact_below() if exact else 0,
+                failed_limit=FAILED_GROUPS_LIMIT,
             )
             return overview, transport.description, None
     except Exception as error:
