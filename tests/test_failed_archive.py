@@ -178,6 +178,9 @@ def test_a_role_that_may_not_create_the_archive_is_told_the_fix_and_nothing_is_d
             delete_failed(error)
         assert "sqlqueue create" in str(raised.value) and "--permanent" in str(raised.value)
         assert error_rows(error_queue) == before
+        database = ["--url", runtime_target.url, "--schema", str(runtime_target.schema)]
+        assert cli.main(["failed", "delete", *database, "--all", "--yes"]) == Exit.PERMISSION_DENIED
+        assert error_rows(error_queue) == before
         ErrorArchive.of(error_queue).create()  # what the provisioning role does
         assert len(delete_failed(error, FailureFilter(failed_queue="orders")).done) == 3
         assert len(delete_failed(error, permanent=True).done) == 1
