@@ -10,6 +10,9 @@ The table has the seeds' columns, as on the other engines (the reference's own P
 different layout, so .NET PostgreSQL endpoints cannot share these tables). Column names are written
 unquoted and fold to lower case. Times come from ``statement_timestamp()``, so a send inside a long
 receive transaction still computes Expires from the moment it runs.
+
+Over 600 lines because every statement of a PostgreSQL queue is here, in one place (the archive, the storage
+parameters, the session settings and the receive plans have modules of their own).
 """
 
 from __future__ import annotations
