@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +26,7 @@ from sqlalchemy.exc import ArgumentError
 from ..dialects import Dialect, dialect_for_server, get_dialect
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
+from .connection_factory import ConnectionFactory, ask_factory
 from .lease import ConnectionLease
 from .pool import ConnectionPool, PooledConnection
 from .queue import TableQueue
@@ -327,7 +328,18 @@ def _enable_wal(connection: Any, timeout: float) -> None:
             delay = min(delay * 2, 0.1)
 
 
-def _sqlite_connector(url: URL) -> tuple[Callable[[], Any], str]:
+def _check_sqlite_file(connection: Any, path: Path) -> None:
+    """Refuse a factory's SQLite connection on another file than the URL's: its queues would be others."""
+    rows = connection.execute("PRAGMA database_list").fetchall()
+    opened = next((str(row[2]) for row in rows if row[1] == "main"), "")
+    if not opened or Path(opened).resolve() != path.resolve():
+        raise ConfigurationError(
+            f"the transport's connection factory returned a SQLite connection on {opened or 'no file'!r}, "
+            f"not on the URL's file {str(path)!r}"
+        )
+
+
+def _sqlite_connector(url: URL, factory: ConnectionFactory | None) -> tuple[Callable[[], Any], str]:
     import sqlite3
 
     database = url.database
@@ -345,11 +357,21 @@ def _sqlite_connector(url: URL) -> tuple[Callable[[], Any], str]:
         raise ConfigurationError(f"synchronous must be off, normal, full or extra, not {synchronous!r}")
 
     def connect() -> Any:
-        connection = sqlite3.connect(
-            str(path), timeout=timeout, isolation_level=None, check_same_thread=False
+        arguments, supplied = (
+            (None, None) if factory is None else ask_factory(factory, "sqlite3", sqlite3.Connection)
         )
+        wait = float((arguments or {}).get("timeout", timeout))
+        if supplied is None:
+            connection = sqlite3.connect(
+                str(path), timeout=wait, isolation_level=None, check_same_thread=False
+            )
+        else:
+            connection = supplied
         try:
-            _enable_wal(connection, timeout)
+            if supplied is not None:
+                _check_sqlite_file(connection, path)
+                connection.isolation_level = None
+            _enable_wal(connection, wait)
             connection.execute(f"PRAGMA synchronous={synchronous}")
         except BaseException:
             connection.close()
@@ -359,7 +381,9 @@ def _sqlite_connector(url: URL) -> tuple[Callable[[], Any], str]:
     return connect, str(path)
 
 
-def _postgres_connector(url: URL, connect_timeout: int) -> tuple[Callable[[], Any], str | None]:
+def _postgres_connector(
+    url: URL, connect_timeout: int, factory: ConnectionFactory | None
+) -> tuple[Callable[[], Any], str | None]:
     try:
         import psycopg
     except ImportError as error:  # pragma: no cover - depends on the installed extras
@@ -381,7 +405,10 @@ def _postgres_connector(url: URL, connect_timeout: int) -> tuple[Callable[[], An
             options.setdefault(key, str(value))
 
     def connect() -> Any:
-        return psycopg.connect(**options)
+        if factory is None:
+            return psycopg.connect(**options)
+        arguments, supplied = ask_factory(factory, "psycopg", psycopg.Connection)
+        return supplied if arguments is None else psycopg.connect(**{**options, **arguments})
 
     dbname = options.get("dbname")
     # A dbname holding '=' or a URI is a connection string libpq expands; without one, libpq's default
@@ -391,7 +418,9 @@ def _postgres_connector(url: URL, connect_timeout: int) -> tuple[Callable[[], An
     return connect, dbname
 
 
-def _sqlserver_connector(odbc: str, connect_timeout: int) -> tuple[Callable[[], Any], str | None]:
+def _sqlserver_connector(
+    odbc: str, connect_timeout: int, factory: ConnectionFactory | None
+) -> tuple[Callable[[], Any], str | None]:
     try:
         import pyodbc
     except ImportError as error:  # pragma: no cover - depends on the installed extras
@@ -402,9 +431,21 @@ def _sqlserver_connector(odbc: str, connect_timeout: int) -> tuple[Callable[[], 
     database = parts.get("DATABASE") or parts.get("INITIAL CATALOG")
 
     def connect() -> Any:
-        return pyodbc.connect(odbc, autocommit=False, timeout=connect_timeout)
+        if factory is None:
+            return pyodbc.connect(odbc, autocommit=False, timeout=connect_timeout)
+        arguments, supplied = ask_factory(factory, "pyodbc", pyodbc.Connection)
+        if arguments is None:
+            return supplied
+        return pyodbc.connect(_odbc_with(odbc, arguments), autocommit=False, timeout=connect_timeout)
 
     return connect, database
+
+
+def _odbc_with(odbc: str, arguments: Mapping[str, Any]) -> str:
+    """``odbc`` with the keywords of ``arguments`` (upper-case) set: each replaces every pair of its key."""
+    kept = [(key, value) for key, value in odbc_pairs(odbc) if key not in arguments]
+    pairs = kept + [(key, str(value)) for key, value in arguments.items()]
+    return ";".join(f"{key}={_odbc_value(value)}" for key, value in pairs)
 
 
 def open_transport(
@@ -417,14 +458,23 @@ def open_transport(
     connect_timeout: int = 10,
     max_body_bytes: int | None = None,
     lock_mode: LockMode = "auto",
+    connect: ConnectionFactory | None = None,
 ) -> Transport:
     """Open the database at ``url`` (a string or a SQLAlchemy ``URL``) for queues.
 
-    Nothing connects until the first operation. ``lock_mode`` says how PostgreSQL receivers skip each
-    other's messages: ``"row"`` (``FOR UPDATE SKIP LOCKED``, needs an UPDATE privilege), ``"advisory"``
-    (advisory locks, needs only SELECT, INSERT and DELETE) or ``"auto"`` (row locks where the role may
-    take them); other engines ignore it.
+    Nothing connects until the first operation. ``connect`` is a connection factory the pool calls for each
+    new connection, so a credential that rotates or expires (an IAM token, a renewed password) is read
+    anew: it returns connect arguments merged over the URL's (``{"password": token}`` for PostgreSQL,
+    ``{"PWD": secret}`` for ODBC) or a ready connection of the URL's driver; the URL still says the engine
+    and where (see :mod:`airflow_provider_sqlqueue.transport.connection_factory`).
+
+    ``lock_mode`` says how PostgreSQL receivers skip each other's messages: ``"row"`` (``FOR UPDATE SKIP
+    LOCKED``, needs an UPDATE privilege), ``"advisory"`` (advisory locks, needs only SELECT, INSERT and
+    DELETE) or ``"auto"`` (row locks where the role may take them); other engines ignore it.
     """
+    if connect is not None and not callable(connect):
+        kind = type(connect).__name__
+        raise ConfigurationError(f"connect must be a callable that takes no arguments, not a {kind}")
     if isinstance(url, URL):
         parsed = url
         text = ""
@@ -434,7 +484,8 @@ def open_transport(
         text = url.strip()
     if text and "://" not in text and "=" in text:
         odbc = text[5:] if text.lower().startswith("odbc:") else text
-        dialect, (connect, database) = get_dialect("sqlserver"), _sqlserver_connector(odbc, connect_timeout)
+        dialect = get_dialect("sqlserver")
+        driver_connect, database = _sqlserver_connector(odbc, connect_timeout, connect)
         description = _odbc_description("sqlserver", odbc, database)
     else:
         if text:
@@ -442,10 +493,10 @@ def open_transport(
                 parsed = make_url(text)
             except ArgumentError as error:
                 raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
-        dialect, connect, database, description = _from_url(parsed, connect_timeout)
+        dialect, driver_connect, database, description = _from_url(parsed, connect_timeout, connect)
     return Transport(
         dialect,
-        connect,
+        driver_connect,
         description=description,
         database=database,
         default_schema=default_schema,
@@ -463,7 +514,9 @@ def _odbc_description(engine: str, odbc: str, database: str | None) -> str:
     return f"{engine} {server}/{database or ''} over ODBC"
 
 
-def _from_url(parsed: URL, connect_timeout: int) -> tuple[Dialect, Callable[[], Any], str | None, str]:
+def _from_url(
+    parsed: URL, connect_timeout: int, factory: ConnectionFactory | None
+) -> tuple[Dialect, Callable[[], Any], str | None, str]:
     """The dialect, connection factory, current database and a password-free description of a URL."""
     backend = parsed.get_backend_name()
     driver = parsed.get_driver_name() if "+" in parsed.drivername else None
@@ -471,22 +524,22 @@ def _from_url(parsed: URL, connect_timeout: int) -> tuple[Dialect, Callable[[], 
         from ..dialects.odbc import PostgresOverOdbc, SqliteOverOdbc
 
         odbc = odbc_connection_string(parsed)
-        connect, database = _sqlserver_connector(odbc, connect_timeout)
+        connect, database = _sqlserver_connector(odbc, connect_timeout, factory)
         dialect: Dialect = SqliteOverOdbc() if backend == "sqlite" else PostgresOverOdbc()
         return dialect, connect, database, _odbc_description(dialect.name, odbc, database)
     if backend == "sqlite":
-        connect, database = _sqlite_connector(parsed)
+        connect, database = _sqlite_connector(parsed, factory)
         return get_dialect("sqlite"), connect, database, parsed.render_as_string(hide_password=True)
     if backend in ("postgresql", "postgres"):
         if driver not in (None, "psycopg"):
             raise ConfigurationError(f"PostgreSQL queues use psycopg 3; the URL asks for {driver!r}")
-        connect, database = _postgres_connector(parsed, connect_timeout)
+        connect, database = _postgres_connector(parsed, connect_timeout, factory)
         return get_dialect("postgresql"), connect, database, parsed.render_as_string(hide_password=True)
     if backend == "mssql":
         if driver not in (None, "pyodbc"):
             raise ConfigurationError(f"SQL Server queues use pyodbc; the URL asks for {driver!r}")
         odbc = odbc_connection_string(parsed)
-        connect, database = _sqlserver_connector(odbc, connect_timeout)
+        connect, database = _sqlserver_connector(odbc, connect_timeout, factory)
         return get_dialect("sqlserver"), connect, database, _odbc_description("sqlserver", odbc, database)
     raise ConfigurationError(
         f"unsupported database {backend!r}; use sqlite:///file.db, postgresql://... or mssql+pyodbc://..."
