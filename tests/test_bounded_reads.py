@@ -26,6 +26,7 @@ from test_queues_page import CONN_ID, Client, app, fail_all, queues, table  # no
 
 from airflow_provider_sqlqueue.plugins import queues_app
 from airflow_provider_sqlqueue.transport import OutgoingMessage, Transport, open_transport
+from airflow_provider_sqlqueue.transport.archive import ErrorArchive
 from airflow_provider_sqlqueue.transport.failed import FailureFilter, failed_sample, retry_failed
 from airflow_provider_sqlqueue.transport.overview import queue_gauges, queues_overview
 from airflow_provider_sqlqueue.triggers.queue import (
@@ -131,6 +132,44 @@ def test_the_page_retries_a_group_in_steps_and_says_how_far_it_got(
     assert sum(len(a["done"]) for a in answers) == 5
     assert all(len(a["done"]) <= 2 for a in answers)
     assert queues.queue("payments").count() == 5 and queues.queue("error").count() == 1
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+def test_the_page_deletes_a_group_in_steps_and_one_message_by_its_id(
+    app: Client,  # noqa: F811
+    queues: Transport,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = app
+    client.as_role("OP")
+    fail_all(queues, "payments", ["p3", "p4", "p5"], ConnectionError("payment service unreachable"))
+    monkeypatch.setattr(queues_app, "RETRY_ROWS_PER_REQUEST", 2)
+    seen = client.get("/api/queues", conn_id=CONN_ID).json()
+    payments = next(g for g in seen["failed_groups"] if table(g["failed_queue"]) == "payments")
+    refunds = next(g for g in seen["failed_groups"] if table(g["failed_queue"]) == "refunds")
+    hostile_id = client.get("/api/failed", conn_id=CONN_ID, group=refunds["group"]).json()["messages"][0][
+        "id"
+    ]
+
+    def delete(**selection: Any) -> Any:
+        answer = client.post("/api/delete", {"conn_id": CONN_ID, **selection}, Origin="http://airflow.test")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    answers = [delete(group=payments["group"])]
+    while answers[-1]["more"]:
+        last = answers[-1]
+        assert last["left"] > 0
+        answers.append(delete(group=payments["group"], after=last["after"], up_to=last["up_to"]))
+    assert len(answers) == 3 and all(len(a["done"]) <= 2 for a in answers)
+    assert sum(len(a["done"]) for a in answers) == 5
+    errors = queues.queue("error")
+    assert errors.count() == 1
+    by_id = delete(id=hostile_id)
+    assert by_id["done"] == [hostile_id] and by_id["more"] is False
+    assert errors.count() == 0
+    archive = ErrorArchive.of(errors)
+    assert archive.count() == 6
 
 
 @pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)

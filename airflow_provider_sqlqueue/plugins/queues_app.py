@@ -73,16 +73,17 @@ class RetryRequest(BaseModel):
     up_to: int | None = Field(default=None, ge=0)
 
 
-# A retry request reads at most this many error-queue rows (headers only) and retries the group's among
-# them, so no request holds the API server for long however large the group; the page's script repeats it.
+# A retry or delete request reads at most this many error-queue rows (headers only) and takes the group's
+# among them, so no request holds the API server for long however large the group; the page's script
+# repeats it.
 RETRY_ROWS_PER_REQUEST = 2000
 # How many of the newest error-queue rows a page load groups (the page says "more…" beyond them).
 FAILED_GROUPS_LIMIT = FAILED_LIMIT
 
 
-def _retry_step(outcome: FailureOutcome, after: int) -> dict[str, Any]:
-    """Where a retry step stopped: ``more`` to do, the ``after``/``up_to`` of the next step, and ``left``,
-    at most how many error-queue rows remain to look through (RowVersions up to ``up_to``)."""
+def _step(outcome: FailureOutcome, after: int) -> dict[str, Any]:
+    """Where a retry or delete step stopped: ``more`` to do, the ``after``/``up_to`` of the next step, and
+    ``left``, at most how many error-queue rows remain to look through (RowVersions up to ``up_to``)."""
     reached = outcome.read_to if outcome.read_to is not None else after
     left = max(outcome.up_to - reached, 0) if outcome.more and outcome.up_to is not None else 0
     return {"more": outcome.more, "after": reached, "up_to": outcome.up_to, "left": left}
@@ -97,11 +98,14 @@ def exact_below() -> int:
 
 
 class DeleteRequest(BaseModel):
-    """A group (``group``) or one message (``id``) of a connection's error queue; exactly one of the two."""
+    """A group (``group``) or one message (``id``) of a connection's error queue; exactly one of the two.
+    A group is deleted in steps, as :class:`RetryRequest` retries one."""
 
     conn_id: str = Field(min_length=1, max_length=250)
     group: str | None = Field(default=None, pattern=GROUP_PATTERN)
     id: str | None = Field(default=None, pattern=MESSAGE_ID_PATTERN)
+    after: int = Field(default=0, ge=0)
+    up_to: int | None = Field(default=None, ge=0)
 
 
 async def _user(request: Request) -> Any:
@@ -333,7 +337,7 @@ def create_app() -> FastAPI:
             "group": body.group,
             **outcome.as_dict(),
             "more": outcome.more,
-            **_retry_step(outcome, body.after),
+            **_step(outcome, body.after),
         }
 
     @app.get("/failed", response_class=HTMLResponse)
@@ -437,7 +441,12 @@ def create_app() -> FastAPI:
         picked = {"group": body.group} if body.group else {"id": body.id}
         asked = {"conn_id": body.conn_id, **picked, "method": "POST"}
         try:
-            outcome = _on_error_queue(body.conn_id, lambda queue: delete_failed(queue, selection))
+            outcome = _on_error_queue(
+                body.conn_id,
+                lambda queue: delete_failed(
+                    queue, selection, max_rows=RETRY_ROWS_PER_REQUEST, after=body.after, up_to=body.up_to
+                ),
+            )
         except HTTPException as failure:
             audit(user, DELETE_EVENT, {**asked, "error": failure.detail})
             raise
@@ -449,6 +458,6 @@ def create_app() -> FastAPI:
             picked,
             body.conn_id,
         )
-        return {"conn_id": body.conn_id, **picked, **outcome.as_dict()}
+        return {"conn_id": body.conn_id, **picked, **outcome.as_dict(), **_step(outcome, body.after)}
 
     return app

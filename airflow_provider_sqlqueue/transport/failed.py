@@ -219,6 +219,15 @@ def _require(queue: TableQueue, error: Exception) -> None:
         raise QueueNotFound(f"error queue {queue.address} does not exist") from error
 
 
+def _failed_row(row_version: Any, message_id: Any, raw_headers: Any) -> FailedRow:
+    raw = _text(raw_headers)
+    try:
+        headers, problem = dict(h.decode_headers(raw)), None
+    except HeaderFormatError as error:
+        headers, problem = {}, str(error)
+    return FailedRow(int(row_version), _canonical_id(message_id), headers, raw, problem)
+
+
 def failed_rows(
     error_queue: TableQueue, page_size: int = PAGE_SIZE, up_to: int | None = None, after: int = 0
 ) -> Iterator[FailedRow]:
@@ -236,12 +245,7 @@ def failed_rows(
         for row_version, message_id, raw_headers in rows:
             if up_to is not None and int(row_version) > up_to:
                 return
-            raw = _text(raw_headers)
-            try:
-                headers, problem = dict(h.decode_headers(raw)), None
-            except HeaderFormatError as error:
-                headers, problem = {}, str(error)
-            yield FailedRow(int(row_version), _canonical_id(message_id), headers, raw, problem)
+            yield _failed_row(row_version, message_id, raw_headers)
         if len(rows) < page_size:
             return
         after = int(rows[-1][0])
@@ -273,8 +277,14 @@ def _selected(
     """The selected rows; ``bounded``: only those there when it starts (up to ``up_to`` when given), so
     that a retry or delete ends even while the pump keeps moving messages (perhaps the ones just retried)
     into the error queue. ``max_rows``: read no more than that many rows after ``after``, selected or not,
-    and note in ``progress`` where the reading stopped."""
+    and note in ``progress`` where the reading stopped. A selection by ``ids`` looks those rows up by Id
+    instead of reading the error queue page by page."""
     canonical = _canonical_names(error_queue.transport)
+    if selection is not None and selection.ids is not None:
+        for row in _rows_with_ids(error_queue, selection.ids):
+            if selection.matches(row, canonical):
+                yield row
+        return
     if bounded and up_to is None:
         try:
             _oldest, up_to = error_queue.peek_bounds()
@@ -295,6 +305,21 @@ def _selected(
             if progress is not None:
                 progress.more = up_to is None or row.row_version < up_to
             return
+
+
+def _rows_with_ids(error_queue: TableQueue, ids: Sequence[str]) -> Iterator[FailedRow]:
+    """The rows of ``error_queue`` whose Id is one of ``ids`` (a message may be there more than once), by
+    one lookup per Id rather than a read of every header."""
+    dialect = error_queue.dialect
+    statement = dialect.failed_messages(error_queue.address)
+    for wanted in ids:
+        try:
+            rows = _query(error_queue, statement, (dialect.row_id(uuid.UUID(wanted)),))
+        except Exception as error:
+            _require(error_queue, error)
+            raise
+        for message_id, _correlation, _reply_to, raw_headers, _body, row_version, _expires in rows:
+            yield _failed_row(row_version, message_id, raw_headers)
 
 
 def failed_groups(error_queue: TableQueue, selection: FailureFilter | None = None) -> list[FailedGroup]:
@@ -398,6 +423,11 @@ def _check_batch_size(batch_size: int) -> None:
         raise ConfigurationError(f"batch_size must be an int between 1 and {MAX_BATCH:,}, not {batch_size!r}")
 
 
+def _check_max_rows(max_rows: int | None) -> None:
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise ConfigurationError(f"max_rows must be a positive int, not {max_rows!r}")
+
+
 def _batches(rows: Iterator[FailedRow], size: int) -> Iterator[list[FailedRow]]:
     batch: list[FailedRow] = []
     for row in rows:
@@ -430,8 +460,7 @@ def retry_failed(
     such as the Queues page resumes with ``after=outcome.read_to, up_to=outcome.up_to``.
     """
     _check_batch_size(batch_size)
-    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
-        raise ConfigurationError(f"max_rows must be a positive int, not {max_rows!r}")
+    _check_max_rows(max_rows)
     transport = error_queue.transport
     sources: dict[str, TableQueue | tuple[str, bool]] = {}
 
@@ -513,6 +542,9 @@ def delete_failed(
     batch_size: int = 100,
     *,
     permanent: bool = False,
+    max_rows: int | None = None,
+    after: int = 0,
+    up_to: int | None = None,
 ) -> FailureOutcome:
     """Delete the selected failed messages, ``batch_size`` per transaction: moved into the error queue's
     archive table (:mod:`.archive`, created here if missing), or with ``permanent`` deleted for good.
@@ -520,8 +552,11 @@ def delete_failed(
     Each row moves by one server-side statement in its batch's transaction, so at every commit it is in
     exactly one of the two tables; a batch that fails leaves both as they were. Where the archive is
     missing and this role may not create it, PermissionDenied names the fix and nothing is deleted.
+
+    ``max_rows``, ``after`` and ``up_to`` make it one step of a long delete, as for :func:`retry_failed`.
     """
     _check_batch_size(batch_size)
+    _check_max_rows(max_rows)
     outcome = FailureOutcome()
     dialect = error_queue.dialect
     archive = None
@@ -534,7 +569,10 @@ def delete_failed(
         except Exception as error:
             _require(error_queue, error)
             raise
-    for batch in _batches(_selected(error_queue, selection, bounded=True), batch_size):
+    selected = _selected(
+        error_queue, selection, bounded=True, after=after, up_to=up_to, max_rows=max_rows, progress=outcome
+    )
+    for batch in _batches(selected, batch_size):
         deleted = []
         with error_queue.transport.connection(error_queue.address) as connection:
             cursor = connection.cursor()
