@@ -70,6 +70,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_provider_sqlqueue.operators.consume",
+                    "airflow_provider_sqlqueue.operators.execute_and_send",
                     "airflow_provider_sqlqueue.operators.failed",
                     "airflow_provider_sqlqueue.operators.provision",
                     "airflow_provider_sqlqueue.operators.purge",

@@ -15,6 +15,7 @@ from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F40
 pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is not installed")
 
 from airflow_provider_sqlqueue.operators.consume import ConsumeMessagesOperator
+from airflow_provider_sqlqueue.operators.execute_and_send import ExecuteSqlAndSendOperator
 from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator
 from airflow_provider_sqlqueue.operators.send import SendMessageOperator
 from airflow_provider_sqlqueue.operators.spark_submit import SqlQueueSparkSubmitOperator
@@ -83,6 +84,31 @@ def test_send_consume_and_purge_report_their_queues_after_a_real_run(conn, targe
     purge.execute({})
     lineage = purge.get_openlineage_facets_on_complete(None)
     assert names(lineage.outputs) == [(namespace, prefix + "orders"), (namespace, prefix + "Billing.Done")]
+
+
+def test_execute_sql_and_send_reports_the_sqls_tables_and_the_queue(conn, target) -> None:
+    """The tables come from OpenLineage's SQL parser in the hook's dialect, named as the hook names its
+    queues; the queue is an output after them."""
+    namespace, prefix = expected_naming(target, conn)
+    staged, ledger = (conn.dialect.qualified_name(conn.resolve(name)) for name in ("staged", "ledger"))
+    for table in (staged, ledger):
+        with conn.connection() as connection:
+            connection.cursor().execute(f"CREATE TABLE {table} (entry varchar(40))")
+            connection.commit()
+    post = ExecuteSqlAndSendOperator(
+        task_id="post",
+        sql=[f"INSERT INTO {ledger} (entry) SELECT entry FROM {staged}", f"DELETE FROM {staged}"],
+        queue_name="orders",
+        body={"posted": True},
+    )
+    assert post.execute({})["count"] == 1
+    lineage = post.get_openlineage_facets_on_complete(None)
+    assert names(lineage.inputs) == [(namespace, prefix + "staged")]
+    assert sorted(names(lineage.outputs)) == sorted(
+        [(namespace, prefix + "ledger"), (namespace, prefix + "staged"), (namespace, prefix + "orders")]
+    )
+    assert names(lineage.outputs)[-1] == (namespace, prefix + "orders")
+    assert "INSERT INTO" in lineage.job_facets["sql"].query
 
 
 def test_the_spark_bridge_reports_its_queue_and_its_sink(conn, target) -> None:

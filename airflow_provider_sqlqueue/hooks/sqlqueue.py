@@ -4,6 +4,11 @@ The hook owns the connection: it reads an Airflow connection of type ``sqlqueue`
 ``mssql`` or ``odbc``, turns it into the transport core's URL and hands out queue objects. Operators,
 sensors and triggers stay thin and go through it. As a ``DbApiHook`` it also offers ``run``,
 ``get_records`` and the UI's connection test on the same database.
+
+Over 600 lines because it is the one place an Airflow connection becomes a queue database: each connection
+type's URL with the checks its untrusted fields need, the caller's own connection and transaction, the
+OpenLineage names, and the queue operations the operators and triggers delegate to (the URL helpers are in
+``connection_url.py``).
 """
 
 from __future__ import annotations
@@ -402,8 +407,41 @@ class SqlQueueHook(DbApiHook):
         return self._transport
 
     def get_conn(self) -> Any:
-        """A new DB-API connection to the queue database (for ``run``/``get_records``); close it after use."""
-        return self.get_transport().new_connection()
+        """A new DB-API connection to the queue database, outside the transport's pool: close it after use.
+
+        It is not in autocommit mode: what runs on it, and what :meth:`send` and :meth:`send_batch` write
+        on it (``connection=``), commits when you call ``commit()``, all together, and not at all if you
+        roll back or close it without committing. (The transport's own SQLite connections begin their
+        transactions explicitly; this one begins ``IMMEDIATE`` before its first write, as Python's sqlite3
+        does by default, so the write lock is taken at once instead of upgraded from a read.)
+        """
+        connection = self.get_transport().new_connection()
+        if self.engine == "sqlite":
+            connection.isolation_level = "IMMEDIATE"
+        return connection
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A :meth:`get_conn` connection in an open transaction: it commits when the block ends, rolls back
+        if the block raises, and is closed either way. Everything run on it, DDL included (which SQLite
+        would otherwise commit at once), and every send given it as ``connection=``, commits together."""
+        connection = self.get_conn()
+        try:
+            begin = self.get_transport().dialect.begin_write()
+            if begin:
+                cursor = connection.cursor()
+                cursor.execute(begin)
+                cursor.close()
+            yield connection
+            connection.commit()
+        except BaseException:
+            try:
+                connection.rollback()
+            except Exception as error:  # the block's error is the one to report
+                self.log.warning("rolling back after a failed transaction failed too: %s", error)
+            raise
+        finally:
+            connection.close()
 
     def close(self) -> None:
         """Close the pooled connections of this hook's transport."""
@@ -460,7 +498,7 @@ class SqlQueueHook(DbApiHook):
         return DatabaseInfo(scheme=scheme, authority=authority, database=database)
 
     def get_openlineage_database_dialect(self, connection: Any) -> str:
-        return {"postgresql": "postgres", "sqlserver": "tsql", "sqlite": "sqlite"}[self.engine]
+        return {"postgresql": "postgres", "sqlserver": "mssql", "sqlite": "sqlite"}[self.engine]
 
     def get_openlineage_default_schema(self) -> str | None:
         return self.get_transport().resolve("probe").schema or ("main" if self.engine == "sqlite" else None)
@@ -469,16 +507,30 @@ class SqlQueueHook(DbApiHook):
     def send(
         self,
         queue_name: str,
-        body: bytes | str,
+        body: OutgoingMessage | bytes | str,
         headers: Mapping[str, str | None] | None = None,
         time_to_be_received: timedelta | None = None,
+        *,
+        connection: Any = None,
     ) -> str:
-        """Send one message; return its Id."""
-        return str(self.get_queue(queue_name).send(body, headers, time_to_be_received))
+        """Send one message; return its Id.
 
-    def send_batch(self, queue_name: str, messages: Iterable[OutgoingMessage | bytes | str]) -> list[str]:
-        """Send many messages in one transaction; return their Ids."""
-        return [str(message_id) for message_id in self.get_queue(queue_name).send_batch(messages)]
+        With ``connection`` (from :meth:`get_conn`, a SQLAlchemy ``Connection`` of
+        :meth:`get_sqlalchemy_engine`, or another connection of the same driver to the same database) the
+        message is written in that connection's transaction and nothing is committed: it is sent when you
+        commit, together with what else you wrote on the connection, and not at all if you roll back. Do
+        not forget to commit; close the connection after use.
+        """
+        queue = self.get_queue(queue_name)
+        return str(queue.send(body, headers, time_to_be_received, connection=connection))
+
+    def send_batch(
+        self, queue_name: str, messages: Iterable[OutgoingMessage | bytes | str], *, connection: Any = None
+    ) -> list[str]:
+        """Send many messages in one transaction; return their Ids. With ``connection``, in that
+        connection's transaction, uncommitted (see :meth:`send`)."""
+        sent = self.get_queue(queue_name).send_batch(messages, connection=connection)
+        return [str(message_id) for message_id in sent]
 
     @contextmanager
     def receive(

@@ -53,3 +53,29 @@ def operator_lineage(
         )
     finally:
         hook.close()
+
+
+def sql_lineage(conn_id: str, sql: str | list[str]) -> Any:
+    """The tables ``sql`` reads and writes, as common-sql operators report them: OpenLineage's SQL parser in
+    the hook's dialect, datasets named through ``get_openlineage_database_info`` (so as the hook names its
+    queues); None when the OpenLineage provider is not installed."""
+    try:
+        from airflow.providers.openlineage.sqlparser import SQLParser
+    except ImportError:
+        log.debug("the OpenLineage provider is not installed; no lineage reported")
+        return None
+    hook = SqlQueueHook(sqlqueue_conn_id=conn_id)
+    try:
+        connection = hook.connection
+        parser = SQLParser(
+            dialect=hook.get_openlineage_database_dialect(connection),
+            default_schema=hook.get_openlineage_default_schema(),
+        )
+        return parser.generate_openlineage_metadata_from_sql(
+            sql=sql,
+            hook=hook,
+            database_info=hook.get_openlineage_database_info(connection),
+            use_connection=False,
+        )
+    finally:
+        hook.close()

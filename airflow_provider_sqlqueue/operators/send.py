@@ -112,8 +112,12 @@ class SendMessageOperator(BaseOperator):
                 batch.append(to_message(item, common, self.time_to_be_received, message_id(position)))
         return batch
 
+    def outgoing_messages(self, context: Any) -> list[OutgoingMessage]:
+        """The messages this task instance sends, built from the rendered arguments, with their Ids."""
+        return self._outgoing(self._message_ids(context))
+
     def execute(self, context: Any) -> dict[str, Any]:
-        outgoing = self._outgoing(self._message_ids(context))
+        outgoing = self.outgoing_messages(context)
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
             ids = hook.send_batch(self.queue_name, outgoing)
