@@ -127,6 +127,23 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "key=value;key=value: ODBC keywords (SQL Server) or libpq parameters",
                         "schema": {"type": ["string", "null"], "format": "password"},
                     },
+                    "authentication": {
+                        "label": "Authentication (SQL Server)",
+                        "description": "Microsoft Entra ID through ODBC Driver 18's Authentication keyword, "
+                        "e.g. ActiveDirectoryMsi (managed identity) or ActiveDirectoryServicePrincipal "
+                        "(Login: client ID, Password: secret)",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "enum": [
+                                "SqlPassword",
+                                "ActiveDirectoryPassword",
+                                "ActiveDirectoryServicePrincipal",
+                                "ActiveDirectoryMsi",
+                                "ActiveDirectoryIntegrated",
+                                None,
+                            ],
+                        },
+                    },
                 },
             }
         ],

@@ -45,6 +45,13 @@ from ..transport import (
     open_transport,
 )
 from ..transport.connection import DEFAULT_ODBC_DRIVER, odbc_pairs, odbc_value, parse_odbc_string
+from .cloud_logins import (
+    check_entra_authentication,
+    check_iam_extras,
+    entra_authentication,
+    is_true,
+    rds_iam_token,
+)
 from .connection_url import (
     DRIVER_KEYWORDS,
     DRIVER_SETTING,
@@ -242,6 +249,8 @@ class SqlQueueHook(DbApiHook):
             parts["PWD"] = conn.password
         for key, value in options.items():
             parts[key.upper()] = value
+        if extra.get("authentication"):
+            parts["AUTHENTICATION"] = entra_authentication(extra["authentication"], self.get_conn_id())
         built = ";".join(f"{key}={odbc_value(str(value))}" for key, value in parts.items())
         self._check_driver_keywords(built, "its Host, Schema, Login or Password")
         return built
@@ -318,7 +327,7 @@ class SqlQueueHook(DbApiHook):
             return SecretHidingURL.create(
                 "postgresql+psycopg",
                 username=conn.login or None,
-                password=conn.password or None,
+                password=None if self._iam_login() else conn.password or None,
                 host=conn.host or None,
                 port=conn.port or None,
                 database=conn.schema or None,
@@ -330,6 +339,9 @@ class SqlQueueHook(DbApiHook):
         how = f"its ODBC string, as SQLAlchemy {sqlalchemy.__version__} hands it to the driver manager,"
         for form in (url, make_url(url.render_as_string(hide_password=False))):
             self._check_driver_keywords(odbc_string_sqlalchemy_hands_over(form), how)
+        odbc = str(url.query["odbc_connect"])
+        for text in (odbc, *percent_decoded_forms(odbc)):  # as the driver check reads it
+            check_entra_authentication(odbc_pairs(text), self.get_conn_id())
         return url
 
     def _check_libpq_options(self, options: Mapping[str, str]) -> None:
@@ -373,20 +385,21 @@ class SqlQueueHook(DbApiHook):
         For SQL Server each connection comes from the transport's own connect (``creator``): pyodbc gets the
         ODBC string the hook built and checked, exactly; SQLAlchemy parses no connection string, so neither
         its percent-decoding of ``odbc_connect`` (2.0) nor anything else can slip a driver in. PostgreSQL
-        and SQLite engines take :attr:`sqlalchemy_url` (psycopg and sqlite3 load no driver named by it).
+        and SQLite engines take :attr:`sqlalchemy_url` (psycopg and sqlite3 load no driver named by it),
+        except a PostgreSQL ``iam`` connection, whose connections come from the transport too (each with a
+        new token).
         """
         options = dict(engine_kwargs or {})
-        if self.engine != "sqlserver":
+        if self.engine != "sqlserver" and not self._iam_login():
             return sqlalchemy.create_engine(self.sqlalchemy_url, **options)
         if "creator" in options:
             raise ConfigurationError(
-                "SqlQueueHook.get_sqlalchemy_engine connects SQL Server through the hook's transport; "
-                "engine_kwargs cannot replace its creator"
+                "SqlQueueHook.get_sqlalchemy_engine connects SQL Server and IAM logins through the hook's "
+                "transport; engine_kwargs cannot replace its creator"
             )
         transport = self.get_transport()  # builds and checks the ODBC string now, before any engine exists
-        return sqlalchemy.create_engine(
-            URL.create("mssql+pyodbc"), creator=transport.new_connection, **options
-        )
+        drivername = "mssql+pyodbc" if self.engine == "sqlserver" else "postgresql+psycopg"
+        return sqlalchemy.create_engine(URL.create(drivername), creator=transport.new_connection, **options)
 
     @cached_property
     def dialect_name(self) -> str:
@@ -403,8 +416,34 @@ class SqlQueueHook(DbApiHook):
                 default_schema=self._default_schema or extra.get("default_schema") or None,
                 error_queue=error_queue,
                 lock_mode=extra.get("lock_mode") or "auto",
+                connect=self._iam_connect_arguments if self._iam_login() else None,
             )
         return self._transport
+
+    def _iam_login(self) -> bool:
+        """Whether a PostgreSQL connection logs in with an RDS IAM token (its extra ``iam``)."""
+        if self.engine != "postgresql" or not is_true(self.connection_extra.get("iam", False)):
+            return False
+        conn = self.connection
+        check_iam_extras(self.connection_extra, conn.login, conn.host, self.get_conn_id())
+        return True
+
+    def get_iam_token(self) -> str:
+        """The password of each new connection of an ``iam`` connection: an RDS IAM token for its Login at
+        its Host and Port, signed with the AWS connection ``aws_conn_id`` (default ``aws_default``).
+        Called once per new connection, since a token expires after 15 minutes; a subclass may override
+        it to fetch the password elsewhere."""
+        conn, extra = self.connection, self.connection_extra
+        aws_conn_id = str(extra.get("aws_conn_id") or "aws_default")
+        return rds_iam_token(aws_conn_id, str(conn.host), int(conn.port or 5432), str(conn.login))
+
+    def _iam_connect_arguments(self) -> dict[str, str]:
+        """The transport's connection factory for an ``iam`` connection: a new token, masked in logs."""
+        from airflow.sdk.log import mask_secret
+
+        token = self.get_iam_token()
+        mask_secret(token)
+        return {"password": token}
 
     def get_conn(self) -> Any:
         """A new DB-API connection to the queue database, outside the transport's pool: close it after use.
