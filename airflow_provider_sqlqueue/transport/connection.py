@@ -466,7 +466,7 @@ def open_transport(
     new connection, so a credential that rotates or expires (an IAM token, a renewed password) is read
     anew: it returns connect arguments merged over the URL's (``{"password": token}`` for PostgreSQL,
     ``{"PWD": secret}`` for ODBC) or a ready connection of the URL's driver; the URL still says the engine
-    and where (see :mod:`airflow_provider_sqlqueue.transport.connection_factory`).
+    and where ("Credentials that change" in the Concepts page says what a factory may return).
 
     ``lock_mode`` says how PostgreSQL receivers skip each other's messages: ``"row"`` (``FOR UPDATE SKIP
     LOCKED``, needs an UPDATE privilege), ``"advisory"`` (advisory locks, needs only SELECT, INSERT and
