@@ -60,7 +60,9 @@ def test_an_allowed_authentication_is_written_as_the_driver_spells_it(
         ("/opt/lib/libauth.so", "not one of the values"),
     ],
 )
-@pytest.mark.parametrize("where", ["extra", "connect_options", "odbc_connect", "odbc_connect encoded"])
+@pytest.mark.parametrize(
+    "where", ["extra", "connect_options", "odbc_connect", "odbc_connect encoded", "odbc connection's extra"]
+)
 def test_an_authentication_outside_the_allow_list_is_refused_wherever_it_is(
     monkeypatch: pytest.MonkeyPatch, value: str, why: str, where: str
 ) -> None:
@@ -68,6 +70,8 @@ def test_an_authentication_outside_the_allow_list_is_refused_wherever_it_is(
         connection = sqlserver_connection(authentication=value)
     elif where == "connect_options":
         connection = sqlserver_connection(connect_options=f"Encrypt=yes;Authentication={value}")
+    elif where == "odbc connection's extra":  # OdbcHook writes its extras into the ODBC string
+        connection = {**sqlserver_connection(), "conn_type": "odbc", "extra": {"Authentication": value}}
     else:
         pair = f"Authentication={value}" if where == "odbc_connect" else f"x=1%3BAuthentication%3D{value}"
         connection = sqlserver_connection(odbc_connect=f"SERVER=sql.example;DATABASE=sales;{pair}")
