@@ -223,6 +223,43 @@ def test_maintenance_example_provisions_endpoint_queues_idempotently_and_purges_
         assert f"nothing to vacuum for Sales: {storage.note}" in second.output
 
 
+# ---- the exactly-once example: a handler writing in the receive's transaction -------------------------
+@pytest.mark.slow
+def test_exactly_once_example_counts_every_order_once_and_a_failed_one_nowhere(
+    airflow_db: Path, target: EngineTarget
+) -> None:
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "dags_examples" / "sqlqueue_exactly_once_example.py"
+    spec = importlib.util.spec_from_file_location("sqlqueue_exactly_once_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    refused = [order for order in example.ORDERS if order["amount_cents"] < 0]
+    expected: dict[str, list[int]] = {}
+    for order in example.ORDERS:
+        if order not in refused:
+            counts = expected.setdefault(order["customer"], [0, 0])
+            counts[0] += 1
+            counts[1] += order["amount_cents"]
+    assert refused and len(expected) > 1  # the example has both kinds
+
+    run = run_dag(target, "sqlqueue_exactly_once_example")
+
+    assert_succeeded(run, target)
+    good = len(example.ORDERS) - len(refused)
+    assert f"orders: processed {good}, failed {len(refused)}" in run.output, run.output
+    [printed] = re.findall(r"^order totals: (\{.*\})$", run.output, flags=re.MULTILINE)
+    assert ast.literal_eval(printed) == expected
+    with target.open() as transport:
+        table = transport.dialect.qualified_name(transport.resolve("order_totals"))
+        rows = rawsql.execute(transport, f"SELECT customer, orders, amount_cents FROM {table}")
+        assert {customer: [orders, amount] for customer, orders, amount in rows} == expected
+        assert transport.queue("orders").count() == 0
+        failed = [json.loads(body) for _, _, body in rawsql.all_rows(transport.queue("error"))]
+    assert failed == refused
+
+
 # ---- PostgreSQL roles for least privilege and secrets ----------------------------------------------
 postgres_only = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
 
