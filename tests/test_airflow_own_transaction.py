@@ -99,13 +99,14 @@ def airflow_conn(target: EngineTarget, monkeypatch: pytest.MonkeyPatch) -> Any:
         yield transport
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-msodbc"], indirect=True)
 def test_the_hooks_connection_holds_ddl_rows_and_sends_until_the_commit(airflow_conn) -> None:
     """``get_conn()`` is not in autocommit mode (on SQLite neither, unlike the transport's own connections);
     ``transaction()`` also holds DDL, which SQLite would otherwise commit at once."""
     transport = airflow_conn
     ledger = create_ledger(transport)
     mark = transport.dialect.placeholder
+    made = transport.dialect.qualified_name(transport.resolve("made_in_a_transaction"))
     hook = SqlQueueHook()
     try:
         for outcome in ("rollback", "commit"):
@@ -117,7 +118,7 @@ def test_the_hooks_connection_holds_ddl_rows_and_sends_until_the_commit(airflow_
             getattr(connection, outcome)()
             connection.close()
         with pytest.raises(RuntimeError, match="undo"), hook.transaction() as connection:
-            connection.cursor().execute("CREATE TABLE made_in_a_transaction (n int)")
+            connection.cursor().execute(f"CREATE TABLE {made} (n int)")
             hook.send("out", b"undone", connection=connection)
             raise RuntimeError("undo")
     finally:
