@@ -139,6 +139,7 @@ def test_the_operator_refuses_what_would_not_be_atomic_before_anything_runs(airf
         "END",
         f"INSERT INTO {ledger} (entry) VALUES ('a'); COMMIT; INSERT INTO {ledger} (entry) VALUES ('b')",
         "SET IMPLICIT_TRANSACTIONS OFF",
+        "BEGIN TRY UPDATE t SET x = 1; COMMIT TRANSACTION; END TRY BEGIN CATCH SELECT 1; END CATCH",
     ):
         operator = ExecuteSqlAndSendOperator(
             task_id="refused",
@@ -148,6 +149,7 @@ def test_the_operator_refuses_what_would_not_be_atomic_before_anything_runs(airf
         )
         with pytest.raises(ConfigurationError, match="ends or leaves the transaction"):
             operator.execute({})
+    assert entries(transport, ledger) == Counter() and sent(transport) == []
     for empty in ("", [], ["  "]):
         with pytest.raises(ValueError, match="sql must be"):
             ExecuteSqlAndSendOperator(task_id="empty", sql=empty, queue_name="out", body="x").execute({})
@@ -162,3 +164,26 @@ def test_the_operator_refuses_what_would_not_be_atomic_before_anything_runs(airf
     assert allowed.execute({})["statements"] == 4
     assert entries(transport, ledger) == Counter({"after": 1})
     assert [body for _, _, body in sent(transport)] == [b"x"]
+
+
+@pytest.mark.parametrize("target", ["sqlserver-msodbc"], indirect=True)
+def test_t_sql_blocks_and_savepoints_stay_in_the_operators_transaction(airflow_conn) -> None:
+    """The T-SQL forms the refusal lets through, run on Babelfish: a TRY block, SAVE TRANSACTION and
+    ROLLBACK TRANSACTION to it undo their part only, and the rest commits with the message."""
+    transport = airflow_conn
+    ledger = create_ledger(transport)
+    post = ExecuteSqlAndSendOperator(
+        task_id="post",
+        sql=[
+            f"BEGIN TRY INSERT INTO {ledger} (entry) VALUES ('in-try'); END TRY BEGIN CATCH THROW; END CATCH",
+            "SAVE TRANSACTION before_undone",
+            f"INSERT INTO {ledger} (entry) VALUES ('undone')",
+            "ROLLBACK TRANSACTION before_undone",
+            f"IF 1 = 1 BEGIN INSERT INTO {ledger} (entry) VALUES ('in-block'); END",
+        ],
+        queue_name="out",
+        body="posted",
+    )
+    assert post.execute({})["statements"] == 5
+    assert entries(transport, ledger) == Counter({"in-try": 1, "in-block": 1})
+    assert [body for _, _, body in sent(transport)] == [b"posted"]

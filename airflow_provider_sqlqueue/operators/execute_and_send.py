@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+import sqlparse
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 
 from ..hooks.sqlqueue import SqlQueueHook
@@ -19,10 +20,13 @@ from ._rendered import as_list, as_mapping
 from .send import SendMessageOperator
 
 # A statement that ends, starts or leaves the operator's transaction would commit part of the work alone.
+# Rolling back to a savepoint (ROLLBACK TO, T-SQL's ROLLBACK TRANSACTION <savepoint>) and T-SQL's blocks
+# (BEGIN ... END, BEGIN TRY ... END TRY) stay inside it.
 TRANSACTION_CONTROL = re.compile(
     r"""^\s*(
-        COMMIT\b | END\b | ABORT\b | ROLLBACK\b(?!\s+TO\b) | START\s+TRANSACTION\b
-        | BEGIN(\s+(TRAN|TRANSACTION|WORK|DEFERRED|IMMEDIATE|EXCLUSIVE|DISTRIBUTED)\b|\s*;?\s*$)
+        COMMIT\b | ABORT\b | START\s+TRANSACTION\b
+        | (ROLLBACK|END)(\s+(WORK|TRAN|TRANSACTION))?(\s+AND\s+(NO\s+)?CHAIN)?\s*;?\s*$
+        | BEGIN(\s+(TRAN|TRANSACTION|WORK|DEFERRED|IMMEDIATE|EXCLUSIVE|DISTRIBUTED|ISOLATION)\b|\s*;?\s*$)
         | SET\s+(IMPLICIT_TRANSACTIONS|AUTOCOMMIT)\b
     )""",
     re.IGNORECASE | re.VERBOSE,
@@ -41,15 +45,25 @@ def statements_of(sql: Any, split_statements: bool) -> list[str]:
     return statements
 
 
+def _commits_inside(statement: str) -> bool:
+    """Whether a COMMIT keyword appears anywhere in ``statement`` (in a T-SQL block, say), not in a string."""
+    return any(
+        token.ttype in sqlparse.tokens.Keyword and token.normalized == "COMMIT"
+        for parsed in sqlparse.parse(statement)
+        for token in parsed.flatten()
+    )
+
+
 def refuse_transaction_control(statements: Sequence[str]) -> None:
     """Refuse, before anything runs, a statement that would commit, roll back or leave the transaction."""
     for statement in statements:
         for part in DbApiHook.split_sql_string(statement):
-            if TRANSACTION_CONTROL.match(part):
+            if TRANSACTION_CONTROL.match(part) or _commits_inside(part):
                 raise ConfigurationError(
                     f"the statement {part.strip()[:80]!r} ends or leaves the transaction that the SQL and "
                     "the messages share, so part of the work would commit alone: remove it (the operator "
-                    "commits once, after the last statement and the sends; a savepoint is allowed)"
+                    "commits once, after the last statement and the sends; a savepoint is allowed; a column "
+                    "named commit must be quoted)"
                 )
 
 
@@ -76,9 +90,11 @@ class ExecuteSqlAndSendOperator(SendMessageOperator):
     The tables must be in the queue database (on SQL Server, another database of the same server is
     reachable as ``[db].[schema].[table]``, in the same transaction).
 
-    :param sql: a statement, a list of statements, or a ``.sql`` file (templated). Statements that commit,
-        roll back or start a transaction (``COMMIT``, ``ROLLBACK``, ``BEGIN TRANSACTION``, ``END``, ...)
-        are refused before anything runs.
+    :param sql: a statement or a list of statements (templated; a file's statements with
+        ``"{% include 'close_day.sql' %}"``: no ``template_ext``, so that a message body or queue name ending
+        in ``.sql`` is not taken for a file). Statements that commit, roll back or start a transaction
+        (``COMMIT`` anywhere, ``ROLLBACK``, ``BEGIN TRANSACTION``, ``END``, ...) are refused before anything
+        runs.
     :param parameters: bound values for every statement, in the driver's style: a dict for named
         placeholders, a list for positional ones (``?`` on SQLite and SQL Server, ``%s`` on PostgreSQL)
         (templated).
@@ -93,7 +109,6 @@ class ExecuteSqlAndSendOperator(SendMessageOperator):
 
     template_fields: Sequence[str] = (*SendMessageOperator.template_fields, "sql", "parameters")
     template_fields_renderers = {**SendMessageOperator.template_fields_renderers, "sql": "sql"}
-    template_ext: Sequence[str] = (".sql",)
     ui_color = "#e0e8d3"
 
     def __init__(
