@@ -568,7 +568,7 @@ def test_password_never_appears_in_logs_output_or_rendered_fields(
     assert deferred.min_messages == "3" and send.queue_name == "orders"
 
     created = provision.execute(context)["created"]
-    assert [name.split("@")[0] for name in created] == ["orders", "error"]
+    assert [name.split("@")[0] for name in created] == ["orders", "error", "error_archive"]
     assert "CREATE TABLE" in dry_run.execute(context)
     send.execute(context)
     # The only message expired at once: the sensor confirms its estimate with an exact count, which
