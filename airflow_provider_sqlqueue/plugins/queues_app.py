@@ -199,6 +199,21 @@ def _same_origin(request: Request) -> bool:
     return (theirs.scheme, theirs.netloc) == (ours.scheme, ours.netloc)
 
 
+def _require_change(request: Request, user: Any, conn_id: str, doing: str) -> None:
+    """What a request that changes the error queue needs: JSON from this origin (no form on another site
+    can send it without a preflight this app never grants), a connection ``user`` may read, and the right
+    to edit it."""
+    if not request.headers.get("content-type", "").startswith("application/json"):
+        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send JSON")
+    if not _same_origin(request):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-origin request refused")
+    require_read(user, conn_id)
+    if not may_edit(user, conn_id):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"{doing} failed messages needs the right to edit connection {conn_id}"
+        )
+
+
 def _overview_json(overview: QueuesOverview) -> dict[str, Any]:
     def stamp(moment: Any) -> str | None:
         return moment.isoformat().replace("+00:00", "Z") if moment else None
@@ -294,16 +309,7 @@ def create_app() -> FastAPI:
 
     @app.post("/api/retry")
     def retry_group(request: Request, body: RetryRequest, user: UserDep) -> Any:
-        if not request.headers.get("content-type", "").startswith("application/json"):
-            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send JSON")
-        if not _same_origin(request):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-origin request refused")
-        require_read(user, body.conn_id)
-        if not may_edit(user, body.conn_id):
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                f"retrying failed messages needs the right to edit connection {body.conn_id}",
-            )
+        _require_change(request, user, body.conn_id, "retrying")
         asked = {"conn_id": body.conn_id, "group": body.group, "method": "POST"}
         opened = _Opened(body.conn_id)
         try:
@@ -425,18 +431,9 @@ def create_app() -> FastAPI:
     def delete_messages(request: Request, body: DeleteRequest, user: UserDep) -> Any:
         """Delete a group or one message from the error queue: ``delete_failed``'s default, which moves
         them to the archive beside the error queue."""
-        if not request.headers.get("content-type", "").startswith("application/json"):
-            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send JSON")
-        if not _same_origin(request):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-origin request refused")
         if (body.group is None) == (body.id is None):
             raise HTTPException(422, "name a group or a message id")
-        require_read(user, body.conn_id)
-        if not may_edit(user, body.conn_id):
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                f"deleting failed messages needs the right to edit connection {body.conn_id}",
-            )
+        _require_change(request, user, body.conn_id, "deleting")
         selection = FailureFilter(group=body.group) if body.group else FailureFilter(ids=[str(body.id)])
         picked = {"group": body.group} if body.group else {"id": body.id}
         asked = {"conn_id": body.conn_id, **picked, "method": "POST"}
