@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -118,3 +119,71 @@ def send_until_stopped(
                 time.sleep(0.05)
             else:
                 acknowledged.append(str(message.id))
+
+
+class InjectedHandlerFailure(Exception):
+    """The exactly-once drill's handler failing on purpose, for a fixed subset of the messages."""
+
+
+def failing_sequence(sequence: int, fail_every: int) -> bool:
+    """Whether the drill's handler fails on the message numbered ``sequence`` (every attempt): one in
+    ``fail_every``, none when ``fail_every`` is 0."""
+    return fail_every > 0 and sequence % fail_every == fail_every // 2
+
+
+def pump_into_business_tables(
+    url: str,
+    schema: str | None,
+    batch_size: int,
+    max_concurrency: int,
+    fail_every: int,
+    attempts_path: str,
+    stop_path: str,
+) -> None:
+    """A MessagePump on ``orders`` (``sends_atomic_with_receive``) whose handler, through
+    ``context.connection``, inserts a row keyed by the message's Id into ``invoices`` (no unique key),
+    adds one to ``tally``'s counter row and sends one message to ``out`` (body: the input's Id; the
+    context adds ``NServiceBus.RelatedTo``), then raises for the messages :func:`failing_sequence` picks.
+    Every handler call first appends the process id and the message's Id to ``attempts_path`` (outside
+    any transaction, so a call whose writes a kill undid is still counted). Starts the pump again while the
+    server is down (its start fails at once then, as a supervisor would restart the process); runs until
+    ``stop_path`` exists, then stops the pump gracefully."""
+    logging.getLogger("airflow_provider_sqlqueue").setLevel(logging.CRITICAL)
+    with open_transport(url, default_schema=schema, connect_timeout=2) as transport:
+        dialect = transport.dialect
+        mark = dialect.placeholder
+        invoices = dialect.qualified_name(transport.resolve("invoices"))
+        tally = dialect.qualified_name(transport.resolve("tally"))
+        insert = f"INSERT INTO {invoices} (message_id, sequence) VALUES ({mark}, {mark})"
+        count = f"UPDATE {tally} SET handled = handled + 1 WHERE name = {mark}"
+        attempts = os.open(attempts_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+        def handler(message, context) -> None:
+            os.write(attempts, f"{os.getpid()} {message.id}\n".encode())
+            sequence = int(message.body)
+            context.connection.execute(insert, (str(message.id), sequence))
+            context.connection.execute(count, ("invoices",))
+            context.send("out", str(message.id).encode())
+            if failing_sequence(sequence, fail_every):
+                raise InjectedHandlerFailure(f"message {sequence} fails on every attempt")
+
+        while True:  # a pump's start fails at once while the server is down: start again, as a supervisor
+            pump = MessagePump(
+                transport.queue("orders"),
+                handler,
+                max_concurrency=max_concurrency,
+                batch_size=batch_size,
+                transaction_mode="sends_atomic_with_receive",
+                immediate_retries=2,
+                idle_delay=0.1,
+            )
+            try:
+                pump.start()
+                break
+            except TransientDatabaseError:
+                time.sleep(0.5)
+        while not os.path.exists(stop_path):
+            time.sleep(0.1)
+        if not pump.stop(60):
+            raise SystemExit("the pump's handlers did not finish within 60 s of the stop")
+        os.close(attempts)
