@@ -42,6 +42,7 @@ BATCH_SIZE = 10
 FAIL_EVERY = 25  # the batching drill's handler fails for one message in 25, on every attempt
 RELATED_TO = "NServiceBus.RelatedTo"
 MESSAGE_ID = "NServiceBus.MessageId"
+EXCEPTION = "NServiceBus.ExceptionInfo.Message"
 
 
 def fault_messages() -> int:
@@ -227,7 +228,8 @@ def run_drill(bed: Bed, batch_size: int, fail_every: int, tmp_path: Path, figure
         [(counter,)] = rawsql.execute(transport, f"SELECT handled FROM {tally}")
         out_rows = rawsql.all_rows(transport.queue("out"))
         related = headers_of(out_rows, RELATED_TO)
-        error_ids = headers_of(rawsql.all_rows(transport.queue("error")), MESSAGE_ID)
+        error_rows = rawsql.all_rows(transport.queue("error"))
+        error_ids = headers_of(error_rows, MESSAGE_ID)
         left = orders.count()
         left_rows = rawsql.all_rows(orders)
     calls = Counter(line.split()[1] for line in workers.attempts_path.read_text().splitlines())
@@ -236,13 +238,19 @@ def run_drill(bed: Bed, batch_size: int, fail_every: int, tmp_path: Path, figure
     sends = counted(succeeding, [i for i in related if i not in failing])
     errors = counted(failing, error_ids)
     kept_from_failed = sum(rows[i] for i in failing) + sum(1 for i in related if i in failing)
-    assert business == {"lost": 0, "duplicated": 0}, "business rows"
+    missing = set(succeeding) - set(rows)
+    failures = [json.loads(headers).get(EXCEPTION) for _, headers, _ in error_rows]
+    whereabouts = {
+        i: failures[error_ids.index(i)] if i in error_ids else "not in the error queue" for i in missing
+    }
+    assert business == {"lost": 0, "duplicated": 0}, f"business rows; the missing ones: {whereabouts}"
     assert int(counter) == sum(rows.values()), "the counter row disagrees with the business rows"
     assert sends == {"lost": 0, "duplicated": 0}, "sends"
     assert all(body == i.encode() for (_, _, body), i in zip(out_rows, related, strict=True)), (
         "a send's body is not its input's Id"
     )
     assert errors == {"lost": 0, "duplicated": 0}, "error queue"
+    assert [i for i in error_ids if i not in failing] == [], "a message that succeeds is in the error queue"
     assert kept_from_failed == 0, "a failed message's row or send was kept"
     assert left == 0 and left_rows == [], "the input queue is not empty"
     assert kills == KILLS and restarts == (1 if bed.cluster is not None else 0)
