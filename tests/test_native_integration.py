@@ -194,6 +194,36 @@ def test_a_batch_commits_the_others_rows_and_sends_while_a_failing_messages_roll
     assert queues.queue("orders").count() == 0
 
 
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_batch_whose_connection_is_lost_before_a_handler_writes_comes_back_without_counting_a_failure(
+    target, queues, postgres_server
+) -> None:
+    """The server ends the receive's session between two messages of a batch, so the second message's
+    savepoint cannot be marked: the batch comes back whole and that message is not one failure nearer the
+    error queue (with no immediate retry, one counted failure would have sent it there)."""
+    business = Business(queues)
+    queues.queue("orders").send_batch([b"first", b"second"])
+    ended: list[int] = []
+
+    def handler(message, context) -> None:
+        if message.body == b"first" and not ended:
+            rows = postgres_server.query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+            )
+            ended.append(len(rows))
+            return  # the receive's connection is gone; this handler wrote nothing on it
+        business.insert_on(context, "dbapi", message.body.decode())
+
+    pump = MessagePump(queues.queue("orders"), handler, batch_size=10, immediate_retries=0, **FAST)
+    stats = pump.run(until_empty=True, timeout=60)
+    assert ended == [1], "the receive's session was not the one ended: the test proves nothing"
+    assert business.orders() == Counter({"first": 1, "second": 1})
+    assert queues.queue("error").count() == 0
+    assert queues.queue("orders").count() == 0
+    assert stats.failed == 0
+
+
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_sqlalchemy_neither_commits_nor_rolls_back_the_lent_connection(target, queues) -> None:
     """Every statement SQLite ran on the driver connection during the handler is traced: SQLAlchemy's

@@ -59,6 +59,7 @@ class MessageContext:
         self._pending_sends: dict[QueueAddress, tuple[TableQueue, list[OutgoingMessage]]] = {}
         self._pending_delayed: list[Callable[[], None]] = []
         self._savepoint = savepoint
+        self.savepoint_failed = False
         self._lent: LentConnection | None = None
         self._sqlalchemy: ReceiveConnection | None = None
 
@@ -97,7 +98,13 @@ class MessageContext:
                 "'receive_only') for the handler's statements to commit or roll back with the message"
             )
         if self._savepoint is not None:
-            self._batch.savepoint(self._savepoint)
+            try:
+                self._batch.savepoint(self._savepoint)
+            except Exception:
+                # Nothing of the handler's ran yet: the receive's connection or transaction is gone (a lost
+                # connection, a server restart), which the pump must not count against the message.
+                self.savepoint_failed = True
+                raise
         lent = self._lent = LentConnection(self._batch.connection)
         return lent
 

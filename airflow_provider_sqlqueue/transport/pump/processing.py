@@ -112,7 +112,9 @@ class MessageProcessor:
         ``immediate_retries`` more attempts the message goes to the error queue in the same transaction
         (after the rollback to the savepoint), so the rest of the batch still commits. Raising (a database
         error while writing the sends, a savepoint the engine already rolled back with the whole
-        transaction, or :class:`Rollback` when the stop gave up on this handler) rolls the whole batch back.
+        transaction, the savepoint that a lost connection could not mark, or :class:`Rollback` when the stop
+        gave up on this handler) rolls the whole batch back; the savepoint's failure does not count against
+        the message, whose handler had not run a statement yet.
         ``counters`` are added to the pump's after the commit.
         """
         pump = self._pump
@@ -131,6 +133,8 @@ class MessageProcessor:
                 self._call_handler(message, context)
                 break
             except Exception as error:
+                if context is not None and context.savepoint_failed:
+                    raise  # the batch's transaction failed, not this message: the whole batch comes back
                 count = pump.failures.record(message.id, error)
                 if context is not None and context.lent_connection:
                     batch.rollback_to_savepoint(MESSAGE_SAVEPOINT)
