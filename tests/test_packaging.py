@@ -9,6 +9,7 @@ import sys
 import textwrap
 from importlib.metadata import distribution
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,30 +123,82 @@ def _requirement(distribution_name: str, package: str, extra: str | None) -> str
     raise AssertionError(f"{distribution_name} does not require {package} (extra {extra})")
 
 
-def test_the_spark_extra_accepts_every_pyspark_the_apache_spark_provider_accepts() -> None:
-    pytest.importorskip("airflow.providers.apache.spark", reason="the spark extra is not installed")
+def _spark_extra() -> dict[str, Any]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         tomllib = pytest.importorskip("tomli")
     from packaging.requirements import Requirement
+
+    texts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["spark"]
+    return {Requirement(text).name: Requirement(text).specifier for text in texts}
+
+
+def test_the_spark_extra_allows_only_the_pyspark_ci_tests_and_the_apache_spark_provider_takes() -> None:
+    """The oldest PySpark the extra allows is the one installed here (so CI tests the floor), both
+    distributions are pinned alike, and the apache-spark provider accepts that version."""
+    pytest.importorskip("airflow.providers.apache.spark", reason="the spark extra is not installed")
+    from packaging.requirements import Requirement
     from packaging.version import Version
 
-    ours = {
-        Requirement(text).name: Requirement(text).specifier
-        for text in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"][
-            "spark"
-        ]
+    ours = _spark_extra()
+    installed = {name: Version(distribution(name).version) for name in ("pyspark", "pyspark-client")}
+    assert installed["pyspark"] == installed["pyspark-client"], installed
+    for name, version in installed.items():
+        assert version in ours[name], f"{name} {version} is installed but the extra allows {ours[name]}"
+        lower = [Version(s.version) for s in ours[name] if s.operator in ("==", ">=", "~=", "===")]
+        assert lower and min(lower) == version, f"{name}: the extra's floor is not the version CI tests"
+    assert str(ours["pyspark"]) == str(ours["pyspark-client"]), ours
+    theirs = _requirement("apache-airflow-providers-apache-spark", "pyspark-client", None)
+    assert installed["pyspark-client"] in Requirement(f"x{theirs}").specifier
+
+
+@pytest.mark.slow
+def test_a_plain_install_of_the_spark_extra_pairs_pyspark_and_pyspark_client_at_one_version(
+    tmp_path: Path,
+) -> None:
+    """What ``pip install ".[spark]"`` picks, resolved from the package index without a constraints file
+    (a range once paired pyspark 4.3.0 with pyspark-client 4.2.0). Needs the index, as .ci/setup.sh does."""
+    import json
+
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+    command += ["--disable-pip-version-check", "--report", str(report), f"{REPO}[spark]"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    picked = {
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
     }
-    theirs = {
-        "pyspark-client": _requirement("apache-airflow-providers-apache-spark", "pyspark-client", None),
-        "pyspark": _requirement("apache-airflow-providers-apache-spark", "pyspark", "pyspark"),
-    }
-    for package, specifier in theirs.items():
-        lowest = Version(next(s.version for s in Requirement(f"x{specifier}").specifier if ">" in s.operator))
-        for version in (lowest, Version("4.1.1"), Version("4.2.0")):
-            if package in ours:
-                assert version in ours[package], f"{package} {version}: the provider takes it, we do not"
+    assert "pyspark" in picked and "pyspark-client" in picked, sorted(picked)
+    assert picked["pyspark"] == picked["pyspark-client"], picked
+
+
+def test_the_data_source_refuses_to_import_beside_a_pyspark_client_of_another_version(tmp_path: Path) -> None:
+    """A pyspark-client 4.3.0 installed over this environment's pyspark (its metadata first on the path):
+    the data source's import says which two versions meet and how to pair them."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    other = tmp_path / "pyspark_client-4.3.0.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: pyspark-client\nVersion: 4.3.0\n")
+    code = f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        try:
+            from airflow_provider_sqlqueue.spark import SqlQueueDataSource
+        except ImportError as error:
+            print("REFUSED", type(error).__name__, error)
+        else:
+            print("IMPORTED")
+        import airflow_provider_sqlqueue.spark.drain
+        print("DRAIN IMPORTS")
+        """
+    result = run_python(code, blocked=[])
+    assert result.returncode == 0, result.stdout + result.stderr
+    pyspark = distribution("pyspark").version
+    assert f"REFUSED MixedPySparkInstall pyspark {pyspark} and pyspark-client 4.3.0" in result.stdout
+    assert 'pip install "pyspark==4.3.0" "pyspark-client==4.3.0"' in result.stdout, result.stdout
+    assert "DRAIN IMPORTS" in result.stdout
 
 
 def test_the_demo_runs_from_the_examples_subpackage_and_finds_the_example_dag() -> None:

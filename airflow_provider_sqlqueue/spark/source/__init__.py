@@ -10,6 +10,7 @@ One module per part:
 - ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
 - ``rows.py``: the columns of the rows it returns;
 - ``writer.py``: the write side (``df.write``).
+- ``pyspark_pair.py``: the refusal of a pyspark and pyspark-client of two versions, checked on import.
 
 ``SqlQueueDataSource`` is exported by ``airflow_provider_sqlqueue.spark``. PySpark is imported when the
 data source, ``ack_read`` or ``release_read`` is first used, not when the package is imported.
@@ -20,6 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .options import SourceOptions
+from .pyspark_pair import check_pyspark_pair
+
+check_pyspark_pair()
 
 if TYPE_CHECKING:
     from .batch import ack_read, release_read
