@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, SqlQueueError
 from .archive import ArchiveStatements
+from .subscriptions import SubscriptionStatements
 
 Layout = Literal["clustered", "heap"]
 StorageParameters = tuple[tuple[str, str], ...]
@@ -139,7 +140,7 @@ def short_hash(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
 
 
-class Dialect(ArchiveStatements, ABC):
+class Dialect(ArchiveStatements, SubscriptionStatements, ABC):
     """One database engine's SQL. Subclasses are stateless; the transport caches rendered statements."""
 
     name: ClassVar[str]

@@ -210,6 +210,11 @@ class _QmarkCursor:
 
 _STATEMENT_METHODS = {
     "create_table",
+    "create_subscription_table",
+    "subscribe",
+    "unsubscribe",
+    "select_subscribers",
+    "select_subscriptions",
     "vacuum_check",
     "add_body_string",
     "drop_table",

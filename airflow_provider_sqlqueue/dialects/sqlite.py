@@ -25,7 +25,8 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .base import Dialect, Finding, IndexSpec, TableOptions
+from .base import Finding, IndexSpec, TableOptions
+from .sqlite_subscriptions import SqliteSubscriptions
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # A random (version 4) UUID's text, lower case as str(uuid.uuid4()): SQLite has no UUID function.
@@ -51,7 +52,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class SqliteDialect(Dialect):
+class SqliteDialect(SqliteSubscriptions):
     name = "sqlite"
     display_name = "SQLite"
     default_schema = None

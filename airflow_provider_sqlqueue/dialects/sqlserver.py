@@ -24,6 +24,7 @@ from ..model.errors import (
 )
 from .base import Finding, IndexSpec, TableOptions, short_hash
 from .sqlserver_archive import SqlServerArchive
+from .sqlserver_subscriptions import SqlServerSubscriptions
 
 _COLUMNS = "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]"
 _VALUES_ROW = "(?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
@@ -61,7 +62,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class SqlServerDialect(SqlServerArchive):
+class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions):
     name = "sqlserver"
     display_name = "SQL Server"
     default_schema = "dbo"
@@ -559,6 +560,9 @@ class SqlServerDialect(SqlServerArchive):
 
     def is_deadlock(self, error: BaseException) -> bool:
         return 1205 in native_errors(error)
+
+    def is_duplicate_key(self, error: BaseException) -> bool:
+        return bool(native_errors(error) & {2601, 2627})
 
     def is_connection_lost(self, error: BaseException) -> bool:
         try:

@@ -36,6 +36,7 @@ from .endpoint import Endpoint
 from .lent import LentConnection, ReceiveConnection
 from .message import OutgoingMessage, ReceivedMessage
 from .pool import PooledConnection
+from .publishing import PublishResult
 from .pump import MessageContext, MessagePump, PumpStats, RampUpController, Strategy, load_handler
 from .queue import (
     Finding,
@@ -47,6 +48,13 @@ from .queue import (
     VacuumResult,
 )
 from .recoverability import CircuitBreakerSettings
+from .subscriptions import (
+    Subscription,
+    SubscriptionSettings,
+    SubscriptionStore,
+    topic_name,
+    topics_of,
+)
 
 __all__ = [
     "CircuitBreakerSettings",
@@ -64,6 +72,7 @@ __all__ = [
     "OutgoingMessage",
     "PermissionDenied",
     "PooledConnection",
+    "PublishResult",
     "PumpStats",
     "QueueAddress",
     "QueueNotFound",
@@ -73,6 +82,9 @@ __all__ = [
     "ReceivedMessage",
     "SqlQueueError",
     "Strategy",
+    "Subscription",
+    "SubscriptionSettings",
+    "SubscriptionStore",
     "TableOptions",
     "TableQueue",
     "TableStorage",
@@ -82,4 +94,6 @@ __all__ = [
     "VacuumResult",
     "load_handler",
     "open_transport",
+    "topic_name",
+    "topics_of",
 ]

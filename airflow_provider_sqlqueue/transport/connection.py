@@ -15,10 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -29,7 +31,12 @@ from ..model.errors import ConfigurationError
 from .connection_factory import ConnectionFactory, ask_factory
 from .lease import ConnectionLease
 from .pool import ConnectionPool, PooledConnection
+from .publishing import PublishResult, publish
 from .queue import TableQueue
+from .subscriptions import SubscriptionSettings, SubscriptionStore
+
+if TYPE_CHECKING:
+    from .message import OutgoingMessage
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +160,13 @@ class Transport:
         pool_timeout: float = 30.0,
         max_body_bytes: int | None = None,
         lock_mode: LockMode = "auto",
+        subscriptions: SubscriptionSettings | None = None,
     ) -> None:
+        if subscriptions is not None and not isinstance(subscriptions, SubscriptionSettings):
+            raise ConfigurationError(
+                f"subscriptions takes a SubscriptionSettings, not a {type(subscriptions).__name__}"
+            )
+        self.subscription_settings = subscriptions or SubscriptionSettings()
         if lock_mode not in ("auto", "row", "advisory"):
             raise ConfigurationError(f"lock_mode must be 'auto', 'row' or 'advisory', not {lock_mode!r}")
         if pool_size < 1 or max_overflow < 0:
@@ -307,6 +320,37 @@ class Transport:
         """
         return ConnectionLease(self, address)
 
+    # ---- publish/subscribe -----------------------------------------------------------------------
+    @cached_property
+    def subscriptions(self) -> SubscriptionStore:
+        """The subscription table of native publish/subscribe (see :mod:`.subscriptions`), at the place
+        and with the cache the transport was opened with (``subscriptions=SubscriptionSettings(...)``)."""
+        return SubscriptionStore(self, self.subscription_settings)
+
+    def publish(
+        self,
+        topic: str | type,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        base_topics: Iterable[str] = (),
+        time_to_be_received: timedelta | None = None,
+        connection: Any = None,
+    ) -> PublishResult:
+        """Send ``message`` once to each distinct queue subscribed to ``topic`` (a string, or a class and
+        its bases) or to one of ``base_topics``, all in one transaction; with ``connection`` in that
+        connection's transaction, uncommitted (as :meth:`TableQueue.send`). Nothing is sent, and that is
+        logged, when nobody subscribed. See :mod:`.publishing`."""
+        return publish(
+            self,
+            topic,
+            message,
+            headers,
+            base_topics=base_topics,
+            time_to_be_received=time_to_be_received,
+            connection=connection,
+        )
+
 
 def _enable_wal(connection: Any, timeout: float) -> None:
     """Switch the file to WAL once; SQLite answers "locked" at once, without waiting, while another
@@ -459,6 +503,7 @@ def open_transport(
     max_body_bytes: int | None = None,
     lock_mode: LockMode = "auto",
     connect: ConnectionFactory | None = None,
+    subscriptions: SubscriptionSettings | None = None,
 ) -> Transport:
     """Open the database at ``url`` (a string or a SQLAlchemy ``URL``) for queues.
 
@@ -471,6 +516,9 @@ def open_transport(
     ``lock_mode`` says how PostgreSQL receivers skip each other's messages: ``"row"`` (``FOR UPDATE SKIP
     LOCKED``, needs an UPDATE privilege), ``"advisory"`` (advisory locks, needs only SELECT, INSERT and
     DELETE) or ``"auto"`` (row locks where the role may take them); other engines ignore it.
+
+    ``subscriptions`` says where the publish/subscribe table is and how long a publish caches its lookup
+    (:class:`~.subscriptions.SubscriptionSettings`; by default ``SubscriptionRouting``, 5 seconds).
     """
     if connect is not None and not callable(connect):
         kind = type(connect).__name__
@@ -505,6 +553,7 @@ def open_transport(
         max_overflow=max_overflow,
         max_body_bytes=max_body_bytes,
         lock_mode=lock_mode,
+        subscriptions=subscriptions,
     )
 
 

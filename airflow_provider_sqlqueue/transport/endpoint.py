@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from ..model.errors import ConfigurationError
 from . import headers as h
 from .delayed import DEFAULT_DELAYED_SUFFIX, DelayedMover, DelayedStore
 from .message import OutgoingMessage
+from .publishing import PublishResult
 from .pump import Handler, MessagePump, check_pool_size
 from .recoverability import CircuitBreakerSettings, CriticalErrorCallback
 
@@ -156,6 +157,37 @@ class Endpoint:
             raise ConfigurationError(f"endpoint {self.address} was created without delayed delivery")
         return self.delayed.store(
             destination, outgoing, delay=delay, deliver_at=deliver_at, connection=connection
+        )
+
+    def publish(
+        self,
+        topic: str | type,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        base_topics: Iterable[str] = (),
+        time_to_be_received: timedelta | None = None,
+        connection: Any = None,
+    ) -> PublishResult:
+        """Publish from this instance (its reply-to and originating headers on every copy): one copy to
+        each queue subscribed to ``topic`` or its ancestors, in one transaction (see
+        :meth:`Transport.publish`)."""
+        if isinstance(message, OutgoingMessage):
+            outgoing: OutgoingMessage | bytes | str = OutgoingMessage.of(
+                message, headers, time_to_be_received
+            )
+            merged = None
+        else:
+            merged = self.outgoing_headers()
+            merged.update(headers or {})
+            outgoing = message
+        return self.transport.publish(
+            topic,
+            outgoing,
+            merged,
+            base_topics=base_topics,
+            time_to_be_received=None if merged is None else time_to_be_received,
+            connection=connection,
         )
 
     # ---- receiving -----------------------------------------------------------------------------

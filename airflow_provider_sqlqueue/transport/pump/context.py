@@ -4,7 +4,7 @@ transaction mode."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,9 @@ from ...model.errors import ConfigurationError
 from .. import headers as h
 from ..lent import LentConnection, ReceiveConnection, receive_connection
 from ..message import OutgoingMessage, ReceivedMessage
+from ..publishing import PublishResult, publish_message
 from ..queue import ReceivedBatch, TableQueue, TransactionMode
+from ..subscriptions import topics_of
 
 if TYPE_CHECKING:
     from .message_pump import MessagePump
@@ -186,6 +188,35 @@ class MessageContext:
             store_delayed()
         self._pending_sends.clear()
         self._pending_delayed.clear()
+
+    def publish(
+        self,
+        topic: str | type,
+        message: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        base_topics: Iterable[str] = (),
+        time_to_be_received: timedelta | None = None,
+    ) -> PublishResult:
+        """Publish to every queue subscribed to ``topic`` or its ancestors, as a send in the pump's
+        transaction mode: in ``sends_atomic_with_receive`` the copies commit or roll back with the receive
+        (the lookup reads on the receive's connection); in the other modes they commit together, in one
+        transaction of their own, at once."""
+        topics = topics_of(topic, base_topics)
+        outgoing = publish_message(self._outgoing(message, headers, time_to_be_received), None, None, topics)
+        transport = self.queue.transport
+        if self.transaction_mode is not TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+            if self.transaction_mode is TransactionMode.RECEIVE_ONLY and transport.dialect.single_writer:
+                raise ConfigurationError(
+                    f"{transport.dialect.display_name} has a single writer: a publish that commits on its "
+                    "own would wait for this receive's own write lock. Use "
+                    "transaction_mode='sends_atomic_with_receive'"
+                )
+            return transport.publish(topics[0], outgoing, base_topics=topics[1:])
+        queues = transport.subscriptions.subscriber_queues(topics, connection=self._batch.connection)
+        for queue in queues:
+            self.send(queue, outgoing)
+        return PublishResult(outgoing.id, topics, tuple(queues))
 
     def reply(
         self,
