@@ -12,9 +12,9 @@ type in an annotation (a queue holding its ``Transport``) is a reference back, n
 Importing ``a.b.c`` is not counted as importing the package ``a.b`` (its ``__init__`` re-exports its own
 children, so every such edge would be a cycle of no meaning).
 
-Layers, lowest first (see docs/architecture.md): model <- dialects <- transport <- {handlers, hooks, spark,
-cli} <- the Airflow surface {triggers, sensors, queues, operators}. The core (model, dialects, transport,
-handlers) imports neither Airflow nor PySpark; spark/ imports no Airflow.
+Layers, lowest first (see docs/architecture.md): model <- dialects <- transport <- spark <- {handlers,
+hooks, cli} <- the Airflow surface {triggers, sensors, queues, operators}. The core (model, dialects,
+transport, handlers) imports neither Airflow nor PySpark; spark/ imports no Airflow.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ ALLOWED: dict[str, set[str]] = {
     "dialects": {"model"},
     "transport": {"model", "dialects"},
     "handlers": {"model", "transport"},
-    "hooks": {"model", "dialects", "transport"},
+    # The hook also lists and ends the Spark data source's staged runs (spark/staged_runs.py, no PySpark).
+    "hooks": {"model", "dialects", "transport", "spark"},
     "spark": {"model", "dialects", "transport"},
-    # The command line reads an Airflow connection through the hook when Airflow is installed.
-    "cli": {"model", "dialects", "transport", "hooks"},
+    # The command line reads an Airflow connection through the hook when Airflow is installed, and lists
+    # and ends staged runs through spark/staged_runs.py.
+    "cli": {"model", "dialects", "transport", "hooks", "spark"},
     # The Airflow side of metrics: the deployment's metrics backend fed with the core's figures.
     "metrics": {"model", "transport"},
     "triggers": {"model", "dialects", "transport", "hooks", "metrics"},

@@ -350,6 +350,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_failed_commands(commands, common, _command, _run)
 
+    from ._spark import add_spark_commands
+
+    add_spark_commands(commands, common, _command, _run)
+
     p = _command(
         commands,
         "script",
@@ -451,6 +455,9 @@ _COMMAND_MODULES = {
     "failed_retry": "_failed",
     "failed_delete": "_failed",
     "failed_purge_archive": "_failed",
+    "spark_runs": "_spark",
+    "spark_release": "_spark",
+    "spark_ack": "_spark",
 }
 
 

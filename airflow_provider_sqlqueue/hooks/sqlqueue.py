@@ -605,6 +605,27 @@ class SqlQueueHook(DbApiHook):
         of at autovacuum's next look; needs the table's owner. Elsewhere nothing runs (``ran`` False)."""
         return self.get_queue(queue_name).vacuum()
 
+    def staged_runs(self, queue_name: str, prefix: str | None = None) -> list[dict[str, Any]]:
+        """The Spark data source's runs of ``queue_name`` with staged messages (taken out of the queue and
+        not acknowledged), oldest first, as dicts: run_id, queue, kind, state, messages, low, high,
+        age_seconds, idle_seconds (see ``spark/staged_runs.py``)."""
+        from ..spark.staged_runs import staged_runs
+        from ..spark.tables import DEFAULT_PREFIX
+
+        runs = staged_runs(self.get_transport(), queue_name, prefix or DEFAULT_PREFIX)
+        return [staged.as_dict() for staged in runs]
+
+    def end_staged_run(
+        self, queue_name: str, run_id: str, action: Literal["release", "ack"], prefix: str | None = None
+    ) -> int:
+        """Release (back to the end of the queue) or acknowledge (delete) the staged messages of a batch
+        read or a stream of the Spark data source; return how many (0 when the run was ended that way
+        before)."""
+        from ..spark.staged_runs import end_staged_run
+        from ..spark.tables import DEFAULT_PREFIX
+
+        return end_staged_run(self.get_transport(), queue_name, run_id, action, prefix or DEFAULT_PREFIX)
+
     def provision(
         self,
         queues: Sequence[str],

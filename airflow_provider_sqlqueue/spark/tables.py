@@ -177,6 +177,9 @@ class BridgeSql:
         p = self.p
         return f"SELECT State, JobAttempt, InputQueue, Summary FROM {self.runs} WHERE RunId = {p}"
 
+    def run_sink(self) -> str:
+        return f"SELECT Sink FROM {self.runs} WHERE RunId = {self.p}"
+
     def insert_run(self) -> str:
         p = self.p
         return (
@@ -477,6 +480,22 @@ class BridgeSql:
             f"INSERT INTO {self.dialect.qualified_name(queue)} ({columns}) "
             f"SELECT Id, CorrelationId, ReplyToAddress, {true}, Expires, Headers, Body FROM {self.staging} "
             f"WHERE RunId = {self.p} ORDER BY RowVersion"
+        )
+
+    def seconds_since(self, column: str) -> str:
+        """An expression: seconds from ``column`` (a timestamp this module wrote) to now, as a number."""
+        if self.engine == "postgresql":
+            return f"EXTRACT(EPOCH FROM (clock_timestamp() - {column}))"
+        if self.engine == "sqlserver":
+            return f"DATEDIFF(second, {column}, SYSUTCDATETIME())"
+        return f"(julianday('now') - julianday({column})) * 86400.0"
+
+    def touch_run(self, states: Sequence[str]) -> str:
+        """Lock a run's row for the transaction (its heartbeat set to now) while it is in one of ``states``:
+        a stream stages only under that row's lock, so its staged rows stand still until the commit."""
+        listed = ", ".join(f"'{state}'" for state in states)
+        return (
+            f"UPDATE {self.runs} SET HeartbeatAt = {self.now} WHERE RunId = {self.p} AND State IN ({listed})"
         )
 
     def table_columns(self, table: QueueAddress) -> str:

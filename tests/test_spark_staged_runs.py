@@ -1,0 +1,137 @@
+"""Staged runs of the Spark data source, seen and ended without Spark's own session: a batch read planned by
+its reader (the driver's ``partitions()``) and a stream's planned micro-batch leave messages outside the
+queue; ``sqlqueue spark runs`` and the hook list them per run with their age, ``release`` puts them back at
+the end of the queue and ``ack`` deletes them, on SQLite, PostgreSQL and Babelfish."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+
+from test_spark_jobs import send_orders
+
+from airflow_provider_sqlqueue import cli
+from airflow_provider_sqlqueue.cli._support import Exit
+from airflow_provider_sqlqueue.spark.config import split_credentials
+from airflow_provider_sqlqueue.spark.source import SourceOptions
+from airflow_provider_sqlqueue.spark.staged_runs import end_staged_run, staged_runs
+from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables, create_bridge_tables
+from airflow_provider_sqlqueue.transport import ConfigurationError
+
+ENGINES = ["sqlite", "postgresql", "sqlserver"]
+
+
+@pytest.fixture
+def queues(target):
+    with target.open() as transport:
+        for name in ("orders", "error"):
+            transport.queue(name).create()
+        create_bridge_tables(transport, "orders")
+        yield transport
+
+
+def options(target, **extra: str) -> SourceOptions:
+    url, password = split_credentials(target.url)
+    given = {"url": url, "queue": "orders", "batchSize": "7"}
+    if password:
+        given["password"] = password
+    if target.schema:
+        given["defaultSchema"] = target.schema
+    return SourceOptions.parse(given | extra)
+
+
+def stage_a_batch_read(target, run_id: str) -> None:
+    """What a job that failed after planning leaves: its reader received into staging, nobody acked."""
+    from airflow_provider_sqlqueue.spark.source.batch import SqlQueueBatchReader
+
+    assert SqlQueueBatchReader(options(target, runId=run_id)).partitions()
+
+
+def plan_a_micro_batch(target, stream_id: str, rows: int) -> None:
+    """What a stream leaves when its query ends: a planned micro-batch Spark never committed to the source."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    reader = SqlQueueStreamReader(options(target, streamId=stream_id))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(rows))
+    assert reader.partitions(start, end)
+
+
+def cli_args(target) -> list[str]:
+    args = ["--url", target.url]
+    return [*args, "--schema", target.schema] if target.schema else args
+
+
+def cli_json(capsys, target, *command: str) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert cli.main(["spark", *command[:1], *cli_args(target), *command[1:], "--json"]) == Exit.OK
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_staged_runs_are_listed_then_released_to_the_end_of_the_queue_or_acknowledged(
+    target, queues, capsys
+) -> None:
+    sent = send_orders(queues, 30)
+    stage_a_batch_read(target, "nightly-1")  # takes all 30
+    late = send_orders(queues, 12, first_order_id=31)
+    plan_a_micro_batch(target, "orders-stream", 5)
+    orders = queues.queue("orders")
+    assert orders.count() == 7
+
+    runs = cli_json(capsys, target, "runs", "orders")
+    assert [(r["run_id"], r["kind"], r["state"], r["messages"]) for r in runs] == [
+        ("nightly-1", "batch read", "read", 30),
+        ("orders-stream", "stream", "streaming", 5),
+    ]
+    assert all(r["queue"] == orders.name and 0 <= r["idle_seconds"] <= r["age_seconds"] < 600 for r in runs)
+    listed = [(r.run_id, r.kind, r.messages, r.low, r.high) for r in staged_runs(queues, "orders")]
+    assert listed == [(r["run_id"], r["kind"], r["messages"], r["low"], r["high"]) for r in runs]
+
+    released = cli_json(capsys, target, "release", "orders", "nightly-1")
+    assert released == [{"queue": orders.name, "run_id": "nightly-1", "action": "release", "messages": 30}]
+    with orders.receive(100) as batch:
+        waiting = [str(message.id) for message in batch]
+    # the 7 late orders the stream did not take, then the released 30 in their order
+    assert waiting == [str(m.id) for m in late[5:]] + [str(m.id) for m in sent]
+    assert end_staged_run(queues, "orders", "nightly-1", "release") == 0  # released before
+
+    assert cli.main(["spark", "ack", *cli_args(target), "orders", "orders-stream"]) == Exit.USAGE
+    acked = cli_json(capsys, target, "ack", "orders", "orders-stream", "--yes")
+    assert acked[0]["messages"] == 5
+    assert staged_runs(queues, "orders") == [] and orders.count() == 0
+    with pytest.raises(ConfigurationError, match="is aborted: it cannot be acknowledged"):
+        end_staged_run(queues, "orders", "nightly-1", "ack")
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_an_acknowledged_batch_read_is_committed_and_a_drain_run_is_not_ended_by_hand(target, queues) -> None:
+    send_orders(queues, 9)
+    stage_a_batch_read(target, "nightly-2")
+    assert end_staged_run(queues, "orders", "nightly-2", "ack") == 9
+    assert end_staged_run(queues, "orders", "nightly-2", "ack") == 0
+    assert queues.queue("orders").count() == 0 and staged_runs(queues, "orders") == []
+    from airflow_provider_sqlqueue.spark.drain.transactions import execute
+
+    sql = BridgeSql(queues, bridge_tables(queues, "orders"))
+    execute(queues, sql.insert_run(), ("drain-7", queues.queue("orders").name, "table:totals"))
+    with pytest.raises(ConfigurationError, match="drain job's run"):
+        end_staged_run(queues, "orders", "drain-7", "release")
+    with pytest.raises(ConfigurationError, match="unknown"):
+        end_staged_run(queues, "orders", "never-ran", "release")
+
+
+def test_a_queue_without_the_bridge_tables_has_no_staged_runs(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    assert cli.main(["create", "--url", url, "orders"]) == Exit.OK
+    capsys.readouterr()
+    assert cli.main(["spark", "runs", "--url", url, "orders"]) == Exit.OK
+    assert "no staged runs" in capsys.readouterr().out
+    assert cli.main(["spark", "release", "--url", url, "orders", "x"]) == Exit.USAGE
+    assert "has no Spark bridge tables" in capsys.readouterr().err
