@@ -73,6 +73,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_sqlqueue.operators.execute_and_send",
                     "airflow_provider_sqlqueue.operators.failed",
                     "airflow_provider_sqlqueue.operators.provision",
+                    "airflow_provider_sqlqueue.operators.publish",
                     "airflow_provider_sqlqueue.operators.purge",
                     "airflow_provider_sqlqueue.operators.send",
                     "airflow_provider_sqlqueue.operators.spark_submit",

@@ -31,13 +31,17 @@ except ImportError as missing:  # the entry point is there without the airflow e
 import sqlalchemy
 from sqlalchemy.engine import URL, Engine, make_url
 
+from ..model.address import QueueAddress
 from ..transport import (
     ConfigurationError,
     Finding,
     MessagePump,
     OutgoingMessage,
+    PublishResult,
     PumpStats,
     ReceivedBatch,
+    Subscription,
+    SubscriptionSettings,
     TableOptions,
     TableQueue,
     Transport,
@@ -417,8 +421,25 @@ class SqlQueueHook(DbApiHook):
                 error_queue=error_queue,
                 lock_mode=extra.get("lock_mode") or "auto",
                 connect=self._iam_connect_arguments if self._iam_login() else None,
+                subscriptions=self._subscription_settings(),
             )
         return self._transport
+
+    def _subscription_settings(self) -> SubscriptionSettings:
+        """Where the subscription table is (extra ``subscription_table``, an address such as
+        ``SubscriptionRouting@[dbo]``) and how long a publish trusts its lookup (extra
+        ``subscription_cache_seconds``); the reference's defaults otherwise."""
+        extra = self.connection_extra
+        table = QueueAddress.parse(str(extra.get("subscription_table") or "SubscriptionRouting"))
+        seconds = extra.get("subscription_cache_seconds")
+        try:
+            cache_seconds = 5.0 if seconds in (None, "") else float(seconds)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"connection {self.get_conn_id()!r}: subscription_cache_seconds must be a number of seconds, "
+                f"not {seconds!r}"
+            ) from None
+        return SubscriptionSettings(table.table, table.schema, table.catalog, cache_seconds)
 
     def _iam_login(self) -> bool:
         """Whether a PostgreSQL connection logs in with an RDS IAM token (its extra ``iam``)."""
@@ -683,6 +704,49 @@ class SqlQueueHook(DbApiHook):
             **pump_options,
         )
         return pump.run(max_messages=max_messages, until_empty=True, timeout=timeout)
+
+    # ---- publish/subscribe ---------------------------------------------------------------------
+    def subscribe(
+        self, queue_name: str, topic: str, endpoint: str | None = None, *, connection: Any = None
+    ) -> Subscription:
+        """Subscribe ``queue_name`` to ``topic`` under the name ``endpoint`` (default: the queue's table
+        name, as an endpoint subscribes its primary queue). An upsert: subscribing the same endpoint and
+        topic again moves it to the queue given. With ``connection`` it joins that connection's
+        transaction, uncommitted (see :meth:`send`)."""
+        transport = self.get_transport()
+        name = endpoint or transport.resolve(queue_name).table
+        return transport.subscriptions.subscribe(name, topic, queue_name, connection=connection)
+
+    def unsubscribe(self, endpoint: str, topic: str, *, connection: Any = None) -> bool:
+        """Remove ``endpoint``'s subscription to ``topic``; True when there was one."""
+        return self.get_transport().subscriptions.unsubscribe(endpoint, topic, connection=connection)
+
+    def subscriptions(self, topic: str | None = None, *, endpoint: str | None = None) -> list[Subscription]:
+        """The subscriptions (of one topic, of one endpoint), ordered by topic and endpoint."""
+        return self.get_transport().subscriptions.list(topic, endpoint=endpoint)
+
+    def publish(
+        self,
+        topic: str,
+        body: OutgoingMessage | bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        base_topics: Iterable[str] = (),
+        time_to_be_received: timedelta | None = None,
+        connection: Any = None,
+    ) -> PublishResult:
+        """Send one copy of the message to each queue subscribed to ``topic`` or to one of
+        ``base_topics``, all in one transaction (nothing, logged, when nobody subscribed); return the
+        Id and the queues. With ``connection`` it is written in that connection's transaction,
+        uncommitted (see :meth:`send`)."""
+        return self.get_transport().publish(
+            topic,
+            body,
+            headers,
+            base_topics=base_topics,
+            time_to_be_received=time_to_be_received,
+            connection=connection,
+        )
 
     # ---- async counterparts for triggers -------------------------------------------------------
     async def aget_transport(self) -> Transport:

@@ -8,7 +8,9 @@ An endpoint named ``Sales`` has
   of everything the instance sends); its pump has its own concurrency, 1 by default. Satellite receivers
   (further input queues of the endpoint) never get one;
 - the names of the shared error and audit queues;
-- the delayed table ``Sales.Delayed`` and its mover (one per endpoint across all instances).
+- the delayed table ``Sales.Delayed`` and its mover (one per endpoint across all instances);
+- its subscriptions (``subscribe_to``): on start it subscribes its primary queue, under its name, to each
+  topic in the transport's subscription table, so that a publish of the topic reaches it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .recoverability import CircuitBreakerSettings, CriticalErrorCallback
 if TYPE_CHECKING:
     from .connection import Transport
     from .queue import TableQueue
+    from .subscriptions import Subscription
 
 __all__ = ["Endpoint", "instance_queue_name"]
 
@@ -53,6 +56,9 @@ class Endpoint:
     :param audit_queue: the shared audit queue, or None for no audit copies (default).
     :param delayed_delivery: keep a ``<name>.Delayed`` table for delayed sends (default True).
     :param delayed_table_suffix: the delayed table's suffix (default ``Delayed``).
+    :param subscribe_to: topics (strings, or classes: see :func:`.subscriptions.topics_of`) that
+        :meth:`start` subscribes the primary queue to, under the endpoint's name; the subscriptions stay
+        when the endpoint stops (as the reference's), :meth:`unsubscribe` removes one.
     """
 
     def __init__(
@@ -66,9 +72,13 @@ class Endpoint:
         audit_queue: str | None = None,
         delayed_delivery: bool = True,
         delayed_table_suffix: str = DEFAULT_DELAYED_SUFFIX,
+        subscribe_to: Iterable[str | type] = (),
     ) -> None:
         if error_queue is None:
             raise ConfigurationError("an endpoint needs an error queue")
+        if isinstance(subscribe_to, str | bytes):
+            raise ConfigurationError("subscribe_to takes a list of topics, not one string")
+        self.subscribe_to: tuple[str | type, ...] = tuple(subscribe_to)
         self.transport = transport
         self.address = transport.resolve(name)
         self.name = self.address.table
@@ -190,6 +200,16 @@ class Endpoint:
             connection=connection,
         )
 
+    # ---- subscriptions -------------------------------------------------------------------------
+    def subscribe(self, topic: str | type) -> Subscription:
+        """Subscribe this endpoint's primary queue to ``topic`` under the endpoint's name (an upsert: a
+        subscription of the same name and topic to another queue is moved to this one)."""
+        return self.transport.subscriptions.subscribe(self.name, topic, self.address)
+
+    def unsubscribe(self, topic: str | type) -> bool:
+        """Remove this endpoint's subscription to ``topic``; True when there was one."""
+        return self.transport.subscriptions.unsubscribe(self.name, topic)
+
     # ---- receiving -----------------------------------------------------------------------------
     def start(
         self,
@@ -211,7 +231,8 @@ class Endpoint:
     ) -> Endpoint:
         """Run ``handler`` on the primary queue (``max_concurrency``) and the instance queue
         (``instance_concurrency``), and take part in electing the delayed-message mover. ``batch_size`` is
-        the pumps' messages per receive transaction (see :class:`MessagePump`)."""
+        the pumps' messages per receive transaction (see :class:`MessagePump`). First it subscribes to the
+        topics of ``subscribe_to`` (the subscription table must exist: :meth:`create` makes it)."""
         if self.pumps:
             raise ConfigurationError(f"endpoint {self.address} is already running")
         options: dict[str, Any] = {
@@ -249,6 +270,8 @@ class Endpoint:
         if mover is not None and self.transport.dialect.try_lock_delayed_mover(self.delayed.address) is None:
             needed += 1  # the mover borrows a pooled connection per move (its election lock has its own)
         check_pool_size(self.transport, needed, f"endpoint {self.address}")
+        for topic in self.subscribe_to:
+            self.subscribe(topic)
         self.pumps = pumps
         for pump in pumps:
             pump.start()

@@ -1,0 +1,258 @@
+"""Publish/subscribe's surface on real engines (issue 45, part B): endpoints that subscribe on start, the
+hook, PublishMessageOperator and the ``sqlqueue subscribe|unsubscribe|subscriptions|publish`` commands.
+The transport's own fan-out, concurrency and wire-compatibility tests are in test_pubsub.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import rawsql
+
+from airflow_provider_sqlqueue.transport import (
+    ConfigurationError,
+    Endpoint,
+    QueueNotFound,
+    SubscriptionSettings,
+    Transport,
+)
+from airflow_provider_sqlqueue.transport import headers as h
+
+ENGINES = ["sqlite", "postgresql", "sqlserver-msodbc"]
+
+
+class OrderEvent:
+    __sqlqueue_topic__ = "Shop.Events.OrderEvent"
+
+
+class OrderPlaced(OrderEvent):
+    __sqlqueue_topic__ = "Shop.Events.OrderPlaced"
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def bodies(transport: Transport, queue: str) -> list[bytes]:
+    return [body for _, _, body in rawsql.all_rows(transport.queue(queue))]
+
+
+# ---- endpoints ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_an_endpoint_subscribes_on_start_receives_published_events_and_can_unsubscribe(
+    target, transport: Transport
+) -> None:
+    billing = Endpoint(
+        transport, "Billing", instance_specific_queue=False, subscribe_to=[OrderPlaced, "Shop.Refunds"]
+    )
+    billing.create()
+    transport.subscriptions.create()  # shared by every endpoint, made once by an installer
+    assert transport.subscriptions.list(endpoint="Billing") == []  # nothing before start
+    received: list[tuple[bytes, str]] = []
+    lock = threading.Lock()
+
+    def handle(message, context) -> None:
+        with lock:
+            received.append((message.body, message.headers[h.ENCLOSED_MESSAGE_TYPES]))
+
+    with target.open(subscriptions=SubscriptionSettings(cache_seconds=0)) as publisher:
+        billing.start(handle, idle_delay=0.1)
+        try:
+            stored = str(transport.canonical(billing.address))
+            assert {(s.topic, s.queue_address) for s in transport.subscriptions.list(endpoint="Billing")} == {
+                ("Shop.Events.OrderPlaced", stored),
+                ("Shop.Refunds", stored),
+            }
+            assert publisher.publish(OrderPlaced, b"order 1").queues == (stored,)
+            assert publisher.publish("Shop.Refunds", b"refund 1").queues == (stored,)
+            # a publish of the base class alone does not reach a subscriber of the derived one
+            assert publisher.publish(OrderEvent, b"any order").queues == ()
+            wait_for(lambda: len(received) == 2)
+
+            assert billing.unsubscribe("Shop.Refunds") is True
+            assert billing.unsubscribe("Shop.Refunds") is False
+            assert publisher.publish("Shop.Refunds", b"refund 2").queues == ()
+            assert publisher.publish(OrderPlaced, b"order 2").queues == (stored,)
+            wait_for(lambda: len(received) == 3)
+        finally:
+            assert billing.stop(timeout=5)
+    assert sorted(received) == [
+        (b"order 1", "Shop.Events.OrderPlaced;Shop.Events.OrderEvent"),
+        (b"order 2", "Shop.Events.OrderPlaced;Shop.Events.OrderEvent"),
+        (b"refund 1", "Shop.Refunds"),
+    ]
+    # the subscription outlives the running endpoint, as the reference's
+    assert [s.topic for s in transport.subscriptions.list(endpoint="Billing")] == ["Shop.Events.OrderPlaced"]
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_an_endpoint_does_not_start_without_the_subscription_table_and_takes_no_single_string(
+    transport: Transport,
+) -> None:
+    with pytest.raises(ConfigurationError, match="list of topics"):
+        Endpoint(transport, "Billing", subscribe_to="Shop.Events.OrderPlaced")  # type: ignore[arg-type]
+    billing = Endpoint(transport, "Billing", instance_specific_queue=False, subscribe_to=["Shop.Refunds"])
+    for name in billing.queue_names():
+        transport.queue(name).create()  # the queues, not the subscription table
+    with pytest.raises(QueueNotFound):
+        billing.start(lambda message: None, idle_delay=0.1)
+    assert billing.pumps == [] and not transport.subscriptions.exists()
+
+
+# ---- the hook and the operator --------------------------------------------------------------------
+@pytest.fixture
+def conn(target, monkeypatch: pytest.MonkeyPatch):
+    """``sqlqueue_default`` on this test's engine, with ``billing``, ``shipping``, ``error`` and the
+    subscription table (``subscription_cache_seconds`` 0, so each publish reads the table)."""
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    for key, value in target.airflow_env(subscription_cache_seconds=0).items():
+        monkeypatch.setenv(key, value)
+    with target.open() as transport:
+        for name in ("error", "billing", "shipping"):
+            transport.queue(name).create()
+        transport.subscriptions.create()
+        yield transport
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_the_hook_subscribes_lists_publishes_in_the_callers_transaction_and_unsubscribes(
+    conn: Transport,
+) -> None:
+    from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+
+    hook = SqlQueueHook()
+    try:
+        billing = hook.subscribe("billing", "Shop.Events.OrderPlaced")
+        assert billing.endpoint == "billing"  # the queue's name, as an endpoint subscribes its own queue
+        hook.subscribe("shipping", "Shop.Events", endpoint="Shipping")
+        listed = hook.subscriptions()
+        assert [(s.topic, s.endpoint) for s in listed] == [
+            ("Shop.Events", "Shipping"),
+            ("Shop.Events.OrderPlaced", "billing"),
+        ]
+        assert [s.endpoint for s in hook.subscriptions("Shop.Events")] == ["Shipping"]
+        assert [s.topic for s in hook.subscriptions(endpoint="billing")] == ["Shop.Events.OrderPlaced"]
+
+        with hook.transaction() as connection:
+            result = hook.publish(
+                "Shop.Events.OrderPlaced", b"{}", base_topics=["Shop.Events"], connection=connection
+            )
+            assert conn.queue("billing").count() == 0, "nothing is visible before the caller commits"
+        assert len(result.queues) == 2
+        assert bodies(conn, "billing") == [b"{}"] and bodies(conn, "shipping") == [b"{}"]
+
+        with pytest.raises(RuntimeError, match="changed my mind"), hook.transaction() as connection:
+            hook.publish("Shop.Events", b"rolled back", connection=connection)
+            raise RuntimeError("changed my mind")
+        assert bodies(conn, "shipping") == [b"{}"]
+
+        assert hook.unsubscribe("Shipping", "Shop.Events") is True
+        assert hook.publish("Shop.Events", b"nobody").queues == ()
+    finally:
+        hook.close()
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_the_hook_reads_where_the_subscription_table_is_from_the_connection(target, monkeypatch) -> None:
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+
+    placed = target.airflow_env(subscription_table="Routes", subscription_cache_seconds="2.5")
+    for key, value in placed.items():
+        monkeypatch.setenv(key, value)
+    hook = SqlQueueHook()
+    try:
+        store = hook.get_transport().subscriptions
+        assert (store.address.table, store.settings.cache_seconds) == ("Routes", 2.5)
+    finally:
+        hook.close()
+    for key, value in target.airflow_env(subscription_cache_seconds="soon").items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigurationError, match="subscription_cache_seconds"):
+        SqlQueueHook().get_transport()
+
+
+def task_instance(run_id: str, try_number: int) -> SimpleNamespace:
+    """What the operator reads of its task instance: the fields a deterministic Id is derived from."""
+    return SimpleNamespace(
+        dag_id="shop", task_id="announce", run_id=run_id, map_index=-1, try_number=try_number
+    )
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_the_operator_publishes_one_id_per_task_instance_to_every_subscriber(conn: Transport) -> None:
+    from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+    from airflow_provider_sqlqueue.operators.publish import PublishMessageOperator
+    from airflow_provider_sqlqueue.operators.send import task_message_id
+
+    operator = PublishMessageOperator(
+        task_id="announce",
+        topic="Shop.Events.OrderPlaced",
+        body={"order": 7},
+        headers={"tenant": "eu"},
+        base_topics=["Shop.Events"],
+    )
+    assert operator.execute({"ti": task_instance("r1", 1)}) == {
+        "topic": "Shop.Events.OrderPlaced",
+        "queues": 0,
+        "message_id": str(task_message_id("shop", "announce", "r1", -1, 0)),
+    }
+    hook = SqlQueueHook()
+    try:
+        hook.subscribe("billing", "Shop.Events.OrderPlaced")
+        hook.subscribe("shipping", "Shop.Events")
+    finally:
+        hook.close()
+    first = operator.execute({"ti": task_instance("r2", 1)})
+    retried = operator.execute({"ti": task_instance("r2", 2)})  # a retry after the first try committed
+    assert first == retried and first["queues"] == 2
+    assert first["message_id"] == str(task_message_id("shop", "announce", "r2", -1, 0))
+    for queue in ("billing", "shipping"):
+        rows = rawsql.all_rows(conn.queue(queue))
+        assert [str(message_id) for message_id, _, _ in rows] == [first["message_id"]] * 2
+        headers = json.loads(rows[0][1])
+        assert headers[h.MESSAGE_INTENT] == "Publish" and headers["tenant"] == "eu"
+        assert headers[h.ENCLOSED_MESSAGE_TYPES] == "Shop.Events.OrderPlaced;Shop.Events"
+        assert headers[h.CONTENT_TYPE] == "application/json" and json.loads(rows[0][2]) == {"order": 7}
+    assert sorted(operator.published_to) == sorted(
+        str(conn.canonical(queue)) for queue in ("billing", "shipping")
+    )
+    random_ids = PublishMessageOperator(
+        task_id="announce", topic="Shop.Events", body="x", deterministic_ids=False
+    )
+    assert random_ids.execute({"ti": task_instance("r2", 1)})["message_id"] != first["message_id"]
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_the_operator_refuses_a_bad_topic_or_base_topics_before_sending(conn: Transport) -> None:
+    from airflow_provider_sqlqueue.operators.publish import PublishMessageOperator
+
+    conn.subscriptions.subscribe("billing", "Shop.Events", "billing")
+    for arguments, error in (
+        ({"topic": " "}, "topic"),
+        ({"topic": "Shop.Events", "base_topics": "Shop"}, "base_topics must be a list"),
+        ({"topic": "Shop.Events", "base_topics": ["Shop", 3]}, "base_topics must be topics"),
+    ):
+        with pytest.raises(ValueError, match=error):
+            PublishMessageOperator(task_id="p", body="x", **arguments).execute({})
+    assert conn.queue("billing").count() == 0
+
+
+def test_the_operator_is_registered_and_keeps_its_templated_arguments_raw() -> None:
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow_provider_sqlqueue.get_provider_info import get_provider_info
+    from airflow_provider_sqlqueue.operators.publish import PublishMessageOperator
+
+    modules = get_provider_info()["operators"][0]["python-modules"]
+    assert "airflow_provider_sqlqueue.operators.publish" in modules
+    operator = PublishMessageOperator(
+        task_id="p", topic="{{ params.topic }}", body="{{ run_id }}", base_topics="{{ params.bases }}"
+    )
+    assert set(operator.template_fields) == {"topic", "body", "headers", "base_topics"}
+    assert (operator.topic, operator.base_topics) == ("{{ params.topic }}", "{{ params.bases }}")
