@@ -42,6 +42,8 @@ class BabelfishDialect(SqlServerDialect):
     - Multi-row sends are cut at 25 rows (see ``send_batch_rows``): longer statements with NULL
       parameters lose work through Microsoft's ODBC driver.
     - Names with ``]`` or non-ASCII characters are refused (see :meth:`resolve`).
+    - ``MERGE`` is refused, so a subscribe is an UPDATE then an INSERT where the row is missing (see
+      :meth:`subscribe`).
     - ``OBJECT_ID`` still finds a table another session dropped (until this session's next transaction),
       so a table's existence is read from ``sys.tables``.
 
@@ -109,6 +111,33 @@ class BabelfishDialect(SqlServerDialect):
             (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
             for row in self.fetch_rows(cursor)
         ]
+
+    def subscribe(self, address: QueueAddress) -> str:
+        # MERGE is refused ("'MERGE' is not currently supported in Babelfish"): an UPDATE of a changed
+        # queue, then an INSERT unless the row exists, in one batch and transaction. SQL Server would hold
+        # the key range from the UPDATE to the commit; Babelfish ignores the hints, so two first
+        # subscribers of one key can both insert: the primary key refuses the second, whose subscribe
+        # then runs again (SubscriptionStore) and finds the row.
+        table = self.qualified_name(address)
+        return (
+            f"UPDATE {table} WITH (UPDLOCK, SERIALIZABLE) SET [QueueAddress] = ? "
+            "WHERE [Endpoint] = ? AND [Topic] = ? AND [QueueAddress] <> ?; "
+            f"INSERT INTO {table} ([QueueAddress], [Topic], [Endpoint]) SELECT ?, ?, ? WHERE NOT EXISTS ("
+            f"SELECT 1 FROM {table} WITH (UPDLOCK, SERIALIZABLE) WHERE [Endpoint] = ? AND [Topic] = ?)"
+        )
+
+    def subscribe_params(self, endpoint: str, topic: str, queue_address: str) -> tuple[Any, ...]:
+        return (
+            queue_address,
+            endpoint,
+            topic,
+            queue_address,
+            queue_address,
+            topic,
+            endpoint,
+            endpoint,
+            topic,
+        )
 
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         """SQL Server's classification, plus Babelfish's own numbers where it has no SQL Server one."""

@@ -127,10 +127,15 @@ class Endpoint:
         return list(dict.fromkeys(str(name) for name in names if name is not None))
 
     def create(self) -> list[str]:
-        """Create every queue of the endpoint and its delayed table if missing; return those created."""
+        """Create every queue of the endpoint, its delayed table and the transport's subscription table
+        (shared by every endpoint, as the reference's installers create it) if missing; return those
+        created."""
         created = [name for name in self.queue_names() if self.transport.queue(name).create()]
         if self.delayed is not None and self.delayed.create():
             created.append(str(self.delayed.address))
+        subscriptions = self.transport.subscriptions
+        if subscriptions.create():
+            created.append(str(subscriptions.address))
         return created
 
     # ---- sending -------------------------------------------------------------------------------

@@ -1,0 +1,322 @@
+"""Native publish/subscribe on every engine: the subscription table, subscribe/unsubscribe, the topic
+hierarchy, the fan-out in one transaction, the lookup cache (with an injected clock) and concurrent
+subscribers."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import EngineTarget
+from pubsub_workers import churn_subscriptions
+
+from airflow_provider_sqlqueue.transport import (
+    ConfigurationError,
+    Endpoint,
+    OutgoingMessage,
+    QueueNotFound,
+    Subscription,
+    SubscriptionSettings,
+    SubscriptionStore,
+    Transport,
+    topic_name,
+    topics_of,
+)
+from airflow_provider_sqlqueue.transport import headers as h
+from airflow_provider_sqlqueue.transport.pump import MessagePump
+
+
+class OrderEvent:
+    __sqlqueue_topic__ = "Sales.Events.IOrderEvent"
+
+
+class OrderPlaced(OrderEvent):
+    __sqlqueue_topic__ = "Sales.Events.OrderPlaced"
+
+
+class ExpressOrderPlaced(OrderPlaced):
+    pass  # no topic of its own: named module.QualName
+
+
+def drain(transport: Transport, name: str) -> list:
+    with transport.queue(name).receive(max_messages=1000) as batch:
+        return list(batch)
+
+
+def test_topics_of_a_class_follow_its_mro_and_a_string_is_exact() -> None:
+    express = f"{__name__}.ExpressOrderPlaced"
+    assert topic_name(ExpressOrderPlaced) == express
+    assert topics_of(ExpressOrderPlaced) == (express, "Sales.Events.OrderPlaced", "Sales.Events.IOrderEvent")
+    assert topics_of("Sales.Events.OrderPlaced") == ("Sales.Events.OrderPlaced",)
+    assert topics_of("A", ["B", "A", "C"]) == ("A", "B", "C")
+    for bad in ("", "  ", 5, "x" * 201):
+        with pytest.raises(ConfigurationError):
+            topics_of(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="list of topics"):
+        topics_of("A", "B")
+    with pytest.raises(ConfigurationError, match="cache_seconds"):
+        SubscriptionSettings(cache_seconds=-1)
+
+
+def test_subscribe_publish_and_unsubscribe(transport: Transport) -> None:
+    store = transport.subscriptions
+    assert store.create() is True and store.create() is False and store.exists()
+    for name in ("billing", "shipping", "audit", "other", "moved"):
+        transport.queue(name).create()
+    store.subscribe("Billing", OrderPlaced, "billing")
+    store.subscribe("Shipping", "Sales.Events.IOrderEvent", "shipping")
+    store.subscribe("Audit", ExpressOrderPlaced, "audit")
+    store.subscribe("Audit", "Sales.Events.IOrderEvent", "audit")  # a second topic, the same queue
+    store.subscribe("Other", "Sales.Events.Unrelated", "other")
+    store.subscribe("Billing", OrderPlaced, "moved")  # the upsert moves Billing's subscription
+    canonical = {name: str(transport.canonical(name)) for name in ("billing", "shipping", "audit", "moved")}
+    assert Subscription(canonical["moved"], "Billing", "Sales.Events.OrderPlaced") in store.list()
+    assert [s.endpoint for s in store.list("Sales.Events.IOrderEvent")] == ["Audit", "Shipping"]
+    assert [s.topic for s in store.list(endpoint="Audit")] == [
+        "Sales.Events.IOrderEvent",
+        f"{__name__}.ExpressOrderPlaced",
+    ]
+
+    result = transport.publish(ExpressOrderPlaced, b'{"id": 1}', {h.CONTENT_TYPE: "application/json"})
+    assert sorted(result.queues) == sorted(canonical[name] for name in ("moved", "shipping", "audit"))
+    assert result.topics == topics_of(ExpressOrderPlaced)
+    for name in ("moved", "shipping", "audit"):
+        (copy,) = drain(transport, name)
+        assert copy.body == b'{"id": 1}' and copy.message_id == str(result.message_id)
+        assert copy.headers[h.MESSAGE_INTENT] == "Publish"
+        assert copy.headers[h.ENCLOSED_MESSAGE_TYPES] == ";".join(result.topics)
+        assert copy.headers[h.CONTENT_TYPE] == "application/json"
+    assert drain(transport, "billing") == [] and drain(transport, "other") == []
+
+    assert store.unsubscribe("Shipping", "Sales.Events.IOrderEvent") is True
+    assert store.unsubscribe("Shipping", "Sales.Events.IOrderEvent") is False
+    result = transport.publish("Sales.Events.OrderPlaced", b"2", base_topics=["Sales.Events.IOrderEvent"])
+    assert sorted(result.queues) == sorted([canonical["moved"], canonical["audit"]])
+    assert drain(transport, "shipping") == []
+
+
+def test_publish_with_no_subscriber_sends_nothing_and_says_so(
+    transport: Transport, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport.subscriptions.create()
+    transport.queue("billing").create()
+    transport.subscriptions.subscribe("Billing", "Sales.Events.Other", "billing")
+    with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.transport.publishing"):
+        result = transport.publish("Sales.Events.OrderPlaced", b"x")
+    assert result.queues == () and drain(transport, "billing") == []
+    assert "no subscriber, nothing sent" in caplog.text
+
+
+def test_a_publish_failing_half_way_leaves_nothing(transport: Transport) -> None:
+    transport.subscriptions.create()
+    for name in ("a_first", "c_last"):
+        transport.queue(name).create()
+    for endpoint, queue in (("A", "a_first"), ("B", "b_missing"), ("C", "c_last")):
+        transport.subscriptions.subscribe(endpoint, "Sales.Events.OrderPlaced", queue)
+    with pytest.raises(QueueNotFound):
+        transport.publish("Sales.Events.OrderPlaced", b"x")
+    assert drain(transport, "a_first") == [] and drain(transport, "c_last") == []
+    transport.queue("b_missing").create()
+    assert len(transport.publish("Sales.Events.OrderPlaced", b"y").queues) == 3
+    assert [m.body for name in ("a_first", "b_missing", "c_last") for m in drain(transport, name)] == [
+        b"y"
+    ] * 3
+
+
+def test_publish_in_the_callers_transaction_commits_with_it(transport: Transport) -> None:
+    transport.subscriptions.create()
+    transport.queue("billing").create()
+    transport.subscriptions.subscribe("Billing", "T", "billing")
+    connection = transport.new_connection()
+    try:
+        if transport.dialect.begin_write():
+            connection.cursor().execute(transport.dialect.begin_write())
+        transport.publish("T", b"rolled back", connection=connection)
+        connection.rollback()
+        assert drain(transport, "billing") == []
+        if transport.dialect.begin_write():
+            connection.cursor().execute(transport.dialect.begin_write())
+        transport.publish("T", b"committed", connection=connection)
+        connection.commit()
+    finally:
+        connection.close()
+    assert [m.body for m in drain(transport, "billing")] == [b"committed"]
+
+
+def test_the_lookup_cache_follows_its_clock(target: EngineTarget) -> None:
+    now = [1000.0]
+    with target.open() as publisher, target.open() as subscriber:
+        publisher.subscriptions.create()
+        cached = SubscriptionStore(publisher, SubscriptionSettings(cache_seconds=5), clock=lambda: now[0])
+        uncached = SubscriptionStore(publisher, SubscriptionSettings(cache_seconds=0), clock=lambda: now[0])
+        assert cached.subscriber_queues(["T"]) == [] and uncached.subscriber_queues(["T"]) == []
+        subscriber.subscriptions.subscribe("Billing", "T", "billing")  # another process's store
+        queue = str(subscriber.canonical("billing"))
+        now[0] += 4.9
+        assert cached.subscriber_queues(["T"]) == []  # still within cache_seconds
+        assert uncached.subscriber_queues(["T"]) == [queue]
+        now[0] += 0.1
+        assert cached.subscriber_queues(["T"]) == [queue]
+        assert (cached.lookups, uncached.lookups) == (2, 2)
+        cached.unsubscribe("Billing", "T")  # through the store itself: its cache forgets the topic at once
+        assert cached.subscriber_queues(["T"]) == [] and cached.lookups == 3
+
+
+def test_concurrent_subscribers_of_one_key_leave_one_row(transport: Transport) -> None:
+    """The upsert is safe under concurrency (on Babelfish, which refuses MERGE and ignores locking hints,
+    through its UPDATE-then-INSERT variant run again when it loses the race)."""
+    store = transport.subscriptions
+    store.create()
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def subscribe(index: int) -> None:
+        start.wait()
+        try:
+            store.subscribe("Racer", "T", f"queue{index}")
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=subscribe, args=(index,)) for index in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    (row,) = store.list("T")
+    assert row.endpoint == "Racer" and row.queue_address in {
+        str(transport.canonical(f"queue{i}")) for i in range(6)
+    }
+
+
+def test_endpoint_publish_and_create(transport: Transport) -> None:
+    sales = Endpoint(transport, "Sales", instance_specific_queue=False)
+    assert str(transport.subscriptions.address) in sales.create()
+    transport.queue("billing").create()
+    transport.subscriptions.subscribe("Billing", OrderPlaced, "billing")
+    result = sales.publish(OrderPlaced, b"placed")
+    (copy,) = drain(transport, "billing")
+    assert copy.message_id == str(result.message_id)
+    assert copy.headers[h.ORIGINATING_ENDPOINT] == "Sales" and copy.headers[h.MESSAGE_INTENT] == "Publish"
+    assert copy.reply_to_address == sales.reply_to_address
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-freetds"], indirect=True)
+def test_a_handler_publish_rolls_back_with_the_receive(transport: Transport) -> None:
+    transport.subscriptions.create()
+    for name in ("orders", "error", "billing", "shipping"):
+        transport.queue(name).create()
+    transport.subscriptions.subscribe("Billing", OrderPlaced, "billing")
+    transport.subscriptions.subscribe("Shipping", OrderEvent, "shipping")
+    transport.queue("orders").send(b"place")
+    attempts = Counter[int]()
+
+    def handler(message, context) -> None:
+        attempts["calls"] += 1
+        context.publish(OrderPlaced, OutgoingMessage(b"placed"))
+        if attempts["calls"] == 1:
+            raise RuntimeError("the first attempt fails after publishing")
+
+    pump = MessagePump(
+        transport.queue("orders"), handler, transaction_mode="sends_atomic_with_receive", idle_delay=0.1
+    )
+    pump.run(max_messages=1)
+    assert attempts["calls"] == 2
+    for name in ("billing", "shipping"):
+        (copy,) = drain(transport, name)
+        assert copy.body == b"placed" and copy.headers[h.MESSAGE_INTENT] == "Publish"
+
+
+@pytest.mark.slow
+def test_fan_out_while_other_processes_subscribe_and_unsubscribe(
+    target: EngineTarget, tmp_path: Path
+) -> None:
+    """Each publish reaches every subscriber present for the whole run exactly once, none absent for the
+    whole run, and the churning subscribers at most once per publish."""
+    publishes, stable, churners = 20, 4, 2
+    with target.open(subscriptions=SubscriptionSettings(cache_seconds=0)) as transport:
+        store = transport.subscriptions
+        store.create()
+        for index in range(stable):
+            transport.queue(f"stable{index}").create()
+            store.subscribe(f"Stable{index}", "T", f"stable{index}")
+        for index in range(churners):
+            transport.queue(f"churn{index}").create()
+        transport.queue("gone").create()
+        store.subscribe("Gone", "T", "gone")
+        store.unsubscribe("Gone", "T")
+        context = multiprocessing.get_context("spawn")
+        stop = tmp_path / "stop"
+        started = [context.Event() for _ in range(churners)]
+        workers = [
+            context.Process(
+                target=churn_subscriptions,
+                args=(
+                    target.url,
+                    target.schema,
+                    f"Churn{index}",
+                    "T",
+                    f"churn{index}",
+                    str(stop),
+                    started[index],
+                ),
+            )
+            for index in range(churners)
+        ]
+        for worker in workers:
+            worker.start()
+        try:
+            assert all(event.wait(60) for event in started)
+            ids = {transport.publish("T", f"event {n}").message_id for n in range(publishes)}
+        finally:
+            stop.touch()
+            for worker in workers:
+                worker.join(60)
+        assert [worker.exitcode for worker in workers] == [0] * churners
+        for index in range(stable):
+            received = drain(transport, f"stable{index}")
+            got = Counter(message.message_id for message in received)
+            assert set(got) == {str(i) for i in ids} and set(got.values()) == {1}
+        for index in range(churners):
+            got = Counter(message.message_id for message in drain(transport, f"churn{index}"))
+            assert set(got) <= {str(i) for i in ids} and set(got.values()) <= {1}
+        assert drain(transport, "gone") == []
+
+
+def test_a_subscriber_that_loses_the_race_for_a_new_row_still_subscribes(
+    transport: Transport, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second first-subscriber of one key writes while the first one's row is uncommitted: it waits,
+    then updates that row (on Babelfish, whose INSERT then fails on the primary key, by running again)."""
+    store = transport.subscriptions
+    store.create()
+    first = transport.new_connection()
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            store.subscribe("Racer", "T", "second")
+        except BaseException as error:
+            errors.append(error)
+
+    try:
+        begin = transport.dialect.begin_write()
+        if begin:
+            first.cursor().execute(begin)
+        store.subscribe("Racer", "T", "first", connection=first)
+        racer = threading.Thread(target=second)
+        with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.transport.subscriptions"):
+            racer.start()
+            racer.join(1.0)  # it waits for the first transaction (a blocked writer, not a failure)
+            first.commit()
+            racer.join(60)
+    finally:
+        first.close()
+    assert errors == [] and not racer.is_alive()
+    assert [row.queue_address for row in store.list("T")] == [str(transport.canonical("second"))]
+    if transport.dialect.variant == "babelfish":  # the hints were not honoured: the retry did it
+        assert "won; writing again" in caplog.text
