@@ -64,6 +64,7 @@ from tsql_checks import (
 
 from airflow_provider_sqlqueue.dialects.sqlserver import SqlServerDialect
 from airflow_provider_sqlqueue.model.address import QueueAddress
+from airflow_provider_sqlqueue.spark.staged_runs import staged_runs_listing
 from airflow_provider_sqlqueue.spark.tables import (
     ABORTED,
     ACTIVE_STATES,
@@ -120,7 +121,7 @@ class BridgeStatement:
 
 # The run-state updates whose changed-row count the drain reads: it runs them only through BridgeSql.counted
 # (NOCOUNT ON leaves drivers no row count on SQL Server), so they are rendered, checked and golden that way.
-COUNTED_KINDS = {"set_state", "set_state_if_stale", "finish_run", "set_summary_if"}
+COUNTED_KINDS = {"set_state", "set_state_if_stale", "finish_run", "set_summary_if", "touch_run"}
 ROWCOUNT = "SELECT @@ROWCOUNT"
 
 
@@ -136,11 +137,14 @@ BRIDGE_CLOCK_KINDS = {
     "orphans",
     "insert_stream",
     "set_summary_if",
+    "touch_run",
+    "staged_runs_listing",
 }
 # BridgeSql members that render no statement of their own, or only PostgreSQL's.
 BRIDGE_NOT_STATEMENTS = {
     "now",
     "older_than",
+    "seconds_since",
     "can_copy",
     "can_move_server_side",
     "stage_rows_per_statement",
@@ -218,6 +222,9 @@ def render_bridge(case_name: str, address: QueueAddress, dialect: SqlServerDiale
     add("fill_totals", sql.fill_totals())
     add("insert_rows", sql.insert_rows(address, [c for c, _, _ in SINK_COLUMNS], 2), "insert_rows rows=2")
     add("table_columns", sql.table_columns(address))
+    add("run_sink", sql.run_sink())
+    add_counted("touch_run", sql.touch_run((STREAMING,)))
+    add("staged_runs_listing", staged_runs_listing(sql))
     add("sink_table_ddl", sink_table_ddl(transport, address, SINK_COLUMNS))
     names = [statement.name for statement in out]
     assert len(names) == len(set(names)), "statement names must be unique within a golden file"
@@ -491,7 +498,7 @@ def test_every_bridge_statement_is_rendered() -> None:
     """A new BridgeSql statement fails here until render_bridge (and so the checks) covers it."""
     members = {name for name, _ in inspect.getmembers(BridgeSql) if not name.startswith("_")}
     statements = BRIDGE[("sqlserver", "plain")]
-    rendered = {statement.kind for statement in statements} - {"sink_table_ddl"}
+    rendered = {statement.kind for statement in statements} - {"sink_table_ddl", "staged_runs_listing"}
     rendered |= {"counted"} if any(statement.counted for statement in statements) else set()
     assert members - BRIDGE_NOT_STATEMENTS - BRIDGE_POSTGRES_ONLY == rendered
     for cls in VARIANTS.values():

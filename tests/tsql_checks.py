@@ -74,6 +74,7 @@ FUNCTIONS = frozenset(
         "GETUTCDATE",
         "SYSUTCDATETIME",
         "DATEADD",
+        "DATEDIFF",
         "OBJECT_ID",
         "COL_LENGTH",
         "ISNULL",

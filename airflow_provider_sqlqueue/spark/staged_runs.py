@@ -31,7 +31,7 @@ from .tables import (
     check_run_id,
 )
 
-__all__ = ["StagedRun", "end_staged_run", "staged_runs"]
+__all__ = ["StagedRun", "end_staged_run", "staged_runs", "staged_runs_listing"]
 
 # The Sink column of the data source's runs: a batch read's (spark/source/batch.py) and a stream's.
 BATCH_READ_SINK = "spark.read"
@@ -67,7 +67,7 @@ class StagedRun:
         return self.kind != "drain"
 
 
-def _listing(sql: BridgeSql) -> str:
+def staged_runs_listing(sql: BridgeSql) -> str:
     """The runs of one input queue (parameter) that have staged messages: run id, sink, state, staged
     messages, lowest and highest RowVersion (a stream's positions), seconds since the run started and since
     its last heartbeat, oldest start first."""
@@ -102,7 +102,7 @@ def staged_runs(transport: Transport, queue: str, prefix: str = DEFAULT_PREFIX) 
     sql = _sql(transport, queue, prefix)
     if sql is None:
         return []
-    rows = execute(transport, _listing(sql), (name,), write=False)
+    rows = execute(transport, staged_runs_listing(sql), (name,), write=False)
     return [
         StagedRun(
             run_id=str(run_id),
