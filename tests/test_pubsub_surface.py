@@ -256,3 +256,73 @@ def test_the_operator_is_registered_and_keeps_its_templated_arguments_raw() -> N
     )
     assert set(operator.template_fields) == {"topic", "body", "headers", "base_topics"}
     assert (operator.topic, operator.base_topics) == ("{{ params.topic }}", "{{ params.bases }}")
+
+
+# ---- the command line -----------------------------------------------------------------------------
+@pytest.fixture
+def cli(target, capsys, monkeypatch):
+    """``sqlqueue`` in-process on this test's engine (test_cli's harness: no password, no traceback)."""
+    from test_cli import Cli
+
+    monkeypatch.delenv("SQLQUEUE_URL", raising=False)
+    monkeypatch.delenv("SQLQUEUE_CONN_ID", raising=False)
+    return Cli(target, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_the_command_line_subscribes_lists_publishes_and_unsubscribes_in_json(cli, transport) -> None:
+    from airflow_provider_sqlqueue.cli import Exit
+
+    assert cli("create", "billing", "shipping", "error").code == Exit.OK
+    missing = cli("subscriptions")
+    assert missing.code == Exit.QUEUE_MISSING and "subscription table" in missing.err
+    transport.subscriptions.create()
+    billing, shipping = (str(transport.canonical(name)) for name in ("billing", "shipping"))
+
+    made = cli("subscribe", "billing", "Shop.Events.OrderPlaced", "Shop.Events.OrderPaid", "--json")
+    assert made.code == Exit.OK, made.err
+    assert made.json_lines() == [
+        {"endpoint": "billing", "topic": "Shop.Events.OrderPlaced", "queue": billing},
+        {"endpoint": "billing", "topic": "Shop.Events.OrderPaid", "queue": billing},
+    ]
+    assert cli("subscribe", "shipping", "Shop.Events", "--endpoint", "Shipping").code == Exit.OK
+    assert cli("subscribe", "nowhere", "Shop.Events").code == Exit.QUEUE_MISSING
+    listed = cli("subscriptions", "--json").json_lines()
+    assert [(row["topic"], row["endpoint"]) for row in listed] == [
+        ("Shop.Events", "Shipping"),
+        ("Shop.Events.OrderPaid", "billing"),
+        ("Shop.Events.OrderPlaced", "billing"),
+    ]
+    assert cli("subscriptions", "--endpoint", "Shipping", "--json").json_lines() == [
+        {"endpoint": "Shipping", "topic": "Shop.Events", "queue": shipping}
+    ]
+    assert "Shop.Events.OrderPaid" in cli("subscriptions").out
+
+    published = cli(
+        "publish",
+        "Shop.Events.OrderPlaced",
+        '{"order": 42}',
+        "--base-topic",
+        "Shop.Events",
+        "--content-type",
+        "application/json",
+        "--json",
+    )
+    assert published.code == Exit.OK, published.err
+    [record] = published.json_lines()
+    assert record["topics"] == ["Shop.Events.OrderPlaced", "Shop.Events"]
+    assert sorted(record["queues"]) == sorted([billing, shipping])
+    for queue in ("billing", "shipping"):
+        [(message_id, headers, body)] = rawsql.all_rows(transport.queue(queue))
+        assert str(message_id) == record["id"] and body == b'{"order": 42}'
+        assert json.loads(headers)[h.CONTENT_TYPE] == "application/json"
+
+    gone = cli("unsubscribe", "billing", "Shop.Events.OrderPlaced", "Shop.Refunds", "--json")
+    assert gone.json_lines() == [
+        {"endpoint": "billing", "topic": "Shop.Events.OrderPlaced", "removed": True},
+        {"endpoint": "billing", "topic": "Shop.Refunds", "removed": False},
+    ]
+    nobody = cli("publish", "Shop.Events.OrderPlaced", "late")
+    assert nobody.code == Exit.OK and "nothing sent" in nobody.out
+    assert transport.queue("billing").count() == 1
+    assert cli("publish", " ", "x").code == Exit.USAGE

@@ -354,6 +354,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_spark_commands(commands, common, _command, _run)
 
+    from ._pubsub import add_pubsub_commands
+
+    add_pubsub_commands(commands, common, _command, _run)
+
     p = _command(
         commands,
         "script",
@@ -458,6 +462,10 @@ _COMMAND_MODULES = {
     "spark_runs": "_spark",
     "spark_release": "_spark",
     "spark_ack": "_spark",
+    "subscribe": "_pubsub",
+    "unsubscribe": "_pubsub",
+    "subscriptions": "_pubsub",
+    "publish": "_pubsub",
 }
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from ._support import CliError, Exit, connected, existing_queue, note, print_json, progress_bar, write_durably
 
 
-def _read_body(args: argparse.Namespace) -> bytes:
+def read_body(args: argparse.Namespace) -> bytes:
     if args.body is not None and args.file is not None:
         raise CliError(Exit.USAGE, "give the body either as an argument or with --file, not both")
     if args.body is not None and args.body != "-":
@@ -71,7 +71,7 @@ def send(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.lines:
         bodies, total = _input_lines(args), None
     else:
-        body = _read_body(args)
+        body = read_body(args)
         total = args.count or 1
         bodies = (body for _ in range(total))
     ids: list[str] = []
