@@ -489,3 +489,156 @@ def test_stream_killed_at_each_point_then_restarted_delivers_exactly_once(
         **accounted,
         seconds=round(time.monotonic() - started, 1),
     )
+
+
+# ---- an empty queue, ownership of a stream id, options refused, a bounded trigger -----------------------
+# Babelfish: through ODBC Driver 18 in CI (slow: its Spark reads are), through FreeTDS in the extended tier.
+EVERY_ENGINE = [
+    "sqlite",
+    "postgresql",
+    pytest.param("sqlserver-freetds", marks=pytest.mark.slow),
+    pytest.param("sqlserver-msodbc", marks=pytest.mark.slow),
+]
+NO_SPARK_ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
+
+
+@pytest.mark.parametrize("target", EVERY_ENGINE, indirect=True)
+def test_an_empty_queue_reads_as_an_empty_frame_and_an_empty_stream_ends(
+    spark, target, queues, tmp_path
+) -> None:
+    """Nothing arrived since the last run: the batch read is an empty DataFrame (PySpark hands read() its
+    placeholder partition), ack_read acknowledges 0; an availableNow stream runs its trigger and ends, and a
+    later run on the same checkpoint reads what came meanwhile."""
+    options = source_options(target, runId="nothing-yet")
+    frame = reader(spark, options)
+    assert frame.collect() == [] and frame.count() == 0
+    assert ack_read(options) == 0 and staged_under(queues, "nothing-yet") == 0
+
+    def writer():
+        return (
+            stream(spark, source_options(target))
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        )
+
+    assert sum(run_available_now(writer())) == 0
+    sent = send_orders(queues, 3)
+    assert sum(run_available_now(writer())) == 3
+    written = [row.message_id for row in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(written) == sorted(message_ids(sent))
+
+
+def stream_rows(stream_reader, partitions) -> list[str]:
+    return [row["message_id"] for p in partitions for row in rows_read(stream_reader, p)]
+
+
+@pytest.mark.parametrize("target", NO_SPARK_ENGINES, indirect=True)
+def test_a_query_that_starts_on_a_stream_id_takes_it_and_the_other_reads_nothing_more(target, queues) -> None:
+    """The interleaving of two queries on one stream id (the reader's methods in Spark's order): B starts
+    (initialOffset) after A staged a batch and before A planned it. B owns the stream from then on: A's
+    partitions, receives, reads and commits fail naming the stream id, and no message reaches both."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.staging import StreamConflict
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = message_ids(send_orders(queues, 30))
+
+    def stream_reader(**extra: str) -> SqlQueueStreamReader:
+        return SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", **extra)))
+
+    a, b = stream_reader(), stream_reader()
+    a_start = a.initialOffset()
+    a_end = a.latestOffset(a_start, ReadMaxRows(10))
+    b_start = b.initialOffset()
+    a_read: list[str] = []
+    with pytest.raises(StreamConflict, match="stream:orders"):
+        a_read += stream_rows(a, a.partitions(a_start, a_end))
+    b_end = b.latestOffset(b_start, ReadMaxRows(10))
+    b_read = stream_rows(b, b.partitions(b_start, b_end))
+    assert b_read == sent[:10] and not set(a_read) & set(b_read)
+    with pytest.raises(StreamConflict, match="stream:orders"):
+        a.latestOffset(a_end, ReadMaxRows(10))
+    with pytest.raises(StreamConflict, match="stream:orders"):
+        a.commit(a_end)
+    assert queues.queue("orders").count() == 20 and staged_under(queues, "stream:orders") == 10
+
+    # B planned and is reading its batch when C takes the stream over (redeliver): B's reads stop.
+    b_next = b.latestOffset(b_end, ReadMaxRows(10))
+    planned = b.partitions(b_end, b_next)
+    c = stream_reader(onUncommittedBatch="redeliver")
+    c_start = c.initialOffset()
+    with pytest.raises(StreamConflict, match="stream:orders"):
+        b_read += stream_rows(b, planned)
+    c_end = c.latestOffset(c_start, ReadMaxRows(100))
+    c_read = stream_rows(c, c.partitions(c_start, c_end))
+    assert c_read == sent[:] and not set(b_read[10:]) & set(c_read[10:])
+    c.commit(c_end)
+    assert staged_under(queues, "stream:orders") == 0 and queues.queue("orders").count() == 0
+
+
+@pytest.mark.parametrize("target", NO_SPARK_ENGINES, indirect=True)
+def test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger(target, queues) -> None:
+    """No maxMessagesPerTrigger: a micro-batch takes at most batchSize * DEFAULT_RECEIVES_PER_TRIGGER
+    messages, with Spark's default limit and with ReadAllAvailable alike, so a deep backlog is staged a
+    batch at a time and a producer that keeps pace cannot hold a trigger."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from airflow_provider_sqlqueue.spark.source.options import DEFAULT_RECEIVES_PER_TRIGGER
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    bound = 2 * DEFAULT_RECEIVES_PER_TRIGGER
+    send_orders(queues, bound + 15)
+    stream_reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="2")))
+    start = stream_reader.initialOffset()
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    assert end == {"position": bound} and queues.queue("orders").count() == 15
+    stream_reader.partitions(start, end)
+    stream_reader.commit(end)
+    assert stream_reader.latestOffset(end, ReadAllAvailable()) == {"position": bound + 15}
+
+
+def test_options_refuse_unknown_keys_and_a_missing_sqlite_file(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'queues.db'}"
+    with pytest.raises(ConfigurationError, match=r"unknown option 'maxMessagez'.*maxMessagesPerTrigger"):
+        SourceOptions.parse({"url": url, "queue": "orders", "maxMessagez": "5"})
+    missing = tmp_path / "typo.db"
+    with pytest.raises(ConfigurationError, match=r"typo\.db does not exist"):
+        SourceOptions.parse({"url": f"sqlite:///{missing}", "queue": "orders"})
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_unknown_options_and_another_schema_are_refused_before_anything_is_received(
+    spark, target, queues, tmp_path
+) -> None:
+    """A typo in an option or a schema other than the source's fails the read where Spark plans it,
+    nothing received or staged; the source's own schema is honoured."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from airflow_provider_sqlqueue.spark.source.rows import source_schema
+
+    send_orders(queues, 5)
+    with pytest.raises(Exception, match="(?i)unknown option 'maxMessagez'.*known: queue"):
+        reader(spark, source_options(target, runId="typo", maxMessagez="2")).count()
+    other = StructType([StructField("message_id", LongType())])
+    options = source_options(target, runId="schema")
+
+    def with_schema(schema):
+        frame_reader = spark.read.format("sqlqueue").schema(schema)
+        for key, value in options.items():
+            frame_reader = frame_reader.option(key, value)
+        return frame_reader.load()
+
+    with pytest.raises(Exception, match="schema"):
+        with_schema(other).count()
+    stream_reader = spark.readStream.format("sqlqueue").schema(other)
+    for key, value in source_options(target).items():
+        stream_reader = stream_reader.option(key, value)
+    with pytest.raises(Exception, match="schema"):
+        writer = stream_reader.load().writeStream.format("noop").trigger(availableNow=True)
+        writer.option("checkpointLocation", str(tmp_path / "checkpoint")).start().awaitTermination(180)
+    assert queues.queue("orders").count() == 5 and staged_under(queues, "schema") == 0
+    assert with_schema(source_schema()).count() == 5
+    assert ack_read(options) == 5

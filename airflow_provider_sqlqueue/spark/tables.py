@@ -252,6 +252,16 @@ class BridgeSql:
             return f"SELECT State FROM {self.runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = {p}"
         return f"SELECT State FROM {self.runs} WHERE RunId = {p}"
 
+    def run_summary_shared(self) -> str:
+        """A run's Summary (a stream's owner is there) under :meth:`run_state_shared`'s shared lock, so an
+        update of the row waits for the reading transaction to end."""
+        p = self.p
+        if self.engine == "postgresql":
+            return f"SELECT Summary FROM {self.runs} WHERE RunId = {p} FOR SHARE"
+        if self.engine == "sqlserver":
+            return f"SELECT Summary FROM {self.runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = {p}"
+        return f"SELECT Summary FROM {self.runs} WHERE RunId = {p}"
+
     def orphans(self) -> tuple[str, Any]:
         p = self.p
         condition, bind = self.older_than("HeartbeatAt")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource
 
+from ...transport import ConfigurationError
 from .batch import SqlQueueBatchReader
 from .options import SourceOptions
 from .rows import source_schema
@@ -24,6 +25,19 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = ["SqlQueueDataSource"]
+
+
+def _check_schema(schema: StructType) -> None:
+    """A schema given with ``.schema(...)`` must be the source's (same names and types, in order): the rows
+    are built in that shape on the executors, so another one would fail there, after the messages were
+    received into staging."""
+    ours = source_schema()
+    given = [(field.name, field.dataType) for field in schema.fields]
+    if given != [(field.name, field.dataType) for field in ours.fields]:
+        raise ConfigurationError(
+            "format('sqlqueue') reads have a fixed schema; leave .schema(...) out or give this one: "
+            f"{ours.simpleString()} (given: {schema.simpleString()})"
+        )
 
 
 class SqlQueueDataSource(DataSource):
@@ -38,10 +52,14 @@ class SqlQueueDataSource(DataSource):
         return source_schema()
 
     def reader(self, schema: StructType) -> SqlQueueBatchReader:
-        return SqlQueueBatchReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        _check_schema(schema)
+        return SqlQueueBatchReader(options)
 
     def streamReader(self, schema: StructType) -> SqlQueueStreamReader:
-        return SqlQueueStreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        _check_schema(schema)
+        return SqlQueueStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import SqlQueueDataSourceWriter

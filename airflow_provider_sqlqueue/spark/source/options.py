@@ -4,6 +4,10 @@ Spark shows a data source's options in query plans and the UI, and redacts only 
 (``password``). So the ``url`` option must not hold a password: it comes from the ``password`` option or
 from ``SQLQUEUE_PASSWORD``, as the shipped jobs read it; without a ``url`` option the URL comes from
 ``SQLQUEUE_URL``. The resolved options are pickled to the executors with the readers (plain values only).
+
+A key the readers do not know is an error, as for the writer: a typo (``maxMessagez``) would otherwise
+read with the default. A SQLite URL must name a file that exists: opening it would create an empty
+database, and the read would fail later for want of a queue, leaving the file behind.
 """
 
 from __future__ import annotations
@@ -13,13 +17,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from ...transport import ConfigurationError, Transport, open_transport
 from ..config import url_from_option
 from ..tables import DEFAULT_PREFIX, check_run_id
 
-__all__ = ["UNCOMMITTED_BATCH_POLICIES", "SourceOptions"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_MESSAGES_PER_TRIGGER",
+    "DEFAULT_RECEIVES_PER_TRIGGER",
+    "READ_OPTIONS",
+    "UNCOMMITTED_BATCH_POLICIES",
+    "SourceOptions",
+]
 
 UNCOMMITTED_BATCH_POLICIES = ("fail", "redeliver", "discard")
+DEFAULT_BATCH_SIZE = 1000
+# Without maxMessagesPerTrigger a micro-batch takes at most this many receives of batchSize messages
+# (100,000 messages at the default batch size), so a deep backlog is not staged whole before the first
+# batch, and a producer that keeps pace with the receives cannot hold one trigger forever.
+DEFAULT_RECEIVES_PER_TRIGGER = 100
+DEFAULT_MAX_MESSAGES_PER_TRIGGER = DEFAULT_BATCH_SIZE * DEFAULT_RECEIVES_PER_TRIGGER
+# The read forms' options as docs/spark.md spells them; keys are matched lower-cased, without underscores.
+READ_OPTIONS = (
+    "queue",
+    "url",
+    "password",
+    "defaultSchema",
+    "errorQueue",
+    "prefix",
+    "runId",
+    "maxMessages",
+    "receivers",
+    "batchSize",
+    "partitions",
+    "maxMessagesPerTrigger",
+    "streamId",
+    "onUncommittedBatch",
+    "createTables",
+)
+_KNOWN_KEYS = {name.lower() for name in READ_OPTIONS} | {"path"}  # load("<queue>") passes path
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
 
@@ -46,6 +85,32 @@ def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> 
     return text
 
 
+def _check_keys(options: Mapping[str, str]) -> None:
+    for key in options:
+        if str(key).lower().replace("_", "") not in _KNOWN_KEYS:
+            raise ConfigurationError(
+                f"unknown option {key!r} for format('sqlqueue') reads; known: {', '.join(READ_OPTIONS)}"
+            )
+
+
+def _require_sqlite_file(url: str) -> None:
+    """Refuse a SQLite URL whose database file does not exist (SQLite would create it empty)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return
+    database = parsed.database
+    if not parsed.drivername.startswith("sqlite") or parsed.query.get("odbc_connect"):
+        return
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    if not os.path.exists(database):
+        raise ConfigurationError(
+            f"the SQLite database {database} does not exist: the data source reads queues that were "
+            "provisioned, and does not create a database"
+        )
+
+
 def _flag(options: Mapping[str, str], key: str) -> bool:
     text = str(options.get(key, "")).strip().lower()
     if text in _TRUE:
@@ -69,7 +134,7 @@ class SourceOptions:
     prefix: str = DEFAULT_PREFIX
     run_id: str | None = None
     stream_id: str | None = None
-    batch_size: int = 1000
+    batch_size: int = DEFAULT_BATCH_SIZE
     max_messages: int | None = None
     receivers: int = 1
     partitions: int = 2
@@ -80,10 +145,12 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> SourceOptions:
         """Build from Spark's options and the environment. Keys are Spark's camelCase (``runId``,
-        ``maxMessagesPerTrigger``) in any case, or snake_case (``run_id``): underscores are ignored."""
+        ``maxMessagesPerTrigger``) in any case, or snake_case (``run_id``): underscores are ignored. Any
+        other key is an error, and so is a SQLite URL whose file does not exist."""
         env = os.environ if environ is None else environ
+        _check_keys(options)
         lowered = {str(key).lower().replace("_", ""): value for key, value in options.items()}
-        queue = str(lowered.get("queue") or "").strip()
+        queue = str(lowered.get("queue") or lowered.get("path") or "").strip()
         if not queue:
             raise ConfigurationError('the sqlqueue data source needs option("queue", <the input queue>)')
         password = lowered.get("password")
@@ -94,7 +161,7 @@ class SourceOptions:
         stream_id = str(lowered.get("streamid") or f"stream:{queue}")
         check_run_id(stream_id)
         error_queue = lowered.get("errorqueue", "error")
-        return cls(
+        parsed = cls(
             url=url,
             queue=queue,
             default_schema=lowered.get("defaultschema") or None,
@@ -102,7 +169,7 @@ class SourceOptions:
             prefix=str(lowered.get("prefix") or DEFAULT_PREFIX),
             run_id=None if run_id is None else str(run_id),
             stream_id=stream_id,
-            batch_size=_positive(lowered, "batchsize", 1000) or 1000,
+            batch_size=_positive(lowered, "batchsize", DEFAULT_BATCH_SIZE) or DEFAULT_BATCH_SIZE,
             max_messages=_positive(lowered, "maxmessages", None),
             receivers=_positive(lowered, "receivers", 1) or 1,
             partitions=_positive(lowered, "partitions", 2) or 2,
@@ -110,6 +177,16 @@ class SourceOptions:
             on_uncommitted_batch=_choice(lowered, "onUncommittedBatch", UNCOMMITTED_BATCH_POLICIES),
             create_tables=_flag(lowered, "createtables"),
         )
+        _require_sqlite_file(url)
+        return parsed
+
+    @property
+    def trigger_limit(self) -> int:
+        """The most messages one micro-batch takes: ``maxMessagesPerTrigger``, else
+        ``batchSize * DEFAULT_RECEIVES_PER_TRIGGER``."""
+        if self.max_messages_per_trigger is not None:
+            return self.max_messages_per_trigger
+        return self.batch_size * DEFAULT_RECEIVES_PER_TRIGGER
 
     def open(self, **options: Any) -> Transport:
         return open_transport(

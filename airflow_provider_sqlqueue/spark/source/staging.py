@@ -8,6 +8,12 @@ only grow in commit order and two queries on one stream id cannot both stage (th
 messages stay queued). The same row keeps the last position a query planned into a micro-batch, so that a
 query on a new checkpoint can tell staged rows some query may already have written to its sink from rows no
 query has read.
+
+The row also names the query that owns the stream: a token each query's reader claims by a compare-and-set
+when it starts (a query that starts on a stream id takes it over). Every receive compares the whole row, so
+it fails once another query owns the stream; every read of staged rows on the executors checks the owner
+under a shared lock on the row, in the transaction that reads; and a commit deletes only while it owns it.
+So the query that lost the stream id reads nothing more, and fails naming it.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...transport import ConfigurationError, Transport
-from ..drain.transactions import rows_changed, table_exists
+from ..drain.transactions import begin_write, execute_counted, rows_changed, table_exists
 from ..moves import move_batch
 from ..tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .options import SourceOptions
@@ -28,39 +34,58 @@ __all__ = [
     "StreamConflict",
     "StreamMark",
     "bridge_sql",
+    "claim_stream",
+    "commit_stream",
     "read_staged",
     "stage_batch",
     "stage_stream_batch",
+    "taken_over",
 ]
 
 
 class StreamConflict(ConfigurationError):
-    """Another query moved the stream's position: two queries share one stream id."""
+    """Another query moved the stream's position or took the stream: two queries share one stream id."""
+
+
+def taken_over(stream_id: str) -> StreamConflict:
+    return StreamConflict(
+        f"stream {stream_id} was taken by another streaming query that started on the same stream id: one "
+        "stream id belongs to one streaming query (set option streamId); this query reads and commits "
+        "nothing more of it"
+    )
 
 
 @dataclass(frozen=True)
 class StreamMark:
-    """A stream's row: the last position staged, and the last position a query planned into a micro-batch
-    (``None`` before the first plan, and in rows written before the mark was kept).
+    """A stream's row: the last position staged, the last position a query planned into a micro-batch
+    (``None`` before the first plan, and in rows written before the mark was kept), and the token of the
+    query that owns the stream (``None`` before a query claimed it).
 
     The row's Summary holds it as JSON; compare-and-set statements compare that text, so :meth:`summary`
     writes the same text for the same mark."""
 
     position: int
     planned: int | None = None
+    owner: str | None = None
 
     def summary(self) -> str:
-        fields = {"position": self.position}
+        fields: dict[str, int | str] = {"position": self.position}
         if self.planned is not None:
             fields["planned"] = self.planned
+        if self.owner is not None:
+            fields["owner"] = self.owner
         return json.dumps(fields)
 
     @classmethod
     def parse(cls, summary: str, stream_id: str) -> StreamMark:
         try:
             fields = json.loads(summary)
-            planned = fields.get("planned")
-            return cls(int(fields["position"]), None if planned is None else int(planned))
+            planned, owner = fields.get("planned"), fields.get("owner")
+            return cls(
+                int(fields["position"]),
+                None if planned is None else int(planned),
+                None if owner is None else str(owner),
+            )
         except (AttributeError, KeyError, TypeError, ValueError):
             raise ConfigurationError(
                 f"stream {stream_id}: its row in the runs table does not hold a stream position: {summary!r}"
@@ -189,17 +214,55 @@ def _advance(
     params = (to.summary(), stream_id, mark.summary())
     if rows_changed(transport, cursor, sql.counted(sql.set_summary_if()), params) != 1:
         raise StreamConflict(
-            f"stream {stream_id} moved past position {mark.position} in another query: one stream id "
-            "belongs to one streaming query (set option streamId); nothing was received"
+            f"stream {stream_id} moved past position {mark.position} or was taken by another query: one "
+            "stream id belongs to one streaming query (set option streamId); nothing was received"
         )
 
 
-def read_staged(options: SourceOptions, run_id: str, low: int, high: int) -> Iterator[Any]:
+def claim_stream(transport: Transport, sql: BridgeSql, stream_id: str, mark: StreamMark, owner: str) -> bool:
+    """Make ``owner`` the stream's owner if its row still holds ``mark`` (a compare-and-set)."""
+    params = (replace(mark, owner=owner).summary(), stream_id, mark.summary())
+    return execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1
+
+
+def commit_stream(transport: Transport, sql: BridgeSql, stream_id: str, mark: StreamMark, end: int) -> None:
+    """Delete the stream's staged rows through ``end``, in a transaction that first checks (and locks) the
+    row still holds ``mark``, that is this query still owns the stream."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        begin_write(transport, cursor)
+        try:
+            _advance(transport, cursor, sql, stream_id, mark, mark)
+        except StreamConflict:
+            connection.rollback()
+            raise taken_over(stream_id) from None
+        cursor.execute(sql.delete_staged_through(), (stream_id, end))
+        connection.commit()
+
+
+def _check_owner(transport: Transport, cursor: Any, sql: BridgeSql, stream_id: str, owner: str) -> None:
+    """The stream's row names ``owner``; read under a shared lock held to the end of the transaction, so a
+    query taking the stream over waits for this read to end."""
+    cursor.execute(sql.run_summary_shared(), (stream_id,))
+    rows = transport.dialect.fetch_rows(cursor)
+    if not rows or StreamMark.parse(rows[0][0], stream_id).owner != owner:
+        raise taken_over(stream_id)
+
+
+def read_staged(
+    options: SourceOptions, run_id: str, low: int, high: int, owner: str | None = None
+) -> Iterator[Any]:
     """The staged rows of ``run_id`` with ``low <= RowVersion < high``, in order, as Arrow record batches of
-    the source's columns."""
+    the source's columns. With ``owner`` (a stream's reads), only while the stream's row names that owner."""
     with options.open(pool_size=1, max_overflow=0) as transport:
         sql = bridge_sql(transport, options)
         with transport.connection() as connection:
+            if owner is not None:
+                try:
+                    _check_owner(transport, connection.cursor(), sql, run_id, owner)
+                except StreamConflict:
+                    connection.rollback()
+                    raise
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
             yield from staged_batches(cursor, sql.staged_slice(), (run_id, low, high))
             connection.commit()

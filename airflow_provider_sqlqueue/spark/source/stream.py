@@ -17,17 +17,27 @@ batch staged. ``partitions`` records in the stream's row how far queries have pl
 checkpoint (``initialOffset``) that finds staged rows up to that mark refuses to start unless the
 ``onUncommittedBatch`` option says whether to deliver them again or discard them. Staged rows beyond the
 mark were never in a micro-batch: a new query starts with them.
+
+One query owns a stream id: each reader claims it in the stream's row on its first call on the driver
+(``initialOffset`` for a new checkpoint, else ``latestOffset`` or ``partitions`` after a restart), so the
+query that starts last takes it over. From then on the other query's receives, plans, reads (the token
+travels in each partition) and commits fail naming the stream id (``staging.py``), so no message reaches
+both. ``initialOffset`` claims together with its decision on the staged rows: a query refused for an
+uncommitted batch takes nothing from the query that read it.
+
+Without ``maxMessagesPerTrigger`` a micro-batch takes at most ``batchSize * DEFAULT_RECEIVES_PER_TRIGGER``
+messages (``options.py``), with Spark's ``ReadAllAvailable`` too.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
@@ -37,7 +47,16 @@ from ...transport import ConfigurationError, SqlQueueError, Transport
 from ..drain.transactions import execute, execute_counted
 from ..tables import STREAMING, BridgeSql
 from .options import SourceOptions
-from .staging import StreamConflict, StreamMark, bridge_sql, read_staged, stage_stream_batch
+from .staging import (
+    StreamConflict,
+    StreamMark,
+    bridge_sql,
+    claim_stream,
+    commit_stream,
+    read_staged,
+    stage_stream_batch,
+    taken_over,
+)
 
 __all__ = ["PositionRange", "SqlQueueStreamReader"]
 
@@ -45,12 +64,14 @@ STREAM_SINK = "spark.readStream"
 
 
 class PositionRange(InputPartition):
-    """Staged rows of one stream with ``low < position <= high``."""
+    """Staged rows of one stream with ``low < position <= high``, read only while ``owner`` (the planning
+    query's token) owns the stream."""
 
-    def __init__(self, low: int, high: int) -> None:
+    def __init__(self, low: int, high: int, owner: str | None = None) -> None:
         super().__init__((low, high))
         self.low = low
         self.high = high
+        self.owner = owner
 
 
 def _position(offset: dict) -> int:
@@ -62,13 +83,15 @@ def _position(offset: dict) -> int:
 
 class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream's reader. Spark keeps one instance on the driver for the query's life (offsets and commits)
-    and pickles it to the executors for ``read``; it holds only the options and the Trigger.AvailableNow
-    budget, and opens a connection per call."""
+    and pickles it to the executors for ``read``; it holds only the options, the Trigger.AvailableNow
+    budget and its owner token, and opens a connection per call."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.stream_id = str(options.stream_id)
         self.budget: int | None = None  # Trigger.AvailableNow: how many messages may still be received
+        self.owner = uuid.uuid4().hex  # this query's claim on the stream
+        self.claimed = False
 
     # ---- the stream's row ----------------------------------------------------------------------
     def _mark(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
@@ -93,13 +116,30 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue  # created concurrently
         raise ConfigurationError(f"stream {self.stream_id}: its row could not be created")
 
+    def _owned(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
+        """The stream's row, owned by this query: claimed on the query's first call, and an error naming
+        the stream id once another query has taken it."""
+        for _ in range(3):
+            mark = self._mark(transport, sql, queue)
+            if mark.owner == self.owner:
+                return mark
+            if self.claimed:
+                raise taken_over(self.stream_id)
+            if claim_stream(transport, sql, self.stream_id, mark, self.owner):
+                self.claimed = True
+                return replace(mark, owner=self.owner)
+        raise StreamConflict(
+            f"stream {self.stream_id} keeps changing under this query: one stream id belongs to one "
+            "streaming query (set option streamId)"
+        )
+
     def _planned(self, high: int) -> None:
         """Record that a micro-batch reads the staged rows up to ``high`` (the mark only grows)."""
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
             for _ in range(3):
-                mark = self._mark(transport, sql, queue)
+                mark = self._owned(transport, sql, queue)
                 if mark.planned is not None and mark.planned >= high:
                     return
                 planned = replace(mark, planned=high)
@@ -119,22 +159,37 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a query with a new checkpoint starts: at the stream's last position, or before the staged
         rows no micro-batch has read. Staged rows a micro-batch has read (the last batch of a query that
         ended, or of one that failed) may already be in that query's sink: ``onUncommittedBatch`` says
-        whether to deliver them again, discard them, or (the default) refuse to start."""
+        whether to deliver them again, discard them, or (the default) refuse to start.
+
+        The query claims the stream with a compare-and-set of the row it decided on, so no query plans or
+        stages in between; a query that refuses to start claims nothing."""
         with self._open() as transport:
             sql = bridge_sql(transport, self.options, check=True)
             queue = transport.queue(self.options.queue)
-            mark = self._mark(transport, sql, queue)
-            count, low, high = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
+            for _ in range(3):
+                mark = self._mark(transport, sql, queue)
+                stats = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
+                start = self._start(mark, *stats)
+                if claim_stream(transport, sql, self.stream_id, mark, self.owner):
+                    self.claimed = True
+                    return {"position": start}
+        raise StreamConflict(
+            f"stream {self.stream_id} keeps changing while this query starts: one stream id belongs to one "
+            "streaming query (set option streamId)"
+        )
+
+    def _start(self, mark: StreamMark, count: Any, low: Any, high: Any) -> int:
+        """Where a new checkpoint starts, from the stream's row and its staged rows' count and positions."""
         if not count:
-            return {"position": mark.position}
+            return mark.position
         low, high = int(low), int(high)
         if mark.planned is None or mark.planned < low:
-            return {"position": low - 1}
+            return low - 1
         policy = self.options.on_uncommitted_batch
         if policy == "redeliver":
-            return {"position": low - 1}
+            return low - 1
         if policy == "discard":
-            return {"position": mark.planned}
+            return mark.planned
         raise ConfigurationError(
             f"stream {self.stream_id} has {min(mark.planned, high) - low + 1} messages (positions {low} to "
             f"{min(mark.planned, high)}) staged in a micro-batch that an earlier query read and never "
@@ -145,8 +200,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_messages_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        return ReadMaxRows(self.options.trigger_limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Receive no more than the messages queued now, so the query ends while senders go on."""
@@ -155,21 +209,19 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         low = _position(start)
-        wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.trigger_limit
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
-            mark = self._mark(transport, sql, queue)
+            mark = self._owned(transport, sql, queue)
             last = mark.position
             if last < low:
                 raise ConfigurationError(
                     f"stream {self.stream_id} is at position {last}, behind the checkpoint's {low}: the "
                     "checkpoint belongs to another stream id or database"
                 )
-            while wanted is None or last - low < wanted:
-                size = self.options.batch_size
-                if wanted is not None:
-                    size = min(size, wanted - (last - low))
+            while last - low < wanted:
+                size = min(self.options.batch_size, wanted - (last - low))
                 if self.budget is not None:
                     size = min(size, self.budget)
                 if size <= 0:
@@ -180,8 +232,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.budget -= taken
                 if taken < size:
                     break
-        end = last if wanted is None else min(last, low + wanted)
-        return {"position": end}
+        return {"position": min(last, low + wanted)}
 
     def reportLatestOffset(self) -> dict | None:
         return None
@@ -193,14 +244,17 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned(high)
         slices = min(self.options.partitions, high - low)
         edges = [low + ((high - low) * i) // slices for i in range(slices)] + [high]
-        return [PositionRange(edges[i], edges[i + 1]) for i in range(slices)]
+        return [PositionRange(edges[i], edges[i + 1], self.owner) for i in range(slices)]
 
     def commit(self, end: dict) -> None:
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
-            execute(transport, sql.delete_staged_through(), (self.stream_id, _position(end)))
+            mark = self._owned(transport, sql, transport.queue(self.options.queue))
+            commit_stream(transport, sql, self.stream_id, mark, _position(end))
 
     # ---- the executors ---------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, PositionRange)
-        yield from read_staged(self.options, self.stream_id, partition.low + 1, partition.high + 1)
+        if not isinstance(partition, PositionRange):  # PySpark's placeholder: nothing was planned
+            return
+        low, high = partition.low + 1, partition.high + 1
+        yield from read_staged(self.options, self.stream_id, low, high, partition.owner)
