@@ -96,6 +96,9 @@ MOVE_DESTINATION = QueueAddress("Billing.Input", "dbo")
 # Where an error queue's deleted messages go (transport/archive.py): rendered as the case address's archive.
 ARCHIVE_DESTINATION = QueueAddress("error_archive", "dbo")
 
+# A subscription as the golden files bind it: endpoint, topic (a .NET FullName) and queue address.
+SUBSCRIPTION = ("Sales", "Sales.Events.OrderPlaced", "Sales@[dbo]@[sqlqueue]")
+
 # One golden file per address case. Strings go through QueueAddress.parse (the canonical address form);
 # every address is then resolved by the dialect (default schema dbo, length limits).
 CASES: dict[str, str | QueueAddress] = {
@@ -114,7 +117,8 @@ CASES: dict[str, str | QueueAddress] = {
 
 # Everything a statement may contain as a literal: fixed words and numbers, never a value from a caller.
 FIXED_STRINGS = {"Exclusive", "Transaction", "U", "Headers"}
-FIXED_NUMBERS = {"0", "1", "5", "255", "60000"}  # 5: the columns queue_tables looks for
+# 5: the columns queue_tables looks for; 200: the subscription table's column width (the reference's)
+FIXED_NUMBERS = {"0", "1", "5", "200", "255", "60000"}
 FORBIDDEN_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSUTCDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
 FORBIDDEN_HINTS = {"NOLOCK", "READUNCOMMITTED"}
 APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
@@ -125,6 +129,7 @@ SYSTEM_VARIABLES_BY_KIND = {
     "purge_expired_batch": ["@@ROWCOUNT"],
     "archive_failed_row": ["@@ROWCOUNT"],
     "purge_archive_batch": ["@@ROWCOUNT"],
+    "unsubscribe": ["@@ROWCOUNT"],
 }
 # table_exists binds the quoted name (OBJECT_ID) on SQL Server; Babelfish's reads sys.tables by schema, name.
 TABLE_EXISTS_PARAMETERS: dict[type[SqlServerDialect], int] = {BabelfishDialect: 2}
@@ -518,6 +523,65 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         )
     )
     out.append(Statement("count_archive", "count_archive", d.count_archive(address), (exp.Select,), 0))
+
+    # Native publish/subscribe (transport/subscriptions.py): the subscription table's statements rendered
+    # for the same address as if it were SubscriptionRouting.
+    out.append(
+        Statement(
+            "create_subscription_table",
+            "create_subscription_table",
+            d.create_subscription_table(address),
+            (exp.Create,),
+            0,
+        )
+    )
+    subscribe_params = d.subscribe_params(*SUBSCRIPTION)
+    out.append(
+        Statement(
+            "subscribe",
+            "subscribe",
+            d.subscribe(address),
+            (exp.Update, exp.Insert) if d.variant == "babelfish" else (exp.Merge,),
+            len(subscribe_params),
+            subscribe_params,
+        )
+    )
+    out.append(
+        Statement(
+            "unsubscribe",
+            "unsubscribe",
+            d.unsubscribe(address),
+            (exp.Delete, exp.Select),
+            2,
+            SUBSCRIPTION[:2],
+        )
+    )
+    for topics in (1, 3):
+        out.append(
+            Statement(
+                "select_subscribers",
+                f"select_subscribers {topics} topic{'s' if topics > 1 else ''}",
+                d.select_subscribers(address, topics),
+                (exp.Select,),
+                topics,
+                extra={"topics": topics},
+            )
+        )
+    for by_topic, by_endpoint in ((False, False), (True, False), (False, True), (True, True)):
+        out.append(
+            Statement(
+                "select_subscriptions",
+                f"select_subscriptions by_topic={by_topic} by_endpoint={by_endpoint}",
+                d.select_subscriptions(address, by_topic, by_endpoint),
+                (exp.Select,),
+                by_topic + by_endpoint,
+                extra={
+                    "by": [
+                        name for name, wanted in (("Topic", by_topic), ("Endpoint", by_endpoint)) if wanted
+                    ]
+                },
+            )
+        )
 
     # The schema inspection, with the parameters inspect() binds, and the fix it proposes for varchar Headers.
     cursor = _RecordingCursor()
@@ -1708,6 +1772,113 @@ def check_server_variant(statement: Statement, trees: list[exp.Expression], addr
     )
 
 
+# The subscription table (native publish/subscribe), as the reference's SQL Server transport creates it.
+SUBSCRIPTION_COLUMNS = [
+    ("QueueAddress", "NVARCHAR(200)"),
+    ("Endpoint", "NVARCHAR(200)"),
+    ("Topic", "NVARCHAR(200)"),
+]
+
+
+def check_create_subscription_table(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """The reference's three nvarchar(200) NOT NULL columns and its clustered primary key (Endpoint, Topic)
+    (a primary key is clustered by default where the table has no clustered index)."""
+    sql = statement.sql
+    definitions = all_nodes(trees, exp.ColumnDef)
+    found = [(d.name, d.args["kind"].sql(dialect="tsql").upper()) for d in definitions]
+    fail_unless(found == SUBSCRIPTION_COLUMNS, f"subscription columns {found} != {SUBSCRIPTION_COLUMNS}")
+    for definition in definitions:
+        fail_unless(
+            any(isinstance(c.kind, exp.NotNullColumnConstraint) for c in definition.constraints),
+            f"{definition.name} is nullable:\n{sql}",
+        )
+    fail_unless(
+        sql.endswith("    PRIMARY KEY ([Endpoint], [Topic])\n)") and "NONCLUSTERED" not in sql,
+        f"not the clustered primary key (Endpoint, Topic):\n{sql}",
+    )
+
+
+def _where_equals(node: exp.Expression | None) -> list[str]:
+    """The columns a WHERE compares with ``?``, in order (``a = ? AND b = ?``)."""
+    if node is None:
+        return []
+    found = []
+    for equals in node.find_all(exp.EQ):
+        if isinstance(equals.this, exp.Column) and isinstance(equals.expression, exp.Placeholder):
+            found.append(equals.this.name)
+    return found
+
+
+def check_subscribe(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The reference's upsert: MERGE WITH (HOLDLOCK, TABLOCK) on (Endpoint, Topic), the queue updated only
+    where it changed, else inserted; the values bound as endpoint, topic, queue address."""
+    sql = statement.sql
+    [merge] = trees
+    fail_unless(isinstance(merge, exp.Merge), f"not a MERGE:\n{sql}")
+    fail_unless(
+        table_hints(merge.this) == ["HOLDLOCK", "TABLOCK"], f"hints {table_hints(merge.this)}:\n{sql}"
+    )
+    qualified = expected_qualified_name(address)
+    fail_unless(
+        sql.startswith(
+            f"MERGE {qualified} WITH (HOLDLOCK, TABLOCK) AS target USING (SELECT ? AS [Endpoint], "
+            "? AS [Topic], ? AS [QueueAddress]) AS source ON target.[Endpoint] = source.[Endpoint] AND "
+            "target.[Topic] = source.[Topic] "
+        ),
+        f"not the reference's MERGE on (Endpoint, Topic):\n{sql}",
+    )
+    fail_unless(
+        "WHEN MATCHED AND target.[QueueAddress] <> source.[QueueAddress] THEN UPDATE SET [QueueAddress] = "
+        "source.[QueueAddress] WHEN NOT MATCHED THEN INSERT ([QueueAddress], [Topic], [Endpoint]) VALUES "
+        "(source.[QueueAddress], source.[Topic], source.[Endpoint]);" in sql,
+        f"not the reference's update of a changed queue and insert:\n{sql}",
+    )
+    fail_unless(statement.params == SUBSCRIPTION, f"bound values {statement.params} != {SUBSCRIPTION}")
+
+
+def check_unsubscribe(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """DELETE of the (Endpoint, Topic) row, then its count."""
+    sql = statement.sql
+    delete, _count = trees
+    fail_unless(_where_equals(delete.args.get("where")) == ["Endpoint", "Topic"], f"not by key:\n{sql}")
+    fail_unless(sql.endswith("; SELECT @@ROWCOUNT"), f"the count is not selected:\n{sql}")
+    fail_unless(statement.params == SUBSCRIPTION[:2], f"bound values {statement.params}")
+
+
+def check_select_subscribers(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """The reference's lookup: SELECT DISTINCT QueueAddress WHERE Topic IN (one ? per topic)."""
+    sql = statement.sql
+    [select] = trees
+    fail_unless(select.args.get("distinct") is not None, f"not DISTINCT:\n{sql}")
+    fail_unless(
+        [c.name for c in select.expressions] == ["QueueAddress"], f"selects more than the queue:\n{sql}"
+    )
+    [topics] = all_nodes(trees, exp.In)
+    fail_unless(
+        topics.this.name == "Topic"
+        and len(topics.expressions) == statement.extra["topics"]
+        and all(isinstance(value, exp.Placeholder) for value in topics.expressions),
+        f"not Topic IN (?, ...):\n{sql}",
+    )
+
+
+def check_select_subscriptions(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """Every column of the rows (of a topic, an endpoint), ordered by Topic then Endpoint."""
+    sql = statement.sql
+    [select] = trees
+    fail_unless(
+        [c.name for c in select.expressions] == ["QueueAddress", "Endpoint", "Topic"], f"columns:\n{sql}"
+    )
+    fail_unless(_where_equals(select.args.get("where")) == statement.extra["by"], f"filter:\n{sql}")
+    fail_unless(_order(select) == [("Topic", False), ("Endpoint", False)], f"order:\n{sql}")
+
+
 USES_TIME = {
     "send",
     "receive_batch",
@@ -1766,6 +1937,11 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "archive_failed_row": check_archive_failed_row,
     "purge_archive_batch": check_purge_archive,
     "count_archive": check_count_archive,
+    "create_subscription_table": check_create_subscription_table,
+    "subscribe": check_subscribe,
+    "unsubscribe": check_unsubscribe,
+    "select_subscribers": check_select_subscribers,
+    "select_subscriptions": check_select_subscriptions,
 }
 
 
@@ -1901,7 +2077,39 @@ def check_babelfish_index_exists(
     )
 
 
+def check_babelfish_subscribe(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """Babelfish refuses MERGE: UPDATE of a changed queue, then INSERT where the (Endpoint, Topic) row is
+    missing, both under (UPDLOCK, SERIALIZABLE) as SQL Server would honour them (Babelfish does not; the
+    primary key then refuses the second of two racing inserts, which SubscriptionStore runs again)."""
+    sql = statement.sql
+    update, insert = trees
+    qualified = expected_qualified_name(address)
+    fail_unless(table_hints(update.this) == ["UPDLOCK", "SERIALIZABLE"], f"UPDATE hints:\n{sql}")
+    fail_unless(
+        sql.startswith(
+            f"UPDATE {qualified} WITH (UPDLOCK, SERIALIZABLE) SET [QueueAddress] = ? WHERE "
+            "[Endpoint] = ? AND [Topic] = ? AND [QueueAddress] <> ?; "
+        ),
+        f"not the update of a changed queue by key:\n{sql}",
+    )
+    fail_unless(
+        sql.endswith(
+            f"INSERT INTO {qualified} ([QueueAddress], [Topic], [Endpoint]) SELECT ?, ?, ? WHERE NOT "
+            f"EXISTS (SELECT 1 FROM {qualified} WITH (UPDLOCK, SERIALIZABLE) "
+            "WHERE [Endpoint] = ? AND [Topic] = ?)"
+        ),
+        f"not the insert of a missing row:\n{sql}",
+    )
+    fail_unless(isinstance(insert, exp.Insert), f"not an INSERT:\n{sql}")
+    endpoint, topic, queue = SUBSCRIPTION
+    wanted = (queue, endpoint, topic, queue, queue, topic, endpoint, endpoint, topic)
+    fail_unless(statement.params == wanted, f"bound values {statement.params} != {wanted}")
+
+
 VARIANT_SEMANTICS: dict[tuple[str, str], Callable[[Statement, list[exp.Expression], QueueAddress], None]] = {
+    ("babelfish", "subscribe"): check_babelfish_subscribe,
     ("babelfish", "receive_batch"): check_babelfish_receive,
     ("babelfish", "table_exists"): check_babelfish_table_exists,
     ("babelfish", "index_exists"): check_babelfish_index_exists,

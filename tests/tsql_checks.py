@@ -45,7 +45,11 @@ PACKAGE = "airflow_provider_sqlqueue."
 
 # ---- allow-lists: what SQL Server accepts, among what the package uses --------------------------------
 # Table hints (FROM t WITH (...)). NOLOCK and READUNCOMMITTED are valid T-SQL but dirty reads: not listed.
-TABLE_HINTS = frozenset({"UPDLOCK", "READPAST", "ROWLOCK", "READCOMMITTEDLOCK", "HOLDLOCK"})
+# TABLOCK: the reference's subscribe (MERGE ... WITH (HOLDLOCK, TABLOCK)); SERIALIZABLE: Babelfish's
+# form of it (UPDATE and INSERT where missing, which SQL Server would hold the key range for).
+TABLE_HINTS = frozenset(
+    {"UPDLOCK", "READPAST", "ROWLOCK", "READCOMMITTEDLOCK", "HOLDLOCK", "TABLOCK", "SERIALIZABLE"}
+)
 # Data types, as written in DDL and CAST.
 DATA_TYPES = frozenset(
     {
@@ -101,6 +105,7 @@ STATEMENT_KINDS = frozenset(
     {
         "select_statement",
         "insert_statement",
+        "merge_statement",
         "update_statement",
         "delete_statement",
         "with_compound_statement",

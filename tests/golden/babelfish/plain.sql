@@ -18,3 +18,7 @@ SELECT index_id FROM sys.indexes WHERE object_id = OBJECT_ID(?) AND name LIKE ?
 
 -- receive_batch
 DELETE FROM [dbo].[orders] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM [dbo].[orders] WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY [RowVersion])
+
+-- subscribe
+-- params: ["Sales@[dbo]@[sqlqueue]", "Sales", "Sales.Events.OrderPlaced", "Sales@[dbo]@[sqlqueue]", "Sales@[dbo]@[sqlqueue]", "Sales.Events.OrderPlaced", "Sales", "Sales", "Sales.Events.OrderPlaced"]
+UPDATE [dbo].[orders] WITH (UPDLOCK, SERIALIZABLE) SET [QueueAddress] = ? WHERE [Endpoint] = ? AND [Topic] = ? AND [QueueAddress] <> ?; INSERT INTO [dbo].[orders] ([QueueAddress], [Topic], [Endpoint]) SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders] WITH (UPDLOCK, SERIALIZABLE) WHERE [Endpoint] = ? AND [Topic] = ?)

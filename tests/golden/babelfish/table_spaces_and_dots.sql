@@ -18,3 +18,7 @@ SELECT index_id FROM sys.indexes WHERE object_id = OBJECT_ID(?) AND name LIKE ?
 
 -- receive_batch
 DELETE FROM [dbo].[order queue. v2] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires] WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM [dbo].[order queue. v2] WITH (UPDLOCK, READPAST, ROWLOCK) ORDER BY [RowVersion])
+
+-- subscribe
+-- params: ["Sales@[dbo]@[sqlqueue]", "Sales", "Sales.Events.OrderPlaced", "Sales@[dbo]@[sqlqueue]", "Sales@[dbo]@[sqlqueue]", "Sales.Events.OrderPlaced", "Sales", "Sales", "Sales.Events.OrderPlaced"]
+UPDATE [dbo].[order queue. v2] WITH (UPDLOCK, SERIALIZABLE) SET [QueueAddress] = ? WHERE [Endpoint] = ? AND [Topic] = ? AND [QueueAddress] <> ?; INSERT INTO [dbo].[order queue. v2] ([QueueAddress], [Topic], [Endpoint]) SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM [dbo].[order queue. v2] WITH (UPDLOCK, SERIALIZABLE) WHERE [Endpoint] = ? AND [Topic] = ?)

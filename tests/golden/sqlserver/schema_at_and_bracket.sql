@@ -211,6 +211,40 @@ DELETE FROM [s@]]x].[orders] WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE(
 -- count_archive
 SELECT count_big(*) FROM [s@]]x].[orders]
 
+-- create_subscription_table
+CREATE TABLE [s@]]x].[orders] (
+    [QueueAddress] nvarchar(200) NOT NULL,
+    [Endpoint] nvarchar(200) NOT NULL,
+    [Topic] nvarchar(200) NOT NULL,
+    PRIMARY KEY ([Endpoint], [Topic])
+)
+
+-- subscribe
+-- params: ["Sales", "Sales.Events.OrderPlaced", "Sales@[dbo]@[sqlqueue]"]
+MERGE [s@]]x].[orders] WITH (HOLDLOCK, TABLOCK) AS target USING (SELECT ? AS [Endpoint], ? AS [Topic], ? AS [QueueAddress]) AS source ON target.[Endpoint] = source.[Endpoint] AND target.[Topic] = source.[Topic] WHEN MATCHED AND target.[QueueAddress] <> source.[QueueAddress] THEN UPDATE SET [QueueAddress] = source.[QueueAddress] WHEN NOT MATCHED THEN INSERT ([QueueAddress], [Topic], [Endpoint]) VALUES (source.[QueueAddress], source.[Topic], source.[Endpoint]);
+
+-- unsubscribe
+-- params: ["Sales", "Sales.Events.OrderPlaced"]
+DELETE FROM [s@]]x].[orders] WHERE [Endpoint] = ? AND [Topic] = ?; SELECT @@ROWCOUNT
+
+-- select_subscribers 1 topic
+SELECT DISTINCT [QueueAddress] FROM [s@]]x].[orders] WHERE [Topic] IN (?)
+
+-- select_subscribers 3 topics
+SELECT DISTINCT [QueueAddress] FROM [s@]]x].[orders] WHERE [Topic] IN (?, ?, ?)
+
+-- select_subscriptions by_topic=False by_endpoint=False
+SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] ORDER BY [Topic], [Endpoint]
+
+-- select_subscriptions by_topic=True by_endpoint=False
+SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Topic] = ? ORDER BY [Topic], [Endpoint]
+
+-- select_subscriptions by_topic=False by_endpoint=True
+SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Endpoint] = ? ORDER BY [Topic], [Endpoint]
+
+-- select_subscriptions by_topic=True by_endpoint=True
+SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Topic] = ? AND [Endpoint] = ? ORDER BY [Topic], [Endpoint]
+
 -- index_first_columns
 -- params: ["[s@]]x].[orders]"]
 SELECT c.name, i.type FROM sys.indexes i JOIN sys.index_columns ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id AND ic.key_ordinal = 1 JOIN sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id WHERE i.object_id = OBJECT_ID(?)
