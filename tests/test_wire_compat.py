@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import rawsql
 
-from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage, QueueAddress
+from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage, QueueAddress, Subscription
 from airflow_provider_sqlqueue.transport.headers import decode_headers, encode_headers
 
 MESSAGE_ID = "6b7c9d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"
@@ -288,3 +288,214 @@ def test_a_send_that_starts_a_conversation_writes_a_new_conversation_id(queue) -
     assert len(set(started)) == 4 and not set(started) & {row_id for row_id, _ in rows}
     assert all(value.version == 4 for value in started)
     assert rows[4][1]["NServiceBus.ConversationId"] == "mine"
+
+
+# ---- native publish/subscribe: the reference's own statements on the shared subscription table -------
+# Taken verbatim from Particular/NServiceBus.SqlServer 214c4e8f (src/NServiceBus.Transport.SqlServer/
+# Queuing/SqlServerConstants.cs and src/NServiceBus.Transport.PostgreSql/PostgreSqlConstants.cs:
+# CreateSubscriptionTableText, SubscribeText, GetSubscribersText, UnsubscribeText). {0} is the quoted
+# qualified table name, {1} the quoted catalog (SQL Server's creation) or the @Topic_i list (the lookup).
+# SqlClient sends the named parameters to sp_executesql; through pyodbc they are DECLAREd before the
+# statement, which then runs as written. Npgsql rewrites @Name to a positional parameter; psycopg's form of
+# that is %(Name)s, the only change made to the PostgreSQL texts.
+REFERENCE_SQLSERVER = {
+    "create": """
+IF EXISTS (
+    SELECT *
+    FROM {1}.sys.objects
+    WHERE object_id = OBJECT_ID(N'{0}')
+        AND type in (N'U'))
+RETURN
+
+EXEC sp_getapplock @Resource = '{0}_lock', @LockMode = 'Exclusive'
+
+IF EXISTS (
+    SELECT *
+    FROM {1}.sys.objects
+    WHERE object_id = OBJECT_ID(N'{0}')
+        AND type in (N'U'))
+BEGIN
+    EXEC sp_releaseapplock @Resource = '{0}_lock'
+    RETURN
+END
+
+BEGIN TRY
+    CREATE TABLE {0} (
+        QueueAddress NVARCHAR(200) NOT NULL,
+        Endpoint NVARCHAR(200) NOT NULL,
+        Topic NVARCHAR(200) NOT NULL,
+        PRIMARY KEY CLUSTERED
+        (
+            Endpoint,
+            Topic
+        )
+    )
+END TRY
+BEGIN CATCH
+    EXEC sp_releaseapplock @Resource = '{0}_lock';
+    THROW;
+END CATCH;
+
+EXEC sp_releaseapplock @Resource = '{0}_lock'""",
+    "subscribe": """
+MERGE {0} WITH (HOLDLOCK, TABLOCK) AS target
+USING(SELECT @Endpoint AS Endpoint, @QueueAddress AS QueueAddress, @Topic AS Topic) AS source
+ON target.Endpoint = source.Endpoint
+AND target.Topic = source.Topic
+WHEN MATCHED AND target.QueueAddress <> source.QueueAddress THEN
+UPDATE SET QueueAddress = @QueueAddress
+WHEN NOT MATCHED THEN
+INSERT
+(
+    QueueAddress,
+    Topic,
+    Endpoint
+)
+VALUES
+(
+    @QueueAddress,
+    @Topic,
+    @Endpoint
+);""",
+    "lookup": """
+SELECT DISTINCT QueueAddress
+FROM {0}
+WHERE Topic IN ({1})
+""",
+    "unsubscribe": """
+DELETE FROM {0}
+WHERE
+    Endpoint = @Endpoint and
+    Topic = @Topic""",
+}
+REFERENCE_POSTGRESQL = {
+    "create": """
+CREATE TABLE IF NOT EXISTS {0} (
+    QueueAddress VARCHAR(200) NOT NULL,
+    Endpoint VARCHAR(200) NOT NULL,
+    Topic VARCHAR(200) NOT NULL,
+    PRIMARY KEY
+    (
+        Endpoint,
+        Topic
+    )
+) WITH (fillfactor=100)
+""",
+    "subscribe": """
+INSERT INTO {0}
+(
+    QueueAddress,
+    Topic,
+    Endpoint
+)
+VALUES
+(
+    @QueueAddress,
+    @Topic,
+    @Endpoint
+)
+ON CONFLICT (Endpoint, Topic) DO UPDATE SET QueueAddress = @QueueAddress
+;""",
+    "lookup": """
+SELECT DISTINCT QueueAddress
+FROM {0}
+WHERE Topic IN ({1})
+""",
+    "unsubscribe": """
+DELETE FROM {0}
+WHERE
+    Endpoint = @Endpoint and
+    Topic = @Topic""",
+}
+BABELFISH_REFUSES_MERGE = "'MERGE' is not currently supported in Babelfish"
+
+
+class ReferenceSubscriptions:
+    """The reference's statements, run on ``transport``'s database against its subscription table."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        store = transport.subscriptions
+        address = store.address
+        if transport.dialect.name == "sqlserver":
+            catalog = transport.current_catalog()
+            quote = transport.dialect.quote
+            self.texts = REFERENCE_SQLSERVER
+            self.table = f"{quote(catalog)}.{quote(address.schema)}.{quote(address.table)}"
+            self.catalog = quote(catalog)
+        else:
+            self.texts = REFERENCE_POSTGRESQL
+            self.table = transport.dialect.qualified_name(address)
+            self.catalog = ""
+
+    def run(self, name: str, values: dict[str, str], topics: int = 0) -> list[tuple]:
+        text = self.texts[name]
+        if self.transport.dialect.name == "sqlserver":
+            markers = ", ".join(f"@Topic_{index}" for index in range(topics))
+            sql = text.format(self.table, markers if name == "lookup" else self.catalog)
+            declared = "".join(f"DECLARE @{key} nvarchar(200) = ?;\n" for key in values)
+            return rawsql.execute(self.transport, declared + sql, tuple(values.values()))
+        markers = ", ".join(f"@Topic_{index}" for index in range(topics))
+        sql = re.sub(r"@(\w+)", r"%(\1)s", text.format(self.table, markers))
+        with self.transport.connection() as connection:
+            cursor = connection.cursor()
+            cursor.execute(sql, values)
+            rows = cursor.fetchall() if cursor.description is not None else []
+            connection.commit()
+        return [tuple(row) for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("target", "created_by"),
+    [
+        *(
+            (engine, created_by)
+            for engine in ("postgresql", "sqlserver-freetds")
+            for created_by in ("reference", "package")
+        ),
+        ("sqlserver-msodbc", "reference"),  # the driver does not change the table: one run through it
+    ],
+    indirect=["target"],
+)
+def test_the_reference_and_this_package_share_the_subscription_table(transport, created_by: str) -> None:
+    """On the table the reference's installer creates (or this package's, which the reference's installer
+    then leaves as it is): a subscription its statement writes is honoured by this package's publish, one
+    this package writes is found by its lookup, and its unsubscribe removes it. Babelfish refuses the
+    reference's MERGE, so a .NET endpoint cannot subscribe there at all; that refusal is what this asserts
+    on Babelfish, where the rest still holds."""
+    reference = ReferenceSubscriptions(transport)
+    store = transport.subscriptions
+    if created_by == "reference":
+        reference.run("create", {})
+        assert store.exists() and store.create() is False  # the reference's table, found as ours
+    else:
+        assert store.create() is True
+        reference.run("create", {})  # finds it and creates nothing
+    for name in ("billing", "shipping"):
+        transport.queue(name).create()
+    billing, shipping = (str(transport.canonical(name)) for name in ("billing", "shipping"))
+    topic = "Sales.Events.OrderPlaced"
+
+    store.subscribe("Billing", topic, "shipping")  # to be moved by the reference's upsert
+    subscribe = {"Endpoint": "Billing", "QueueAddress": billing, "Topic": topic}
+    if transport.dialect.variant == "babelfish":
+        with pytest.raises(Exception, match=re.escape(BABELFISH_REFUSES_MERGE)):
+            reference.run("subscribe", subscribe)
+        store.subscribe("Billing", topic, "billing")
+    else:
+        reference.run("subscribe", subscribe)
+    assert store.list(topic) == [Subscription(billing, "Billing", topic)]
+
+    store.subscribe("Shipping", "Sales.Events.IOrderEvent", "shipping")
+    topics = {f"Topic_{index}": name for index, name in enumerate([topic, "Sales.Events.IOrderEvent"])}
+    assert sorted(row[0] for row in reference.run("lookup", topics, len(topics))) == [billing, shipping]
+
+    result = transport.publish(topic, b"placed", base_topics=["Sales.Events.IOrderEvent"])
+    assert sorted(result.queues) == [billing, shipping]
+    for name in ("billing", "shipping"):
+        with transport.queue(name).receive() as batch:
+            assert [message.body for message in batch] == [b"placed"]
+
+    reference.run("unsubscribe", {"Endpoint": "Shipping", "Topic": "Sales.Events.IOrderEvent"})
+    assert [row.endpoint for row in store.list()] == ["Billing"]
+    assert transport.publish("Sales.Events.IOrderEvent", b"none").queues == ()
