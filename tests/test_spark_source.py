@@ -421,8 +421,8 @@ SINK_TABLE_COLUMNS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ENGINES, indirect=True)
 def test_stream_foreach_batch_table_sink_restarts_exactly_once(spark, target, queues, tmp_path) -> None:
-    """foreachBatch into a table keyed by batch id, two runs on one checkpoint; a second stream id on the
-    same queue competes for messages without taking any twice."""
+    """foreachBatch into a table keyed by batch id, two runs on one checkpoint: every message once in the
+    table. (Two queries on one stream id: test_a_query_that_starts_on_a_stream_id_takes_it_...)"""
     create_sink_table(queues, "stream_out", SINK_TABLE_COLUMNS)
     sent = send_orders(queues, 90)
     options = source_options(target, maxMessagesPerTrigger="40", partitions="3")
