@@ -620,7 +620,7 @@ def test_unknown_options_and_another_schema_are_refused_before_anything_is_recei
     from airflow_provider_sqlqueue.spark.source.rows import source_schema
 
     send_orders(queues, 5)
-    with pytest.raises(Exception, match="(?i)unknown option 'maxMessagez'.*known: queue"):
+    with pytest.raises(Exception, match=r"(?i)unknown option 'maxMessagez'.*known: queue"):
         reader(spark, source_options(target, runId="typo", maxMessagez="2")).count()
     other = StructType([StructField("message_id", LongType())])
     options = source_options(target, runId="schema")

@@ -239,28 +239,19 @@ class BridgeSql:
         p = self.p
         return f"UPDATE {self.runs} SET FinishedAt = {self.now}, Summary = {p} WHERE RunId = {p}"
 
-    def run_state_shared(self) -> str:
-        """Read a run's state and hold a shared lock on its row to the end of the transaction.
+    def run_state_shared(self, column: str = "State") -> str:
+        """Read a run's state (or ``Summary``: a stream's owner) and hold a shared lock on its row to the end
+        of the transaction.
 
         Receivers take it in each batch; changing the state (an UPDATE) waits for those batches to end, and
         batches after the change see the new state. SQLite serialises writers anyway.
         """
-        p = self.p
+        p, column = self.p, {"State": "State", "Summary": "Summary"}[column]
         if self.engine == "postgresql":
-            return f"SELECT State FROM {self.runs} WHERE RunId = {p} FOR SHARE"
+            return f"SELECT {column} FROM {self.runs} WHERE RunId = {p} FOR SHARE"
         if self.engine == "sqlserver":
-            return f"SELECT State FROM {self.runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = {p}"
-        return f"SELECT State FROM {self.runs} WHERE RunId = {p}"
-
-    def run_summary_shared(self) -> str:
-        """A run's Summary (a stream's owner is there) under :meth:`run_state_shared`'s shared lock, so an
-        update of the row waits for the reading transaction to end."""
-        p = self.p
-        if self.engine == "postgresql":
-            return f"SELECT Summary FROM {self.runs} WHERE RunId = {p} FOR SHARE"
-        if self.engine == "sqlserver":
-            return f"SELECT Summary FROM {self.runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = {p}"
-        return f"SELECT Summary FROM {self.runs} WHERE RunId = {p}"
+            return f"SELECT {column} FROM {self.runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = {p}"
+        return f"SELECT {column} FROM {self.runs} WHERE RunId = {p}"
 
     def orphans(self) -> tuple[str, Any]:
         p = self.p

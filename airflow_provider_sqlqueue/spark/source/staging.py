@@ -243,7 +243,7 @@ def commit_stream(transport: Transport, sql: BridgeSql, stream_id: str, mark: St
 def _check_owner(transport: Transport, cursor: Any, sql: BridgeSql, stream_id: str, owner: str) -> None:
     """The stream's row names ``owner``; read under a shared lock held to the end of the transaction, so a
     query taking the stream over waits for this read to end."""
-    cursor.execute(sql.run_summary_shared(), (stream_id,))
+    cursor.execute(sql.run_state_shared("Summary"), (stream_id,))
     rows = transport.dialect.fetch_rows(cursor)
     if not rows or StreamMark.parse(rows[0][0], stream_id).owner != owner:
         raise taken_over(stream_id)
