@@ -76,13 +76,24 @@ class ProvisionQueuesOperator(BaseOperator):
     :param add_missing_indexes: also build the indexes missing from queues that already exist. Off by
         default: building an index blocks the receivers using the table (SQL Server builds it offline),
         so the missing ones are reported as findings instead; turn it on for a quiet window.
+    :param subscribe_to: topics of native publish/subscribe to subscribe the endpoint's primary queue to,
+        under the endpoint's name, as an NServiceBus endpoint subscribes at start; the shared subscription
+        table is created first if missing (templated). A dry run adds the table's DDL to the script and
+        subscribes nothing.
     :param dry_run: create nothing; return the DDL script (real queue names in it).
     :param script_path: with ``dry_run``, also write the script to this file (templated).
-    :return: ``{"created": [...], "existing": [...], "findings": {...}}`` (the archive table among the
-        created or existing names), or the script for a dry run.
+    :return: ``{"created": [...], "existing": [...], "findings": {...}}`` (the archive table and, with
+        ``subscribe_to``, the subscription table among the created or existing names; then
+        ``"subscribed"``, the topics), or the script for a dry run.
     """
 
-    template_fields: Sequence[str] = ("endpoint", "instance_suffix", "extra_queues", "script_path")
+    template_fields: Sequence[str] = (
+        "endpoint",
+        "instance_suffix",
+        "extra_queues",
+        "script_path",
+        "subscribe_to",
+    )
     ui_color = "#e8f0d3"
 
     def __init__(
@@ -102,6 +113,7 @@ class ProvisionQueuesOperator(BaseOperator):
         add_missing_indexes: bool = False,
         dry_run: bool = False,
         script_path: str | None = None,
+        subscribe_to: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -123,6 +135,7 @@ class ProvisionQueuesOperator(BaseOperator):
         self.add_missing_indexes = add_missing_indexes
         self.dry_run = dry_run
         self.script_path = script_path
+        self.subscribe_to = subscribe_to
 
     def queue_names(self) -> list[str]:
         return endpoint_queues(
@@ -133,6 +146,19 @@ class ProvisionQueuesOperator(BaseOperator):
             audit_queue=self.audit_queue,
             extra_queues=as_names("extra_queues", self.extra_queues),
         )
+
+    def _subscribe(self, hook: SqlQueueHook, topics: list[str], result: dict[str, Any]) -> None:
+        """Create the subscription table if missing and subscribe the endpoint to ``topics`` (a dry run:
+        the table's DDL only)."""
+        store = hook.get_transport().subscriptions
+        if self.dry_run:
+            result["script"] += "\n" + store.create_script()
+            return
+        result["created" if store.create() else "existing"].append(str(store.address))
+        for topic in topics:
+            hook.subscribe(str(self.endpoint), topic)
+        result["subscribed"] = topics
+        self.log.info("subscribed %s to %s", self.endpoint, ", ".join(topics))
 
     def execute(self, context: Any) -> Any:
         names = self.queue_names()
@@ -147,6 +173,9 @@ class ProvisionQueuesOperator(BaseOperator):
                     result["script"] += "\n" + archive.create_script()
                 else:
                     result["created" if archive.create() else "existing"].append(str(archive.address))
+            topics = as_names("subscribe_to", self.subscribe_to)
+            if topics:
+                self._subscribe(hook, topics, result)
         finally:
             hook.close()
         if self.dry_run:
