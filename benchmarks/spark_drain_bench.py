@@ -6,9 +6,11 @@ One run starts a throwaway PostgreSQL cluster with durable settings (fsync and s
 for each size N, fills the ``orders`` queue with N order messages of about 1 KB and runs two
 ``spark-submit --master local[2]`` applications, each on the same freshly filled queue:
 
-- **drain**: ``airflow_provider_sqlqueue/spark/drain_job.py``, 2 receivers, batches of 1,000, the
-  ``order_rows`` transform (JSON body -> message id, order id, customer, amount, currency, items, time sent),
-  into a table sink; exactly once, the queue ends empty.
+- **drain**: ``airflow_provider_sqlqueue/spark/drain_job.py`` as a DAG author runs it (its default phase 1,
+  which on PostgreSQL holds the messages in place), batches of 1,000, 2 partitions, the ``order_rows``
+  transform (JSON body -> message id, order id, customer, amount, currency, items, time sent), into a table
+  sink; exactly once, the queue ends empty. With ``--staged`` the same drain runs again on a refilled queue
+  with ``--stage`` (2 receivers into staging, the path of the other engines).
 - **jdbc**: ``spark.read.jdbc`` of the queue table split into 2 partitions by RowVersion (Debian's
   ``libpostgresql-jdbc-java`` jar), the same parsing in Spark SQL, ``write.jdbc`` (append, batches of
   1,000) into a table of the same columns. It deletes nothing and guarantees nothing: the ceiling.
@@ -24,8 +26,9 @@ With ``--stream`` the same queue is filled again for two more applications, the 
 
 Times are measured inside each application from the moment its SparkSession is up to the end of its work
 (the JVM start, about 15 s here, is reported apart). The ratio is drain msgs/s divided by jdbc msgs/s.
-Peak memory is sampled every 0.2 s from /proc for the process tree of each spark-submit: the JVM (driver
-and executors in local mode) and the Python driver. Performance is reported, never asserted.
+Peak memory and CPU seconds are sampled every 0.2 s from /proc for the process tree of each spark-submit
+(the JVM: driver and executors in local mode; the Python driver; the Python workers) and, for CPU, the
+PostgreSQL server's processes. Performance is reported, never asserted.
 """
 
 from __future__ import annotations
@@ -172,55 +175,126 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
 
 # ---- the harness -------------------------------------------------------------------------------------
 class MemorySampler(threading.Thread):
-    """Peak RSS of the JVM and of the Python driver in a process tree, sampled from /proc."""
+    """Peak RSS of the JVM and of the Python driver in a process tree, and the CPU seconds of each kind of
+    process (the JVM, the Python driver, the Python workers, the PostgreSQL server's processes), sampled
+    from /proc every 0.2 s.
 
-    def __init__(self, pid: int, driver_marker: str) -> None:
+    A process's CPU is its last sample (a process that ends between two samples loses at most 0.2 s). The
+    server's CPU is measured as a difference from the start: its postmaster's own time and that of the
+    backends it reaped, plus the live processes', so connections that came and went during the run count.
+    """
+
+    def __init__(self, pid: int, driver_marker: str, postmaster: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.pid, self.marker = pid, driver_marker
+        self.pid, self.marker, self.postmaster = pid, driver_marker, postmaster
         self.peaks = {"jvm_mb": 0.0, "python_driver_mb": 0.0, "python_workers_mb": 0.0}
+        self.cpu_by_pid: dict[int, tuple[str, float]] = {}
+        self.server_start = self._server_cpu()
+        self.server_cpu = 0.0
         self.stopped = threading.Event()
 
-    def run(self) -> None:
+    def _server_cpu(self) -> float:
+        """The PostgreSQL server's CPU seconds so far: postmaster, the children it reaped, live ones."""
         import psutil
 
-        while not self.stopped.wait(0.2):
-            try:
-                root = psutil.Process(self.pid)
-                processes = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                continue
-            workers = 0.0
-            for process in processes:
+        if self.postmaster is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.postmaster)
+            times = root.cpu_times()
+            total = times.user + times.system + times.children_user + times.children_system
+            for child in root.children(recursive=True):
                 try:
-                    name, rss, cmdline = process.name(), process.memory_info().rss / 2**20, process.cmdline()
+                    child_times = child.cpu_times()
+                    total += child_times.user + child_times.system
                 except psutil.Error:
                     continue
-                text = " ".join(cmdline)
-                if name == "java":
-                    self.peaks["jvm_mb"] = max(self.peaks["jvm_mb"], rss)
-                elif "python" in name and self.marker in text:
-                    self.peaks["python_driver_mb"] = max(self.peaks["python_driver_mb"], rss)
-                elif "python" in name and "pyspark" in text:
-                    workers += rss
-            self.peaks["python_workers_mb"] = max(self.peaks["python_workers_mb"], workers)
+            return total
+        except psutil.Error:
+            return 0.0
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds by kind of process over the application's life."""
+        totals = {"jvm": 0.0, "python_driver": 0.0, "python_workers": 0.0}
+        for kind, seconds in self.cpu_by_pid.values():
+            totals[kind] += seconds
+        if self.postmaster is not None:
+            totals["postgresql"] = self.server_cpu
+        return {kind: round(seconds, 1) for kind, seconds in totals.items()}
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.2):
+            self.sample()
+        self.sample()
+
+    def sample(self) -> None:
+        import psutil
+
+        if self.postmaster is not None:
+            self.server_cpu = max(self.server_cpu, self._server_cpu() - self.server_start)
+        try:
+            root = psutil.Process(self.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        workers = 0.0
+        for process in processes:
+            try:
+                name, rss, cmdline = process.name(), process.memory_info().rss / 2**20, process.cmdline()
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            text = " ".join(cmdline)
+            if name == "java":
+                kind = "jvm"
+                self.peaks["jvm_mb"] = max(self.peaks["jvm_mb"], rss)
+            elif "python" in name and self.marker in text:
+                kind = "python_driver"
+                self.peaks["python_driver_mb"] = max(self.peaks["python_driver_mb"], rss)
+            elif "python" in name and "pyspark" in text:
+                kind = "python_workers"
+                workers += rss
+            else:
+                continue
+            self.cpu_by_pid[process.pid] = (kind, times.user + times.system)
+        self.peaks["python_workers_mb"] = max(self.peaks["python_workers_mb"], workers)
+
+
+def disk_mb() -> dict[str, float]:
+    """MB read and written so far by the machine's whole disks (/proc/diskstats: partitions, loop and ram
+    devices left out), whoever did it: the machine is shared, so this counts other work's too."""
+    import re
+
+    read = written = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        fields = line.split()
+        if re.fullmatch(r"(sd|vd|xvd|hd)[a-z]+|nvme\d+n\d+", fields[2]):
+            read, written = read + int(fields[5]), written + int(fields[9])
+    return {"read": read * 512 / 2**20, "written": written * 512 / 2**20}
+
+
+POSTMASTER: list[int] = []  # the benchmark's PostgreSQL server, whose CPU each application's sampler reads
 
 
 def spark_submit(application: str, args: list[str], env: dict[str, str], marker: str) -> dict[str, Any]:
     bindir = Path(sys.executable).parent
     command = [str(bindir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
     command += ["--conf", "spark.sql.shuffle.partitions=2", "--jars", str(JDBC_JAR), application, *args]
-    started = time.monotonic()
+    started, disk_before = time.monotonic(), disk_mb()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sampler = MemorySampler(process.pid, marker)
+    sampler = MemorySampler(process.pid, marker, POSTMASTER[0] if POSTMASTER else None)
     sampler.start()
     output, _ = process.communicate()
     sampler.stopped.set()
+    sampler.join()
     wall = time.monotonic() - started
     if process.returncode:
         raise RuntimeError(f"{application} failed:\n{output[-5000:]}")
     result: dict[str, Any] = {
         "wall_seconds": round(wall, 2),
         **{k: round(v) for k, v in sampler.peaks.items()},
+        "cpu_seconds": sampler.cpu_seconds(),
+        "disk_mb": {kind: round(mb - disk_before[kind]) for kind, mb in disk_mb().items()},
     }
     for line in output.splitlines():
         if line.startswith(("BENCH_RESULT ", "SQLQUEUE_SPARK_SUMMARY ")):
@@ -253,7 +327,7 @@ def fill(transport, n: int) -> float:
 
 
 def run_size(
-    cluster, n: int, env: dict[str, str], per_trigger: int | None, folder: str, in_place: bool = False
+    cluster, n: int, env: dict[str, str], per_trigger: int | None, folder: str, staged: bool = False
 ) -> dict[str, Any]:
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
     from airflow_provider_sqlqueue.transport import open_transport
@@ -298,8 +372,8 @@ def run_size(
         job = result["drain"]["job"]
         assert job["processed"] == job["written"] == n, job
         assert transport.queue("orders").count() == 0
-        if in_place:
-            result.update(run_in_place(transport, n, env, args))
+        if staged:
+            result.update(run_staged(transport, n, env, args))
         if per_trigger:
             result.update(run_stream(transport, n, env, per_trigger, Path(folder) / f"stream-{n}"))
     jdbc_rate = n / result["jdbc"]["job"]["seconds"]
@@ -309,10 +383,10 @@ def run_size(
         drain_msgs_per_s=round(drain_rate),
         ratio=round(drain_rate / jdbc_rate, 2),
     )
-    if in_place:
-        in_place_rate = n / result["drain_in_place"]["job"]["seconds"]
+    if staged:
+        staged_rate = n / result["drain_staged"]["job"]["seconds"]
         result.update(
-            drain_in_place_msgs_per_s=round(in_place_rate), in_place_ratio=round(in_place_rate / jdbc_rate, 2)
+            drain_staged_msgs_per_s=round(staged_rate), staged_ratio=round(staged_rate / jdbc_rate, 2)
         )
     return result
 
@@ -323,25 +397,25 @@ def drain_job(env: dict[str, str], args: list[str], label: str) -> dict[str, Any
 
     run = spark_submit(DRAIN_JOB, args, env, "drain_job.py")
     job = run["job"]
+    path = "held in place" if job["read_in_place"] else "staged"
     print(
-        f"  {label}: {job['seconds']:.1f} s (phase 1 {job['receive_seconds']:.1f} s, "
+        f"  {label} ({path}): {job['seconds']:.1f} s (phase 1 {job['receive_seconds']:.1f} s, "
         f"transform+commit {job['process_seconds']:.1f} s)",
         flush=True,
     )
     return run
 
 
-def run_in_place(transport, n: int, env: dict[str, str], args: list[str]) -> dict[str, Any]:
-    """The drain again on a freshly filled queue, with ``--read-in-place`` (the driver's uncommitted delete
-    holds the messages in the queue instead of staging them); every message once in the table, the queue
-    empty."""
-    result: dict[str, Any] = {"in_place_fill_seconds": round(fill(transport, n), 1)}
+def run_staged(transport, n: int, env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    """The drain again on a freshly filled queue, with ``--stage`` (2 receivers move the messages into
+    staging, as on the other engines); every message once in the table, the queue empty."""
+    result: dict[str, Any] = {"staged_fill_seconds": round(fill(transport, n), 1)}
     run_id = args.index("--run-id") + 1
-    args = [*args[:run_id], f"{args[run_id]}-in-place", *args[run_id + 1 :], "--read-in-place"]
+    args = [*args[:run_id], f"{args[run_id]}-staged", *args[run_id + 1 :], "--stage"]
     settle(transport)
-    result["drain_in_place"] = drain_job(env, args, "drain, read in place")
-    job = result["drain_in_place"]["job"]
-    assert job["processed"] == job["written"] == n and job["read_in_place"], job
+    result["drain_staged"] = drain_job(env, args, "drain --stage")
+    job = result["drain_staged"]["job"]
+    assert job["processed"] == job["written"] == n and not job["read_in_place"], job
     assert transport.queue("orders").count() == 0
     return result
 
@@ -404,9 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         "--data", type=Path, help="also write the figures as the docs' data file (docs/data/spark-drain.json)"
     )
     parser.add_argument(
-        "--in-place",
+        "--staged",
         action="store_true",
-        help="also run the drain with --read-in-place (the driver holds the messages, an uncommitted delete)",
+        help="also run the drain with --stage (receivers move the messages into staging)",
     )
     parser.add_argument(
         "--stream",
@@ -453,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with throwaway_postgres(durable=True) as cluster, tempfile.TemporaryDirectory() as folder:
         meta["machine"] = machine(Path(folder))
+        POSTMASTER[:] = [int((cluster.data / "postmaster.pid").read_text().split()[0])]
         stripped, password = split_credentials(cluster.url())
         bindir = str(Path(sys.executable).parent)
         env = {
@@ -467,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for n in sizes:
             print(f"spark_drain_bench: N={n:,}", flush=True)
-            results.append(run_size(cluster, n, env, args.stream, folder, args.in_place))
+            results.append(run_size(cluster, n, env, args.stream, folder, args.staged))
     meta["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
     meta["load_average_after"] = os.getloadavg()
     print()
@@ -495,6 +570,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['stream_ratio']}x | {row['stream']['job']['micro_batches']} | "
                 f"{row['stream']['jvm_mb']} / {row['jdbc_file']['jvm_mb']} |"
             )
+    print("\nCPU seconds over each whole application (JVM start included), by process:")
+    for row in results:
+        for label in ("jdbc", "drain", "drain_staged", "jdbc_file", "stream"):
+            if label in row:
+                cpu = ", ".join(f"{kind} {seconds}" for kind, seconds in row[label]["cpu_seconds"].items())
+                disk = row[label]["disk_mb"]
+                print(
+                    f"  N={row['n']:,} {label}: {cpu} (wall {row[label]['wall_seconds']} s; disks read "
+                    f"{disk['read']} MB, wrote {disk['written']} MB)"
+                )
     print(f"\nTotal {meta['seconds']} s; load average before {meta['load_average_before'][0]:.2f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -531,6 +616,7 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 "n": row["n"],
                 "jdbc_msgs_per_s": row["jdbc_msgs_per_s"],
                 "drain_msgs_per_s": row["drain_msgs_per_s"],
+                "drain_read_in_place": job["read_in_place"],
                 "jdbc_s": round(row["jdbc"]["job"]["seconds"], 1),
                 "drain_s": round(job["seconds"], 1),
                 "drain_receive_s": round(job["receive_seconds"], 1),
@@ -541,19 +627,29 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 "python_peak_mb_drain": row["drain"]["python_driver_mb"],
                 "python_peak_mb_jdbc": row["jdbc"]["python_driver_mb"],
                 "python_workers_peak_mb_drain": row["drain"]["python_workers_mb"],
+                "cpu_s_drain": row["drain"]["cpu_seconds"],
+                "cpu_s_jdbc": row["jdbc"]["cpu_seconds"],
+                "wall_s_drain": row["drain"]["wall_seconds"],
+                "wall_s_jdbc": row["jdbc"]["wall_seconds"],
+                "disk_mb_drain": row["drain"]["disk_mb"],
+                "disk_mb_jdbc": row["jdbc"]["disk_mb"],
             }
         )
-        if "drain_in_place" in row:
-            held = row["drain_in_place"]
+        if job.get("hold_seconds") is not None:
+            rows[-1]["drain_hold_s"] = round(job["hold_seconds"], 1)
+        if "drain_staged" in row:
+            staged = row["drain_staged"]
             rows[-1].update(
-                drain_in_place_msgs_per_s=row["drain_in_place_msgs_per_s"],
-                drain_in_place_s=round(held["job"]["seconds"], 1),
-                drain_in_place_hold_s=round(held["job"]["hold_seconds"], 1),
-                drain_in_place_phase1_s=round(held["job"]["receive_seconds"], 1),
-                drain_in_place_read_transform_s=round(held["job"]["compute_seconds"], 1),
-                drain_in_place_write_commit_s=round(held["job"]["commit_seconds"], 1),
-                jvm_peak_mb_drain_in_place=held["jvm_mb"],
-                python_peak_mb_drain_in_place=held["python_driver_mb"],
+                drain_staged_msgs_per_s=row["drain_staged_msgs_per_s"],
+                drain_staged_s=round(staged["job"]["seconds"], 1),
+                drain_staged_receive_s=round(staged["job"]["receive_seconds"], 1),
+                drain_staged_read_transform_s=round(staged["job"]["compute_seconds"], 1),
+                drain_staged_write_commit_s=round(staged["job"]["commit_seconds"], 1),
+                jvm_peak_mb_drain_staged=staged["jvm_mb"],
+                python_peak_mb_drain_staged=staged["python_driver_mb"],
+                cpu_s_drain_staged=staged["cpu_seconds"],
+                wall_s_drain_staged=staged["wall_seconds"],
+                disk_mb_drain_staged=staged["disk_mb"],
             )
         if "stream" in row:
             stream = row["stream"]
@@ -569,6 +665,12 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 python_peak_mb_stream=stream["python_driver_mb"],
                 python_peak_mb_jdbc_file=row["jdbc_file"]["python_driver_mb"],
                 stream_phase_s=stream["job"]["phase_seconds"],
+                cpu_s_stream=stream["cpu_seconds"],
+                cpu_s_jdbc_file=row["jdbc_file"]["cpu_seconds"],
+                wall_s_stream=stream["wall_seconds"],
+                wall_s_jdbc_file=row["jdbc_file"]["wall_seconds"],
+                disk_mb_stream=stream["disk_mb"],
+                disk_mb_jdbc_file=row["jdbc_file"]["disk_mb"],
             )
     return {
         "about": "The Spark drain benchmark (benchmarks/spark_drain_bench.py) shown in benchmarks/README.md "

@@ -186,7 +186,7 @@ def test_a_worker_killed_mid_drain_loses_and_duplicates_nothing(
         [
             *args,
             *("--read-slice-rows", "500", "--read-partition-rows", "500"),
-            *(["--read-in-place"] if phase_one == "in_place" else []),
+            *(["--read-in-place"] if phase_one == "in_place" else ["--stage"]),
         ],
         [shipped, FAULTS],
         {"SQLQUEUE_SPARK_FAULT_LOG": str(fault_log)},

@@ -453,6 +453,35 @@ def test_in_place_is_refused_off_postgresql_before_anything_is_received(spark, t
         config(target, read_in_place=True, fail_receive_batch=1)
 
 
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_left_unset_postgresql_holds_in_place_and_stages_where_a_session_timeout_could_end_the_hold(
+    spark, target, bridge
+) -> None:
+    """``read_in_place`` left unset: PostgreSQL holds the messages, SQLite stages them; on PostgreSQL a
+    session timeout that could end the held transaction makes the drain stage instead, saying why. Every
+    message reaches the table once either way."""
+    sent = send_orders(bridge, 200)
+    echoed: list[str] = []
+    summary = run_drain(spark, config(target, run_id="unset-1"), echo=echoed.append)
+    held = target.engine == "postgresql"
+    assert summary["read_in_place"] is held and (summary["tasks"] == []) is held, summary
+    assert summary["written"] == 200
+    assert_exactly_once_in_table(bridge, sent)
+    if not held:
+        assert "phase 1 stages the messages: sqlite cannot hold them in place" in echoed
+        return
+    database = scalar(bridge, "SELECT current_database()")
+    more = send_orders(bridge, 100, first_order_id=1001)
+    scalar(bridge, f"""ALTER DATABASE "{database}" SET idle_in_transaction_session_timeout = '10min'""")
+    try:
+        summary = run_drain(spark, config(target, run_id="unset-2"), echo=echoed.append)
+    finally:
+        scalar(bridge, f'ALTER DATABASE "{database}" RESET idle_in_transaction_session_timeout')
+    assert summary["read_in_place"] is False and len(summary["tasks"]) == 2 and summary["written"] == 100
+    assert any("idle_in_transaction_session_timeout 10min could end" in line for line in echoed), echoed
+    assert_exactly_once_in_table(bridge, sent + more)
+
+
 @pytest.mark.slow
 @POSTGRES
 def test_a_driver_killed_while_holding_leaves_every_message_queued_and_the_rerun_finishes(

@@ -592,7 +592,7 @@ def test_python_workers_killed_mid_receive_are_retried_and_lose_nothing(
     thread = threading.Thread(target=killer)
     thread.start()
     try:
-        summary = run_drain(spark, config(target, batch_size=10))
+        summary = run_drain(spark, config(target, batch_size=10, read_in_place=False))
     finally:
         done.set()
         thread.join(30)
@@ -919,12 +919,13 @@ def test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly(
     """SIGKILL the whole spark-submit (driver, JVM, Python workers) in phase 1 while its receivers are
     mid-loop with batches staged, or in phase 2 while the driver builds the plan. Then every message is
     staged under the run or still queued, none in the output. A re-run of the run id finishes it: table
-    and queue sinks hold each message exactly once, the JSON files at least once by message id."""
+    and queue sinks hold each message exactly once, the JSON files at least once by message id. The
+    staging path (``--stage``; tests/test_spark_hold.py kills a driver that holds in place)."""
     count = 3000 if phase == "receiving" else 500
     sent = send_orders(bridge, count)
     out = tmp_path / "out"
     sink_arg = {"table": "table:order_rows", "queue": "queue:results", "json": f"json:{out}"}[sink]
-    args = drain_args(target, "killed")
+    args = drain_args(target, "killed", "--stage")
     args[args.index("--sink") + 1] = sink_arg
     if phase == "receiving":
         args[args.index("--batch-size") + 1] = "10"

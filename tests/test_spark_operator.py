@@ -192,9 +192,12 @@ def test_operator_defaults_and_argument_checks() -> None:
     assert operator.application == DRAIN_JOB and Path(DRAIN_JOB).is_file()
     args = operator.job_arguments("r", "sales", "error")
     assert args[:6] == ["--queue", "orders", "--sink", "parquet:/data/out", "--run-id", "r"]
-    assert "--default-schema" in args and "--create-tables" not in args and "--read-in-place" not in args
+    assert "--default-schema" in args and "--create-tables" not in args
+    assert "--read-in-place" not in args and "--stage" not in args  # the job decides (docs/spark.md)
     held = SqlQueueSparkSubmitOperator(task_id="d", input_queue="q", sink="table:t", read_in_place=True)
     assert held.job_arguments("r", None, "error")[-1] == "--read-in-place"
+    staged = SqlQueueSparkSubmitOperator(task_id="d", input_queue="q", sink="table:t", read_in_place=False)
+    assert staged.job_arguments("r", None, "error")[-1] == "--stage"
     assert {"input_queue", "sink", "transform", "run_id", "env_vars"} <= set(operator.template_fields)
     long_id = default_run_id("d" * 150, "t" * 40, "manual__2026-11-21T00:00:00+00:00", 3)
     assert len(long_id) == 200 and long_id != default_run_id("d" * 150, "t" * 40, "other", 3)

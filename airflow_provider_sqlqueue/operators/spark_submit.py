@@ -66,9 +66,10 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         staged messages back into the queue.
     :param run_id_column: add the run id as this column to table and queue results.
     :param message_type: ``NServiceBus.EnclosedMessageTypes`` of queue-sink messages.
-    :param read_in_place: PostgreSQL only: the driver takes the messages with a delete it leaves
+    :param read_in_place: PostgreSQL: the driver takes the messages with a delete it leaves
         uncommitted from phase 1 to the commit, and the executors read them where they are, instead of
-        staging them (docs/spark.md says what that changes).
+        staging them (docs/spark.md says what that changes). ``None`` (default): on PostgreSQL unless the
+        job finds a reason to stage; ``True``: required; ``False``: always stage.
     :param prefix: name prefix of the bridge's tables.
     :param default_schema: schema of unqualified names (default: the connection's).
     :param error_queue: where unreadable rows go (default: the connection's, else ``error``).
@@ -101,7 +102,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
         orphan_timeout: float = 900.0,
         run_id_column: str | None = None,
         message_type: str | None = None,
-        read_in_place: bool = False,
+        read_in_place: bool | None = None,
         prefix: str = DEFAULT_PREFIX,
         default_schema: str | None = None,
         error_queue: str | None = None,
@@ -158,8 +159,8 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
             args += ["--run-id-column", self.run_id_column]
         if self.message_type:
             args += ["--message-type", self.message_type]
-        if self.read_in_place:
-            args.append("--read-in-place")
+        if self.read_in_place is not None:
+            args.append("--read-in-place" if self.read_in_place else "--stage")
         return args
 
     def job_environment(self, hook: SqlQueueHook) -> dict[str, str]:

@@ -52,10 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-id-column", help="add the run id as this column to table/queue results")
     parser.add_argument("--message-type", help="NServiceBus.EnclosedMessageTypes of queue-sink messages")
-    parser.add_argument(
+    phase_one = parser.add_mutually_exclusive_group()
+    phase_one.add_argument(
         "--read-in-place",
         action="store_true",
-        help="PostgreSQL: hold the messages in the queue (an uncommitted delete) instead of staging them",
+        help="PostgreSQL: hold the messages in the queue (an uncommitted delete) instead of staging them "
+        "(default on PostgreSQL unless a reason to stage is found, see docs/spark.md)",
+    )
+    phase_one.add_argument(
+        "--stage", action="store_true", help="always stage the messages (the default on other engines)"
     )
     parser.add_argument("--summary-path", type=Path, help="also write the summary here as JSON")
     parser.add_argument("--fail-receive-batch", type=int, help=argparse.SUPPRESS)  # failure drills
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         read_partition_rows=args.read_partition_rows,
         run_id_column=args.run_id_column,
         message_type=args.message_type,
-        read_in_place=args.read_in_place,
+        read_in_place=True if args.read_in_place else False if args.stage else None,
         fail_receive_batch=args.fail_receive_batch,
     )
     spark = SparkSession.builder.appName(f"sqlqueue-drain {args.queue}").getOrCreate()

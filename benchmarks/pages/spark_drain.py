@@ -39,7 +39,7 @@ def _ratio(row: dict[str, Any]) -> str:
 
 def spark_drain_table(data: dict[str, Any]) -> list[str]:
     lines = [
-        "| N | jdbc read+write msgs/s | drain msgs/s | drain / jdbc | drain: receive / read+transform / "
+        "| N | jdbc read+write msgs/s | drain msgs/s | drain / jdbc | drain: phase 1 / read+transform / "
         "write+commit s | JVM peak MB (drain / jdbc) | Python driver peak MB (drain / jdbc) |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -134,6 +134,19 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
         + "."
     ]
     for row in rows:
+        if "drain_staged_msgs_per_s" in row:
+            staged = row["drain_staged_msgs_per_s"]
+            lines.append(
+                "- **Staging** (`--staged`: the drain again on a refilled queue with `--stage`, two "
+                "receivers moving the messages into the staging table, the path of SQLite and SQL Server): "
+                f"at {row['n']:,} it took {row['drain_staged_s']:.1f} s (receive / read+transform / "
+                f"write+commit {row['drain_staged_receive_s']:.1f} / "
+                f"{row['drain_staged_read_transform_s']:.1f} / {row['drain_staged_write_commit_s']:.1f} s), "
+                f"{staged:,} msgs/s: **{staged / row['jdbc_msgs_per_s']:.2f}x** of the same baseline "
+                f"(the default drain, {_path(row)}: {_ratio(row)}); JVM peak "
+                f"{row['jvm_peak_mb_drain_staged']:,} MB, Python driver "
+                f"{row['python_peak_mb_drain_staged']:,} MB."
+            )
         if "drain_in_place_msgs_per_s" in row:
             in_place = row["drain_in_place_msgs_per_s"]
             lines.append(
@@ -147,6 +160,7 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
                 f"(staging: {_ratio(row)}); JVM peak {row['jvm_peak_mb_drain_in_place']:,} MB, Python "
                 f"driver {row['python_peak_mb_drain_in_place']:,} MB."
             )
+    lines += _cpu_lines(rows[-1])
     parent = data.get("parent_same_hour")
     if parent:
         (run,) = parent["runs"].values()
@@ -202,9 +216,58 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
 DRAIN_GOAL = 0.5  # issue 19: the drain at >= 0.5x the plain JDBC read + write at 1,000,000 messages
 
 
+def _path(row: dict[str, Any]) -> str:
+    """How the default drain's phase 1 took the messages in this row (rows before the default held them
+    in place ran with staging)."""
+    return "held in place" if row.get("drain_read_in_place") else "staging"
+
+
+# The applications of one size, as the data file names their CPU figures
+CPU_APPLICATIONS = (
+    ("jdbc", "JDBC read+write"),
+    ("drain", "drain (default)"),
+    ("drain_staged", "drain `--stage`"),
+    ("jdbc_file", "JDBC read+parquet"),
+    ("stream", "stream"),
+)
+CPU_KINDS = (
+    ("jvm", "JVM"),
+    ("python_driver", "Python driver"),
+    ("python_workers", "Python workers"),
+    ("postgresql", "PostgreSQL"),
+)
+
+
+def _cpu_lines(row: dict[str, Any]) -> list[str]:
+    """CPU seconds by process of each application at one size, against the CPU seconds its wall time had
+    on the machine's cores: whether the two cores were the bound."""
+    measured = [(key, label) for key, label in CPU_APPLICATIONS if f"cpu_s_{key}" in row]
+    if not measured:
+        return []
+    parts = []
+    for key, label in measured:
+        cpu, wall = row[f"cpu_s_{key}"], row[f"wall_s_{key}"]
+        kinds = ", ".join(f"{name} {cpu[kind]:.1f}" for kind, name in CPU_KINDS if kind in cpu)
+        disk = row.get(f"disk_mb_{key}")
+        parts.append(
+            f"{label} {kinds}: {sum(cpu.values()):.1f} CPU s in {wall:.1f} s of wall time "
+            f"({sum(cpu.values()) / wall:.2f} cores busy on average"
+            + (f", the machine's disks wrote {disk['written']:,} MB" if disk else "")
+            + ")"
+        )
+    return [
+        f"- **CPU seconds by process at {row['n']:,}** (each spark-submit whole, its JVM start included, "
+        "sampled from /proc every 0.2 s; PostgreSQL: the server's processes over the same time; disk writes "
+        "are the whole machine's, other work included): " + "; ".join(parts) + "."
+    ]
+
+
 def _goal_text(largest: dict) -> str:
     """Which ways of draining reach the goal at the largest size, from the row's own figures."""
-    ratios = {"staging": largest["drain_msgs_per_s"] / largest["jdbc_msgs_per_s"]}
+    default = f"the default drain ({_path(largest)})" if "drain_read_in_place" in largest else "staging"
+    ratios = {default: largest["drain_msgs_per_s"] / largest["jdbc_msgs_per_s"]}
+    if "drain_staged_msgs_per_s" in largest:
+        ratios["`--stage`"] = largest["drain_staged_msgs_per_s"] / largest["jdbc_msgs_per_s"]
     if "drain_in_place_msgs_per_s" in largest:
         ratios["`read_in_place`"] = largest["drain_in_place_msgs_per_s"] / largest["jdbc_msgs_per_s"]
     met = [name for name, ratio in ratios.items() if ratio >= DRAIN_GOAL]
@@ -226,7 +289,9 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
         "spark-drain-summary": (
             SOURCE,
             [
-                f"Measured {run['when']} on {machine_text(run)}: the drain of {largest['n']:,} messages ran "
+                f"Measured {run['when']} on {machine_text(run)}: the drain of {largest['n']:,} messages"
+                + (f" (its default phase 1: {_path(largest)})" if "drain_read_in_place" in largest else "")
+                + " ran "
                 f"at {largest['drain_msgs_per_s']:,} msgs/s against the baseline's "
                 f"{largest['jdbc_msgs_per_s']:,} ("
                 + "; ".join(
@@ -239,6 +304,12 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
                     f"{row['drain_in_place_msgs_per_s'] / row['jdbc_msgs_per_s']:.2f}x."
                     for row in rows[::-1]
                     if "drain_in_place_msgs_per_s" in row
+                )
+                + "".join(
+                    f" With `--stage` at {row['n']:,}: "
+                    f"{row['drain_staged_msgs_per_s'] / row['jdbc_msgs_per_s']:.2f}x."
+                    for row in rows[::-1]
+                    if "drain_staged_msgs_per_s" in row
                 )
                 + _goal_text(largest)
             ],

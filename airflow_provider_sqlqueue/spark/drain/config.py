@@ -41,14 +41,20 @@ class DrainConfig:
     task reads its share again."""
     run_id_column: str | None = None
     message_type: str | None = None
-    read_in_place: bool = False
+    read_in_place: bool | None = None
     """PostgreSQL: hold the messages in the queue under the driver's uncommitted delete instead of staging
-    them (``spark/drain/hold.py``)."""
+    them (``spark/drain/hold.py``). ``None`` (the default) holds them on PostgreSQL wherever holding keeps
+    what staging keeps, and stages otherwise (:meth:`Drain.holds_in_place`); ``True`` requires holding,
+    ``False`` always stages."""
     fail_receive_batch: int | None = None
     """Drill: the first attempt of every receive task raises inside its N-th receive, before the commit."""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
+        if self.read_in_place not in (None, True, False):
+            raise ConfigurationError(
+                f"read_in_place must be True, False or None (PostgreSQL decides), not {self.read_in_place!r}"
+            )
         if self.read_in_place and self.fail_receive_batch is not None:
             raise ConfigurationError("fail_receive_batch drills receive tasks, and read_in_place has none")
         Sink.parse(self.sink)

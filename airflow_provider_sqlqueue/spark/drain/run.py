@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError, PermissionDenied
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
+
+HOLD_TIMEOUTS = ("idle_in_transaction_session_timeout", "transaction_timeout")
 
 __all__ = ["Drain", "run_drain", "summary_json"]
 
@@ -68,7 +71,7 @@ class Drain:
     # -- set-up --
     def prepare(self, transform: Callable[[DataFrame], DataFrame]) -> StructType:
         """Check tables and the transform's output before anything is received; create tables if allowed."""
-        if self.config.read_in_place and self.sql.engine != "postgresql":
+        if self.config.read_in_place is True and self.sql.engine != "postgresql":
             raise ConfigurationError(
                 f"read_in_place works on PostgreSQL only, not {self.sql.engine}; "
                 "leave it off to stage the messages"
@@ -103,6 +106,41 @@ class Drain:
     def start_run(self) -> tuple[str, int]:
         """Register or resume the run; return (state, job attempt)."""
         return self.runs.start()
+
+    def holds_in_place(self) -> bool:
+        """Whether phase 1 holds the messages in place: as ``read_in_place`` asks, or, left unset, on
+        PostgreSQL unless a reason to stage is found (logged): staging is then what keeps the run's
+        guarantees, or the only way to finish it."""
+        if self.config.read_in_place is not None:
+            return self.config.read_in_place
+        reason = self._reason_to_stage()
+        if reason is not None:
+            self.echo(f"phase 1 stages the messages: {reason}")
+        return reason is None
+
+    def _reason_to_stage(self) -> str | None:
+        if self.sql.engine != "postgresql":
+            return f"{self.sql.engine} cannot hold them in place"
+        if self.config.fail_receive_batch is not None:
+            return "the receive drill needs receive tasks"
+        if self.runs.staged_stats()[0]:
+            return f"run {self.config.run_id} has staged messages to finish"
+        with self.transport.connection(self.input.address) as connection:
+            cursor = connection.cursor()
+            row_locks = self.input.uses_row_locks(cursor)
+            cursor.execute(self.sql.hold_timeouts(), ())
+            timeouts = cursor.fetchone()
+            connection.commit()
+        if not row_locks:
+            return f"this role receives from {self.input.name} with advisory locks (no UPDATE on it)"
+        limited = [
+            f"{name} {value}"
+            for name, value in zip(HOLD_TIMEOUTS, timeouts, strict=True)
+            if value not in (None, "0")
+        ]
+        if limited:
+            return f"the session's {', '.join(limited)} could end a transaction held for the whole run"
+        return None
 
     # -- phases --
     def hold_in_place(self) -> HeldRows:
@@ -249,6 +287,8 @@ class Drain:
         self.prepare(transform)
         state, job_attempt = self.start_run()
         self.summary["job_attempt"] = job_attempt
+        if state != COMMITTED and self.config.read_in_place is None:
+            self.config = config = replace(config, read_in_place=self.holds_in_place())
         if state == COMMITTED:
             row = self.runs.row()
             previous = json.loads(row[3]) if row and row[3] else {}
