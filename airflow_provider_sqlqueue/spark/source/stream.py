@@ -7,16 +7,22 @@
 - ``partitions(start, end)`` splits ``(start, end]``; ``read`` selects those staged rows on the executors.
 - ``commit(end)`` deletes the staged rows up to ``end``: Spark calls it only once the batch is in its commit
   log, so a restarted query re-reads every batch it had not committed, from the same staged rows.
+  ``latestOffset(start)`` deletes the rows up to ``start`` first: Spark asks for the next end only after
+  the batch ending at ``start`` is in its commit log, and it calls ``commit`` only when it plans the next
+  batch, which a query that ends never does.
 
 So the query's checkpoint and the staging table together hold every received message until the sink's batch
 is committed: with a sink that writes each batch id once (the file sink, ``foreachBatch`` keyed by batch id)
 every message reaches it exactly once.
 
-Spark commits a batch to its source only when it plans the next one, so a query that ends leaves its last
-batch staged. ``partitions`` records in the stream's row how far queries have planned; a query on a new
-checkpoint (``initialOffset``) that finds staged rows up to that mark refuses to start unless the
+A query that ends after its last batch (Trigger.AvailableNow, whose last ``latestOffset`` finds no more)
+leaves nothing staged that its sink has. A query stopped (``stop()``, a failure, a killed driver) after a
+batch was planned and before Spark's next ``latestOffset`` leaves that batch staged: the reader cannot tell
+whether it reached the commit log (the sink has it) or not (the sink may hold part of it). A restart from
+the checkpoint settles it. ``partitions`` records in the stream's row how far queries have planned; a query
+on a new checkpoint (``initialOffset``) that finds staged rows up to that mark refuses to start unless the
 ``onUncommittedBatch`` option says whether to deliver them again or discard them. Staged rows beyond the
-mark were never in a micro-batch: a new query starts with them.
+mark were never in a micro-batch: a new query starts with them. ``sqlqueue spark runs`` lists them.
 
 One query owns a stream id: each reader claims it in the stream's row on its first call on the driver
 (``initialOffset`` for a new checkpoint, else ``latestOffset`` or ``partitions`` after a restart), so the
@@ -92,6 +98,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.budget: int | None = None  # Trigger.AvailableNow: how many messages may still be received
         self.owner = uuid.uuid4().hex  # this query's claim on the stream
         self.claimed = False
+        self.committed_through = 0  # the staged rows through this position are deleted (driver only)
 
     # ---- the stream's row ----------------------------------------------------------------------
     def _mark(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
@@ -220,6 +227,12 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"stream {self.stream_id} is at position {last}, behind the checkpoint's {low}: the "
                     "checkpoint belongs to another stream id or database"
                 )
+            if low > self.committed_through:
+                # Spark asks for the end after ``start`` only once the micro-batch ending at ``start`` is in
+                # its commit log, so the sink has it: delete it now, not at the next plan's commit(), which
+                # a query that ends (Trigger.AvailableNow, stop()) never reaches.
+                commit_stream(transport, sql, self.stream_id, mark, low)
+                self.committed_through = low
             while last - low < wanted:
                 size = min(self.options.batch_size, wanted - (last - low))
                 if self.budget is not None:
@@ -247,10 +260,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [PositionRange(edges[i], edges[i + 1], self.owner) for i in range(slices)]
 
     def commit(self, end: dict) -> None:
+        position = _position(end)
+        if position <= self.committed_through:
+            return  # latestOffset(end) deleted them
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
             mark = self._owned(transport, sql, transport.queue(self.options.queue))
-            commit_stream(transport, sql, self.stream_id, mark, _position(end))
+            commit_stream(transport, sql, self.stream_id, mark, position)
+        self.committed_through = position
 
     # ---- the executors ---------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
