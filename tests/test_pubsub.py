@@ -4,6 +4,7 @@ subscribers."""
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import threading
@@ -11,9 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import rawsql
 from conftest import EngineTarget
 from pubsub_workers import churn_subscriptions
 
+from airflow_provider_sqlqueue import cli
 from airflow_provider_sqlqueue.transport import (
     ConfigurationError,
     Endpoint,
@@ -320,3 +323,30 @@ def test_a_subscriber_that_loses_the_race_for_a_new_row_still_subscribes(
     assert [row.queue_address for row in store.list("T")] == [str(transport.canonical("second"))]
     if transport.dialect.variant == "babelfish":  # the hints were not honoured: the retry did it
         assert "won; writing again" in caplog.text
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-msodbc"], indirect=True)
+def test_the_command_line_scripts_and_creates_the_subscription_table(
+    target: EngineTarget, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sqlqueue script --subscriptions` prints DDL that makes a working table; `create --subscriptions`
+    makes it too and says so; neither without a queue or --subscriptions."""
+    monkeypatch.delenv("SQLQUEUE_URL", raising=False)
+    monkeypatch.delenv("SQLQUEUE_CONN_ID", raising=False)
+    database = ["--url", target.url, *(["--schema", target.schema] if target.schema else [])]
+    assert cli.main(["script", *database]) == cli.Exit.USAGE
+    capsys.readouterr()
+    assert cli.main(["script", *database, "--subscriptions"]) == cli.Exit.OK
+    script = capsys.readouterr().out
+    assert script.startswith("-- subscription table SubscriptionRouting")
+    with target.open() as transport:
+        store = transport.subscriptions
+        rawsql.execute(transport, script.split("\n", 1)[1].strip().rstrip(";"))
+        assert store.exists()
+        transport.queue("billing").create()
+        store.subscribe("Billing", "T", "billing")
+        assert transport.publish("T", b"x").queues == (str(transport.canonical("billing")),)
+        store.drop()
+        assert cli.main(["create", *database, "--subscriptions", "--json"]) == cli.Exit.OK
+        assert json.loads(capsys.readouterr().out) == {"created": [str(store.address)], "existing": []}
+        assert store.list() == []

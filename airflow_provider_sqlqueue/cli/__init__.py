@@ -93,6 +93,15 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _subscriptions_option(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--subscriptions",
+        action="store_true",
+        help=f"{verb} the publish/subscribe subscription table (SubscriptionRouting, or the connection's "
+        "subscription_table; with --engine, in --schema)",
+    )
+
+
 def _table_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("table options")
     group.add_argument(
@@ -171,9 +180,11 @@ def _parser() -> argparse.ArgumentParser:
         "--add-missing-indexes (building it blocks the receivers using the table). "
         "Safe to run from many places at once. Needs DDL rights (the provisioning role).",
         "  sqlqueue create --url sqlite:///queues.db orders error\n"
-        "  sqlqueue create --conn-id sqlqueue_default orders@[sales] --layout heap\n",
+        "  sqlqueue create --conn-id sqlqueue_default orders@[sales] --layout heap\n"
+        "  sqlqueue create --url sqlite:///queues.db --subscriptions\n",
     )
-    p.add_argument("queues", nargs="+", metavar="QUEUE", help="queue address, e.g. orders or orders@[sales]")
+    p.add_argument("queues", nargs="*", metavar="QUEUE", help="queue address, e.g. orders or orders@[sales]")
+    _subscriptions_option(p, "also create")
     _table_options(p)
     p.add_argument(
         "--add-missing-indexes",
@@ -367,9 +378,11 @@ def _parser() -> argparse.ArgumentParser:
         "hand. With --engine nothing connects and no database is needed; with --url or --conn-id the "
         "engine comes from the database (still without connecting).",
         "  sqlqueue script --engine sqlserver orders@[queues] error@[queues] > queues.sql\n"
-        "  sqlqueue script --engine postgresql orders --schema app --body-string\n",
+        "  sqlqueue script --engine postgresql orders --schema app --body-string\n"
+        "  sqlqueue script --engine sqlserver --subscriptions\n",
     )
-    p.add_argument("queues", nargs="+", metavar="QUEUE")
+    p.add_argument("queues", nargs="*", metavar="QUEUE")
+    _subscriptions_option(p, "also script")
     p.add_argument("--engine", choices=["sqlserver", "postgresql", "sqlite"], help="render for this engine")
     p.add_argument(
         "--error-queue",

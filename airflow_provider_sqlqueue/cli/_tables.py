@@ -50,10 +50,16 @@ def _is_error_queue(address: Any, error_address: Any, explicit: bool) -> bool:
     return not explicit and address.table == error_address.table and address.catalog == error_address.catalog
 
 
+def _needs_tables(args: argparse.Namespace, command: str) -> None:
+    if not args.queues and not args.subscriptions:
+        raise CliError(Exit.USAGE, f"{command} needs queue names, --subscriptions, or both")
+
+
 # ---- create / drop -------------------------------------------------------------------------------------
 def create(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..transport.archive import ErrorArchive
 
+    _needs_tables(args, "create")
     options = table_options(args)
     created, existing = [], []
     with connected(args, may_create_file=True) as transport:
@@ -65,6 +71,9 @@ def create(args: argparse.Namespace, out: Console, err: Console) -> int:
             if _is_error_queue(queue.address, error_address, bool(args.error_queue)):
                 archive = ErrorArchive.of(queue)
                 (created if archive.create() else existing).append(str(archive.address))
+        if args.subscriptions:
+            store = transport.subscriptions
+            (created if store.create() else existing).append(str(store.address))
         if args.json:
             print_json({"created": created, "existing": existing})
         else:
@@ -120,7 +129,9 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..transport.archive import ErrorArchive, archive_address, archive_script
     from ._support import database_choice
 
+    _needs_tables(args, "script")
     options = table_options(args)
+    subscriptions: tuple[str, str] | None = None
     if args.engine:
         if database_choice(args) is not None and (args.url or args.conn_id):
             raise CliError(Exit.USAGE, "give either --engine or a database (--url / --conn-id), not both")
@@ -138,6 +149,12 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         engine = dialect.display_name
         parts = [render(name) for name in dict.fromkeys(args.queues)]
+        if args.subscriptions:
+            address = dialect.resolve(QueueAddress("SubscriptionRouting"), args.schema)
+            subscriptions = (
+                str(address),
+                f"{dialect.display_sql(dialect.create_subscription_table(address))};\n",
+            )
     else:
         if database_choice(args) is None:
             raise CliError(
@@ -156,6 +173,9 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
                     archive = ErrorArchive.of(queue)
                     ddl += _archive_comment(archive.address) + archive.create_script()
                 parts.append((str(queue.address), ddl))
+            if args.subscriptions:
+                store = transport.subscriptions
+                subscriptions = (str(store.address), store.create_script())
         finally:
             transport.close()
     described = f"layout {options.layout}" if engine == "SQL Server" else ""
@@ -171,6 +191,12 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
             if item
         )
         lines.append(f"-- queue {address} ({engine}{', ' + flags if flags else ''}); made by sqlqueue script")
+        lines.append(ddl)
+    if subscriptions is not None:
+        address, ddl = subscriptions
+        lines.append(
+            f"-- subscription table {address} ({engine}), shared by every endpoint; made by sqlqueue script"
+        )
         lines.append(ddl)
     sys.stdout.write("\n".join(lines))
     sys.stdout.flush()
