@@ -23,6 +23,14 @@ WRITE_BACK_OWN_EVICTIONS = (
     "WHERE name = 'backend_flush_after' AND source = 'default' AND max_val::int > 0"
 )
 
+# The session's limits that would end a transaction held open for a long time (no parameters):
+# idle_in_transaction_session_timeout, and transaction_timeout (NULL before PostgreSQL 17). '0' is none.
+LONG_TRANSACTION_LIMITS = ("idle_in_transaction_session_timeout", "transaction_timeout")
+READ_LONG_TRANSACTION_LIMITS = (
+    "SELECT current_setting('idle_in_transaction_session_timeout'), "
+    "current_setting('transaction_timeout', true)"
+)
+
 
 def write_back_own_evictions(connection: Any, is_connection_lost: Callable[[BaseException], bool]) -> None:
     """Set ``backend_flush_after`` for the session where nobody chose it (psycopg or pyodbc alike: the

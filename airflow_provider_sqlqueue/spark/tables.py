@@ -358,14 +358,6 @@ class BridgeSql:
         after an empty one."""
         return f"SELECT min(RowVersion) FROM {self._input_queue()} WHERE {AFTER_ROW_VERSION}"
 
-    def hold_timeouts(self) -> str:
-        """The session's limits that would end a transaction held open for a whole run (no parameters):
-        ``idle_in_transaction_session_timeout`` and ``transaction_timeout`` (NULL before PostgreSQL 17)."""
-        return (
-            "SELECT current_setting('idle_in_transaction_session_timeout'), "
-            "current_setting('transaction_timeout', true)"
-        )
-
     def lock_timeout(self) -> str:
         """Set the transaction's lock_timeout (parameter: the setting as text) and return the one before."""
         return "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"

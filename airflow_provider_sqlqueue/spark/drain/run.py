@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ...dialects.postgres_session import LONG_TRANSACTION_LIMITS, READ_LONG_TRANSACTION_LIMITS
 from ...transport import ConfigurationError, PermissionDenied
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
-
-HOLD_TIMEOUTS = ("idle_in_transaction_session_timeout", "transaction_timeout")
 
 __all__ = ["Drain", "run_drain", "summary_json"]
 
@@ -128,14 +127,14 @@ class Drain:
         with self.transport.connection(self.input.address) as connection:
             cursor = connection.cursor()
             row_locks = self.input.uses_row_locks(cursor)
-            cursor.execute(self.sql.hold_timeouts(), ())
+            cursor.execute(READ_LONG_TRANSACTION_LIMITS, ())
             timeouts = cursor.fetchone()
             connection.commit()
         if not row_locks:
             return f"this role receives from {self.input.name} with advisory locks (no UPDATE on it)"
         limited = [
             f"{name} {value}"
-            for name, value in zip(HOLD_TIMEOUTS, timeouts, strict=True)
+            for name, value in zip(LONG_TRANSACTION_LIMITS, timeouts, strict=True)
             if value not in (None, "0")
         ]
         if limited:
