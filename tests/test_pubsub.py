@@ -350,3 +350,27 @@ def test_the_command_line_scripts_and_creates_the_subscription_table(
         assert cli.main(["create", *database, "--subscriptions", "--json"]) == cli.Exit.OK
         assert json.loads(capsys.readouterr().out) == {"created": [str(store.address)], "existing": []}
         assert store.list() == []
+
+
+@pytest.mark.parametrize("target", ["postgresql", "sqlserver-msodbc"], indirect=True)
+def test_two_spellings_of_one_queue_get_one_copy(transport: Transport) -> None:
+    """Another writer may spell a subscriber's queue without its catalog and schema (the default ones):
+    still one table, one copy."""
+    store = transport.subscriptions
+    store.create()
+    transport.queue("billing").create()
+    store.subscribe("Billing", "T", "billing")
+    # PostgreSQL's canonical form names the schema (the test's, the transport's default); SQL Server's the
+    # catalog too
+    other = "billing" if transport.dialect.name == "postgresql" else f"billing@[{transport.default_schema}]"
+    assert other != str(transport.canonical("billing"))
+    p = rawsql.param(transport)
+    table = transport.dialect.qualified_name(store.address)
+    rawsql.execute(
+        transport,
+        f"INSERT INTO {table} (QueueAddress, Endpoint, Topic) VALUES ({p}, {p}, {p})",
+        (other, "BillingToo", "T"),
+    )
+    assert len(store.subscriber_queues(["T"])) == 2
+    assert transport.publish("T", b"once").queues == (str(transport.canonical("billing")),)
+    assert [message.body for message in drain(transport, "billing")] == [b"once"]

@@ -74,7 +74,8 @@ def publish(
     if not queues:
         log.info("published %s (%s): no subscriber, nothing sent", outgoing.id, topics[0])
         return PublishResult(outgoing.id, topics, ())
-    targets = [transport.queue(queue) for queue in queues]
+    # One copy per table: two spellings of one queue (with and without its catalog) are one subscriber.
+    targets = list({target.address: target for target in map(transport.queue, queues)}.values())
     if connection is not None:
         for target in targets:
             target.send(outgoing, connection=connection)
@@ -86,5 +87,6 @@ def publish(
             for target in targets:
                 target.send(outgoing, connection=pooled)
             pooled.commit()
-    log.debug("published %s (%s) to %s", outgoing.id, topics[0], ", ".join(queues))
-    return PublishResult(outgoing.id, topics, tuple(queues))
+    sent = tuple(str(transport.canonical(target.address)) for target in targets)
+    log.debug("published %s (%s) to %s", outgoing.id, topics[0], ", ".join(sent))
+    return PublishResult(outgoing.id, topics, sent)

@@ -214,9 +214,10 @@ class MessageContext:
                 )
             return transport.publish(topics[0], outgoing, base_topics=topics[1:])
         queues = transport.subscriptions.subscriber_queues(topics, connection=self._batch.connection)
-        for queue in queues:
-            self.send(queue, outgoing)
-        return PublishResult(outgoing.id, topics, tuple(queues))
+        targets = list({target.address: target for target in map(transport.queue, queues)}.values())
+        for target in targets:
+            self.send(target, outgoing)
+        return PublishResult(outgoing.id, topics, tuple(str(transport.canonical(t.address)) for t in targets))
 
     def reply(
         self,
