@@ -358,11 +358,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_run("purge_expired"))
 
     from ._failed import add_failed_commands
-
-    add_failed_commands(commands, common, _command, _run)
-
     from ._spark import add_spark_commands
 
+    add_failed_commands(commands, common, _command, _run)
     add_spark_commands(commands, common, _command, _run)
 
     from ._pubsub import add_pubsub_commands
@@ -467,24 +465,18 @@ _COMMAND_MODULES = {
     "stats": "_monitor",
     "purge_expired": "_purge",
     "consume": "_consume",
-    "failed_list": "_failed",
-    "failed_show": "_failed",
-    "failed_retry": "_failed",
-    "failed_delete": "_failed",
-    "failed_purge_archive": "_failed",
-    "spark_runs": "_spark",
-    "spark_release": "_spark",
-    "spark_ack": "_spark",
     "subscribe": "_pubsub",
     "unsubscribe": "_pubsub",
     "subscriptions": "_pubsub",
     "publish": "_pubsub",
 }
+# The commands of a group (``sqlqueue failed list``: failed_list) live in the group's module.
+_GROUP_MODULES = {"failed": "_failed", "spark": "_spark"}
 
 
 def _run(name: str) -> Callable[[argparse.Namespace, Console, Console], int]:
     """The subcommand's function, imported when it runs (keeps ``--help`` fast)."""
-    module_name = _COMMAND_MODULES[name]
+    module_name = _COMMAND_MODULES.get(name) or _GROUP_MODULES[name.split("_")[0]]
 
     def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         module = importlib.import_module(f"{__name__}.{module_name}")
