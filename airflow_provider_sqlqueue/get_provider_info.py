@@ -76,6 +76,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_sqlqueue.operators.publish",
                     "airflow_provider_sqlqueue.operators.purge",
                     "airflow_provider_sqlqueue.operators.send",
+                    "airflow_provider_sqlqueue.operators.spark_application",
+                    "airflow_provider_sqlqueue.operators.spark_runs",
                     "airflow_provider_sqlqueue.operators.spark_submit",
                     "airflow_provider_sqlqueue.operators.vacuum",
                 ],

@@ -32,7 +32,32 @@ from ..spark.tables import (
     create_sink_table,
 )
 
-__all__ = ["ProvisionSparkBridgeOperator", "SqlQueueSparkSubmitOperator", "default_run_id"]
+__all__ = [
+    "ProvisionSparkBridgeOperator",
+    "SqlQueueSparkSubmitOperator",
+    "default_run_id",
+    "queue_environment",
+    "task_run_id",
+]
+
+
+def queue_environment(hook: SqlQueueHook) -> dict[str, str]:
+    """``SQLQUEUE_URL`` (no password) and ``SQLQUEUE_PASSWORD`` for a Spark job; both registered with the
+    masker."""
+    url = hook.sqlalchemy_url
+    stripped, password = split_credentials(url)
+    env = {URL_ENV: stripped}
+    if password:
+        mask_secret(password)
+        mask_secret(url.render_as_string(hide_password=False))
+        env[PASSWORD_ENV] = password
+    return env
+
+
+def task_run_id(context: Any) -> str:
+    """:func:`default_run_id` of the running task instance: the same on every try of it."""
+    ti = context["ti"]
+    return default_run_id(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
 
 
 def default_run_id(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
@@ -136,10 +161,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
 
     # ---- what the job gets ---------------------------------------------------------------------
     def job_run_id(self, context: Any) -> str:
-        if self.run_id:
-            return str(self.run_id)
-        ti = context["ti"]
-        return default_run_id(ti.dag_id, ti.task_id, ti.run_id, getattr(ti, "map_index", -1))
+        return str(self.run_id) if self.run_id else task_run_id(context)
 
     def job_arguments(self, run_id: str, default_schema: str | None, error_queue: str) -> list[str]:
         """The application arguments: names and sizes only, never a credential."""
@@ -165,14 +187,7 @@ class SqlQueueSparkSubmitOperator(SparkSubmitOperator):
 
     def job_environment(self, hook: SqlQueueHook) -> dict[str, str]:
         """``SQLQUEUE_URL`` (no password) and ``SQLQUEUE_PASSWORD``; both registered with the masker."""
-        url = hook.sqlalchemy_url
-        stripped, password = split_credentials(url)
-        env = {URL_ENV: stripped}
-        if password:
-            mask_secret(password)
-            mask_secret(url.render_as_string(hide_password=False))
-            env[PASSWORD_ENV] = password
-        return env
+        return queue_environment(hook)
 
     def _settings(self, hook: SqlQueueHook) -> tuple[str | None, str]:
         extra = hook.connection_extra

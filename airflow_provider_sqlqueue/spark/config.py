@@ -21,6 +21,7 @@ from ..transport.connection import parse_odbc_string
 
 __all__ = [
     "PASSWORD_ENV",
+    "RUN_ID_ENV",
     "URL_ENV",
     "Sink",
     "join_credentials",
@@ -32,6 +33,9 @@ __all__ = [
 
 URL_ENV = "SQLQUEUE_URL"
 PASSWORD_ENV = "SQLQUEUE_PASSWORD"
+# A batch read's runId when the read gives none: set by SqlQueueSparkApplicationOperator from the task
+# instance, so every try of the task reads the same staged messages.
+RUN_ID_ENV = "SQLQUEUE_RUN_ID"
 
 SINK_KINDS = ("table", "queue", "parquet", "json")
 

@@ -49,8 +49,9 @@ class StagedSlice(InputPartition):
 def _run_id(options: SourceOptions) -> str:
     if not options.run_id:
         raise ConfigurationError(
-            'a batch read of sqlqueue needs option("runId", ...): the messages it receives stay staged '
-            "under that id until ack_read or release_read, and a re-run with the same id reads them again"
+            'a batch read of sqlqueue needs option("runId", ...) (or SQLQUEUE_RUN_ID in the environment, '
+            "as SqlQueueSparkApplicationOperator sets it): the messages it receives stay staged under that "
+            "id until ack_read or release_read, and a re-run with the same id reads them again"
         )
     return options.run_id
 

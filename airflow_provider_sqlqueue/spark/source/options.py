@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ...transport import ConfigurationError, Transport, open_transport
-from ..config import url_from_option
+from ..config import RUN_ID_ENV, url_from_option
 from ..tables import DEFAULT_PREFIX, check_run_id
 
 __all__ = [
@@ -155,7 +155,7 @@ class SourceOptions:
             raise ConfigurationError('the sqlqueue data source needs option("queue", <the input queue>)')
         password = lowered.get("password")
         url = url_from_option(lowered.get("url"), None if password is None else str(password), env)
-        run_id = lowered.get("runid")
+        run_id = lowered.get("runid") or env.get(RUN_ID_ENV) or None  # the environment's: from Airflow
         if run_id is not None:
             check_run_id(str(run_id))
         stream_id = str(lowered.get("streamid") or f"stream:{queue}")
