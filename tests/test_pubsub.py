@@ -26,6 +26,7 @@ from airflow_provider_sqlqueue.transport import (
     SubscriptionSettings,
     SubscriptionStore,
     Transport,
+    open_transport,
     topic_name,
     topics_of,
 )
@@ -63,6 +64,8 @@ def test_topics_of_a_class_follow_its_mro_and_a_string_is_exact() -> None:
         topics_of("A", "B")
     with pytest.raises(ConfigurationError, match="cache_seconds"):
         SubscriptionSettings(cache_seconds=-1)
+    with pytest.raises(ConfigurationError, match="takes a SubscriptionSettings"):
+        open_transport("sqlite:///queues.db", subscriptions={"table": "Routing"})  # type: ignore[arg-type]
 
 
 def test_subscribe_publish_and_unsubscribe(transport: Transport) -> None:
@@ -374,3 +377,27 @@ def test_two_spellings_of_one_queue_get_one_copy(transport: Transport) -> None:
     assert len(store.subscriber_queues(["T"])) == 2
     assert transport.publish("T", b"once").queues == (str(transport.canonical("billing")),)
     assert [message.body for message in drain(transport, "billing")] == [b"once"]
+
+
+@pytest.fixture(params=["postgresql", "sqlite"], ids=["postgresql-odbc", "sqlite-odbc"])
+def odbc(request: pytest.FixtureRequest, tmp_path: Path):
+    pytest.importorskip("pyodbc", reason="pyodbc (the mssql extra) is not installed")
+    from conftest import odbc_target
+
+    yield from odbc_target(request, request.param, tmp_path)
+
+
+def test_publish_and_subscribe_over_odbc(odbc: EngineTarget) -> None:
+    """PostgreSQL and SQLite reached through pyodbc render the subscription statements with ``?``."""
+    with odbc.open() as transport:
+        store = transport.subscriptions
+        assert store.create() is True
+        transport.queue("billing").create()
+        store.subscribe("Billing", "T", "shipping")
+        store.subscribe("Billing", "T", "billing")  # the upsert's update
+        assert [row.queue_address for row in store.list("T", endpoint="Billing")] == [
+            str(transport.canonical("billing"))
+        ]
+        assert transport.publish("T", b"x").queues == (str(transport.canonical("billing")),)
+        assert [message.body for message in drain(transport, "billing")] == [b"x"]
+        assert store.unsubscribe("Billing", "T") is True and store.list() == []

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +32,7 @@ from .lease import ConnectionLease
 from .pool import ConnectionPool, PooledConnection
 from .publishing import PublishResult, publish
 from .queue import TableQueue
-from .subscriptions import SubscriptionSettings, SubscriptionStore
+from .subscriptions import SubscriptionSettings, SubscriptionStore, subscription_settings
 
 if TYPE_CHECKING:
     from .message import OutgoingMessage
@@ -162,11 +161,7 @@ class Transport:
         lock_mode: LockMode = "auto",
         subscriptions: SubscriptionSettings | None = None,
     ) -> None:
-        if subscriptions is not None and not isinstance(subscriptions, SubscriptionSettings):
-            raise ConfigurationError(
-                f"subscriptions takes a SubscriptionSettings, not a {type(subscriptions).__name__}"
-            )
-        self.subscription_settings = subscriptions or SubscriptionSettings()
+        self.subscription_settings = subscription_settings(subscriptions)
         if lock_mode not in ("auto", "row", "advisory"):
             raise ConfigurationError(f"lock_mode must be 'auto', 'row' or 'advisory', not {lock_mode!r}")
         if pool_size < 1 or max_overflow < 0:
@@ -215,6 +210,7 @@ class Transport:
             timeout=pool_timeout,
         )
         self._queues: dict[tuple[str, str | None], Any] = {}
+        self._subscriptions: SubscriptionStore | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -321,11 +317,18 @@ class Transport:
         return ConnectionLease(self, address)
 
     # ---- publish/subscribe -----------------------------------------------------------------------
-    @cached_property
+    @property
     def subscriptions(self) -> SubscriptionStore:
         """The subscription table of native publish/subscribe (see :mod:`.subscriptions`), at the place
-        and with the cache the transport was opened with (``subscriptions=SubscriptionSettings(...)``)."""
-        return SubscriptionStore(self, self.subscription_settings)
+        and with the cache the transport was opened with (``subscriptions=SubscriptionSettings(...)``);
+        one store per transport, so every publish shares its lookup cache."""
+        store = self._subscriptions
+        if store is None:
+            with self._lock:
+                store = self._subscriptions
+                if store is None:
+                    store = self._subscriptions = SubscriptionStore(self, self.subscription_settings)
+        return store
 
     def publish(
         self,

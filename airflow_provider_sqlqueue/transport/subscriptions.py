@@ -92,6 +92,13 @@ class SubscriptionSettings:
         QueueAddress(self.table, self.schema, self.catalog)  # InvalidQueueName for a name no table can have
 
 
+def subscription_settings(given: SubscriptionSettings | None) -> SubscriptionSettings:
+    """``given``, or the defaults for None; ConfigurationError for anything else."""
+    if given is not None and not isinstance(given, SubscriptionSettings):
+        raise ConfigurationError(f"subscriptions takes a SubscriptionSettings, not a {type(given).__name__}")
+    return given or SubscriptionSettings()
+
+
 def topic_name(message_type: type) -> str:
     """The topic a class stands for: its own ``__sqlqueue_topic__``, else ``module.QualName``."""
     if not isinstance(message_type, type):
@@ -215,7 +222,9 @@ class SubscriptionStore:
         (on SQL Server with its catalog), which .NET publishers read.
 
         With ``connection`` (as :meth:`TableQueue.send`'s) it joins that connection's transaction and
-        commits nothing.
+        commits nothing. There a subscribe that loses the race for a new row to a concurrent first
+        subscriber of the same endpoint and topic (Babelfish only, which ignores the locking hints) raises
+        the driver's duplicate-key error: roll back and subscribe again.
         """
         endpoint_name = _fits("endpoint name", _non_empty("endpoint", endpoint))
         topic_text = topic_name(topic) if isinstance(topic, type) else _checked_topic(topic)
