@@ -25,7 +25,7 @@ def _store(transport: Transport) -> SubscriptionStore:
         raise CliError(
             Exit.QUEUE_MISSING,
             f"the subscription table {store.address} does not exist in {transport.description}",
-            "an installer creates it (Endpoint.create(), or the statement of 'sqlqueue script' run by a DBA)",
+            "create it with: sqlqueue create --subscriptions (needs DDL rights), or check --schema",
         )
     return store
 
