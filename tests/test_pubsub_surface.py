@@ -406,3 +406,25 @@ def test_provisioning_with_subscribe_to_scripts_the_subscription_table_in_a_dry_
     ).execute({})
     assert "SubscriptionRouting" in script and "billing" in script
     assert not conn.subscriptions.exists()  # a dry run creates and subscribes nothing
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_the_operator_reports_each_subscriber_queue_it_wrote_to_as_lineage(conn: Transport, target) -> None:
+    pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is not installed")
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    from airflow_provider_sqlqueue.operators.publish import PublishMessageOperator
+
+    conn.subscriptions.subscribe("billing", "Shop.Events", "billing")
+    conn.subscriptions.subscribe("shipping", "Shop.Events", "shipping")
+    operator = PublishMessageOperator(task_id="announce", topic="Shop.Events", body="x")
+    assert operator.execute({})["queues"] == 2
+    lineage = operator.get_openlineage_facets_on_complete(None)
+    namespace = f"sqlite://{os.path.abspath(make_url(target.url).database)}"
+    assert lineage.inputs == []
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [
+        (namespace, "main.billing"),
+        (namespace, "main.shipping"),
+    ]
