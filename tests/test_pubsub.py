@@ -401,3 +401,33 @@ def test_publish_and_subscribe_over_odbc(odbc: EngineTarget) -> None:
         assert transport.publish("T", b"x").queues == (str(transport.canonical("billing")),)
         assert [message.body for message in drain(transport, "billing")] == [b"x"]
         assert store.unsubscribe("Billing", "T") is True and store.list() == []
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_a_handler_publish_in_receive_only_mode_commits_at_once(transport: Transport) -> None:
+    """As a send: the copies of a failed attempt stay (PostgreSQL); SQLite, one writer, refuses it."""
+    transport.subscriptions.create()
+    for name in ("orders", "error", "billing"):
+        transport.queue(name).create()
+    transport.subscriptions.subscribe("Billing", "T", "billing")
+    transport.queue("orders").send(b"place")
+    outcomes: list[str] = []
+
+    def handler(message, context) -> None:
+        try:
+            context.publish("T", b"placed")
+        except ConfigurationError as error:
+            outcomes.append(str(error))
+            return
+        outcomes.append("published")
+        if len(outcomes) == 1:
+            raise RuntimeError("the first attempt fails after publishing")
+
+    MessagePump(transport.queue("orders"), handler, transaction_mode="receive_only", idle_delay=0.1).run(
+        max_messages=1
+    )
+    copies = [message.body for message in drain(transport, "billing")]
+    if transport.dialect.single_writer:
+        assert copies == [] and "single writer" in outcomes[0]
+    else:
+        assert outcomes == ["published", "published"] and copies == [b"placed", b"placed"]
