@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
+from test_airflow_dags import airflow_db  # noqa: F401  (a fixture)
 from test_spark_jobs import send_orders
 
 from airflow_provider_sqlqueue import cli
@@ -135,3 +136,41 @@ def test_a_queue_without_the_bridge_tables_has_no_staged_runs(tmp_path, capsys) 
     assert "no staged runs" in capsys.readouterr().out
     assert cli.main(["spark", "release", "--url", url, "orders", "x"]) == Exit.USAGE
     assert "has no Spark bridge tables" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_retried_spark_read_in_airflow_reads_what_its_failed_try_staged(
+    airflow_db,  # noqa: F811
+    target,
+    tmp_path,
+) -> None:
+    """dag.test(): the read's first try stages the 20 orders and fails; the retry gets the same 20 under the
+    same run id (no runId in the application: the task instance's); the ack task ends that run by the
+    reading task's id. Nothing is left queued or staged."""
+    import os
+    import re
+    import sys
+    from pathlib import Path
+
+    from test_airflow_dags import assert_succeeded, run_dag
+
+    env = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).with_name("dags")),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2,4]"}),
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    run = run_dag(target, "sqlqueue_test_spark_read_retry", {"out": str(tmp_path)}, env=env)
+
+    assert_succeeded(run, target)
+    tries = {ti["task_id"]: ti["try_number"] for ti in run.task_instances}
+    assert tries["read"] == 2, run.task_instances
+    first, second = (json.loads((tmp_path / f"try-{n}.json").read_text()) for n in (1, 2))
+    run_id = first["run_id"]
+    assert run_id.startswith("sqlqueue_test_spark_read_retry.read.") and second["run_id"] == run_id
+    assert len(first["ids"]) == 20 and second["ids"] == first["ids"]
+    [acked] = re.findall(r"^ack returned (\{.*\})", run.output, flags=re.MULTILINE)
+    assert json.loads(acked) == {"queue": "orders", "run_id": run_id, "action": "ack", "messages": 20}
+    with target.open() as transport:
+        assert transport.queue("orders").count() == 0 and staged_runs(transport, "orders") == []
