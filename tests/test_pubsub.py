@@ -82,6 +82,12 @@ def test_subscribe_publish_and_unsubscribe(transport: Transport) -> None:
     canonical = {name: str(transport.canonical(name)) for name in ("billing", "shipping", "audit", "moved")}
     assert Subscription(canonical["moved"], "Billing", "Sales.Events.OrderPlaced") in store.list()
     assert [s.endpoint for s in store.list("Sales.Events.IOrderEvent")] == ["Audit", "Shipping"]
+    assert store.list(limit=2) == store.list()[:2] and len(store.list()) == 5
+    assert [s.endpoint for s in store.list("Sales.Events.IOrderEvent", endpoint="Shipping", limit=1)] == [
+        "Shipping"
+    ]
+    with pytest.raises(ConfigurationError, match="limit"):
+        store.list(limit=0)
     assert [s.topic for s in store.list(endpoint="Audit")] == [
         "Sales.Events.IOrderEvent",
         f"{__name__}.ExpressOrderPlaced",
@@ -398,9 +404,12 @@ def test_publish_and_subscribe_over_odbc(odbc: EngineTarget) -> None:
         assert [row.queue_address for row in store.list("T", endpoint="Billing")] == [
             str(transport.canonical("billing"))
         ]
+        store.subscribe("Audit", "T", "billing")
+        assert [row.endpoint for row in store.list("T", limit=1)] == ["Audit"]
         assert transport.publish("T", b"x").queues == (str(transport.canonical("billing")),)
         assert [message.body for message in drain(transport, "billing")] == [b"x"]
-        assert store.unsubscribe("Billing", "T") is True and store.list() == []
+        assert store.unsubscribe("Billing", "T") is True and store.unsubscribe("Audit", "T") is True
+        assert store.list() == []
 
 
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)

@@ -568,20 +568,25 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
             )
         )
     for by_topic, by_endpoint in ((False, False), (True, False), (False, True), (True, True)):
-        out.append(
-            Statement(
-                "select_subscriptions",
-                f"select_subscriptions by_topic={by_topic} by_endpoint={by_endpoint}",
-                d.select_subscriptions(address, by_topic, by_endpoint),
-                (exp.Select,),
-                by_topic + by_endpoint,
-                extra={
-                    "by": [
-                        name for name, wanted in (("Topic", by_topic), ("Endpoint", by_endpoint)) if wanted
-                    ]
-                },
-            )
+        by = [name for name, wanted in (("Topic", by_topic), ("Endpoint", by_endpoint)) if wanted]
+        filters = tuple(
+            value
+            for value, wanted in zip(SUBSCRIPTION[1::-1], (by_topic, by_endpoint), strict=True)
+            if wanted
         )
+        for limit in (None, 50):
+            out.append(
+                Statement(
+                    "select_subscriptions",
+                    f"select_subscriptions by_topic={by_topic} by_endpoint={by_endpoint}"
+                    + ("" if limit is None else " limited"),
+                    d.select_subscriptions(address, by_topic, by_endpoint, limit is not None),
+                    (exp.Select,),
+                    len(filters) + (limit is not None),
+                    d.select_subscriptions_params(filters, limit),
+                    extra={"by": by, "limited": limit is not None},
+                )
+            )
 
     # The schema inspection, with the parameters inspect() binds, and the fix it proposes for varchar Headers.
     cursor = _RecordingCursor()
@@ -1877,6 +1882,17 @@ def check_select_subscriptions(
     )
     fail_unless(_where_equals(select.args.get("where")) == statement.extra["by"], f"filter:\n{sql}")
     fail_unless(_order(select) == [("Topic", False), ("Endpoint", False)], f"order:\n{sql}")
+    limit = select.args.get("limit")
+    if statement.extra["limited"]:
+        fail_unless(
+            sql.startswith("SELECT TOP (?) ")
+            and limit is not None
+            and isinstance(limit.expression, exp.Placeholder),
+            f"not the first TOP (?) rows:\n{sql}",
+        )
+        fail_unless(statement.params[0] == 50, f"the limit is not the first parameter: {statement.params}")
+    else:
+        fail_unless(limit is None, f"a limit where none was asked for:\n{sql}")
 
 
 USES_TIME = {

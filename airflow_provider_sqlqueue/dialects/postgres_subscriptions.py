@@ -37,11 +37,13 @@ class PostgresSubscriptions(Dialect):
         marks = ", ".join(["%s"] * topics)
         return f"SELECT DISTINCT QueueAddress FROM {self.qualified_name(address)} WHERE Topic IN ({marks})"
 
-    def select_subscriptions(self, address: QueueAddress, by_topic: bool, by_endpoint: bool) -> str:
+    def select_subscriptions(
+        self, address: QueueAddress, by_topic: bool, by_endpoint: bool, limited: bool = False
+    ) -> str:
         wanted = (("Topic = %s", by_topic), ("Endpoint = %s", by_endpoint))
         conditions = [text for text, given in wanted if given]
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         return (
             f"SELECT QueueAddress, Endpoint, Topic FROM {self.qualified_name(address)}{where} "
-            "ORDER BY Topic, Endpoint"
+            "ORDER BY Topic, Endpoint" + (" LIMIT %s" if limited else "")
         )

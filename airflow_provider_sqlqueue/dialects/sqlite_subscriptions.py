@@ -35,11 +35,13 @@ class SqliteSubscriptions(Dialect):
         marks = ", ".join(["?"] * topics)
         return f"SELECT DISTINCT QueueAddress FROM {self.qualified_name(address)} WHERE Topic IN ({marks})"
 
-    def select_subscriptions(self, address: QueueAddress, by_topic: bool, by_endpoint: bool) -> str:
+    def select_subscriptions(
+        self, address: QueueAddress, by_topic: bool, by_endpoint: bool, limited: bool = False
+    ) -> str:
         wanted = (("Topic = ?", by_topic), ("Endpoint = ?", by_endpoint))
         conditions = [text for text, given in wanted if given]
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         return (
             f"SELECT QueueAddress, Endpoint, Topic FROM {self.qualified_name(address)}{where} "
-            "ORDER BY Topic, Endpoint"
+            "ORDER BY Topic, Endpoint" + (" LIMIT ?" if limited else "")
         )

@@ -4,6 +4,8 @@ columns and clustered key), its ``MERGE ... WITH (HOLDLOCK, TABLOCK)`` upsert, i
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..model.address import QueueAddress
 from .base import Dialect
 from .subscriptions import SUBSCRIPTION_COLUMN_LENGTH
@@ -49,11 +51,17 @@ class SqlServerSubscriptions(Dialect):
             f"SELECT DISTINCT [QueueAddress] FROM {self.qualified_name(address)} WHERE [Topic] IN ({marks})"
         )
 
-    def select_subscriptions(self, address: QueueAddress, by_topic: bool, by_endpoint: bool) -> str:
+    def select_subscriptions(
+        self, address: QueueAddress, by_topic: bool, by_endpoint: bool, limited: bool = False
+    ) -> str:
         wanted = (("[Topic] = ?", by_topic), ("[Endpoint] = ?", by_endpoint))
         conditions = [text for text, given in wanted if given]
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        top = "TOP (?) " if limited else ""
         return (
-            f"SELECT [QueueAddress], [Endpoint], [Topic] FROM {self.qualified_name(address)}{where} "
+            f"SELECT {top}[QueueAddress], [Endpoint], [Topic] FROM {self.qualified_name(address)}{where} "
             "ORDER BY [Topic], [Endpoint]"
         )
+
+    def select_subscriptions_params(self, filters: tuple[str, ...], limit: int | None) -> tuple[Any, ...]:
+        return filters if limit is None else (limit, *filters)

@@ -46,10 +46,16 @@ class SubscriptionStatements:
         """``SELECT DISTINCT QueueAddress`` of the rows whose Topic is one of the ``topics`` parameters."""
         raise NotImplementedError(f"{self.display_name} has no subscription table")
 
-    def select_subscriptions(self, address: QueueAddress, by_topic: bool, by_endpoint: bool) -> str:
-        """QueueAddress, Endpoint, Topic of every row (or of one topic, one endpoint: the parameters, in
-        that order), ordered by Topic then Endpoint."""
+    def select_subscriptions(
+        self, address: QueueAddress, by_topic: bool, by_endpoint: bool, limited: bool = False
+    ) -> str:
+        """QueueAddress, Endpoint, Topic of every row (or of one topic, one endpoint), ordered by Topic then
+        Endpoint; with ``limited`` the first N only. Parameters from :meth:`select_subscriptions_params`."""
         raise NotImplementedError(f"{self.display_name} has no subscription table")
+
+    def select_subscriptions_params(self, filters: tuple[str, ...], limit: int | None) -> tuple[Any, ...]:
+        """The listing's parameters: the topic and endpoint filtered on (those given), then the limit."""
+        return filters if limit is None else (*filters, limit)
 
     def is_duplicate_key(self, error: BaseException) -> bool:
         """True when a statement failed on a primary key or unique index (a concurrent subscriber won)."""

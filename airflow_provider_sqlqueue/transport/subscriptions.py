@@ -299,17 +299,22 @@ class SubscriptionStore:
 
     # ---- reading -------------------------------------------------------------------------------
     def list(
-        self, topic: str | type | None = None, *, endpoint: str | None = None
+        self, topic: str | type | None = None, *, endpoint: str | None = None, limit: int | None = None
     ) -> builtins.list[Subscription]:
-        """The subscriptions (of one topic, one endpoint), ordered by topic and endpoint; never cached."""
+        """The subscriptions (of one topic, one endpoint), ordered by topic and endpoint, the first
+        ``limit`` of them when given; never cached."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigurationError(f"limit must be a whole number of rows, 1 or more, not {limit!r}")
         topic_text = None if topic is None else topic_name(topic) if isinstance(topic, type) else topic
-        params = [value for value in (topic_text, endpoint) if value is not None]
+        filters = tuple(value for value in (topic_text, endpoint) if value is not None)
         dialect = self.transport.dialect
         address = self.address
-        statement = dialect.select_subscriptions(address, topic_text is not None, endpoint is not None)
+        statement = dialect.select_subscriptions(
+            address, topic_text is not None, endpoint is not None, limit is not None
+        )
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
-            cursor.execute(statement, tuple(params))
+            cursor.execute(statement, dialect.select_subscriptions_params(filters, limit))
             rows = dialect.fetch_rows(cursor)
             connection.commit()
         return [Subscription(str(row[0]), str(row[1]), str(row[2])) for row in rows]

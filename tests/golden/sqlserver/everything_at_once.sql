@@ -234,16 +234,36 @@ SELECT DISTINCT [QueueAddress] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Top
 SELECT DISTINCT [QueueAddress] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Topic] IN (?, ?, ?)
 
 -- select_subscriptions by_topic=False by_endpoint=False
+-- params: []
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] ORDER BY [Topic], [Endpoint]
 
+-- select_subscriptions by_topic=False by_endpoint=False limited
+-- params: [50]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] ORDER BY [Topic], [Endpoint]
+
 -- select_subscriptions by_topic=True by_endpoint=False
+-- params: ["Sales.Events.OrderPlaced"]
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Topic] = ? ORDER BY [Topic], [Endpoint]
 
+-- select_subscriptions by_topic=True by_endpoint=False limited
+-- params: [50, "Sales.Events.OrderPlaced"]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Topic] = ? ORDER BY [Topic], [Endpoint]
+
 -- select_subscriptions by_topic=False by_endpoint=True
+-- params: ["Sales"]
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Endpoint] = ? ORDER BY [Topic], [Endpoint]
 
+-- select_subscriptions by_topic=False by_endpoint=True limited
+-- params: [50, "Sales"]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Endpoint] = ? ORDER BY [Topic], [Endpoint]
+
 -- select_subscriptions by_topic=True by_endpoint=True
+-- params: ["Sales.Events.OrderPlaced", "Sales"]
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Topic] = ? AND [Endpoint] = ? ORDER BY [Topic], [Endpoint]
+
+-- select_subscriptions by_topic=True by_endpoint=True limited
+-- params: [50, "Sales.Events.OrderPlaced", "Sales"]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--] WHERE [Topic] = ? AND [Endpoint] = ? ORDER BY [Topic], [Endpoint]
 
 -- index_first_columns
 -- params: ["[c]]@[].[s@]]x].[x [y]]]] 'z';--]"]

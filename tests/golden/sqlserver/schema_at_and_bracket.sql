@@ -234,16 +234,36 @@ SELECT DISTINCT [QueueAddress] FROM [s@]]x].[orders] WHERE [Topic] IN (?)
 SELECT DISTINCT [QueueAddress] FROM [s@]]x].[orders] WHERE [Topic] IN (?, ?, ?)
 
 -- select_subscriptions by_topic=False by_endpoint=False
+-- params: []
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] ORDER BY [Topic], [Endpoint]
 
+-- select_subscriptions by_topic=False by_endpoint=False limited
+-- params: [50]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] ORDER BY [Topic], [Endpoint]
+
 -- select_subscriptions by_topic=True by_endpoint=False
+-- params: ["Sales.Events.OrderPlaced"]
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Topic] = ? ORDER BY [Topic], [Endpoint]
 
+-- select_subscriptions by_topic=True by_endpoint=False limited
+-- params: [50, "Sales.Events.OrderPlaced"]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Topic] = ? ORDER BY [Topic], [Endpoint]
+
 -- select_subscriptions by_topic=False by_endpoint=True
+-- params: ["Sales"]
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Endpoint] = ? ORDER BY [Topic], [Endpoint]
 
+-- select_subscriptions by_topic=False by_endpoint=True limited
+-- params: [50, "Sales"]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Endpoint] = ? ORDER BY [Topic], [Endpoint]
+
 -- select_subscriptions by_topic=True by_endpoint=True
+-- params: ["Sales.Events.OrderPlaced", "Sales"]
 SELECT [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Topic] = ? AND [Endpoint] = ? ORDER BY [Topic], [Endpoint]
+
+-- select_subscriptions by_topic=True by_endpoint=True limited
+-- params: [50, "Sales.Events.OrderPlaced", "Sales"]
+SELECT TOP (?) [QueueAddress], [Endpoint], [Topic] FROM [s@]]x].[orders] WHERE [Topic] = ? AND [Endpoint] = ? ORDER BY [Topic], [Endpoint]
 
 -- index_first_columns
 -- params: ["[s@]]x].[orders]"]
