@@ -225,6 +225,7 @@ def render_bridge(case_name: str, address: QueueAddress, dialect: SqlServerDiale
     add("run_sink", sql.run_sink())
     add_counted("touch_run", sql.touch_run((STREAMING,)))
     add("staged_runs_listing", staged_runs_listing(sql))
+    add("staged_runs_listing", staged_runs_listing(sql, of_queue=False), "staged_runs_listing of every queue")
     add("sink_table_ddl", sink_table_ddl(transport, address, SINK_COLUMNS))
     names = [statement.name for statement in out]
     assert len(names) == len(set(names)), "statement names must be unique within a golden file"

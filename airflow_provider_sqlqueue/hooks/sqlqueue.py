@@ -636,6 +636,17 @@ class SqlQueueHook(DbApiHook):
         runs = staged_runs(self.get_transport(), queue_name, prefix or DEFAULT_PREFIX)
         return [staged.as_dict() for staged in runs]
 
+    def staged_runs_beside(
+        self, queue_names: Sequence[str], prefix: str | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`staged_runs` of every queue whose runs are in the bridge tables beside any of
+        ``queue_names`` (one read per schema): what the Queues page shows."""
+        from ..spark.staged_runs import staged_runs_beside
+        from ..spark.tables import DEFAULT_PREFIX
+
+        runs = staged_runs_beside(self.get_transport(), queue_names, prefix or DEFAULT_PREFIX)
+        return [staged.as_dict() for staged in runs]
+
     def end_staged_run(
         self, queue_name: str, run_id: str, action: Literal["release", "ack"], prefix: str | None = None
     ) -> int:

@@ -14,6 +14,7 @@ Nothing here imports Spark or Airflow: the ``sqlqueue`` command and the hook use
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from .tables import (
     check_run_id,
 )
 
-__all__ = ["StagedRun", "end_staged_run", "staged_runs", "staged_runs_listing"]
+__all__ = ["StagedRun", "end_staged_run", "staged_runs", "staged_runs_beside", "staged_runs_listing"]
 
 # The Sink column of the data source's runs: a batch read's (spark/source/batch.py) and a stream's.
 BATCH_READ_SINK = "spark.read"
@@ -67,15 +68,17 @@ class StagedRun:
         return self.kind != "drain"
 
 
-def staged_runs_listing(sql: BridgeSql) -> str:
-    """The runs of one input queue (parameter) that have staged messages: run id, sink, state, staged
-    messages, lowest and highest RowVersion (a stream's positions), seconds since the run started and since
-    its last heartbeat, oldest start first."""
+def staged_runs_listing(sql: BridgeSql, *, of_queue: bool = True) -> str:
+    """The runs that have staged messages, of one input queue (parameter) or (``of_queue`` False) of every
+    queue beside these tables: run id, input queue, sink, state, staged messages, lowest and highest
+    RowVersion (a stream's positions), seconds since the run started and since its last heartbeat, oldest
+    start first."""
     started, beat = sql.seconds_since("r.StartedAt"), sql.seconds_since("r.HeartbeatAt")
+    where = f" WHERE r.InputQueue = {sql.p}" if of_queue else ""
     return (
-        f"SELECT r.RunId, r.Sink, r.State, s.Staged, s.Low, s.High, {started}, {beat} FROM {sql.runs} r "
-        f"JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High "
-        f"FROM {sql.staging} GROUP BY RunId) s ON s.RunId = r.RunId WHERE r.InputQueue = {sql.p} "
+        f"SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, {started}, {beat} "
+        f"FROM {sql.runs} r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, "
+        f"max(RowVersion) AS High FROM {sql.staging} GROUP BY RunId) s ON s.RunId = r.RunId{where} "
         "ORDER BY r.StartedAt, r.RunId"
     )
 
@@ -102,11 +105,32 @@ def staged_runs(transport: Transport, queue: str, prefix: str = DEFAULT_PREFIX) 
     sql = _sql(transport, queue, prefix)
     if sql is None:
         return []
-    rows = execute(transport, staged_runs_listing(sql), (name,), write=False)
+    return _runs(execute(transport, staged_runs_listing(sql), (name,), write=False))
+
+
+def staged_runs_beside(
+    transport: Transport, queues: Iterable[str], prefix: str = DEFAULT_PREFIX
+) -> list[StagedRun]:
+    """The runs with staged messages in the bridge's tables beside any of ``queues``, whatever queue they
+    read (one read per set of tables: queues of one schema share them), oldest first within a set."""
+    runs: list[StagedRun] = []
+    seen = set()
+    for queue in queues:
+        tables = bridge_tables(transport, queue, prefix)
+        if tables.staging in seen:
+            continue
+        seen.add(tables.staging)
+        sql = _sql(transport, queue, prefix)
+        if sql is not None:
+            runs += _runs(execute(transport, staged_runs_listing(sql, of_queue=False), write=False))
+    return runs
+
+
+def _runs(rows: Iterable[Sequence[Any]]) -> list[StagedRun]:
     return [
         StagedRun(
             run_id=str(run_id),
-            queue=name,
+            queue=str(queue),
             kind=_kind(str(sink), str(state)),
             state=str(state),
             messages=int(count),
@@ -115,7 +139,7 @@ def staged_runs(transport: Transport, queue: str, prefix: str = DEFAULT_PREFIX) 
             age_seconds=round(max(float(age or 0), 0.0), 3),
             idle_seconds=round(max(float(idle or 0), 0.0), 3),
         )
-        for run_id, sink, state, count, low, high, age, idle in rows
+        for run_id, queue, sink, state, count, low, high, age, idle in rows
     ]
 
 

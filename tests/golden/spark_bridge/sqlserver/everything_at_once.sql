@@ -99,7 +99,10 @@ SELECT Sink FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] WHERE RunId = ?
 UPDATE [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] SET HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('streaming'); SELECT @@ROWCOUNT
 
 -- staged_runs_listing
-SELECT r.RunId, r.Sink, r.State, s.Staged, s.Low, s.High, DATEDIFF(second, r.StartedAt, SYSUTCDATETIME()), DATEDIFF(second, r.HeartbeatAt, SYSUTCDATETIME()) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_staging] GROUP BY RunId) s ON s.RunId = r.RunId WHERE r.InputQueue = ? ORDER BY r.StartedAt, r.RunId
+SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, DATEDIFF(second, r.StartedAt, SYSUTCDATETIME()), DATEDIFF(second, r.HeartbeatAt, SYSUTCDATETIME()) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_staging] GROUP BY RunId) s ON s.RunId = r.RunId WHERE r.InputQueue = ? ORDER BY r.StartedAt, r.RunId
+
+-- staged_runs_listing of every queue
+SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, DATEDIFF(second, r.StartedAt, SYSUTCDATETIME()), DATEDIFF(second, r.HeartbeatAt, SYSUTCDATETIME()) FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_staging] GROUP BY RunId) s ON s.RunId = r.RunId ORDER BY r.StartedAt, r.RunId
 
 -- sink_table_ddl
 IF OBJECT_ID(N'[c]]@[].[s@]]x].[x [y]]]] ''z'';--]', N'U') IS NULL CREATE TABLE [c]]@[].[s@]]x].[x [y]]]] 'z';--] ([message_id] nvarchar(max) NOT NULL, [total ]]cost'] numeric(12,2) NULL, [count] bigint NULL, [n] int NULL, [s] smallint NULL, [d] float NULL, [f] real NULL, [ok] bit NULL, [at] datetime2 NULL, [day] date NULL, [raw] varbinary(max) NULL, [doc] nvarchar(max) NULL)

@@ -99,7 +99,10 @@ SELECT Sink FROM [s@]]x].[orders_runs] WHERE RunId = ?
 UPDATE [s@]]x].[orders_runs] SET HeartbeatAt = SYSUTCDATETIME() WHERE RunId = ? AND State IN ('streaming'); SELECT @@ROWCOUNT
 
 -- staged_runs_listing
-SELECT r.RunId, r.Sink, r.State, s.Staged, s.Low, s.High, DATEDIFF(second, r.StartedAt, SYSUTCDATETIME()), DATEDIFF(second, r.HeartbeatAt, SYSUTCDATETIME()) FROM [s@]]x].[orders_runs] r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High FROM [s@]]x].[orders_staging] GROUP BY RunId) s ON s.RunId = r.RunId WHERE r.InputQueue = ? ORDER BY r.StartedAt, r.RunId
+SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, DATEDIFF(second, r.StartedAt, SYSUTCDATETIME()), DATEDIFF(second, r.HeartbeatAt, SYSUTCDATETIME()) FROM [s@]]x].[orders_runs] r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High FROM [s@]]x].[orders_staging] GROUP BY RunId) s ON s.RunId = r.RunId WHERE r.InputQueue = ? ORDER BY r.StartedAt, r.RunId
+
+-- staged_runs_listing of every queue
+SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, DATEDIFF(second, r.StartedAt, SYSUTCDATETIME()), DATEDIFF(second, r.HeartbeatAt, SYSUTCDATETIME()) FROM [s@]]x].[orders_runs] r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, max(RowVersion) AS High FROM [s@]]x].[orders_staging] GROUP BY RunId) s ON s.RunId = r.RunId ORDER BY r.StartedAt, r.RunId
 
 -- sink_table_ddl
 IF OBJECT_ID(N'[s@]]x].[orders]', N'U') IS NULL CREATE TABLE [s@]]x].[orders] ([message_id] nvarchar(max) NOT NULL, [total ]]cost'] numeric(12,2) NULL, [count] bigint NULL, [n] int NULL, [s] smallint NULL, [d] float NULL, [f] real NULL, [ok] bit NULL, [at] datetime2 NULL, [day] date NULL, [raw] varbinary(max) NULL, [doc] nvarchar(max) NULL)
