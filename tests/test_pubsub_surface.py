@@ -408,6 +408,72 @@ def test_provisioning_with_subscribe_to_scripts_the_subscription_table_in_a_dry_
     assert not conn.subscriptions.exists()  # a dry run creates and subscribes nothing
 
 
+# ---- the Queues page ------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_the_queues_page_lists_subscriptions_per_topic_bounded_and_only_to_readers(
+    target,
+    transport: Transport,
+    airflow_db,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fastapi.testclient import TestClient
+    from test_queues_page import CONN_ID, HOSTILE, Client
+
+    from airflow_provider_sqlqueue.plugins import queues_app, subscriptions_view
+
+    for name in ("error", "billing", "shipping"):
+        transport.queue(name).create()
+    for key, value in target.airflow_env(CONN_ID).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "a-test-secret-" + "x" * 50)
+    from airflow.api_fastapi.app import create_auth_manager
+
+    manager = create_auth_manager()
+    with TestClient(queues_app.create_app(), base_url="http://airflow.test") as http:
+        app = Client(http, manager)
+        app.as_role("OP")
+        before = app.get("/api/queues", conn_id=CONN_ID).json()["subscriptions"]
+        assert before["exists"] is False and before["topics"] == []
+        assert 'id="no-subscription-table"' in app.get("/queues", conn_id=CONN_ID).text
+
+        store = transport.subscriptions
+        store.create()
+        store.subscribe("billing", "Shop.Events.OrderPlaced", "billing")
+        store.subscribe("Shipping", "Shop.Events.OrderPlaced", "shipping")
+        store.subscribe("Shipping", "Shop.Events", "shipping")
+        store.subscribe("Shipping", HOSTILE, "shipping")
+        billing, shipping = (str(transport.canonical(name)) for name in ("billing", "shipping"))
+
+        seen = app.get("/api/queues", conn_id=CONN_ID).json()["subscriptions"]
+        assert seen["exists"] is True and seen["more"] is False
+        # topics in the table's order; the endpoints of a topic in its collation's (case-insensitive on SQL
+        # Server), so compared as sets
+        assert [
+            (t["topic"], sorted((s["endpoint"], s["queue"]) for s in t["subscribers"]))
+            for t in seen["topics"]
+        ] == [
+            (HOSTILE, [("Shipping", shipping)]),
+            ("Shop.Events", [("Shipping", shipping)]),
+            ("Shop.Events.OrderPlaced", [("Shipping", shipping), ("billing", billing)]),
+        ]
+        page = app.get("/queues", conn_id=CONN_ID).text
+        assert 'id="subscriptions"' in page and 'rowspan="2">Shop.Events.OrderPlaced</td>' in page
+        assert "<script>alert(" not in page and "&lt;script&gt;alert(&#39;x&#39;)" in page
+
+        monkeypatch.setattr(subscriptions_view, "SUBSCRIPTIONS_LIMIT", 2)
+        bounded = app.get("/api/queues", conn_id=CONN_ID).json()["subscriptions"]
+        assert bounded["more"] is True and bounded["limit"] == 2
+        assert [t["topic"] for t in bounded["topics"]] == [HOSTILE, "Shop.Events"]
+        assert 'id="subscriptions-more"' in app.get("/queues", conn_id=CONN_ID).text
+
+        app.as_role("VIEWER")  # may open the page, may not read the connection
+        refused = app.get("/api/queues", conn_id=CONN_ID)
+        assert refused.status_code == 404 and "Shop.Events" not in refused.text
+        shown = app.get("/queues", conn_id=CONN_ID)
+        assert shown.status_code == 404 and "Shop.Events" not in shown.text
+
+
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_the_operator_reports_each_subscriber_queue_it_wrote_to_as_lineage(conn: Transport, target) -> None:
     pytest.importorskip("airflow.providers.openlineage", reason="the openlineage extra is not installed")

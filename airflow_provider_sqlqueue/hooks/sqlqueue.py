@@ -732,9 +732,12 @@ class SqlQueueHook(DbApiHook):
         """Remove ``endpoint``'s subscription to ``topic``; True when there was one."""
         return self.get_transport().subscriptions.unsubscribe(endpoint, topic, connection=connection)
 
-    def subscriptions(self, topic: str | None = None, *, endpoint: str | None = None) -> list[Subscription]:
-        """The subscriptions (of one topic, of one endpoint), ordered by topic and endpoint."""
-        return self.get_transport().subscriptions.list(topic, endpoint=endpoint)
+    def subscriptions(
+        self, topic: str | None = None, *, endpoint: str | None = None, limit: int | None = None
+    ) -> list[Subscription]:
+        """The subscriptions (of one topic, of one endpoint), ordered by topic and endpoint; the first
+        ``limit`` of them when given."""
+        return self.get_transport().subscriptions.list(topic, endpoint=endpoint, limit=limit)
 
     def publish(
         self,

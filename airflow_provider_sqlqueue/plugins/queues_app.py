@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
@@ -51,6 +51,7 @@ from .access import (
 )
 from .failed_views import BODY_PREVIEW_BYTES, GROUP_LIST_LIMIT, MAX_GROUP_LIST, failed_message, group_messages
 from .queues_page import render_group, render_message, render_page
+from .subscriptions_view import SubscriptionsView, subscriptions_view
 
 if TYPE_CHECKING:
     from ..transport.queue import TableQueue
@@ -171,9 +172,21 @@ class _Opened:
             self.hook.close()
 
 
-def _overview(conn_id: str, exact: bool = False) -> tuple[QueuesOverview | None, str | None, str | None]:
-    """(overview, description of the database, error text) of a connection; never raises. Depths are
-    estimates; with ``exact``, counted where the estimate is below :func:`exact_below`."""
+class _Read(NamedTuple):
+    """What a page load read of a connection: the overview, the database's description and the error
+    text (overview None); the subscriptions by topic, or why they could not be read."""
+
+    overview: QueuesOverview | None
+    description: str | None
+    error: str | None
+    subscriptions: SubscriptionsView | None = None
+    subscriptions_error: str | None = None
+
+
+def _overview(conn_id: str, exact: bool = False) -> _Read:
+    """What the page shows of a connection; never raises. Depths are estimates; with ``exact``, counted
+    where the estimate is below :func:`exact_below`. A failed read of the subscription table (a monitoring
+    role without SELECT on it) costs only that section."""
     opened = _Opened(conn_id)
     try:
         with opened as hook:
@@ -184,10 +197,15 @@ def _overview(conn_id: str, exact: bool = False) -> tuple[QueuesOverview | None,
                 exact_below=exact_below() if exact else 0,
                 failed_limit=FAILED_GROUPS_LIMIT,
             )
-            return overview, transport.description, None
+            try:
+                subscriptions, subscriptions_error = subscriptions_view(hook), None
+            except Exception as error:
+                log.warning("Queues page: subscriptions of %s: %s", conn_id, type(error).__name__)
+                subscriptions, subscriptions_error = None, _scrubbed(error, hook)
+            return _Read(overview, transport.description, None, subscriptions, subscriptions_error)
     except Exception as error:
         log.warning("Queues page: connection %s: %s", conn_id, type(error).__name__)
-        return None, None, _scrubbed(error, opened.hook)
+        return _Read(None, None, _scrubbed(error, opened.hook))
 
 
 def _same_origin(request: Request) -> bool:
@@ -279,18 +297,20 @@ def create_app() -> FastAPI:
         require_view(user)
         known = queue_connection_ids(user)
         chosen = conn_id or (known[0] if known else None)
-        overview = description = error = None
+        read = _Read(None, None, None)
         code = status.HTTP_200_OK
         if chosen is not None and may_read(user, chosen):
-            overview, description, error = _overview(chosen, exact)
+            read = _overview(chosen, exact)
         elif chosen is not None:
-            error, code = NOT_SERVED, status.HTTP_404_NOT_FOUND
+            read, code = _Read(None, None, NOT_SERVED), status.HTTP_404_NOT_FOUND
         html = render_page(
             connections=known,
             conn_id=chosen,
-            description=description,
-            overview=overview,
-            error=error,
+            description=read.description,
+            overview=read.overview,
+            error=read.error,
+            subscriptions=read.subscriptions,
+            subscriptions_error=read.subscriptions_error,
             may_retry=code == status.HTTP_200_OK and chosen is not None and may_edit(user, chosen),
             exact=exact,
             exact_below=exact_below(),
@@ -302,10 +322,16 @@ def create_app() -> FastAPI:
         user: UserDep, conn_id: Annotated[str, Query(min_length=1, max_length=250)], exact: bool = False
     ) -> Any:
         require_read(user, conn_id)
-        overview, description, error = _overview(conn_id, exact)
-        if overview is None:
-            raise HTTPException(status.HTTP_502_BAD_GATEWAY, error)
-        return {"conn_id": conn_id, "database": description, **_overview_json(overview)}
+        read = _overview(conn_id, exact)
+        if read.overview is None:
+            raise HTTPException(status.HTTP_502_BAD_GATEWAY, read.error)
+        return {
+            "conn_id": conn_id,
+            "database": read.description,
+            **_overview_json(read.overview),
+            "subscriptions": None if read.subscriptions is None else read.subscriptions.as_json(),
+            "subscriptions_error": read.subscriptions_error,
+        }
 
     @app.post("/api/retry")
     def retry_group(request: Request, body: RetryRequest, user: UserDep) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 
 from ..transport.overview import QueuesOverview, human_age
+from .subscriptions_view import SubscriptionsView
 
 __all__ = ["render_group", "render_message", "render_page"]
 
@@ -37,8 +38,11 @@ def render_page(
     may_retry: bool,
     exact: bool = False,
     exact_below: int = 0,
+    subscriptions: SubscriptionsView | None = None,
+    subscriptions_error: str | None = None,
 ) -> str:
-    """The page; ``exact``: depths were counted where the estimate is below ``exact_below``."""
+    """The page; ``exact``: depths were counted where the estimate is below ``exact_below``;
+    ``subscriptions``: the subscription table by topic (or ``subscriptions_error``, why it was not read)."""
     return _environment.get_template("queues.html").render(
         connections=connections,
         conn_id=conn_id,
@@ -48,6 +52,8 @@ def render_page(
         may_retry=may_retry,
         exact=exact,
         exact_below=exact_below,
+        subscriptions=subscriptions,
+        subscriptions_error=subscriptions_error,
         age=human_age,
         stamp=_stamp,
     )
