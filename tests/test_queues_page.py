@@ -494,3 +494,35 @@ def test_no_password_reaches_a_page_or_an_error(app: Client, target: EngineTarge
     assert failed.status_code == 502
     for text in (page, seen, broken, failed.text):
         assert password not in text
+
+
+def test_the_page_lists_the_spark_data_sources_staged_runs(app: Client, queues: Transport, target) -> None:
+    """A batch read that staged the 3 orders and was never acknowledged: the depth no longer counts them,
+    the page and /api/queues list the run with its messages; once released, the section is gone."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    from airflow_provider_sqlqueue.spark.config import split_credentials
+    from airflow_provider_sqlqueue.spark.source.batch import SqlQueueBatchReader
+    from airflow_provider_sqlqueue.spark.source.options import SourceOptions
+    from airflow_provider_sqlqueue.spark.staged_runs import end_staged_run
+    from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
+
+    create_bridge_tables(queues, "orders")
+    url, password = split_credentials(target.url)
+    options = {"url": url, "queue": "orders", "runId": "nightly-<1>"}
+    options |= {"password": password} if password else {}
+    options |= {"defaultSchema": target.schema} if target.schema else {}
+    assert SqlQueueBatchReader(SourceOptions.parse(options)).partitions()
+    assert queues.queue("orders").count() == 0
+
+    app.as_role("OP")
+    page = app.get("/queues", conn_id=CONN_ID).text
+    assert 'id="staged"' in page and 'data-run="nightly-&lt;1&gt;"' in page, page
+    row = page.split('data-run="nightly-&lt;1&gt;"')[1].split("</tr>")[0]
+    assert "batch read" in row and ">read<" in row and ">3<" in row
+    [run] = app.get("/api/queues", conn_id=CONN_ID).json()["staged_runs"]
+    assert (run["run_id"], run["kind"], run["messages"]) == ("nightly-<1>", "batch read", 3)
+    assert run["queue"] == queues.queue("orders").name
+
+    assert end_staged_run(queues, "orders", "nightly-<1>", "release") == 3
+    assert 'id="staged"' not in app.get("/queues", conn_id=CONN_ID).text
+    assert app.get("/api/queues", conn_id=CONN_ID).json()["staged_runs"] == []

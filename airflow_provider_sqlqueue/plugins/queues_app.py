@@ -181,12 +181,14 @@ class _Read(NamedTuple):
     error: str | None
     subscriptions: SubscriptionsView | None = None
     subscriptions_error: str | None = None
+    staged: list[dict[str, Any]] | None = None
+    staged_error: str | None = None
 
 
 def _overview(conn_id: str, exact: bool = False) -> _Read:
     """What the page shows of a connection; never raises. Depths are estimates; with ``exact``, counted
     where the estimate is below :func:`exact_below`. A failed read of the subscription table (a monitoring
-    role without SELECT on it) costs only that section."""
+    role without SELECT on it) or of the Spark bridge's tables costs only that section."""
     opened = _Opened(conn_id)
     try:
         with opened as hook:
@@ -202,10 +204,29 @@ def _overview(conn_id: str, exact: bool = False) -> _Read:
             except Exception as error:
                 log.warning("Queues page: subscriptions of %s: %s", conn_id, type(error).__name__)
                 subscriptions, subscriptions_error = None, _scrubbed(error, hook)
-            return _Read(overview, transport.description, None, subscriptions, subscriptions_error)
+            staged, staged_error = _staged(hook, conn_id, [state.name for state in overview.queues])
+            return _Read(
+                overview,
+                transport.description,
+                None,
+                subscriptions,
+                subscriptions_error,
+                staged,
+                staged_error,
+            )
     except Exception as error:
         log.warning("Queues page: connection %s: %s", conn_id, type(error).__name__)
         return _Read(None, None, _scrubbed(error, opened.hook))
+
+
+def _staged(hook: SqlQueueHook, conn_id: str, queues: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+    """The Spark data source's staged runs beside ``queues`` (none where the bridge's tables are missing),
+    or why they could not be read: that costs only their section."""
+    try:
+        return hook.staged_runs_beside(queues), None
+    except Exception as error:
+        log.warning("Queues page: staged runs of %s: %s", conn_id, type(error).__name__)
+        return [], _scrubbed(error, hook)
 
 
 def _same_origin(request: Request) -> bool:
@@ -311,6 +332,8 @@ def create_app() -> FastAPI:
             error=read.error,
             subscriptions=read.subscriptions,
             subscriptions_error=read.subscriptions_error,
+            staged=read.staged,
+            staged_error=read.staged_error,
             may_retry=code == status.HTTP_200_OK and chosen is not None and may_edit(user, chosen),
             exact=exact,
             exact_below=exact_below(),
@@ -331,6 +354,8 @@ def create_app() -> FastAPI:
             **_overview_json(read.overview),
             "subscriptions": None if read.subscriptions is None else read.subscriptions.as_json(),
             "subscriptions_error": read.subscriptions_error,
+            "staged_runs": read.staged,
+            "staged_runs_error": read.staged_error,
         }
 
     @app.post("/api/retry")

@@ -40,9 +40,12 @@ def render_page(
     exact_below: int = 0,
     subscriptions: SubscriptionsView | None = None,
     subscriptions_error: str | None = None,
+    staged: list[dict[str, Any]] | None = None,
+    staged_error: str | None = None,
 ) -> str:
     """The page; ``exact``: depths were counted where the estimate is below ``exact_below``;
-    ``subscriptions``: the subscription table by topic (or ``subscriptions_error``, why it was not read)."""
+    ``subscriptions``: the subscription table by topic (or ``subscriptions_error``, why it was not read);
+    ``staged``: the Spark data source's staged runs (or ``staged_error``)."""
     return _environment.get_template("queues.html").render(
         connections=connections,
         conn_id=conn_id,
@@ -54,6 +57,8 @@ def render_page(
         exact_below=exact_below,
         subscriptions=subscriptions,
         subscriptions_error=subscriptions_error,
+        staged=staged or [],
+        staged_error=staged_error,
         age=human_age,
         stamp=_stamp,
     )
