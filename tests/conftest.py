@@ -278,6 +278,11 @@ EXTENDED = (
         ("staging-postgresql",),
     ),
     ("test_spark_source.py", "*", ("sqlserver",)),
+    (  # the example DAG pair on PostgreSQL: SQLite proves it in CI, the DAGs hold no engine-specific code
+        "test_pubsub_surface.py",
+        "test_the_example_producer_reaches_both_example_consumer_dags_once_each",
+        ("postgresql",),
+    ),
     ("test_spark_source_write.py", "*", ("sqlserver",)),
     ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
     (
