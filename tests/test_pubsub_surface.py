@@ -495,3 +495,34 @@ def test_the_operator_reports_each_subscriber_queue_it_wrote_to_as_lineage(conn:
         (namespace, "main.billing"),
         (namespace, "main.shipping"),
     ]
+
+
+# ---- privileges -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_runtime_role_publishes_with_select_and_subscribes_only_once_granted_update(
+    target, transport: Transport, postgres_server
+) -> None:
+    """docs/dba.md: publishing needs SELECT on the subscription table; the subscribe upsert needs UPDATE
+    too, which the narrow runtime grants (SELECT, INSERT, DELETE) leave out."""
+    from test_least_privilege import RuntimeRole
+
+    from airflow_provider_sqlqueue.transport import PermissionDenied
+
+    for name in ("orders", "error"):
+        transport.queue(name).create()
+    transport.subscriptions.create()
+    transport.subscriptions.subscribe("orders", "Shop.Events", "orders")
+    role = RuntimeRole(target, postgres_server)
+    table = f'"{target.schema}"."SubscriptionRouting"'
+    try:
+        postgres_server.execute(f'GRANT SELECT, INSERT, DELETE ON {table} TO "{role.name}"')
+        with role.open(subscriptions=SubscriptionSettings(cache_seconds=0)) as runtime:
+            assert runtime.publish("Shop.Events", b"x").queues == (str(transport.canonical("orders")),)
+            with pytest.raises(PermissionDenied):
+                runtime.subscriptions.subscribe("orders", "Shop.Refunds", "orders")
+            postgres_server.execute(f'GRANT UPDATE ON {table} TO "{role.name}"')
+            runtime.subscriptions.subscribe("orders", "Shop.Refunds", "orders")
+            assert runtime.subscriptions.unsubscribe("orders", "Shop.Refunds") is True
+        assert transport.queue("orders").count() == 1
+    finally:
+        role.drop()
