@@ -174,3 +174,16 @@ def test_a_retried_spark_read_in_airflow_reads_what_its_failed_try_staged(
     assert json.loads(acked) == {"queue": "orders", "run_id": run_id, "action": "ack", "messages": 20}
     with target.open() as transport:
         assert transport.queue("orders").count() == 0 and staged_runs(transport, "orders") == []
+
+
+def test_a_batch_read_without_run_id_takes_the_one_airflow_put_in_its_environment(tmp_path) -> None:
+    """SqlQueueSparkApplicationOperator's SQLQUEUE_RUN_ID is the read's runId unless the read names one."""
+    database = tmp_path / "q.db"
+    database.touch()
+    given = {"url": f"sqlite:///{database}", "queue": "orders"}
+    environ = {"SQLQUEUE_RUN_ID": "dag.read.manual__1"}
+    assert SourceOptions.parse(given, environ).run_id == "dag.read.manual__1"
+    assert SourceOptions.parse(given | {"runId": "mine"}, environ).run_id == "mine"
+    assert SourceOptions.parse(given, {}).run_id is None
+    with pytest.raises(ConfigurationError, match="at most 200 characters"):
+        SourceOptions.parse(given, {"SQLQUEUE_RUN_ID": "x" * 201})
