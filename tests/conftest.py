@@ -293,8 +293,18 @@ EXTENDED = (
 )
 EXTENDED_ANY = (("*", "*", ("sqlserver-freetds*",)),)
 # Runs CI keeps although EXTENDED_ANY matches them: issue 43 asks for the exactly-once proof under faults on
-# Babelfish through both drivers in CI.
-IN_CI_ON_BOTH_DRIVERS = (("test_exactly_once_faults.py", "*", ("sqlserver-freetds",)),)
+# Babelfish through both drivers in CI, issue 45 for publish/subscribe and its compatibility with the
+# reference's statements.
+IN_CI_ON_BOTH_DRIVERS = (
+    ("test_exactly_once_faults.py", "*", ("sqlserver-freetds",)),
+    ("test_pubsub.py", "*", ("sqlserver-freetds*",)),
+    (
+        "test_wire_compat.py",
+        "test_the_reference_and_this_package_share_the_subscription_table",
+        ("sqlserver-freetds*",),
+    ),
+    ("test_pubsub_surface.py", "*", ("sqlserver-freetds*",)),
+)
 
 
 def _matches(item: pytest.Item, rules: tuple[tuple[str, str, tuple[str, ...]], ...]) -> bool:
