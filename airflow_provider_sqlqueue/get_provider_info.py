@@ -125,6 +125,18 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "where rows with unreadable headers go (default: error)",
                         "schema": {"type": ["string", "null"]},
                     },
+                    "subscription_table": {
+                        "label": "Subscription table",
+                        "description": "publish/subscribe's shared table, as an address such as "
+                        "SubscriptionRouting@[messaging] (default: SubscriptionRouting, default schema)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "subscription_cache_seconds": {
+                        "label": "Subscription cache (seconds)",
+                        "description": "how long a publish reuses the subscriber queues it looked up "
+                        "(default 5; 0 looks them up on every publish)",
+                        "schema": {"type": ["number", "null"], "minimum": 0},
+                    },
                     "connect_options": {
                         "label": "Driver options",
                         "description": "key=value;key=value: ODBC keywords (SQL Server) or libpq parameters",
