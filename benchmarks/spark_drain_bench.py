@@ -24,6 +24,17 @@ With ``--stream`` the same queue is filled again for two more applications, the 
 - **jdbc-file**: the JDBC baseline's read and parsing written as parquet files (overwrite): the ceiling for
   a file sink.
 
+``--engine`` picks the database (default ``postgresql``). ``--engine sqlite`` fills a SQLite file (WAL) and
+runs the same applications; its baseline is a Spark JDBC read and write through Debian's
+``libxerial-sqlite-jdbc-java`` jar (SQLite takes one writer at a time: the two partitions' writes wait for
+each other through ``busy_timeout``). ``--engine babelfish`` starts the TDS engine as the tests do
+(tests/sqlserver_bed.py) and reaches it through Microsoft's ODBC Driver 18, the SQL Server dialect's
+production path; no SQL Server JDBC jar is on this machine (Debian packages none, Maven Central is out of
+reach), so its baseline is **raw**: one plain Python process reads the queue table with pyodbc in 1,000-row
+fetches, parses the same fields in Python and writes them with ``fast_executemany`` in batches of 1,000 (or
+as one parquet file with pyarrow, for the stream's comparison). ``--staged`` is PostgreSQL's only: the
+default drain stages on the other engines.
+
 Times are measured inside each application from the moment its SparkSession is up to the end of its work
 (the JVM start, about 15 s here, is reported apart). The ratio is drain msgs/s divided by jdbc msgs/s.
 Peak memory and CPU seconds are sampled every 0.2 s from /proc for the process tree of each spark-submit
@@ -34,6 +45,7 @@ PostgreSQL server's processes. Performance is reported, never asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -43,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,6 +66,11 @@ sys.path.insert(0, str(REPO))
 import provenance  # noqa: E402  (beside this script)
 
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")  # Debian's libxerial-sqlite-jdbc-java
+SQLITE_JDBC_NATIVE = Path("/usr/lib/x86_64-linux-gnu/jni")  # its libsqlitejdbc.so (libxerial-sqlite-jdbc-jni)
+ENGINES = ("postgresql", "sqlite", "babelfish")
+# The baseline each engine is compared with: a Spark JDBC read + write, or a plain Python read + write
+BASELINES = {"postgresql": "jdbc", "sqlite": "jdbc", "babelfish": "raw"}
 ORDER_SCHEMA = "order_id long, customer string, amount double, currency string, items int, placed_at string"
 RESULT_COLUMNS = [
     ("message_id", "string", False),
@@ -66,7 +84,7 @@ RESULT_COLUMNS = [
 
 
 # ---- the JDBC baseline, run by spark-submit with this file as the application --------------------------
-def jdbc_baseline(table: str, sink: str, files: str | None = None) -> None:
+def jdbc_baseline(table: str, sink: str, files: str | None = None, engine: str = "postgresql") -> None:
     """The plain read + parse + write; into the table ``sink``, or as parquet files into ``files``."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -78,8 +96,12 @@ def jdbc_baseline(table: str, sink: str, files: str | None = None) -> None:
     spark = SparkSession.builder.appName("jdbc-baseline").getOrCreate()
     session_seconds = time.monotonic() - started
     url = make_url(url_from_environment())
-    jdbc = f"jdbc:postgresql://{url.host}:{url.port}/{url.database}"
-    props = {"user": url.username, "password": str(url.password), "driver": "org.postgresql.Driver"}
+    if engine == "sqlite":  # one writer at a time: a partition's write waits for the other's commit
+        jdbc = f"jdbc:sqlite:{url.database}"
+        props = {"driver": "org.sqlite.JDBC", "busy_timeout": "600000"}
+    else:
+        jdbc = f"jdbc:postgresql://{url.host}:{url.port}/{url.database}"
+        props = {"user": url.username, "password": str(url.password), "driver": "org.postgresql.Driver"}
     t0 = time.monotonic()
     bounds = spark.read.jdbc(
         jdbc, f"(SELECT min(rowversion) lo, max(rowversion) hi FROM {table}) b", properties=props
@@ -115,6 +137,92 @@ def jdbc_baseline(table: str, sink: str, files: str | None = None) -> None:
         written = spark.read.parquet(files).count()
     spark.stop()
     report(seconds=seconds, session_seconds=session_seconds, written=int(written))
+
+
+def raw_baseline(table: str, sink: str, files: str | None = None) -> None:
+    """The baseline without Spark: one Python process reads the queue table in 1,000-row fetches, parses the
+    fields the JDBC baseline parses, and writes them to the table ``sink`` in batches of 1,000 (one
+    transaction), or as one parquet file into the folder ``files``. It deletes nothing."""
+    import shutil
+
+    from airflow_provider_sqlqueue.spark.config import url_from_environment
+
+    url = url_from_environment()
+    t0 = time.monotonic()
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        from sqlalchemy.engine import make_url
+
+        path = make_url(url).database
+        reading, writing = sqlite3.connect(path), sqlite3.connect(path)
+    else:  # an ODBC connection string (the SQL Server dialect)
+        import pyodbc
+
+        reading, writing = pyodbc.connect(url), pyodbc.connect(url)
+    insert = writing.cursor()
+    if hasattr(insert, "fast_executemany") and "libtdsodbc" not in url:  # FreeTDS: row by row
+        insert.fast_executemany = True
+    names, marks = ", ".join(name for name, _, _ in RESULT_COLUMNS), ", ".join("?" * len(RESULT_COLUMNS))
+    statement = f"INSERT INTO {sink} ({names}) VALUES ({marks})"
+    cursor = reading.cursor()
+    cursor.execute(f"SELECT Id, Headers, Body FROM {table} ORDER BY RowVersion")
+    columns: list[list[Any]] = [[] for _ in RESULT_COLUMNS]
+    while batch := cursor.fetchmany(1000):
+        rows = [parsed_order(message_id, headers, body) for message_id, headers, body in batch]
+        if files is None:
+            insert.executemany(statement, rows)
+        else:
+            for row in rows:
+                for column, value in zip(columns, row, strict=True):
+                    column.append(value)
+    if files is None:
+        writing.commit()
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        shutil.rmtree(files, ignore_errors=True)
+        Path(files).mkdir(parents=True)
+        types = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "int": pa.int32()}
+        schema = pa.schema([(name, types.get(kind, pa.timestamp("us"))) for name, kind, _ in RESULT_COLUMNS])
+        pq.write_table(pa.table(columns, schema=schema), str(Path(files) / "part-0.parquet"))
+    reading.commit()
+    seconds = time.monotonic() - t0
+    if files is None:
+        insert.execute(f"SELECT count(*) FROM {sink}")
+        written = insert.fetchone()[0]
+    else:
+        import pyarrow.parquet as pq
+
+        written = pq.ParquetDataset(files).read().num_rows
+    reading.close()
+    writing.close()
+    report(seconds=seconds, session_seconds=0.0, written=int(written))
+
+
+def parsed_order(message_id: Any, headers: str, body: bytes | None) -> tuple[Any, ...]:
+    """One message as the result columns, parsed as the JDBC baseline parses it in Spark SQL (a field that
+    is missing or not JSON is null; the time sent is the header's first 19 characters)."""
+    try:
+        order = json.loads(bytes(body or b"")) if body is not None else {}
+    except ValueError:
+        order = {}
+    order = order if isinstance(order, dict) else {}
+    try:
+        sent = json.loads(headers).get("NServiceBus.TimeSent")
+        time_sent = datetime.strptime(sent[:19], "%Y-%m-%d %H:%M:%S") if sent else None
+    except (ValueError, TypeError, AttributeError):
+        time_sent = None
+    return (
+        str(message_id),
+        order.get("order_id"),
+        order.get("customer"),
+        None if order.get("amount") is None else float(order["amount"]),
+        order.get("currency"),
+        order.get("items"),
+        time_sent,
+    )
 
 
 def report(**figures: Any) -> None:
@@ -219,7 +327,7 @@ class MemorySampler(threading.Thread):
         for kind, seconds in self.cpu_by_pid.values():
             totals[kind] += seconds
         if self.postmaster is not None:
-            totals["postgresql"] = self.server_cpu
+            totals[SERVER_NAME[0]] = self.server_cpu
         return {kind: round(seconds, 1) for kind, seconds in totals.items()}
 
     def run(self) -> None:
@@ -274,12 +382,22 @@ def disk_mb() -> dict[str, float]:
 
 
 POSTMASTER: list[int] = []  # the benchmark's PostgreSQL server, whose CPU each application's sampler reads
+SERVER_NAME = ["postgresql"]  # what the data file calls that server's CPU ("babelfish" for the TDS engine)
+JARS: list[Path] = [JDBC_JAR]  # the JDBC driver of the engine under test
 
 
 def spark_submit(application: str, args: list[str], env: dict[str, str], marker: str) -> dict[str, Any]:
     bindir = Path(sys.executable).parent
     command = [str(bindir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
-    command += ["--conf", "spark.sql.shuffle.partitions=2", "--jars", str(JDBC_JAR), application, *args]
+    command += ["--conf", "spark.sql.shuffle.partitions=2", "--jars", ",".join(map(str, JARS))]
+    if SQLITE_JDBC_JAR in JARS:
+        command += ["--driver-library-path", str(SQLITE_JDBC_NATIVE)]
+    return measured([*command, application, *args], env, marker, application)
+
+
+def measured(command: list[str], env: dict[str, str], marker: str, application: str) -> dict[str, Any]:
+    """One application's process tree run to its end: wall time, peak memory, CPU and disk, and the figures
+    it printed."""
     started, disk_before = time.monotonic(), disk_mb()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = MemorySampler(process.pid, marker, POSTMASTER[0] if POSTMASTER else None)
@@ -303,12 +421,20 @@ def spark_submit(application: str, args: list[str], env: dict[str, str], marker:
 
 
 def settle(transport) -> None:
-    """Write out every dirty page before a timed job (``CHECKPOINT``), as core_bench does before each timed
-    run: otherwise a job pays for the fill's writes, or for the job before it, in its own time."""
+    """Write out every dirty page before a timed job (``CHECKPOINT``; SQLite: the WAL checkpointed into the
+    database file), as core_bench does before each timed run: otherwise a job pays for the fill's writes,
+    or for the job before it, in its own time. Babelfish: ``CHECKPOINT`` through its PostgreSQL port."""
+    if SETTLE_BABELFISH:
+        SETTLE_BABELFISH[0]()
+        return
+    statement = "PRAGMA wal_checkpoint(TRUNCATE)" if transport.dialect.name == "sqlite" else "CHECKPOINT"
     with transport.connection() as connection:
         connection.commit()
-        connection.cursor().execute("CHECKPOINT", ())
+        connection.cursor().execute(statement, ())
         connection.commit()
+
+
+SETTLE_BABELFISH: list[Any] = []  # a CHECKPOINT through the TDS engine's PostgreSQL socket, when it runs
 
 
 def fill(transport, n: int) -> float:
@@ -327,13 +453,13 @@ def fill(transport, n: int) -> float:
 
 
 def run_size(
-    cluster, n: int, env: dict[str, str], per_trigger: int | None, folder: str, staged: bool = False
+    url: str, n: int, env: dict[str, str], per_trigger: int | None, folder: str, staged: bool = False
 ) -> dict[str, Any]:
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables, create_sink_table
     from airflow_provider_sqlqueue.transport import open_transport
 
-    result: dict[str, Any] = {"n": n}
-    with open_transport(cluster.url()) as transport:
+    result: dict[str, Any] = {"n": n, "baseline": BASELINE[0]}
+    with open_transport(url) as transport:
         for name in ("orders", "error"):
             transport.queue(name).drop()
             transport.queue(name).create()
@@ -347,7 +473,10 @@ def run_size(
         with transport.connection() as connection:
             cursor = connection.cursor()
             result["fill_seconds"] = round(fill(transport, n), 1)
-            cursor.execute("SELECT avg(octet_length(body)) FROM orders", ())
+            length = {"sqlite": "length", "sqlserver": "datalength"}.get(
+                transport.dialect.name, "octet_length"
+            )
+            cursor.execute(f"SELECT avg({length}(body) * 1.0) FROM orders", ())
             average = float(cursor.fetchone()[0])
             connection.commit()
         result["body_bytes_avg"] = round(average)
@@ -357,10 +486,9 @@ def run_size(
         )
 
         settle(transport)
-        result["jdbc"] = spark_submit(
-            str(Path(__file__).resolve()), ["--jdbc-baseline"], env, "spark_drain_bench.py"
-        )
-        print(f"  jdbc read+write: {result['jdbc']['job']['seconds']:.1f} s", flush=True)
+        result["jdbc"] = baseline(["--jdbc-baseline"], env)
+        print(f"  {BASELINE[0]} read+write: {result['jdbc']['job']['seconds']:.1f} s", flush=True)
+        assert result["jdbc"]["job"]["written"] == n, result["jdbc"]["job"]
         queue_left = transport.queue("orders").count()
         assert queue_left == n, f"the baseline must not change the queue ({queue_left})"
 
@@ -389,6 +517,19 @@ def run_size(
             drain_staged_msgs_per_s=round(staged_rate), staged_ratio=round(staged_rate / jdbc_rate, 2)
         )
     return result
+
+
+BASELINE = ["jdbc"]  # the engine's baseline: "jdbc" (a Spark application) or "raw" (a Python process)
+ENGINE = ["postgresql"]  # the engine under test, which the JDBC baseline's application is told
+
+
+def baseline(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """The engine's baseline application: this file through spark-submit (JDBC), or through Python (raw)."""
+    this = str(Path(__file__).resolve())
+    if BASELINE[0] == "raw":
+        args = ["--raw-baseline", *args[1:]]
+        return measured([sys.executable, this, *args], env, "spark_drain_bench", this)
+    return spark_submit(this, [*args, "--engine", ENGINE[0]], env, "spark_drain_bench")
 
 
 def drain_job(env: dict[str, str], args: list[str], label: str) -> dict[str, Any]:
@@ -426,10 +567,10 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     result: dict[str, Any] = {"stream_fill_seconds": round(fill(transport, n), 1)}
     this = str(Path(__file__).resolve())
     files = folder / "jdbc-files"
-    baseline = ["--jdbc-baseline", "--files", str(files)]
+    baseline_args = ["--jdbc-baseline", "--files", str(files)]
     settle(transport)
-    result["jdbc_file"] = spark_submit(this, baseline, env, "spark_drain_bench")
-    print(f"  jdbc read+parquet: {result['jdbc_file']['job']['seconds']:.1f} s", flush=True)
+    result["jdbc_file"] = baseline(baseline_args, env)
+    print(f"  {BASELINE[0]} read+parquet: {result['jdbc_file']['job']['seconds']:.1f} s", flush=True)
     assert result["jdbc_file"]["job"]["written"] == n, result["jdbc_file"]["job"]
     assert transport.queue("orders").count() == n, "the baseline must not change the queue"
     args = ["--stream-app", "--files", str(folder / "stream-files")]
@@ -452,7 +593,8 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     assert transport.queue("orders").count() == 0
     with transport.connection() as connection:
         cursor = connection.cursor()
-        cursor.execute("SELECT count(*) FROM sqlqueue_spark_staging WHERE RunId = %s", (stream_id,))
+        mark = "%s" if transport.dialect.name == "postgresql" else "?"
+        cursor.execute(f"SELECT count(*) FROM sqlqueue_spark_staging WHERE RunId = {mark}", (stream_id,))
         staged = cursor.fetchone()[0]
         connection.commit()
     # Spark commits a micro-batch to its source when it plans the next one, so the last batch of a query
@@ -492,7 +634,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also compare the sqlqueue stream (availableNow, maxMessagesPerTrigger PER_TRIGGER, default "
         "100,000) with the JDBC read written as parquet files",
     )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="postgresql",
+        help="the queue database: a throwaway PostgreSQL cluster (default), a SQLite file, or Babelfish (the "
+        "TDS engine, as the tests start it)",
+    )
+    parser.add_argument(
+        "--odbc-driver",
+        choices=("msodbc", "freetds"),
+        default="msodbc",
+        help="Babelfish's ODBC driver: Microsoft's ODBC Driver 18 (default) or FreeTDS",
+    )
     parser.add_argument("--jdbc-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--raw-baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stream-app", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--files", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
@@ -500,15 +656,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-id", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jdbc_baseline:
-        jdbc_baseline("orders", "jdbc_rows", args.files)
+        jdbc_baseline("orders", "jdbc_rows", args.files, args.engine)
         return 0
+    if args.raw_baseline:
+        raw_baseline("orders", "jdbc_rows", args.files)
+        return 0
+    if args.staged and args.engine != "postgresql":
+        parser.error("--staged is PostgreSQL's: the default drain stages on the other engines")
+    if args.engine == "sqlite" and not SQLITE_JDBC_JAR.exists():
+        print(f"needs {SQLITE_JDBC_JAR}: apt-get install libxerial-sqlite-jdbc-java", file=sys.stderr)
+        return 2
     if args.stream_app:
         stream_application("orders", args.files, args.checkpoint, args.per_trigger, args.stream_id)
         return 0
-    if not JDBC_JAR.exists():
+    if args.engine == "postgresql" and not JDBC_JAR.exists():
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
         return 2
-    from postgres_bed import throwaway_postgres
     from run import machine
 
     from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
@@ -521,14 +684,20 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average_before": os.getloadavg(),
         "master": "local[2]",
-        "postgresql": "throwaway_postgres(durable=True)",
+        "engine": args.engine,
+        "baseline": BASELINES[args.engine],
     }
+    if args.engine == "postgresql":
+        meta["postgresql"] = "throwaway_postgres(durable=True)"
     sizes = sorted({size for size in (args.also_n, args.n) if size})
     results = []
-    with throwaway_postgres(durable=True) as cluster, tempfile.TemporaryDirectory() as folder:
+    BASELINE[:], ENGINE[:] = [BASELINES[args.engine]], [args.engine]
+    with (
+        engine_under_test(args.engine, meta, args.odbc_driver) as url,
+        tempfile.TemporaryDirectory() as folder,
+    ):
         meta["machine"] = machine(Path(folder))
-        POSTMASTER[:] = [int((cluster.data / "postmaster.pid").read_text().split()[0])]
-        stripped, password = split_credentials(cluster.url())
+        stripped, password = split_credentials(url)
         bindir = str(Path(sys.executable).parent)
         env = {
             **os.environ,
@@ -542,12 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         for n in sizes:
             print(f"spark_drain_bench: N={n:,}", flush=True)
-            results.append(run_size(cluster, n, env, args.stream, folder, args.staged))
+            results.append(run_size(url, n, env, args.stream, folder, args.staged))
     meta["seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
     meta["load_average_after"] = os.getloadavg()
     print()
     print(
-        "| N | jdbc read+write msgs/s | drain msgs/s | ratio | drain: receive / transform+commit s "
+        f"| N | {BASELINE[0]} read+write msgs/s | drain msgs/s | ratio | drain: receive / transform+commit s "
         "| JVM peak MB (drain / jdbc) | Python driver peak MB (drain / jdbc) |"
     )
     print("|---|---|---|---|---|---|---|")
@@ -562,7 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     streamed = [row for row in results if "stream" in row]
     if streamed:
         print()
-        print("| N | jdbc read+parquet msgs/s | stream msgs/s | ratio | micro-batches | JVM peak MB |")
+        print(
+            f"| N | {BASELINE[0]} read+parquet msgs/s | stream msgs/s | ratio | micro-batches | JVM peak MB |"
+        )
         print("|---|---|---|---|---|---|")
         for row in streamed:
             print(
@@ -588,12 +759,73 @@ def main(argv: list[str] | None = None) -> int:
     if args.data:
         command = " ".join(["spark_drain_bench.py", *(argv if argv is not None else sys.argv[1:])])
         data = data_file(meta, results, command)
-        if args.data.exists():  # the run it replaces stays beside it, as "the run before"
-            before = json.loads(args.data.read_text())
+        before = json.loads(args.data.read_text()) if args.data.exists() else None
+        if args.engine != "postgresql":  # beside the PostgreSQL run, which stays as it was
+            engines = (before or {}).get("engines", {})
+            engines[args.engine] = {"runs": {f"spark-drain-{args.engine}": data["runs"]["spark-drain"]}}
+            engines[args.engine]["rows"] = data["rows"]
+            data = before or data
+            data["engines"] = dict(sorted(engines.items()))
+        elif before:  # the run it replaces stays beside it, as "the run before"; the other engines' stay
             data["previous"] = {"runs": before["runs"], "rows": before["rows"]}
+            if "engines" in before:
+                data["engines"] = before["engines"]
         args.data.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {args.data}")
     return 0
+
+
+@contextlib.contextmanager
+def engine_under_test(engine: str, meta: dict[str, Any], driver: str = "msodbc") -> Iterator[str]:
+    """The URL of the database under test, started for the run and stopped after it."""
+    if engine == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            meta["sqlite"] = f"a file in a temporary folder, sqlite3 {sqlite3_version()}"
+            JARS[:] = [SQLITE_JDBC_JAR]
+            yield f"sqlite:///{folder}/bench.db"
+        return
+    if engine == "babelfish":
+        sys.path.insert(0, str(REPO / "tests"))
+        from sqlserver_bed import DRIVER_NAMES, register_msodbc, start_bed
+
+        register_msodbc()  # before any process starts: Spark's JVM and workers inherit ODBCSYSINI
+        bed, reason = start_bed()
+        if bed is None or driver not in bed.drivers:
+            raise SystemExit(f"Babelfish: {reason or bed.missing.get(driver) if bed else reason}")
+        try:
+            meta["babelfish"] = f"the TDS engine (tests/sqlserver_bed.py) through {DRIVER_NAMES[driver]}"
+            pids = sorted(bed.workdir.rglob("postmaster.pid")) if bed.workdir else []
+            if pids:
+                data = pids[0].read_text().split("\n")
+                POSTMASTER[:] = [int(data[0])]
+                SERVER_NAME[:] = ["babelfish"]
+                socket_dir, port = data[4], int(data[3])
+                SETTLE_BABELFISH[:] = [lambda: postgres_checkpoint(socket_dir, port)]
+            yield bed.drivers[driver]
+        finally:
+            bed.stop()
+        return
+    from postgres_bed import throwaway_postgres
+
+    with throwaway_postgres(durable=True) as cluster:
+        POSTMASTER[:] = [int((cluster.data / "postmaster.pid").read_text().split()[0])]
+        yield cluster.url()
+
+
+def sqlite3_version() -> str:
+    import sqlite3
+
+    return sqlite3.sqlite_version
+
+
+def postgres_checkpoint(socket_dir: str, port: int) -> None:
+    """``CHECKPOINT`` on the server under Babelfish, through its PostgreSQL socket."""
+    import psycopg
+
+    with psycopg.connect(
+        host=socket_dir, port=port, user="postgres", dbname="postgres", autocommit=True
+    ) as c:
+        c.execute("CHECKPOINT")
 
 
 def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str) -> dict[str, Any]:
@@ -607,6 +839,8 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
         "load_average_after": [round(value, 2) for value in meta["load_average_after"]],
         "seconds": meta["seconds"],
         "source": f"written by {command}, one run at commit {meta['commit']}",
+        "engine": meta["engine"],
+        "baseline": meta["baseline"],
     }
     rows = []
     for row in results:
@@ -614,6 +848,7 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
         rows.append(
             {
                 "n": row["n"],
+                "baseline": row["baseline"],
                 "jdbc_msgs_per_s": row["jdbc_msgs_per_s"],
                 "drain_msgs_per_s": row["drain_msgs_per_s"],
                 "drain_read_in_place": job["read_in_place"],

@@ -235,6 +235,7 @@ CPU_KINDS = (
     ("python_driver", "Python driver"),
     ("python_workers", "Python workers"),
     ("postgresql", "PostgreSQL"),
+    ("babelfish", "Babelfish server"),
 )
 
 
@@ -278,6 +279,70 @@ def _goal_text(largest: dict) -> str:
     return text + "."
 
 
+ENGINE_NAMES = {"postgresql": "PostgreSQL", "sqlite": "SQLite", "babelfish": "Babelfish"}
+# What each kind of baseline is, as the benchmark runs it (its docstring says the same)
+BASELINE_TEXT = {
+    "jdbc": (
+        "**jdbc**: a Spark JDBC read of the queue table (2 partitions), the same parse in Spark SQL, a JDBC "
+        "write of the rows (or parquet files, for the stream)"
+    ),
+    "raw": (
+        "**raw**: no Spark; one Python process reads the queue table in 1,000-row fetches, parses the same "
+        "fields and writes them in batches of 1,000 (or one parquet file with pyarrow, for the stream); "
+        "used where this machine has no JDBC driver for the engine"
+    ),
+}
+
+
+def _engine_runs(data: dict[str, Any]) -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """(engine, run, rows) of each engine the data file holds, PostgreSQL's run first."""
+    engines = [("postgresql", data["runs"]["spark-drain"], data["rows"])]
+    for engine, measured in data.get("engines", {}).items():
+        (run,) = measured["runs"].values()
+        engines.append((engine, run, measured["rows"]))
+    return engines
+
+
+def spark_engines_table(data: dict[str, Any]) -> list[str]:
+    """Each engine's default drain and stream beside its own baseline, measured in the same run: a Spark
+    JDBC read and write where the engine has a JDBC driver here, else the raw one; the ratios computed from
+    the msgs/s."""
+    lines = [
+        "| engine | N | baseline | baseline read + write msgs/s | drain msgs/s (phase 1) | drain / baseline "
+        "| baseline read + parquet msgs/s | stream msgs/s | stream / baseline |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes: list[str] = []
+    kinds: set[str] = set()
+    for engine, run, rows in _engine_runs(data):
+        for row in sorted(rows, key=lambda row: row["n"]):
+            kind = row.get("baseline", "jdbc")
+            stream = (
+                f"{row['jdbc_file_msgs_per_s']:,} | {row['stream_msgs_per_s']:,} | "
+                f"{row['stream_msgs_per_s'] / row['jdbc_file_msgs_per_s']:.2f}x"
+                if "stream_msgs_per_s" in row
+                else "not measured | | "
+            )
+            kinds.add(kind)
+            lines.append(
+                f"| {ENGINE_NAMES[engine]} | {row['n']:,} | {kind} | "
+                f"{row['jdbc_msgs_per_s']:,} | {row['drain_msgs_per_s']:,} ({_path(row)}) | "
+                f"{_ratio(row)} | {stream} |"
+            )
+        notes.append(
+            f"- {ENGINE_NAMES[engine]}: {run['when']}, commit {run['commit']}, {machine_text(run)}. "
+            f"Source: {run['source']}."
+        )
+    for engine, _, rows in _engine_runs(data)[1:]:
+        largest = max(rows, key=lambda row: row["n"])
+        notes += [
+            line.replace("- **CPU seconds", f"- **{ENGINE_NAMES[engine]}: CPU seconds", 1)
+            for line in _cpu_lines(largest)
+        ]
+    legend = [f"- {BASELINE_TEXT[kind]}." for kind in sorted(kinds)]
+    return [*lines, "", *legend, *notes]
+
+
 def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
     """docs/spark.md's summary: the largest run against the baseline, and the smaller run's ratio."""
     data = load_data("spark-drain.json")
@@ -315,4 +380,5 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
             ],
         ),
         "spark-stream": (SOURCE, stream),
+        "spark-engines": (SOURCE, spark_engines_table(data)),
     }
