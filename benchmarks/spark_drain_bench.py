@@ -28,12 +28,14 @@ With ``--stream`` the same queue is filled again for two more applications, the 
 runs the same applications; its baseline is a Spark JDBC read and write through Debian's
 ``libxerial-sqlite-jdbc-java`` jar (SQLite takes one writer at a time: the two partitions' writes wait for
 each other through ``busy_timeout``). ``--engine babelfish`` starts the TDS engine as the tests do
-(tests/sqlserver_bed.py) and reaches it through Microsoft's ODBC Driver 18, the SQL Server dialect's
-production path; no SQL Server JDBC jar is on this machine (Debian packages none, Maven Central is out of
-reach), so its baseline is **raw**: one plain Python process reads the queue table with pyodbc in 1,000-row
-fetches, parses the same fields in Python and writes them with ``fast_executemany`` in batches of 1,000 (or
-as one parquet file with pyarrow, for the stream's comparison). ``--staged`` is PostgreSQL's only: the
-default drain stages on the other engines.
+(tests/sqlserver_bed.py) and reaches it through Microsoft's ODBC Driver 18 (``--odbc-driver freetds``:
+Debian's FreeTDS; the committed run used FreeTDS, as the staged drain through Driver 18 failed here on a
+duplicate staging key); no SQL Server JDBC jar is on this machine (Debian packages none, Maven Central is
+out of reach), so its baseline is **raw**: one plain Python process reads the queue table with pyodbc in
+1,000-row fetches, parses the same fields in Python and writes them with ``executemany``, 1,000 rows a call,
+in one transaction (``fast_executemany`` with ODBC Driver 18; FreeTDS takes none, so its rows go one by
+one), or as one parquet file with pyarrow, for the stream's comparison. ``--staged`` is PostgreSQL's only:
+the default drain stages on the other engines.
 
 Times are measured inside each application from the moment its SparkSession is up to the end of its work
 (the JVM start, about 15 s here, is reported apart). The ratio is drain msgs/s divided by jdbc msgs/s.
@@ -910,7 +912,9 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
     return {
         "about": "The Spark drain benchmark (benchmarks/spark_drain_bench.py) shown in benchmarks/README.md "
         "and docs/spark.md, rendered by benchmarks/render.py (pages/spark_drain.py); written by the "
-        'benchmark\'s --data option. "previous" keeps the run this one replaced.',
+        'benchmark\'s --data option. "previous" keeps the run this one replaced. "engines" holds the runs '
+        'of --engine sqlite and --engine babelfish, each beside its own baseline (a row\'s "baseline": jdbc '
+        "or raw; its jdbc_* fields hold that baseline's figures).",
         "runs": {"spark-drain": run},
         "rows": rows,
     }
