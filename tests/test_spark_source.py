@@ -205,7 +205,9 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
 
     sent = send_orders(queues, 25)
-    options = SourceOptions.parse(source_options(target, maxMessagesPerTrigger="10", batchSize="4"))
+    options = SourceOptions.parse(
+        source_options(target, maxMessagesPerTrigger="10", batchSize="4", stageAhead="false")
+    )
     stream_reader = SqlQueueStreamReader(options)
     start = stream_reader.initialOffset()
     assert start == {"position": 0}
@@ -260,7 +262,7 @@ def test_stream_drops_expired_messages_and_moves_unreadable_ones_as_a_receive_do
     from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
 
     before, after = queue_unreadable_and_expired(queues, target)
-    stream_reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target)))
+    stream_reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target, stageAhead="false")))
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
     rows = [row for p in stream_reader.partitions(start, end) for row in rows_read(stream_reader, p)]
@@ -299,7 +301,8 @@ def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_commit
     sent = send_orders(queues, 30)
 
     def stream_reader(**extra: str) -> SqlQueueStreamReader:
-        return SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", **extra)))
+        options = source_options(target, batchSize="4", stageAhead="false", **extra)
+        return SqlQueueStreamReader(SourceOptions.parse(options))
 
     unread = stream_reader(streamId="never-read")
     assert unread.latestOffset(unread.initialOffset(), ReadMaxRows(3)) == {"position": 3}
@@ -548,7 +551,8 @@ def test_a_query_that_starts_on_a_stream_id_takes_it_and_the_other_reads_nothing
     sent = message_ids(send_orders(queues, 30))
 
     def stream_reader(**extra: str) -> SqlQueueStreamReader:
-        return SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", **extra)))
+        options = source_options(target, batchSize="4", stageAhead="false", **extra)
+        return SqlQueueStreamReader(SourceOptions.parse(options))
 
     a, b = stream_reader(), stream_reader()
     a_start = a.initialOffset()
@@ -594,13 +598,72 @@ def test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger(target
 
     bound = 2 * DEFAULT_RECEIVES_PER_TRIGGER
     send_orders(queues, bound + 15)
-    stream_reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="2")))
+    options = source_options(target, batchSize="2", stageAhead="false")
+    stream_reader = SqlQueueStreamReader(SourceOptions.parse(options))
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
     assert end == {"position": bound} and queues.queue("orders").count() == 15
     stream_reader.partitions(start, end)
     stream_reader.commit(end)
     assert stream_reader.latestOffset(end, ReadAllAvailable()) == {"position": bound + 15}
+
+
+@pytest.mark.parametrize("target", NO_SPARK_ENGINES, indirect=True)
+def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(target, queues) -> None:
+    """Once partitions() planned a micro-batch, the reader stages the next trigger's messages (no more) in
+    the background; the next latestOffset hands them out without receiving, the batch after it reads them
+    in order, and once a receive finds the queue empty nothing more is staged ahead. stageAhead=false
+    receives only in latestOffset."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = message_ids(send_orders(queues, 25))
+    options = source_options(target, batchSize="4", maxMessagesPerTrigger="10")
+    stream_reader = SqlQueueStreamReader(SourceOptions.parse(options))
+    start = stream_reader.initialOffset()
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    assert end == {"position": 10} and queues.queue("orders").count() == 15
+    first = [row for p in stream_reader.partitions(start, end) for row in rows_read(stream_reader, p)]
+    stream_reader.wait_for_staging_ahead(timeout=60)
+    assert queues.queue("orders").count() == 5 and staged_under(queues, "stream:orders") == 20
+    following = stream_reader.latestOffset(end, ReadMaxRows(10))
+    assert following == {"position": 20} and queues.queue("orders").count() == 5
+    second = [row for p in stream_reader.partitions(end, following) for row in rows_read(stream_reader, p)]
+    stream_reader.wait_for_staging_ahead(timeout=60)
+    assert queues.queue("orders").count() == 0 and staged_under(queues, "stream:orders") == 15
+    last = stream_reader.latestOffset(following, ReadMaxRows(10))
+    third = [row for p in stream_reader.partitions(following, last) for row in rows_read(stream_reader, p)]
+    stream_reader.wait_for_staging_ahead(timeout=60)
+    assert [row["message_id"] for row in first + second + third] == sent
+    assert stream_reader.latestOffset(last, ReadMaxRows(10)) == last
+    assert staged_under(queues, "stream:orders") == 0
+
+    send_orders(queues, 8, first_order_id=26)
+    plain = SqlQueueStreamReader(
+        SourceOptions.parse(source_options(target, batchSize="4", streamId="plain", stageAhead="false"))
+    )
+    plain_start = plain.initialOffset()
+    plain_end = plain.latestOffset(plain_start, ReadMaxRows(4))
+    plain.partitions(plain_start, plain_end)
+    plain.wait_for_staging_ahead(timeout=60)
+    assert queues.queue("orders").count() == 4
+
+
+def test_body_text_is_the_body_decoded_for_text_content_types_and_replaces_bytes_that_are_not_utf8() -> None:
+    """What source_row() gives for each body: decoded by Arrow, by Python when a text body is not UTF-8."""
+    from airflow_provider_sqlqueue.spark.source.rows import body_columns, source_row
+
+    bodies = [b'{"a":1}', None, b"\xff\xfe", b"hi", b"", "\u00e9".encode()]
+    for first in ("application/octet-stream", "text/plain"):
+        types = ["application/JSON", "text/plain", first, None, "Text/CSV", "application/xml"]
+        expected = [
+            source_row(1, "n", json.dumps({"NServiceBus.ContentType": kind} if kind else {}), body, None)[9]
+            for body, kind in zip(bodies, types, strict=True)
+        ]
+        body, text = body_columns(bodies, types)
+        assert body.to_pylist() == bodies and text.to_pylist() == expected
+    assert expected[2] == "\ufffd\ufffd"
 
 
 def test_options_refuse_unknown_keys_and_a_missing_sqlite_file(tmp_path) -> None:

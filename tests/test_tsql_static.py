@@ -209,6 +209,7 @@ def render_bridge(case_name: str, address: QueueAddress, dialect: SqlServerDiale
     add_counted("set_summary_if", sql.set_summary_if())
     add("delete_staged_through", sql.delete_staged_through())
     add("run_state_shared", sql.run_state_shared())
+    add("run_state_shared", sql.run_state_shared("takeover"), "run_state_shared takeover")
     add("orphans", sql.orphans()[0])
     add("stage_rows", sql.stage_rows(1), "stage_rows rows=1")
     add("stage_rows", sql.stage_rows(3), "stage_rows rows=3")

@@ -187,6 +187,8 @@ def end_staged_run(
         cursor = connection.cursor()
         begin_write(transport, cursor)
         if kind == "stream":
+            cursor.execute(sql.run_state_shared("takeover"), (run_id,))  # after the reads under way
+            transport.dialect.fetch_rows(cursor)
             claim, params = sql.touch_run((STREAMING,)), (run_id,)
         else:
             to_state = COMMITTED if action == "ack" else ABORTED

@@ -244,13 +244,17 @@ class BridgeSql:
         of the transaction.
 
         Receivers take it in each batch; changing the state (an UPDATE) waits for those batches to end, and
-        batches after the change see the new state. SQLite serialises writers anyway.
+        batches after the change see the new state. SQLite serialises writers anyway. On PostgreSQL a
+        stream's reads take ``FOR KEY SHARE``: the owner's own receives (UPDATEs of the Summary) go on
+        beside them, and a takeover (``takeover``: ``FOR UPDATE`` first) waits for them to end.
         """
-        p, column = self.p, {"State": "State", "Summary": "Summary"}[column]
+        p, lock = self.p, {"State": "SHARE", "Summary": "KEY SHARE", "takeover": "UPDATE"}[column]
+        column = "State" if column == "State" else "Summary"
         if self.engine == "postgresql":
-            return f"SELECT {column} FROM {self.runs} WHERE RunId = {p} FOR SHARE"
+            return f"SELECT {column} FROM {self.runs} WHERE RunId = {p} FOR {lock}"
         if self.engine == "sqlserver":
-            return f"SELECT {column} FROM {self.runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = {p}"
+            hints = "UPDLOCK, HOLDLOCK, ROWLOCK" if lock == "UPDATE" else "HOLDLOCK, ROWLOCK"
+            return f"SELECT {column} FROM {self.runs} WITH ({hints}) WHERE RunId = {p}"
         return f"SELECT {column} FROM {self.runs} WHERE RunId = {p}"
 
     def orphans(self) -> tuple[str, Any]:

@@ -77,10 +77,25 @@ def staged_batches(
         maps = columns["headers"]
         columns["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
         columns["reply_to_address"] = [headers.get(REPLY_TO_ADDRESS) for headers in maps]
-        columns["body_text"] = [
-            body.decode("utf-8", errors="replace")
-            if body is not None and content_type and _TEXT.search(content_type.lower())
-            else None
-            for body, content_type in zip(columns["body"], columns["content_type"], strict=True)
-        ]
+        columns["body"], columns["body_text"] = body_columns(columns["body"], columns["content_type"])
         yield record_batch(columns, schema)
+
+
+def body_columns(bodies: list[bytes | None], content_types: list[str | None]) -> tuple[Any, Any]:
+    """The ``body`` and ``body_text`` Arrow arrays: the text where the content type is a text type, decoded
+    by Arrow when every such body is UTF-8, else body by body with replacement characters (as
+    :func:`source_row` does)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    body = pa.array(bodies, pa.binary())
+    types = pc.utf8_lower(pa.array(content_types, pa.string()))
+    texts = pc.fill_null(pc.match_substring_regex(types, TEXT_TYPES_PATTERN), False)
+    try:
+        return body, pc.if_else(texts, body.cast(pa.string()), None)
+    except pa.ArrowInvalid:  # a body that is not UTF-8
+        decoded = [
+            data.decode("utf-8", errors="replace") if data is not None and text else None
+            for data, text in zip(bodies, texts.to_pylist(), strict=True)
+        ]
+        return body, pa.array(decoded, pa.string())

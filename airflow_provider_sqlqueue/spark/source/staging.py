@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...transport import ConfigurationError, Transport
-from ..drain.transactions import begin_write, execute_counted, rows_changed, table_exists
+from ..drain.transactions import begin_write, rows_changed, table_exists
 from ..moves import move_batch
 from ..tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .options import SourceOptions
@@ -220,9 +220,17 @@ def _advance(
 
 
 def claim_stream(transport: Transport, sql: BridgeSql, stream_id: str, mark: StreamMark, owner: str) -> bool:
-    """Make ``owner`` the stream's owner if its row still holds ``mark`` (a compare-and-set)."""
+    """Make ``owner`` the stream's owner if its row still holds ``mark`` (a compare-and-set), once the reads
+    of staged rows under way have ended (they hold a lock on the row that the takeover's lock waits for)."""
     params = (replace(mark, owner=owner).summary(), stream_id, mark.summary())
-    return execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        begin_write(transport, cursor)
+        cursor.execute(sql.run_state_shared("takeover"), (stream_id,))
+        transport.dialect.fetch_rows(cursor)
+        claimed = rows_changed(transport, cursor, sql.counted(sql.set_summary_if()), params) == 1
+        connection.commit()
+    return claimed
 
 
 def commit_stream(transport: Transport, sql: BridgeSql, stream_id: str, mark: StreamMark, end: int) -> None:

@@ -33,10 +33,22 @@ uncommitted batch takes nothing from the query that read it.
 
 Without ``maxMessagesPerTrigger`` a micro-batch takes at most ``batchSize * DEFAULT_RECEIVES_PER_TRIGGER``
 messages (``options.py``), with Spark's ``ReadAllAvailable`` too.
+
+Staging ahead (option ``stageAhead``, on by default): once ``partitions`` planned a micro-batch, a thread of
+the driver's reader stages the next trigger's messages while Spark runs this one, so the database's moves
+overlap the executors' work instead of waiting for the next ``latestOffset``. It stages exactly as
+``latestOffset`` does (one receive per transaction, the stream's row compared and advanced in it, so it
+stops once another query owns the stream), one trigger's worth at most beyond the planned end, within
+Trigger.AvailableNow's budget, and never after a receive found the queue empty. Rows it staged are rows no
+micro-batch has read: ``latestOffset`` counts them first, a restart or a new checkpoint starts with them,
+so a killed driver loses and duplicates nothing (an open receive rolls back). One lock orders its receives
+with the reader's own calls on the stream's row.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -67,6 +79,8 @@ from .staging import (
 __all__ = ["PositionRange", "SqlQueueStreamReader"]
 
 STREAM_SINK = "spark.readStream"
+
+log = logging.getLogger("airflow_provider_sqlqueue.spark")
 
 
 class PositionRange(InputPartition):
@@ -99,6 +113,22 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.owner = uuid.uuid4().hex  # this query's claim on the stream
         self.claimed = False
         self.committed_through = 0  # the staged rows through this position are deleted (driver only)
+        self._lock = threading.RLock()  # the driver's calls and the staging-ahead thread, one at a time
+        self._ahead: threading.Thread | None = None
+        self._ahead_through = 0  # the staging-ahead thread stages up to this position
+        self._ahead_wanted = options.trigger_limit  # how far ahead: the last latestOffset's limit
+        self._drained = False  # the last receive found the queue empty
+        self._stopped = False
+
+    def __getstate__(self) -> dict:
+        """What the executors get: no lock, no thread."""
+        state = dict(self.__dict__)
+        state["_lock"] = state["_ahead"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     # ---- the stream's row ----------------------------------------------------------------------
     def _mark(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
@@ -163,6 +193,10 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- Spark's calls on the driver -------------------------------------------------------------
     def initialOffset(self) -> dict:
+        with self._lock:
+            return self._initial_offset()
+
+    def _initial_offset(self) -> dict:
         """Where a query with a new checkpoint starts: at the stream's last position, or before the staged
         rows no micro-batch has read. Staged rows a micro-batch has read (the last batch of a query that
         ended, or of one that failed) may already be in that query's sink: ``onUncommittedBatch`` says
@@ -211,10 +245,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Receive no more than the messages queued now, so the query ends while senders go on."""
-        with self._open() as transport:
+        with self._lock, self._open() as transport:
             self.budget = transport.queue(self.options.queue).count()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        with self._lock:
+            return self._latest_offset(start, limit)
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         low = _position(start)
         wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.trigger_limit
         with self._open() as transport:
@@ -243,8 +281,10 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 last = mark.position
                 if self.budget is not None:
                     self.budget -= taken
+                self._drained = taken < size
                 if taken < size:
                     break
+        self._ahead_wanted = wanted
         return {"position": min(last, low + wanted)}
 
     def reportLatestOffset(self) -> dict | None:
@@ -254,7 +294,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         low, high = _position(start), _position(end)
         if high <= low:
             return []
-        self._planned(high)
+        with self._lock:
+            self._planned(high)
+            self._stage_ahead(high + self._ahead_wanted)
         slices = min(self.options.partitions, high - low)
         edges = [low + ((high - low) * i) // slices for i in range(slices)] + [high]
         return [PositionRange(edges[i], edges[i + 1], self.owner) for i in range(slices)]
@@ -263,11 +305,67 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         position = _position(end)
         if position <= self.committed_through:
             return  # latestOffset(end) deleted them
-        with self._open() as transport:
+        with self._lock, self._open() as transport:
             sql = bridge_sql(transport, self.options)
             mark = self._owned(transport, sql, transport.queue(self.options.queue))
             commit_stream(transport, sql, self.stream_id, mark, position)
         self.committed_through = position
+
+    def stop(self) -> None:
+        """The query stops: the staging-ahead thread ends after its open receive (if any)."""
+        with self._lock:
+            self._stopped = True
+        if self._ahead is not None:
+            self._ahead.join(timeout=60)
+
+    def wait_for_staging_ahead(self, timeout: float | None = None) -> None:
+        """Wait until the staging-ahead thread (if any) has ended: for callers that drive the reader's
+        methods themselves and want to see what it staged."""
+        if self._ahead is not None:
+            self._ahead.join(timeout)
+
+    # ---- staging ahead (driver) ------------------------------------------------------------------
+    def _stage_ahead(self, through: int) -> None:
+        """Let the staging-ahead thread stage up to position ``through`` (caller holds the lock)."""
+        if not self.options.stage_ahead or self._drained or self._stopped or self.budget == 0:
+            return
+        self._ahead_through = max(self._ahead_through, through)
+        if self._ahead is None or not self._ahead.is_alive():
+            self._ahead = threading.Thread(
+                target=self._run_ahead, name=f"sqlqueue-stage-ahead {self.stream_id}", daemon=True
+            )
+            self._ahead.start()
+
+    def _run_ahead(self) -> None:
+        """Receive into staging, one receive per turn of the lock, until ``_ahead_through``, the budget, an
+        empty queue, a stop, or the stream is no longer this query's. A failure only ends the thread: the
+        next ``latestOffset`` receives what is missing, and reports what is wrong."""
+        try:
+            with self._open() as transport:
+                sql = bridge_sql(transport, self.options)
+                queue = transport.queue(self.options.queue)
+                while self._stage_one_ahead(transport, sql, queue):
+                    pass
+        except Exception as error:  # the driver's next call receives, and raises what is wrong
+            log.debug("stream %s: staging ahead stopped: %s", self.stream_id, error)
+
+    def _stage_one_ahead(self, transport: Transport, sql: BridgeSql, queue: Any) -> bool:
+        with self._lock:
+            if self._stopped or self._drained:
+                return False
+            mark = self._mark(transport, sql, queue)
+            if mark.owner != self.owner:
+                return False
+            size = min(self.options.batch_size, self._ahead_through - mark.position)
+            if self.budget is not None:
+                size = min(size, self.budget)
+            if size <= 0:
+                return False
+            taken, _ = stage_stream_batch(transport, queue, sql, self.stream_id, size, mark)
+            if self.budget is not None:
+                self.budget -= taken
+            self._drained = taken < size
+            return not self._drained
 
     # ---- the executors ---------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -53,6 +53,9 @@ DELETE FROM [n service.bus&#].[db@].[my]]table_staging] WHERE RunId = ? AND RowV
 -- run_state_shared
 SELECT State FROM [n service.bus&#].[db@].[my]]table_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [n service.bus&#].[db@].[my]]table_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [n service.bus&#].[db@].[my]]table_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 

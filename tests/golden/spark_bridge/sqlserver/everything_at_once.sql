@@ -53,6 +53,9 @@ DELETE FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_staging] WHERE RunId = ? AND RowVer
 -- run_state_shared
 SELECT State FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [c]]@[].[s@]]x].[x [y]]]] 'z';--_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 

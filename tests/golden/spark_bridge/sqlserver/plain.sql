@@ -53,6 +53,9 @@ DELETE FROM [dbo].[sqlqueue_spark_staging] WHERE RunId = ? AND RowVersion <= ?
 -- run_state_shared
 SELECT State FROM [dbo].[sqlqueue_spark_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [dbo].[sqlqueue_spark_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [dbo].[sqlqueue_spark_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 

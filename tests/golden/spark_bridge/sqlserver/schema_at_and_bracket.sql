@@ -53,6 +53,9 @@ DELETE FROM [s@]]x].[orders_staging] WHERE RunId = ? AND RowVersion <= ?
 -- run_state_shared
 SELECT State FROM [s@]]x].[orders_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [s@]]x].[orders_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [s@]]x].[orders_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 

@@ -53,6 +53,9 @@ DELETE FROM [dbo].[my[table_staging] WHERE RunId = ? AND RowVersion <= ?
 -- run_state_shared
 SELECT State FROM [dbo].[my[table_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [dbo].[my[table_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [dbo].[my[table_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 

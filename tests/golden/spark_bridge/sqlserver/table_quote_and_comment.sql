@@ -53,6 +53,9 @@ DELETE FROM [dbo].[o'rders;-- DROP TABLE x_staging] WHERE RunId = ? AND RowVersi
 -- run_state_shared
 SELECT State FROM [dbo].[o'rders;-- DROP TABLE x_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [dbo].[o'rders;-- DROP TABLE x_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [dbo].[o'rders;-- DROP TABLE x_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 

@@ -53,6 +53,9 @@ DELETE FROM [dbo].[order queue. v2_staging] WHERE RunId = ? AND RowVersion <= ?
 -- run_state_shared
 SELECT State FROM [dbo].[order queue. v2_runs] WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?
 
+-- run_state_shared takeover
+SELECT Summary FROM [dbo].[order queue. v2_runs] WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?
+
 -- orphans
 SELECT RunId FROM [dbo].[order queue. v2_runs] WHERE InputQueue = ? AND RunId <> ? AND State IN ('receiving', 'processing') AND HeartbeatAt < DATEADD(second, -?, SYSUTCDATETIME())
 
