@@ -388,6 +388,19 @@ def test_drain_into_a_table_exactly_once_while_receives_fail_and_retry(spark, ta
     assert len(order_ids_in_table(bridge)) == 600
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["sqlserver-msodbc"], indirect=True)
+def test_drain_in_batches_of_a_thousand_stages_each_message_once(spark, target, bridge) -> None:
+    """Babelfish through Microsoft's ODBC Driver 18: a staging INSERT of 200 rows with NULL ReplyToAddress
+    and Expires (text over 4,000 characters with the driver's @Pn names) silently undid the receive's
+    DELETE, so the messages stayed queued and staged, and their next receive failed on staging's key."""
+    sent = send_orders(bridge, 600)
+    summary = run_drain(spark, config(target, batch_size=1000))
+    assert summary["state"] == "committed" and summary["processed"] == 600 == summary["written"]
+    assert sorted(order_ids_in_table(bridge)) == sorted(json.loads(m.body)["order_id"] for m in sent)
+    assert bridge.queue("orders").count() == 0 and staged(bridge) == 0
+
+
 def test_transform_failing_once_is_retried_and_counted_exactly(spark, target, bridge) -> None:
     send_orders(bridge, 1000)
     summary = run_drain(spark, config(target, transform="spark_faults.fails_once"))

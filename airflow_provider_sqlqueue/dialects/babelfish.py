@@ -8,8 +8,9 @@ replacement is also valid T-SQL.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..model.address import QueueAddress
@@ -18,6 +19,7 @@ from .sqlserver import SqlServerDialect, native_errors
 
 _BABELFISH_MISSING_RELATION = re.compile(r'(relation|schema) "[^"]*" does not exist \(33557097\)')
 _BABELFISH_PERMISSION_DENIED = re.compile(r"permission denied for \w+ [^(]*\(33557097\)")
+_PARAMETER_MARKER = re.compile(r"\?")
 _BABELFISH_OUTPUT = (
     "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
     "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
@@ -71,6 +73,8 @@ class BabelfishDialect(SqlServerDialect):
     # the driver carries on, so earlier statements of that transaction are silently undone. 25 rows keep
     # a send batch under 4,000 characters with the driver's @Pn names and the longest table names.
     send_batch_rows = 25
+    # The longest text, with the driver's @Pn names, that sp_describe_undeclared_parameters keeps whole.
+    described_statement_chars = 4000
 
     def server_variant(self, connection: Any) -> str | None:
         return None
@@ -89,6 +93,19 @@ class BabelfishDialect(SqlServerDialect):
         # Also here: a queue opened before the transport's first connection was resolved as SQL Server's.
         _refuse_names_babelfish_cannot_hold(address)
         return super().qualified_name(address)
+
+    def rows_per_statement(self, statement: Callable[[int], str], rows: int) -> int:
+        """The most rows, up to ``rows``, whose statement Microsoft's ODBC driver describes whole: a longer
+        one with a NULL parameter silently undoes its transaction's earlier work (see ``send_batch_rows``),
+        e.g. a receive's DELETE whose rows then go on into staging and stay in the queue as well."""
+        fitting, low, high = 1, 2, rows
+        while low <= high:
+            middle = (low + high) // 2
+            if len(_as_described(statement(middle))) <= self.described_statement_chars:
+                fitting, low = middle, middle + 1
+            else:
+                high = middle - 1
+        return min(fitting, rows)
 
     def receive_batch(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
@@ -186,6 +203,12 @@ class BabelfishDialect(SqlServerDialect):
             "WHERE object_id = OBJECT_ID(?) AND name LIKE ?",
             (self.qualified_name(address), pattern),
         )
+
+
+def _as_described(statement: str) -> str:
+    """``statement`` as Microsoft's ODBC driver sends it to be described: ``@P1``, ``@P2``... for ``?``."""
+    numbers = itertools.count(1)
+    return _PARAMETER_MARKER.sub(lambda _: f"@P{next(numbers)}", statement)
 
 
 def _refuse_names_babelfish_cannot_hold(address: QueueAddress) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
@@ -197,6 +197,11 @@ class Dialect(ArchiveStatements, SubscriptionStatements, ABC):
     def display_sql(self, sql: str) -> str:
         """A statement as a person would run it by hand (undoing driver-specific escaping)."""
         return sql
+
+    def rows_per_statement(self, statement: Callable[[int], str], rows: int) -> int:
+        """How many rows, up to ``rows``, one multi-row statement ``statement(n)`` may carry on this engine:
+        all of them, unless the engine limits a statement's text (see BabelfishDialect)."""
+        return rows
 
     @abstractmethod
     def qualified_name(self, address: QueueAddress) -> str:

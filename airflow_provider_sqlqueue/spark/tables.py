@@ -415,7 +415,8 @@ class BridgeSql:
 
     @property
     def stage_rows_per_statement(self) -> int:
-        return {"sqlserver": 200, "sqlite": 3000, "postgresql": 1000}[self.engine]
+        rows = {"sqlserver": 200, "sqlite": 3000, "postgresql": 1000}[self.engine]
+        return self.dialect.rows_per_statement(self.stage_rows, rows)
 
     def stage_params(self, run_id: str, attempt: int, part: int, message: Any) -> tuple[Any, ...]:
         from ..transport.headers import encode_headers
