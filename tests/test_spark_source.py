@@ -612,14 +612,14 @@ def test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger(target
 def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(target, queues) -> None:
     """Once partitions() planned a micro-batch, the reader stages the next trigger's messages (no more) in
     the background; the next latestOffset hands them out without receiving, the batch after it reads them
-    in order, and once a receive finds the queue empty nothing more is staged ahead. stageAhead=false
+    in order, and once a receive finds the queue empty nothing more is staged ahead. Without stageAhead it
     receives only in latestOffset."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
     from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
 
     sent = message_ids(send_orders(queues, 25))
-    options = source_options(target, batchSize="4", maxMessagesPerTrigger="10")
+    options = source_options(target, batchSize="4", maxMessagesPerTrigger="10", stageAhead="true")
     stream_reader = SqlQueueStreamReader(SourceOptions.parse(options))
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
@@ -640,9 +640,7 @@ def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(targe
     assert staged_under(queues, "stream:orders") == 0
 
     send_orders(queues, 8, first_order_id=26)
-    plain = SqlQueueStreamReader(
-        SourceOptions.parse(source_options(target, batchSize="4", streamId="plain", stageAhead="false"))
-    )
+    plain = SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", streamId="plain")))
     plain_start = plain.initialOffset()
     plain_end = plain.latestOffset(plain_start, ReadMaxRows(4))
     plain.partitions(plain_start, plain_end)

@@ -141,7 +141,7 @@ class SourceOptions:
     partitions: int = 2
     max_messages_per_trigger: int | None = None
     on_uncommitted_batch: str = "fail"
-    stage_ahead: bool = True
+    stage_ahead: bool = False
     create_tables: bool = False
 
     @classmethod
@@ -177,7 +177,7 @@ class SourceOptions:
             partitions=_positive(lowered, "partitions", 2) or 2,
             max_messages_per_trigger=_positive(lowered, "maxmessagespertrigger", None),
             on_uncommitted_batch=_choice(lowered, "onUncommittedBatch", UNCOMMITTED_BATCH_POLICIES),
-            stage_ahead="stageahead" not in lowered or _flag(lowered, "stageahead"),
+            stage_ahead=_flag(lowered, "stageahead"),
             create_tables=_flag(lowered, "createtables"),
         )
         _require_sqlite_file(url)

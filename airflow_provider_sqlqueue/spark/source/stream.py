@@ -34,7 +34,8 @@ uncommitted batch takes nothing from the query that read it.
 Without ``maxMessagesPerTrigger`` a micro-batch takes at most ``batchSize * DEFAULT_RECEIVES_PER_TRIGGER``
 messages (``options.py``), with Spark's ``ReadAllAvailable`` too.
 
-Staging ahead (option ``stageAhead``, on by default): once ``partitions`` planned a micro-batch, a thread of
+Staging ahead (option ``stageAhead``, off by default: it overlaps the work, it does not reduce it): once
+``partitions`` planned a micro-batch, a thread of
 the driver's reader stages the next trigger's messages while Spark runs this one, so the database's moves
 overlap the executors' work instead of waiting for the next ``latestOffset``. It stages exactly as
 ``latestOffset`` does (one receive per transaction, the stream's row compared and advanced in it, so it
