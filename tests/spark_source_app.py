@@ -26,6 +26,7 @@ from pyspark.sql.datasource import InputPartition
 
 from airflow_provider_sqlqueue.spark import SqlQueueDataSource
 from airflow_provider_sqlqueue.spark.config import url_from_environment
+from airflow_provider_sqlqueue.spark.source.in_place import HeldSlices
 from airflow_provider_sqlqueue.spark.source.options import SourceOptions
 from airflow_provider_sqlqueue.spark.source.stream import PositionRange, SqlQueueStreamReader
 from airflow_provider_sqlqueue.transport import open_transport
@@ -48,10 +49,17 @@ class KillingStreamReader(SqlQueueStreamReader):
     """The source's stream reader, killing the application at one point of the second micro-batch."""
 
     def __init__(
-        self, options: SourceOptions, point: str | None, limit: int, note: str | None, group: int
+        self,
+        options: SourceOptions,
+        point: str | None,
+        limit: int,
+        note: str | None,
+        group: int,
+        first_row_version: int,
     ) -> None:
         super().__init__(options)
         self.point, self.limit, self.note, self.group = point, limit, note, group
+        self.first_row_version = first_row_version
         self.batches = 0
         self.commits = 0
 
@@ -64,11 +72,15 @@ class KillingStreamReader(SqlQueueStreamReader):
         return end
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, PositionRange)
+        if isinstance(partition, HeldSlices):  # read in place: RowVersions, the first one queued first
+            low = partition.bounds[0][0] - self.first_row_version
+        else:
+            assert isinstance(partition, PositionRange)
+            low = partition.low
         index = 0
         for batch in super().read(partition):
             for row in range(batch.num_rows):  # one row per record batch, so the kill lands mid-partition
-                if self.point == "mid_batch" and partition.low >= self.limit and index == 3:
+                if self.point == "mid_batch" and low >= self.limit and index == 3:
                     die(self.point, self.note, self.group)
                 index += 1
                 yield batch.slice(row, 1)
@@ -89,19 +101,27 @@ def main() -> None:
     parser.add_argument("--default-schema")
     parser.add_argument("--kill", choices=KILL_POINTS)
     parser.add_argument("--note")
+    parser.add_argument("--read-in-place", choices=("true", "false"), default="false")
     args = parser.parse_args()
     point, limit, note, group = args.kill, args.limit, args.note, os.getpgrp()
+    transport = open_transport(url_from_environment(), default_schema=args.default_schema)
+    table = transport.dialect.qualified_name(transport.resolve(args.sink_table))
+    p = transport.dialect.placeholder
+    queue_table = transport.dialect.qualified_name(transport.resolve(args.queue))
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        cursor.execute(f"SELECT min(RowVersion) FROM {queue_table}", ())
+        first = int(cursor.fetchone()[0] or 0)
+        connection.commit()
 
     class KillingSource(SqlQueueDataSource):
         def streamReader(self, schema):
-            return KillingStreamReader(SourceOptions.parse(self.options), point, limit, note, group)
+            options = SourceOptions.parse(self.options)
+            return KillingStreamReader(options, point, limit, note, group, first)
 
     spark = SparkSession.builder.appName("sqlqueue-source-kill").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KillingSource)
-    transport = open_transport(url_from_environment(), default_schema=args.default_schema)
-    table = transport.dialect.qualified_name(transport.resolve(args.sink_table))
-    p = transport.dialect.placeholder
 
     def write_batch(frame, batch_id: int) -> None:
         rows = [(batch_id, row.message_id, row.native_id) for row in frame.collect()]
@@ -120,6 +140,7 @@ def main() -> None:
 
     reader = spark.readStream.format("sqlqueue").option("queue", args.queue)
     reader = reader.option("maxMessagesPerTrigger", str(limit)).option("batch_size", "25")
+    reader = reader.option("readInPlace", args.read_in_place)
     if args.default_schema:
         reader = reader.option("default_schema", args.default_schema)
     query = (

@@ -206,7 +206,9 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
 
     sent = send_orders(queues, 25)
     options = SourceOptions.parse(
-        source_options(target, maxMessagesPerTrigger="10", batchSize="4", stageAhead="false")
+        source_options(
+            target, maxMessagesPerTrigger="10", batchSize="4", stageAhead="false", readInPlace="false"
+        )
     )
     stream_reader = SqlQueueStreamReader(options)
     start = stream_reader.initialOffset()
@@ -262,7 +264,9 @@ def test_stream_drops_expired_messages_and_moves_unreadable_ones_as_a_receive_do
     from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
 
     before, after = queue_unreadable_and_expired(queues, target)
-    stream_reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target, stageAhead="false")))
+    stream_reader = SqlQueueStreamReader(
+        SourceOptions.parse(source_options(target, stageAhead="false", readInPlace="false"))
+    )
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
     rows = [row for p in stream_reader.partitions(start, end) for row in rows_read(stream_reader, p)]
@@ -301,7 +305,7 @@ def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_commit
     sent = send_orders(queues, 30)
 
     def stream_reader(**extra: str) -> SqlQueueStreamReader:
-        options = source_options(target, batchSize="4", stageAhead="false", **extra)
+        options = source_options(target, batchSize="4", stageAhead="false", readInPlace="false", **extra)
         return SqlQueueStreamReader(SourceOptions.parse(options))
 
     unread = stream_reader(streamId="never-read")
@@ -444,19 +448,25 @@ def test_stream_foreach_batch_table_sink_restarts_exactly_once(spark, target, qu
 # ---- killed applications --------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("point", KILL_POINTS)
-@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("target", "mode"),
+    [("sqlite", "staged"), ("postgresql", "staged"), ("postgresql", "in_place")],
+    indirect=["target"],
+)
 def test_stream_killed_at_each_point_then_restarted_delivers_exactly_once(
-    target, queues, tmp_path, point: str, figures
+    target, queues, tmp_path, point: str, mode: str, figures
 ) -> None:
     """SIGKILL the whole spark-submit application (driver, JVM, Python workers) at one point of its second
     micro-batch, then run it again on the same checkpoint: the foreachBatch table sink keyed by batch id
-    holds every message exactly once, and nothing is left queued or staged but the last batch's rows."""
+    holds every message exactly once, and nothing is left queued or staged but the last batch's rows. Read
+    in place, the killed driver's held batch is back in the queue when it dies."""
     create_sink_table(queues, "stream_out", SINK_TABLE_COLUMNS)
     count, limit = 200, 60
     sent = send_orders(queues, count)
     note = tmp_path / "killed.log"
     args = ["--queue", "orders", "--sink-table", "stream_out", "--limit", str(limit)]
     args += ["--checkpoint", str(tmp_path / "checkpoint")]
+    args += ["--read-in-place", "true" if mode == "in_place" else "false"]
     if target.schema:
         args += ["--default-schema", target.schema]
     started = time.monotonic()
@@ -467,8 +477,13 @@ def test_stream_killed_at_each_point_then_restarted_delivers_exactly_once(
     assert note.read_text().startswith(f"killed {point}"), output[-5000:]
     staged_when_killed = staged_under(queues, "stream:orders")
     in_sink_when_killed = int(scalar(queues, f"SELECT count(*) FROM {table(queues, 'stream_out')}"))
-    if point in ("after_receive", "mid_batch"):  # batch 0 in the sink, batch 1 staged only
-        assert in_sink_when_killed == limit and staged_when_killed >= limit
+    queued_when_killed = queues.queue("orders").count()
+    if mode == "in_place":  # nothing staged: batches Spark had committed are gone, the others queued again
+        settled = 2 * limit if point == "before_commit" else limit
+        assert staged_when_killed == 0 and queued_when_killed == count - settled
+    if point in ("after_receive", "mid_batch"):  # batch 0 in the sink, batch 1 staged (or queued) only
+        assert in_sink_when_killed == limit
+        assert staged_when_killed >= limit or mode == "in_place"
     if point in ("after_sink", "before_commit"):
         assert in_sink_when_killed == 2 * limit
     code, output, _ = finish(spark_submit(str(APP), args, target.url))
@@ -480,6 +495,8 @@ def test_stream_killed_at_each_point_then_restarted_delivers_exactly_once(
     assert staged_under(queues, "stream:orders") <= limit
     figures(
         engine=target.engine,
+        stream=mode,
+        queued_when_killed=queued_when_killed,
         killed_at=point,
         messages=count,
         faults_injected=1,
@@ -551,7 +568,7 @@ def test_a_query_that_starts_on_a_stream_id_takes_it_and_the_other_reads_nothing
     sent = message_ids(send_orders(queues, 30))
 
     def stream_reader(**extra: str) -> SqlQueueStreamReader:
-        options = source_options(target, batchSize="4", stageAhead="false", **extra)
+        options = source_options(target, batchSize="4", stageAhead="false", readInPlace="false", **extra)
         return SqlQueueStreamReader(SourceOptions.parse(options))
 
     a, b = stream_reader(), stream_reader()
@@ -598,7 +615,7 @@ def test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger(target
 
     bound = 2 * DEFAULT_RECEIVES_PER_TRIGGER
     send_orders(queues, bound + 15)
-    options = source_options(target, batchSize="2", stageAhead="false")
+    options = source_options(target, batchSize="2", stageAhead="false", readInPlace="false")
     stream_reader = SqlQueueStreamReader(SourceOptions.parse(options))
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
@@ -640,7 +657,9 @@ def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(targe
     assert staged_under(queues, "stream:orders") == 0
 
     send_orders(queues, 8, first_order_id=26)
-    plain = SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", streamId="plain")))
+    plain = SqlQueueStreamReader(
+        SourceOptions.parse(source_options(target, batchSize="4", streamId="plain", readInPlace="false"))
+    )
     plain_start = plain.initialOffset()
     plain_end = plain.latestOffset(plain_start, ReadMaxRows(4))
     plain.partitions(plain_start, plain_end)

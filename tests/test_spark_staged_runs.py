@@ -58,7 +58,9 @@ def plan_a_micro_batch(target, stream_id: str, rows: int) -> None:
 
     from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
 
-    reader = SqlQueueStreamReader(options(target, streamId=stream_id, stageAhead="false"))
+    reader = SqlQueueStreamReader(
+        options(target, streamId=stream_id, stageAhead="false", readInPlace="false")
+    )
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadMaxRows(rows))
     assert reader.partitions(start, end)

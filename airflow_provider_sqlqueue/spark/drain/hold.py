@@ -22,10 +22,11 @@ commit, or come back, with the run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...dialects.postgres_session import LONG_TRANSACTION_LIMITS, READ_LONG_TRANSACTION_LIMITS
 from ...transport import ConfigurationError, Transport
 from ..moves import require_error_queue, unreadable_keys
 from ..tables import BridgeSql
@@ -34,7 +35,7 @@ from .transactions import begin_write
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
 
-__all__ = ["HeldRows", "RowHold", "consecutive_ranges"]
+__all__ = ["HeldRows", "RowHold", "consecutive_ranges", "reason_not_to_hold"]
 
 
 @dataclass
@@ -69,6 +70,45 @@ def consecutive_ranges(
     return ranges
 
 
+def reason_not_to_hold(transport: Transport, queue: Any) -> str | None:
+    """Why this connection cannot hold ``queue``'s rows in place for long (None: it can): another engine,
+    receives with advisory locks (no UPDATE right), or a session limit that would end a long transaction."""
+    if transport.dialect.name != "postgresql":
+        return f"{transport.dialect.name} cannot hold them in place"
+    with transport.connection(queue.address) as connection:
+        cursor = connection.cursor()
+        row_locks = queue.uses_row_locks(cursor)
+        cursor.execute(READ_LONG_TRANSACTION_LIMITS, ())
+        timeouts = cursor.fetchone()
+        connection.commit()
+    if not row_locks:
+        return f"this role receives from {queue.name} with advisory locks (no UPDATE on it)"
+    limited = [
+        f"{name} {value}"
+        for name, value in zip(LONG_TRANSACTION_LIMITS, timeouts, strict=True)
+        if value not in (None, "0")
+    ]
+    if limited:
+        return f"the session's {', '.join(limited)} could end a transaction held that long"
+    return None
+
+
+def _past(after: int, skip: Sequence[tuple[int, int]]) -> int:
+    """``after`` moved past the skipped range the next RowVersion falls in (if any)."""
+    for low, high in skip:
+        if low <= after + 1 <= high:
+            return high
+    return after
+
+
+def _before(after: int, upper: int, skip: Sequence[tuple[int, int]]) -> int:
+    """A window's upper end ``upper`` cut before the first skipped range that starts inside it."""
+    for low, _ in skip:
+        if after < low <= upper:
+            return low - 1
+    return upper
+
+
 # How long the first, plain-DELETE hold waits for a row another transaction holds before it starts over
 # skipping such rows (PostgreSQL's lock_timeout for the hold's transaction, then put back).
 CONTENDED_AFTER = "1s"
@@ -86,14 +126,20 @@ class RowHold:
         self.connection: Any = self._lease.__enter__()
         self.cursor = self.connection.cursor()
 
-    def hold(self, batch_size: int, max_messages: int | None) -> HeldRows:
+    def hold(
+        self, batch_size: int, max_messages: int | None, skip: Sequence[tuple[int, int]] = ()
+    ) -> HeldRows:
         """Take the oldest rows, ``batch_size`` RowVersions per statement from the lowest, until every
         RowVersion the queue had when the last window began was looked at or ``max_messages`` are held;
         expired rows are taken and counted, not held.
 
         A drain is usually the queue's only receiver, so each window is first taken with a plain DELETE
         (each row written once). If another receiver holds a row longer than ``CONTENDED_AFTER``, the
-        hold starts over with the rows locked first and the held ones skipped, as receivers compete."""
+        hold starts over with the rows locked first and the held ones skipped, as receivers compete.
+
+        ``skip``: RowVersion ranges (inclusive, ascending) another transaction of the caller holds, left out
+        of every window so the plain DELETE does not wait for them (a stream holding its next batch while
+        Spark reads the planned one)."""
         begin_write(self.transport, self.cursor)
         if not self.queue.uses_row_locks(self.cursor):
             raise ConfigurationError(
@@ -103,7 +149,7 @@ class RowHold:
         self.cursor.execute(self.sql.lock_timeout(), (CONTENDED_AFTER,))
         before = self.cursor.fetchone()[0]
         try:
-            self._take_windows(batch_size, max_messages, skip_locked=False)
+            self._take_windows(batch_size, max_messages, skip_locked=False, skip=skip)
         except Exception as error:
             if getattr(error, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
@@ -113,12 +159,29 @@ class RowHold:
             self.connection.rollback()
             self.held = HeldRows()
             begin_write(self.transport, self.cursor)
-            self._take_windows(batch_size, max_messages, skip_locked=True)
+            self._take_windows(batch_size, max_messages, skip_locked=True, skip=skip)
         else:
             self.cursor.execute(self.sql.lock_timeout(), (before,))
         return self.held
 
-    def _take_windows(self, batch_size: int, max_messages: int | None, *, skip_locked: bool) -> None:
+    def take_ranges(self, ranges: Iterable[tuple[int, int]]) -> int:
+        """Take every row still queued in the RowVersion ranges (inclusive), waiting for rows another
+        transaction holds: a batch held before, taken again after its hold rolled back. Returns how many."""
+        begin_write(self.transport, self.cursor)
+        taken = 0
+        for low, high in ranges:
+            self.cursor.execute(self.sql.take_held_window(), (int(low) - 1, int(high)))
+            taken += len(self.transport.dialect.fetch_rows(self.cursor))
+        return taken
+
+    def _take_windows(
+        self,
+        batch_size: int,
+        max_messages: int | None,
+        *,
+        skip_locked: bool,
+        skip: Sequence[tuple[int, int]] = (),
+    ) -> None:
         """Window after window of ``batch_size`` RowVersions; after a window that held nothing, the next one
         starts at the next RowVersion the queue has, so a long stretch of deleted rows costs one statement."""
         held = self.held
@@ -127,16 +190,18 @@ class RowHold:
             return
         after = low - 1
         while max_messages is None or held.count < max_messages:
+            after = _past(after, skip)
             if after >= high:
                 _, newest = self._bounds()  # rows sent while holding
                 if newest is None or newest <= high:
                     break
                 high = newest
             size = batch_size if max_messages is None else min(batch_size, max_messages - held.count)
+            upper = _before(after, after + (batch_size if skip_locked else size), skip)
             if skip_locked:
-                self.cursor.execute(self.sql.take_held_batch(), (after, after + batch_size, size))
+                self.cursor.execute(self.sql.take_held_batch(), (after, upper, size))
             else:  # a plain DELETE takes the whole window
-                self.cursor.execute(self.sql.take_held_window(), (after, after + size))
+                self.cursor.execute(self.sql.take_held_window(), (after, upper))
             rows = sorted(self.transport.dialect.fetch_rows(self.cursor), key=lambda row: row[0])
             if rows:
                 held.batches += 1
@@ -144,7 +209,7 @@ class RowHold:
             if skip_locked and len(rows) == size:  # the window may hold more
                 after = int(rows[-1][0])
                 continue
-            after += batch_size if skip_locked else size
+            after = upper
             if not rows:
                 self.cursor.execute(self.sql.next_row_version(), (after,))
                 (following,) = self.cursor.fetchone()

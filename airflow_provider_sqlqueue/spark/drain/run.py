@@ -12,14 +12,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ...dialects.postgres_session import LONG_TRANSACTION_LIMITS, READ_LONG_TRANSACTION_LIMITS
 from ...transport import ConfigurationError, PermissionDenied
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
 from .copy_text import copy_chunks
 from .errors import DrainError
 from .headers_check import HeadersCheck
-from .hold import HeldRows, RowHold
+from .hold import HeldRows, RowHold, reason_not_to_hold
 from .messages import slice_bounds, staged_messages
 from .receive import receive_into_staging
 from .runs import Heartbeat, RunLedger
@@ -124,22 +123,7 @@ class Drain:
             return "the receive drill needs receive tasks"
         if self.runs.staged_stats()[0]:
             return f"run {self.config.run_id} has staged messages to finish"
-        with self.transport.connection(self.input.address) as connection:
-            cursor = connection.cursor()
-            row_locks = self.input.uses_row_locks(cursor)
-            cursor.execute(READ_LONG_TRANSACTION_LIMITS, ())
-            timeouts = cursor.fetchone()
-            connection.commit()
-        if not row_locks:
-            return f"this role receives from {self.input.name} with advisory locks (no UPDATE on it)"
-        limited = [
-            f"{name} {value}"
-            for name, value in zip(LONG_TRANSACTION_LIMITS, timeouts, strict=True)
-            if value not in (None, "0")
-        ]
-        if limited:
-            return f"the session's {', '.join(limited)} could end a transaction held for the whole run"
-        return None
+        return reason_not_to_hold(self.transport, self.input)
 
     # -- phases --
     def hold_in_place(self) -> HeldRows:

@@ -57,6 +57,7 @@ READ_OPTIONS = (
     "streamId",
     "onUncommittedBatch",
     "stageAhead",
+    "readInPlace",
     "createTables",
 )
 _KNOWN_KEYS = {name.lower() for name in READ_OPTIONS} | {"path"}  # load("<queue>") passes path
@@ -142,6 +143,7 @@ class SourceOptions:
     max_messages_per_trigger: int | None = None
     on_uncommitted_batch: str = "fail"
     stage_ahead: bool = False
+    read_in_place: bool | None = None
     create_tables: bool = False
 
     @classmethod
@@ -178,6 +180,7 @@ class SourceOptions:
             max_messages_per_trigger=_positive(lowered, "maxmessagespertrigger", None),
             on_uncommitted_batch=_choice(lowered, "onUncommittedBatch", UNCOMMITTED_BATCH_POLICIES),
             stage_ahead=_flag(lowered, "stageahead"),
+            read_in_place=None if lowered.get("readinplace") is None else _flag(lowered, "readinplace"),
             create_tables=_flag(lowered, "createtables"),
         )
         _require_sqlite_file(url)

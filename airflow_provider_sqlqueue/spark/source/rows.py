@@ -67,13 +67,21 @@ def source_arrow_schema() -> Any:
 
 
 def staged_batches(
-    cursor: Any, statement: str, params: tuple, rows_per_batch: int = ROWS_PER_BATCH
+    cursor: Any,
+    statement: str,
+    params: tuple,
+    rows_per_batch: int = ROWS_PER_BATCH,
+    unreadable: list[int] | None = None,
 ) -> Iterator[Any]:
     """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`,
-    each row what :func:`source_row` makes of it, built column by column."""
+    each row what :func:`source_row` makes of it, built column by column. With ``unreadable`` (rows held in
+    place, whose headers nobody read yet), rows whose headers are not a header map are left out and their
+    RowVersions appended to it."""
     schema = source_arrow_schema()
     for rows in row_batches(cursor, statement, params, rows_per_batch):
-        columns = staged_columns(rows)
+        columns = staged_columns(rows, unreadable)
+        if not columns["row_version"]:
+            continue
         maps = columns["headers"]
         columns["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
         columns["reply_to_address"] = [headers.get(REPLY_TO_ADDRESS) for headers in maps]

@@ -61,30 +61,42 @@ class StreamMark:
     (``None`` before the first plan, and in rows written before the mark was kept), and the token of the
     query that owns the stream (``None`` before a query claimed it).
 
+    A stream read in place (``in_place.py``) keeps instead the RowVersion ranges of the micro-batch a query
+    planned and has not settled (``held``), and the RowVersions in it whose headers the executors could not
+    read (``unreadable``), which the settle moves to the error queue.
+
     The row's Summary holds it as JSON; compare-and-set statements compare that text, so :meth:`summary`
     writes the same text for the same mark."""
 
     position: int
     planned: int | None = None
     owner: str | None = None
+    held: tuple[tuple[int, int], ...] | None = None
+    unreadable: tuple[int, ...] = ()
 
     def summary(self) -> str:
-        fields: dict[str, int | str] = {"position": self.position}
+        fields: dict[str, Any] = {"position": self.position}
         if self.planned is not None:
             fields["planned"] = self.planned
         if self.owner is not None:
             fields["owner"] = self.owner
+        if self.held is not None:
+            fields["held"] = [list(pair) for pair in self.held]
+        if self.unreadable:
+            fields["unreadable"] = list(self.unreadable)
         return json.dumps(fields)
 
     @classmethod
     def parse(cls, summary: str, stream_id: str) -> StreamMark:
         try:
             fields = json.loads(summary)
-            planned, owner = fields.get("planned"), fields.get("owner")
+            planned, owner, held = fields.get("planned"), fields.get("owner"), fields.get("held")
             return cls(
                 int(fields["position"]),
                 None if planned is None else int(planned),
                 None if owner is None else str(owner),
+                None if held is None else tuple((int(low), int(high)) for low, high in held),
+                tuple(int(key) for key in fields.get("unreadable", ())),
             )
         except (AttributeError, KeyError, TypeError, ValueError):
             raise ConfigurationError(
@@ -219,10 +231,18 @@ def _advance(
         )
 
 
-def claim_stream(transport: Transport, sql: BridgeSql, stream_id: str, mark: StreamMark, owner: str) -> bool:
-    """Make ``owner`` the stream's owner if its row still holds ``mark`` (a compare-and-set), once the reads
-    of staged rows under way have ended (they hold a lock on the row that the takeover's lock waits for)."""
-    params = (replace(mark, owner=owner).summary(), stream_id, mark.summary())
+def claim_stream(
+    transport: Transport,
+    sql: BridgeSql,
+    stream_id: str,
+    mark: StreamMark,
+    owner: str,
+    to: StreamMark | None = None,
+) -> bool:
+    """Make ``owner`` the stream's owner if its row still holds ``mark`` (a compare-and-set; ``to``, if
+    given, is the rest of the row to write), once the reads of staged rows under way have ended (they hold a
+    lock on the row that the takeover's lock waits for)."""
+    params = (replace(to or mark, owner=owner).summary(), stream_id, mark.summary())
     with transport.connection() as connection:
         cursor = connection.cursor()
         begin_write(transport, cursor)

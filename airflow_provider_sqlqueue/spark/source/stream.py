@@ -63,8 +63,19 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ...transport import ConfigurationError, SqlQueueError, Transport
+from ..drain.hold import reason_not_to_hold
 from ..drain.transactions import execute, execute_counted
 from ..tables import STREAMING, BridgeSql
+from .in_place import (
+    INITIAL_OFFSET,
+    HeldSlices,
+    StreamHold,
+    held_offset,
+    is_in_place,
+    offset_ranges,
+    read_held,
+    slices_of,
+)
 from .options import SourceOptions
 from .staging import (
     StreamConflict,
@@ -120,11 +131,13 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ahead_wanted = options.trigger_limit  # how far ahead: the last latestOffset's limit
         self._drained = False  # the last receive found the queue empty
         self._stopped = False
+        self._held: StreamHold | None = None  # read in place: the driver's hold (in_place.py)
+        self._settled: tuple | None = None  # read in place: the ranges of the batch settled last
 
     def __getstate__(self) -> dict:
         """What the executors get: no lock, no thread."""
         state = dict(self.__dict__)
-        state["_lock"] = state["_ahead"] = None
+        state["_lock"] = state["_ahead"] = state["_held"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -211,6 +224,18 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for _ in range(3):
                 mark = self._mark(transport, sql, queue)
                 stats = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
+                if self._reads_in_place(transport, queue, int(stats[0] or 0)):
+                    settled = self._in_place_start(mark)
+                    if claim_stream(transport, sql, self.stream_id, mark, self.owner, settled):
+                        self.claimed = True
+                        if (
+                            mark.held is not None
+                            and settled.held is None
+                            and self.options.on_uncommitted_batch == "discard"
+                        ):
+                            self._hold().settle(mark.held)
+                        return dict(INITIAL_OFFSET)
+                    continue
                 start = self._start(mark, *stats)
                 if claim_stream(transport, sql, self.stream_id, mark, self.owner):
                     self.claimed = True
@@ -219,6 +244,47 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             f"stream {self.stream_id} keeps changing while this query starts: one stream id belongs to one "
             "streaming query (set option streamId)"
         )
+
+    def _reads_in_place(self, transport: Transport, queue: Any, staged: int) -> bool:
+        """Whether a query on a new checkpoint reads in place (``readInPlace``, by default where the driver
+        can hold the messages: ``in_place.py``); the checkpoint's offsets keep the choice for restarts."""
+        if self.options.read_in_place is False:
+            return False
+        if staged:
+            reason: str | None = f"stream {self.stream_id} has {staged} staged messages to deliver first"
+        elif self.options.stage_ahead:
+            reason = "option stageAhead stages the messages"
+        else:
+            reason = reason_not_to_hold(transport, queue)
+        if reason is None:
+            return True
+        if self.options.read_in_place:
+            raise ConfigurationError(f"stream {self.stream_id} cannot read in place: {reason}")
+        log.info("stream %s stages its messages: %s", self.stream_id, reason)
+        return False
+
+    def _in_place_start(self, mark: StreamMark) -> StreamMark:
+        """The stream's row as a new in-place query starts with it: a batch an earlier query planned and
+        never settled went back to the queue, and may be in that query's sink (``onUncommittedBatch``)."""
+        if mark.held is None:
+            return mark
+        policy = self.options.on_uncommitted_batch
+        if policy in ("redeliver", "discard"):
+            return replace(mark, held=None)
+        count = sum(high - low + 1 for low, high in mark.held)
+        raise ConfigurationError(
+            f"stream {self.stream_id}: an earlier query read up to {count} messages (RowVersions "
+            f"{mark.held[0][0]} to {mark.held[-1][1]}) in a micro-batch it never committed to this source, "
+            "and this query starts from a new checkpoint, so they may already be in that query's sink. "
+            "Restart the earlier query from its checkpoint to go on exactly once; or set option("
+            '"onUncommittedBatch", "redeliver") to deliver them again, or "discard" when they are in the '
+            "sink; a new checkpoint wants its own streamId"
+        )
+
+    def _hold(self) -> StreamHold:
+        if self._held is None:
+            self._held = StreamHold(self.options)
+        return self._held
 
     def _start(self, mark: StreamMark, count: Any, low: Any, high: Any) -> int:
         """Where a new checkpoint starts, from the stream's row and its staged rows' count and positions."""
@@ -254,8 +320,10 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._latest_offset(start, limit)
 
     def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
-        low = _position(start)
         wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.trigger_limit
+        if is_in_place(start):
+            return self._hold_next(start, wanted)
+        low = _position(start)
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
@@ -288,10 +356,58 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ahead_wanted = wanted
         return {"position": min(last, low + wanted)}
 
+    def _hold_next(self, start: dict, wanted: int) -> dict:
+        """Read in place: commit the batch ending at ``start`` (it is in Spark's commit log), then hold up
+        to ``wanted`` more messages; the offset after them names their RowVersions."""
+        self._settle(offset_ranges(start))
+        with self._open() as transport:
+            self._owned(transport, bridge_sql(transport, self.options), transport.queue(self.options.queue))
+        if self.budget is not None:
+            wanted = min(wanted, self.budget)
+        if wanted <= 0:
+            return start
+        self._ahead_wanted = wanted
+        held = self._hold().take(wanted)
+        if self.budget is not None:
+            self.budget -= held.count
+        return held_offset(tuple(held.ranges)) if held.count else start
+
+    def _settle(self, ranges: tuple) -> None:
+        if ranges and ranges != self._settled:
+            self._hold().settle(ranges)
+            self._settled = ranges
+
+    def _plan_held(self, ranges: tuple) -> None:
+        """Record in the stream's row that a micro-batch reads the held ``ranges``."""
+        with self._open() as transport:
+            sql = bridge_sql(transport, self.options)
+            queue = transport.queue(self.options.queue)
+            for _ in range(3):
+                mark = self._owned(transport, sql, queue)
+                if mark.held == ranges:
+                    return
+                params = (replace(mark, held=ranges).summary(), self.stream_id, mark.summary())
+                if execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1:
+                    return
+        raise StreamConflict(
+            f"stream {self.stream_id} keeps changing under this query: one stream id belongs to one "
+            "streaming query (set option streamId)"
+        )
+
     def reportLatestOffset(self) -> dict | None:
         return None
 
-    def partitions(self, start: dict, end: dict) -> list[PositionRange]:
+    def partitions(self, start: dict, end: dict) -> list[Any]:
+        if is_in_place(end):
+            ranges = offset_ranges(end)
+            if not ranges:
+                return []
+            with self._lock:
+                self._hold().ensure(ranges)
+                self._plan_held(ranges)
+                ahead = self._ahead_wanted if self.budget is None else min(self._ahead_wanted, self.budget)
+                self._hold().start_ahead(ahead)
+            return slices_of(ranges, self.options.partitions)
         low, high = _position(start), _position(end)
         if high <= low:
             return []
@@ -303,6 +419,10 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [PositionRange(edges[i], edges[i + 1], self.owner) for i in range(slices)]
 
     def commit(self, end: dict) -> None:
+        if is_in_place(end):
+            with self._lock:
+                self._settle(offset_ranges(end))
+            return
         position = _position(end)
         if position <= self.committed_through:
             return  # latestOffset(end) deleted them
@@ -316,14 +436,18 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The query stops: the staging-ahead thread ends after its open receive (if any)."""
         with self._lock:
             self._stopped = True
+            if self._held is not None:
+                self._held.close()  # a batch planned and not settled goes back to the queue
         if self._ahead is not None:
             self._ahead.join(timeout=60)
 
     def wait_for_staging_ahead(self, timeout: float | None = None) -> None:
-        """Wait until the staging-ahead thread (if any) has ended: for callers that drive the reader's
-        methods themselves and want to see what it staged."""
+        """Wait until the staging-ahead thread, or the hold of the next batch read in place (if any), has
+        ended: for callers that drive the reader's methods themselves and want to see what it took."""
         if self._ahead is not None:
             self._ahead.join(timeout)
+        if self._held is not None:
+            self._held.wait_ahead(timeout)
 
     # ---- staging ahead (driver) ------------------------------------------------------------------
     def _stage_ahead(self, through: int) -> None:
@@ -370,6 +494,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- the executors ---------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition, HeldSlices):
+            yield from read_held(self.options, partition.bounds)
+            return
         if not isinstance(partition, PositionRange):  # PySpark's placeholder: nothing was planned
             return
         low, high = partition.low + 1, partition.high + 1

@@ -1,0 +1,170 @@
+"""A ``sqlqueue`` stream read in place on PostgreSQL (``spark/source/in_place.py``), the reader's methods
+driven as Spark drives them: the driver's uncommitted delete holds a micro-batch in the queue until the
+next ``latestOffset`` says it is in the commit log; a dead driver's batch goes back to the queue and a
+restart from the checkpoint replays or settles it; a new checkpoint applies ``onUncommittedBatch``;
+unreadable headers reach the error queue with the batch; where the driver cannot hold, the stream stages.
+
+Every test counts what is queued, held, delivered and in the error queue with the database's own counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
+
+from test_spark_jobs import send_orders, send_unreadable
+from test_spark_source import message_ids, rows_read, source_options, staged_under
+
+from airflow_provider_sqlqueue.spark.source import SourceOptions
+from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
+from airflow_provider_sqlqueue.transport import ConfigurationError
+
+pytestmark = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+
+
+STARTED: list = []  # this test's readers, stopped before its queues go (a held batch locks their rows)
+
+
+@pytest.fixture
+def queues(target):
+    with target.open() as transport:
+        for name in ("orders", "error"):
+            transport.queue(name).create()
+        create_bridge_tables(transport, "orders")
+        try:
+            yield transport
+        finally:
+            while STARTED:
+                STARTED.pop().stop()
+
+
+def new_reader(target, **options: str):
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    reader = SqlQueueStreamReader(SourceOptions.parse(source_options(target, batchSize="4", **options)))
+    STARTED.append(reader)
+    return reader
+
+
+def read_all(stream_reader, start: dict, end: dict) -> list[dict]:
+    return [row for part in stream_reader.partitions(start, end) for row in rows_read(stream_reader, part)]
+
+
+def receive_ids(transport, count: int) -> list[str]:
+    """What a competing receiver gets from the orders queue now."""
+    with transport.queue("orders").receive(max_messages=count) as batch:
+        return [message.message_id for message in batch]
+
+
+def test_a_batch_is_held_in_the_queue_until_the_next_latest_offset(target, queues) -> None:
+    """No staging row is written; a competing receiver gets only messages after the held ones (planning a
+    batch holds the next one ahead); the executors read the held rows in order; they leave the queue when
+    Spark asks for the next end."""
+    sent = message_ids(send_orders(queues, 25))
+    stream_reader = new_reader(target, maxMessagesPerTrigger="10")
+    start = stream_reader.initialOffset()
+    assert start["ranges"] == []
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    assert staged_under(queues, "stream:orders") == 0
+    assert receive_ids(queues, 3) == sent[10:13]
+    rows = read_all(stream_reader, start, end)
+    assert [row["message_id"] for row in rows] == sent[:10]
+    assert queues.queue("orders").count() == 22  # held rows are still the queue's until settled
+    stream_reader.wait_for_staging_ahead()  # planning the batch started holding the next one
+    assert receive_ids(queues, 1) == sent[23:24]
+    following = stream_reader.latestOffset(end, stream_reader.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(stream_reader, end, following)] == sent[13:23]
+    assert queues.queue("orders").count() == 11
+    last = stream_reader.latestOffset(following, stream_reader.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(stream_reader, following, last)] == sent[24:]
+    assert stream_reader.latestOffset(last, stream_reader.getDefaultReadLimit()) == last
+    assert queues.queue("orders").count() == 0
+    stream_reader.stop()
+
+
+def test_a_dead_drivers_batch_is_replayed_or_settled_from_the_checkpoint(target, queues) -> None:
+    """The driver stops holding (its connection goes): the batch is queued again. A restarted query replays
+    it from the offsets in its checkpoint (the same messages), or, when the batch reached the commit log,
+    deletes it before taking the next."""
+    sent = message_ids(send_orders(queues, 12))
+    first = new_reader(target, maxMessagesPerTrigger="5")
+    start = first.initialOffset()
+    end = first.latestOffset(start, first.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(first, start, end)] == sent[:5]
+    first.stop()  # as a killed driver's connection: the hold rolls back
+    assert queues.queue("orders").count() == 12
+
+    replayed = new_reader(target, maxMessagesPerTrigger="5")
+    assert [row["message_id"] for row in read_all(replayed, start, end)] == sent[:5]
+    replayed.stop()
+    assert queues.queue("orders").count() == 12
+
+    settled = new_reader(target, maxMessagesPerTrigger="5")  # batch end in the commit log
+    following = settled.latestOffset(end, settled.getDefaultReadLimit())
+    assert queues.queue("orders").count() == 7  # the first five gone, the next five held
+    assert [row["message_id"] for row in read_all(settled, end, following)] == sent[5:10]
+    settled.stop()
+
+
+def test_a_new_checkpoint_applies_on_uncommitted_batch_to_a_batch_never_settled(target, queues) -> None:
+    sent = message_ids(send_orders(queues, 8))
+    first = new_reader(target, maxMessagesPerTrigger="3")
+    start = first.initialOffset()
+    end = first.latestOffset(start, first.getDefaultReadLimit())
+    read_all(first, start, end)
+    first.stop()
+    with pytest.raises(ConfigurationError, match="never committed to this source"):
+        new_reader(target).initialOffset()
+    assert queues.queue("orders").count() == 8
+
+    redelivering = new_reader(target, onUncommittedBatch="redeliver", maxMessagesPerTrigger="3")
+    again = redelivering.initialOffset()
+    after = redelivering.latestOffset(again, redelivering.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(redelivering, again, after)] == sent[:3]
+    redelivering.stop()
+
+    discarding = new_reader(target, onUncommittedBatch="discard")
+    fresh = discarding.initialOffset()
+    assert queues.queue("orders").count() == 5
+    last = discarding.latestOffset(fresh, discarding.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(discarding, fresh, last)] == sent[3:]
+    discarding.stop()
+
+
+def test_unreadable_headers_go_to_the_error_queue_with_the_batch(target, queues) -> None:
+    before = message_ids(send_orders(queues, 2))
+    send_unreadable(queues, "<not json")
+    after = message_ids(send_orders(queues, 2, first_order_id=3))
+    stream_reader = new_reader(target)
+    start = stream_reader.initialOffset()
+    end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(stream_reader, start, end)] == before + after
+    assert queues.queue("error").count() == 0  # until the batch is in the sink
+    assert stream_reader.latestOffset(end, stream_reader.getDefaultReadLimit()) == end
+    assert queues.queue("error").count() == 1 and queues.queue("orders").count() == 0
+    stream_reader.stop()
+
+
+def test_where_the_driver_cannot_hold_the_stream_stages(target, queues, caplog) -> None:
+    """A session limit that would end the hold: the default stages (and says why), ``readInPlace`` true is
+    refused before anything is received; ``readInPlace`` false stages."""
+    send_orders(queues, 3)
+    limited = {
+        "url": source_options(target)["url"] + "?options=-c%20idle_in_transaction_session_timeout%3D60s"
+    }
+    with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.spark"):
+        staging = new_reader(target, **limited)
+        assert "ranges" not in staging.initialOffset()
+    assert "idle_in_transaction_session_timeout" in caplog.text
+    with pytest.raises(ConfigurationError, match="cannot read in place"):
+        new_reader(target, readInPlace="true", **limited).initialOffset()
+    plain = new_reader(target, readInPlace="false", streamId="plain")
+    assert "ranges" not in plain.initialOffset()
+    assert queues.queue("orders").count() == 3
