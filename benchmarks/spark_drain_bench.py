@@ -266,6 +266,8 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
     query.awaitTermination()
     seconds = time.monotonic() - t0
     batches = sum(1 for progress in query.recentProgress if progress["numInputRows"])
+    # in-place offsets name RowVersion ranges (a source's endOffset is its JSON text)
+    read_in_place = any("ranges" in str(progress["sources"]) for progress in query.recentProgress)
     phases: dict[str, int] = {}  # Spark's own split of each trigger's time, summed over the query
     for progress in query.recentProgress:
         for phase, millis in (progress["durationMs"] or {}).items():
@@ -279,6 +281,7 @@ def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int
         written=int(written),
         distinct=int(distinct),
         micro_batches=batches,
+        read_in_place=read_in_place,
         phase_seconds={phase: round(millis / 1000, 1) for phase, millis in sorted(phases.items())},
     )
 
@@ -897,6 +900,7 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 jdbc_file_s=round(row["jdbc_file"]["job"]["seconds"], 1),
                 stream_s=round(stream["job"]["seconds"], 1),
                 stream_micro_batches=stream["job"]["micro_batches"],
+                stream_read_in_place=stream["job"].get("read_in_place", False),
                 jvm_peak_mb_stream=stream["jvm_mb"],
                 jvm_peak_mb_jdbc_file=row["jdbc_file"]["jvm_mb"],
                 python_peak_mb_stream=stream["python_driver_mb"],

@@ -76,18 +76,27 @@ def spark_stream_table(data: dict[str, Any]) -> list[str]:
             f"{row['jvm_peak_mb_stream']:,} / {row['jvm_peak_mb_jdbc_file']:,} | "
             f"{row['python_peak_mb_stream']:,} / {row['python_peak_mb_jdbc_file']:,} |"
         )
-    return [*lines, *_stream_phases(rows[-1]), "", provenance(data)]
+    return [*lines, "", _stream_path(rows[-1]), *_stream_phases(rows[-1]), "", provenance(data)]
+
+
+def _stream_path(row: dict[str, Any]) -> str:
+    """How the measured stream took its messages (runs before ``stream_read_in_place`` was kept staged)."""
+    if row.get("stream_read_in_place"):
+        return (
+            "The stream measured is the default one: on PostgreSQL it held each micro-batch's messages in "
+            "the queue (`readInPlace`) and copied no body."
+        )
+    return "The stream measured received its messages into staging."
 
 
 # Spark's names for the parts of a trigger (StreamingQueryProgress.durationMs), as the page explains them
 STREAM_PHASES = (
-    ("latestOffset", "receive into staging (`latestOffset`)"),
+    ("latestOffset", "take the next micro-batch's messages (`latestOffset`)"),
     ("addBatch", "read, transform and write the files (`addBatch`)"),
     # Spark's MicroBatchExecution calls the sources' commit of the previous batch inside walCommit
     (
         "walCommit",
-        "write the offset log and commit the batch before to the source, deleting its staged rows "
-        "(`walCommit`)",
+        "write the offset log and commit the batch before to the source (`walCommit`)",
     ),
     ("commitOffsets", "write the commit log (`commitOffsets`)"),
     ("queryPlanning", "plan (`queryPlanning`)"),

@@ -10,21 +10,30 @@ from pages.blocks import load_data
 
 SOURCE = "docs/data/spark-source-kills.json"
 ENGINES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+STREAMS = {"staged": "staged", "in_place": "in place"}
 
 
 def kills_table(data: dict[str, Any]) -> list[str]:
     (name, run), *_ = data["runs"].items()
     lines = [
-        "| engine | killed at (2nd micro-batch) | messages | staged when killed | in the sink when killed | "
-        "lost | duplicated |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| engine | stream | killed at (2nd micro-batch) | messages | staged when killed "
+        "| queued when killed | in the sink when killed | lost | duplicated |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for entry in sorted(data["recorded"].values(), key=lambda e: (e["engine"], e["killed_at"])):
-        lines.append(
-            f"| {ENGINES[entry['engine']]} | `{entry['killed_at']}` | {entry['messages']:,} | "
-            f"{entry['staged_when_killed']:,} | {entry['in_sink_when_killed']:,} | {entry['lost']:,} | "
-            f"{entry['duplicated']:,} |"
+    for entry in sorted(
+        data["recorded"].values(), key=lambda e: (e["engine"], e.get("stream", "staged"), e["killed_at"])
+    ):
+        stream = STREAMS[entry.get("stream", "staged")]
+        counts = (
+            entry["messages"],
+            entry["staged_when_killed"],
+            entry.get("queued_when_killed", 0),
+            entry["in_sink_when_killed"],
+            entry["lost"],
+            entry["duplicated"],
         )
+        figures = " | ".join(f"{value:,}" for value in counts)
+        lines.append(f"| {ENGINES[entry['engine']]} | {stream} | `{entry['killed_at']}` | {figures} |")
     commits = sorted({entry["commit"] for entry in data["recorded"].values()})
     return [
         *lines,

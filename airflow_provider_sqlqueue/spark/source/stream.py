@@ -224,22 +224,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for _ in range(3):
                 mark = self._mark(transport, sql, queue)
                 stats = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
-                if self._reads_in_place(transport, queue, int(stats[0] or 0)):
-                    settled = self._in_place_start(mark)
-                    if claim_stream(transport, sql, self.stream_id, mark, self.owner, settled):
-                        self.claimed = True
-                        if (
-                            mark.held is not None
-                            and settled.held is None
-                            and self.options.on_uncommitted_batch == "discard"
-                        ):
-                            self._hold().settle(mark.held)
-                        return dict(INITIAL_OFFSET)
-                    continue
-                start = self._start(mark, *stats)
-                if claim_stream(transport, sql, self.stream_id, mark, self.owner):
+                in_place = self._reads_in_place(transport, queue, int(stats[0] or 0))
+                settled = self._in_place_start(mark)  # a batch an earlier query held and never settled
+                start = dict(INITIAL_OFFSET) if in_place else {"position": self._start(settled, *stats)}
+                if claim_stream(transport, sql, self.stream_id, mark, self.owner, settled):
                     self.claimed = True
-                    return {"position": start}
+                    if mark.held and self.options.on_uncommitted_batch == "discard":
+                        self._hold().settle(mark.held)
+                    return start
         raise StreamConflict(
             f"stream {self.stream_id} keeps changing while this query starts: one stream id belongs to one "
             "streaming query (set option streamId)"
