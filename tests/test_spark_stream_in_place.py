@@ -20,29 +20,23 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
 from test_spark_jobs import send_orders, send_unreadable
-from test_spark_source import message_ids, rows_read, source_options, staged_under
+from test_spark_source import message_ids, queues, rows_read, source_options, staged_under
 
 from airflow_provider_sqlqueue.spark.source import SourceOptions
-from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
 pytestmark = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+__all__ = ["queues"]  # test_spark_source's fixture: the orders and error queues and the bridge's tables
 
 
 STARTED: list = []  # this test's readers, stopped before its queues go (a held batch locks their rows)
 
 
-@pytest.fixture
-def queues(target):
-    with target.open() as transport:
-        for name in ("orders", "error"):
-            transport.queue(name).create()
-        create_bridge_tables(transport, "orders")
-        try:
-            yield transport
-        finally:
-            while STARTED:
-                STARTED.pop().stop()
+@pytest.fixture(autouse=True)
+def stop_readers(queues):
+    yield
+    while STARTED:
+        STARTED.pop().stop()
 
 
 def new_reader(target, **options: str):

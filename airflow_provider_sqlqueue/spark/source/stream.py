@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -186,15 +186,19 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _planned(self, high: int) -> None:
         """Record that a micro-batch reads the staged rows up to ``high`` (the mark only grows)."""
+        self._record(lambda mark: None if (mark.planned or 0) >= high else replace(mark, planned=high))
+
+    def _record(self, change: Callable[[StreamMark], StreamMark | None]) -> None:
+        """Compare-and-set the stream's row, owned by this query, to ``change`` of it (None: as it is)."""
         with self._open() as transport:
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
             for _ in range(3):
                 mark = self._owned(transport, sql, queue)
-                if mark.planned is not None and mark.planned >= high:
+                changed = change(mark)
+                if changed is None:
                     return
-                planned = replace(mark, planned=high)
-                params = (planned.summary(), self.stream_id, mark.summary())
+                params = (changed.summary(), self.stream_id, mark.summary())
                 if execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1:
                     return
         raise StreamConflict(
@@ -371,20 +375,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan_held(self, ranges: tuple) -> None:
         """Record in the stream's row that a micro-batch reads the held ``ranges``."""
-        with self._open() as transport:
-            sql = bridge_sql(transport, self.options)
-            queue = transport.queue(self.options.queue)
-            for _ in range(3):
-                mark = self._owned(transport, sql, queue)
-                if mark.held == ranges:
-                    return
-                params = (replace(mark, held=ranges).summary(), self.stream_id, mark.summary())
-                if execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1:
-                    return
-        raise StreamConflict(
-            f"stream {self.stream_id} keeps changing under this query: one stream id belongs to one "
-            "streaming query (set option streamId)"
-        )
+        self._record(lambda mark: None if mark.held == ranges else replace(mark, held=ranges))
 
     def reportLatestOffset(self) -> dict | None:
         return None
