@@ -1,4 +1,8 @@
-"""``spark.readStream.format("sqlqueue")``: offsets are positions in the stream's staging rows.
+"""``spark.readStream.format("sqlqueue")``: a stream read in place, or staged.
+
+A query on a new checkpoint reads in place where the driver can hold the messages (PostgreSQL, option
+``readInPlace``): its offsets name held RowVersion ranges and ``in_place.py`` does the work. Otherwise its
+offsets are positions in the stream's staging rows, as below; a restarted query keeps its offsets' kind.
 
 - ``latestOffset(start, limit)`` receives from the queue into staging (each batch's DELETE and INSERT in one
   transaction, the positions consecutive after the stream's last one) and returns the new end, at most
