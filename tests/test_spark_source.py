@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -726,3 +727,89 @@ def test_unknown_options_and_another_schema_are_refused_before_anything_is_recei
     assert queues.queue("orders").count() == 5 and staged_under(queues, "schema") == 0
     assert with_schema(source_schema()).count() == 5
     assert ack_read(options) == 5
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_a_schema_naming_some_columns_reads_only_those_with_the_same_values(
+    spark, target, queues, tmp_path
+) -> None:
+    """A ``.schema(...)`` naming some of the source's columns (in any order) gives those columns, each value
+    what the full read gives, in a batch read and in a stream (held in place on PostgreSQL); the executors
+    build and hand Spark only those columns. A column the source lacks, a wrong type or a column named twice
+    is refused at planning, nothing received."""
+    from pyspark.sql.types import StructType
+
+    from airflow_provider_sqlqueue.spark.source.rows import source_arrow_schema, source_schema
+
+    full = source_schema()
+    picked = StructType([full["time_sent"], full["body_text"], full["message_id"]])
+    sent = send_orders(queues, 30)
+
+    def with_schema(schema, options):
+        frame_reader = spark.read.format("sqlqueue").schema(schema)
+        for key, value in options.items():
+            frame_reader = frame_reader.option(key, value)
+        return frame_reader.load()
+
+    for refused in (
+        "message_id string, shoe_size int",
+        "message_id string, message_id string",
+        "body string",
+    ):
+        with pytest.raises(Exception, match=r"\.schema\(\.\.\.\) for format\('sqlqueue'\)"):
+            with_schema(refused, source_options(target, runId="refused")).count()
+    assert queues.queue("orders").count() == 30 and staged_under(queues, "refused") == 0
+
+    # a DDL string: every column nullable (the source's message_id is not); a not null body_text is refused
+    with pytest.raises(Exception, match="body_text may be null"):
+        with_schema("body_text string not null", source_options(target, runId="refused")).count()
+    ddl = with_schema("message_id string, body binary", source_options(target, runId="ddl")).collect()
+    assert sorted(row.message_id for row in ddl) == sorted(message_ids(sent))
+    assert release_read(source_options(target, runId="ddl")) == 30
+    partial = with_schema(picked, source_options(target, runId="picked")).collect()
+    assert partial and list(partial[0].asDict()) == ["time_sent", "body_text", "message_id"]
+    whole = {row.message_id: row for row in reader(spark, source_options(target, runId="picked")).collect()}
+    assert sorted(whole) == sorted(row.message_id for row in partial) == sorted(message_ids(sent))
+    for row in partial:
+        assert (row.time_sent, row.body_text) == (
+            whole[row.message_id].time_sent,
+            whole[row.message_id].body_text,
+        )
+    assert ack_read(source_options(target, runId="picked")) == 30
+
+    options = source_options(target, runId="", batchSize="10")
+    options.pop("runId")
+    stream_options = {**options, "maxMessagesPerTrigger": "20"}
+    more = send_orders(queues, 25)
+    stream_reader = spark.readStream.format("sqlqueue").schema(picked)
+    for key, value in stream_options.items():
+        stream_reader = stream_reader.option(key, value)
+    writer = (
+        stream_reader.load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+    )
+    assert run_available_now(writer) == [20, 5]
+    written = spark.read.parquet(str(tmp_path / "out"))
+    assert written.columns == ["time_sent", "body_text", "message_id"]
+    assert counted(message_ids(more), [row.message_id for row in written.collect()]) == {
+        "lost": 0,
+        "duplicated": 0,
+    }
+    assert queues.queue("orders").count() == 0
+
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    direct = SqlQueueStreamReader(replace(SourceOptions.parse(options), columns=(("message_id", True),)))
+    latest = send_orders(queues, 3)
+    try:
+        start = direct.initialOffset()
+        end = direct.latestOffset(start, direct.getDefaultReadLimit())
+        batches = [batch for part in direct.partitions(start, end) for batch in direct.read(part)]
+        assert all(batch.schema == source_arrow_schema((("message_id", True),)) for batch in batches)
+        assert sorted(row["message_id"] for batch in batches for row in batch.to_pylist()) == sorted(
+            message_ids(latest)
+        )
+    finally:
+        direct.stop()

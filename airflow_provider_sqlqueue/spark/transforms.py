@@ -35,8 +35,14 @@ ORDER_ROW_COLUMNS = [
 ]
 
 
+# The message columns order_rows reads: a sqlqueue read given .schema(source_columns(*ORDER_MESSAGE_COLUMNS))
+# builds only these.
+ORDER_MESSAGE_COLUMNS = ("message_id", "body_text", "time_sent")
+
+
 def order_rows(messages: DataFrame) -> DataFrame:
-    """One row per order message: its message id and the parsed order (for table and file sinks)."""
+    """One row per order message: its message id and the parsed order (for table and file sinks); it reads
+    the columns in ``ORDER_MESSAGE_COLUMNS``."""
     from pyspark.sql import functions as F
 
     order = F.from_json(F.col("body_text"), ORDER_SCHEMA)

@@ -9,7 +9,7 @@ call. Rows in any other form are parsed exactly as :func:`parse_time_sent` parse
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -128,9 +128,14 @@ def _text(value: Any) -> Any:
     return bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray | memoryview) else value
 
 
-def staged_columns(rows: Sequence[Sequence[Any]], unreadable: list[int] | None = None) -> dict[str, Any]:
+def staged_columns(
+    rows: Sequence[Sequence[Any]],
+    unreadable: list[int] | None = None,
+    wanted: Collection[str] | None = None,
+) -> dict[str, Any]:
     """Staged rows (RowVersion, Id, Headers, Body, Expires) as the messages' columns, by name: Python lists,
-    the decoded ``headers`` maps, and ``time_sent`` already an Arrow array.
+    the decoded ``headers`` maps, and ``time_sent`` already an Arrow array. With ``wanted``, only those
+    columns (and ``row_version``, which says whether any row is left) are built.
 
     Without ``unreadable``, :class:`~airflow_provider_sqlqueue.model.errors.HeaderFormatError` if a row's
     headers cannot be read (staging holds only rows whose headers were read when they were received). With
@@ -143,22 +148,31 @@ def staged_columns(rows: Sequence[Sequence[Any]], unreadable: list[int] | None =
         if unreadable is None:
             raise
         rows, maps = _readable(rows, unreadable)
-    natives = [native if type(native) is str else str(native) for native in (row[1] for row in rows)]
-    return {
-        "message_id": [
-            headers.get(MESSAGE_ID) or native for headers, native in zip(maps, natives, strict=True)
+    builders: dict[str, Callable[[], Any]] = {
+        "message_id": lambda: [
+            headers.get(MESSAGE_ID) or native for headers, native in zip(maps, _natives(rows), strict=True)
         ],
-        "native_id": natives,
-        "row_version": [value if type(value) is int else int(value) for value in (row[0] for row in rows)],
-        "headers": maps,
-        "body": [
+        "native_id": lambda: _natives(rows),
+        "headers": lambda: maps,
+        "body": lambda: [
             body if body is None or type(body) is bytes else bytes(body) for body in (row[3] for row in rows)
         ],
-        "content_type": [headers.get(CONTENT_TYPE) for headers in maps],
-        "message_type": [headers.get(ENCLOSED_MESSAGE_TYPES) for headers in maps],
-        "time_sent": times_sent_array([headers.get(TIME_SENT) for headers in maps]),
-        "expires": [None if value is None else as_utc(value) for value in (row[4] for row in rows)],
+        "content_type": lambda: [headers.get(CONTENT_TYPE) for headers in maps],
+        "message_type": lambda: [headers.get(ENCLOSED_MESSAGE_TYPES) for headers in maps],
+        "time_sent": lambda: times_sent_array([headers.get(TIME_SENT) for headers in maps]),
+        "expires": lambda: [None if value is None else as_utc(value) for value in (row[4] for row in rows)],
     }
+    columns = {
+        "row_version": [value if type(value) is int else int(value) for value in (row[0] for row in rows)]
+    }
+    for name, build in builders.items():
+        if wanted is None or name in wanted:
+            columns[name] = build()
+    return columns
+
+
+def _natives(rows: Sequence[Sequence[Any]]) -> list[str]:
+    return [native if type(native) is str else str(native) for native in (row[1] for row in rows)]
 
 
 def record_batch(columns: dict[str, Any], schema: Any) -> Any:

@@ -10,14 +10,15 @@ Register it once per session, then read, stream and write queues like any other 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource
 
-from ...transport import ConfigurationError
 from .batch import SqlQueueBatchReader
 from .options import SourceOptions
-from .rows import source_schema
+from .rows import selected_columns, source_schema
 from .stream import SqlQueueStreamReader
 
 if TYPE_CHECKING:
@@ -27,17 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["SqlQueueDataSource"]
 
 
-def _check_schema(schema: StructType) -> None:
-    """A schema given with ``.schema(...)`` must be the source's (same names and types, in order): the rows
-    are built in that shape on the executors, so another one would fail there, after the messages were
-    received into staging."""
-    ours = source_schema()
-    given = [(field.name, field.dataType) for field in schema.fields]
-    if given != [(field.name, field.dataType) for field in ours.fields]:
-        raise ConfigurationError(
-            "format('sqlqueue') reads have a fixed schema; leave .schema(...) out or give this one: "
-            f"{ours.simpleString()} (given: {schema.simpleString()})"
-        )
+def _options(given: Mapping[str, str], schema: StructType) -> SourceOptions:
+    """The read's options with the columns its ``.schema(...)`` selects (checked before anything moves)."""
+    return replace(SourceOptions.parse(given), columns=selected_columns(schema))
 
 
 class SqlQueueDataSource(DataSource):
@@ -52,14 +45,10 @@ class SqlQueueDataSource(DataSource):
         return source_schema()
 
     def reader(self, schema: StructType) -> SqlQueueBatchReader:
-        options = SourceOptions.parse(self.options)
-        _check_schema(schema)
-        return SqlQueueBatchReader(options)
+        return SqlQueueBatchReader(_options(self.options, schema))
 
     def streamReader(self, schema: StructType) -> SqlQueueStreamReader:
-        options = SourceOptions.parse(self.options)
-        _check_schema(schema)
-        return SqlQueueStreamReader(options)
+        return SqlQueueStreamReader(_options(self.options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import SqlQueueDataSourceWriter

@@ -280,7 +280,9 @@ def read_held(options: SourceOptions, bounds: list[tuple[int, int]]) -> Iterator
         with transport.connection() as connection:
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
             for start, end in bounds:
-                yield from staged_batches(cursor, sql.held_slice(), (start, end), unreadable=unreadable)
+                yield from staged_batches(
+                    cursor, sql.held_slice(), (start, end), unreadable=unreadable, columns=options.columns
+                )
             connection.commit()
         if unreadable:
             log.error(

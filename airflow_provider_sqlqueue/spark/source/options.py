@@ -126,7 +126,9 @@ def _flag(options: Mapping[str, str], key: str) -> bool:
 class SourceOptions:
     """What one ``spark.read`` / ``spark.readStream`` of ``format("sqlqueue")`` asks for.
 
-    ``url`` holds the credentials and stays out of ``repr``.
+    ``url`` holds the credentials and stays out of ``repr``. ``columns`` is what a ``.schema(...)``
+    selects: each column's name and whether the read lets it be null (None: every column, as the source
+    declares them).
     """
 
     url: str = field(repr=False)
@@ -145,6 +147,7 @@ class SourceOptions:
     stage_ahead: bool = False
     read_in_place: bool | None = None
     create_tables: bool = False
+    columns: tuple[tuple[str, bool], ...] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], environ: Mapping[str, str] | None = None) -> SourceOptions:

@@ -5,9 +5,10 @@ Spark as Arrow record batches (column by column, as the drain's reader does: far
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...transport import ConfigurationError
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
 from ..drain.columns import record_batch, staged_columns
 from ..drain.messages import TEXT_TYPES_PATTERN, message_row, messages_schema
@@ -16,7 +17,14 @@ from ..row_batches import row_batches
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["source_arrow_schema", "source_row", "source_schema", "staged_batches"]
+__all__ = [
+    "selected_columns",
+    "source_arrow_schema",
+    "source_columns",
+    "source_row",
+    "source_schema",
+    "staged_batches",
+]
 
 ROWS_PER_BATCH = 2000
 
@@ -59,11 +67,32 @@ def source_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, e
     )
 
 
-def source_arrow_schema() -> Any:
-    """:func:`source_schema` as the Arrow schema Spark checks a data source's record batches against."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+def source_columns(*names: str) -> StructType:
+    """The source's schema with only ``names``, in that order: ``readStream.format("sqlqueue")
+    .schema(source_columns("message_id", "body_text"))`` builds and hands Spark only those columns."""
+    from pyspark.sql.types import StructType
 
-    return to_arrow_schema(source_schema(), timezone="UTC")
+    schema = source_schema()
+    unknown = [name for name in names if name not in schema.names]
+    if unknown:
+        raise ConfigurationError(
+            f"the sqlqueue source has no column {', '.join(unknown)}; it has {schema.names}"
+        )
+    return StructType([schema[name] for name in names])
+
+
+def source_arrow_schema(columns: Sequence[tuple[str, bool]] | None = None) -> Any:
+    """:func:`source_schema` (or the ``columns`` a read selects: name and whether it may be null, in that
+    order) as the Arrow schema Spark checks a data source's record batches against."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    schema = source_schema()
+    if columns is not None:
+        schema = StructType(
+            [StructField(name, schema[name].dataType, nullable) for name, nullable in columns]
+        )
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def staged_batches(
@@ -72,21 +101,72 @@ def staged_batches(
     params: tuple,
     rows_per_batch: int = ROWS_PER_BATCH,
     unreadable: list[int] | None = None,
+    columns: Sequence[tuple[str, bool]] | None = None,
 ) -> Iterator[Any]:
     """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`,
-    each row what :func:`source_row` makes of it, built column by column. With ``unreadable`` (rows held in
-    place, whose headers nobody read yet), rows whose headers are not a header map are left out and their
-    RowVersions appended to it."""
-    schema = source_arrow_schema()
+    each row what :func:`source_row` makes of it, built column by column; with ``columns`` (a ``.schema``
+    naming some of the source's columns), only those are built and handed to Spark. With ``unreadable``
+    (rows held in place, whose headers nobody read yet), rows whose headers are not a header map are left
+    out and their RowVersions appended to it."""
+    schema = source_arrow_schema(columns)
+    wanted = set(schema.names)
+    if "body_text" in wanted:
+        wanted |= {"body", "content_type"}
     for rows in row_batches(cursor, statement, params, rows_per_batch):
-        columns = staged_columns(rows, unreadable)
-        if not columns["row_version"]:
+        built = staged_columns(rows, unreadable, wanted)
+        if not built["row_version"]:
             continue
-        maps = columns["headers"]
-        columns["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
-        columns["reply_to_address"] = [headers.get(REPLY_TO_ADDRESS) for headers in maps]
-        columns["body"], columns["body_text"] = body_columns(columns["body"], columns["content_type"])
-        yield record_batch(columns, schema)
+        maps = built.get("headers", [])
+        if "correlation_id" in wanted:
+            built["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
+        if "reply_to_address" in wanted:
+            built["reply_to_address"] = [headers.get(REPLY_TO_ADDRESS) for headers in maps]
+        if "body_text" in wanted:
+            built["body"], built["body_text"] = body_columns(built["body"], built["content_type"])
+        yield record_batch(built, schema)
+
+
+def selected_columns(given: StructType) -> tuple[tuple[str, bool], ...] | None:
+    """The columns a ``.schema(...)`` given to a read selects, each name with whether the read lets it be
+    null: None for the source's own schema, else the given fields in their order, each one of
+    :func:`source_schema`'s with the same type. Spark hands a Python data source every column it builds (no
+    column pruning), so a schema naming only the columns a job reads spares the executors building and
+    shipping the others (the body twice, the headers map).
+
+    :class:`~airflow_provider_sqlqueue.transport.ConfigurationError` for any other schema, and for a column
+    declared not null that the source may leave null, at planning, before anything is received."""
+    ours = source_schema()
+    if [(f.name, f.dataType, f.nullable) for f in given.fields] == [
+        (f.name, f.dataType, f.nullable) for f in ours.fields
+    ]:
+        return None
+    names = [field.name for field in given.fields]
+    known = {field.name: field for field in ours.fields}
+    wrong = [
+        f"{field.name} {field.dataType.simpleString()}"
+        for field in given.fields
+        if field.name not in known or known[field.name].dataType != field.dataType
+    ]
+    not_null = (
+        [field.name for field in given.fields if not field.nullable and known[field.name].nullable]
+        if not wrong
+        else []
+    )
+    problem = ""
+    if not names:
+        problem = "it names no column"
+    elif wrong:
+        problem = f"not the source's: {', '.join(wrong)}"
+    elif len(set(names)) != len(names):
+        problem = "it names a column twice"
+    elif not_null:
+        problem = f"{', '.join(not_null)} may be null"
+    if problem:
+        raise ConfigurationError(
+            "a .schema(...) for format('sqlqueue') names some of the source's columns with their types "
+            f"({problem}); the source's schema is {ours.simpleString()} (given: {given.simpleString()})"
+        )
+    return tuple((field.name, field.nullable) for field in given.fields)
 
 
 def body_columns(bodies: list[bytes | None], content_types: list[str | None]) -> tuple[Any, Any]:

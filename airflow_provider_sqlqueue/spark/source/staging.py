@@ -292,5 +292,7 @@ def read_staged(
                     connection.rollback()
                     raise
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
-            yield from staged_batches(cursor, sql.staged_slice(), (run_id, low, high))
+            yield from staged_batches(
+                cursor, sql.staged_slice(), (run_id, low, high), columns=options.columns
+            )
             connection.commit()
