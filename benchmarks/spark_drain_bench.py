@@ -234,21 +234,28 @@ def report(**figures: Any) -> None:
 
 
 # ---- the streaming data source, run by spark-submit with this file as the application ----------------
-def stream_application(queue: str, files: str, checkpoint: str, per_trigger: int, stream_id: str) -> None:
-    """``readStream.format("sqlqueue")`` with ``availableNow`` through ``order_rows`` into parquet files."""
+def stream_application(
+    queue: str, files: str, checkpoint: str, per_trigger: int, stream_id: str, all_columns: bool = False
+) -> None:
+    """``readStream.format("sqlqueue")`` with ``availableNow`` through ``order_rows`` into parquet files;
+    the read names the columns ``order_rows`` reads (as Spark's JDBC read selects only the columns a query
+    uses), or with ``all_columns`` reads every column of the source."""
     from pyspark.sql import SparkSession
 
     from airflow_provider_sqlqueue.spark import SqlQueueDataSource
-    from airflow_provider_sqlqueue.spark.transforms import order_rows
+    from airflow_provider_sqlqueue.spark.source import source_columns
+    from airflow_provider_sqlqueue.spark.transforms import ORDER_MESSAGE_COLUMNS, order_rows
 
     started = time.monotonic()
     spark = SparkSession.builder.appName("stream-bench").getOrCreate()
     spark.dataSource.register(SqlQueueDataSource)
     session_seconds = time.monotonic() - started
     t0 = time.monotonic()
+    read = spark.readStream.format("sqlqueue")
+    if not all_columns:
+        read = read.schema(source_columns(*ORDER_MESSAGE_COLUMNS))
     messages = (
-        spark.readStream.format("sqlqueue")
-        .option("queue", queue)
+        read.option("queue", queue)
         .option("streamId", stream_id)  # one stream id per checkpoint (docs/spark.md)
         .option("batchSize", "1000")
         .option("partitions", "2")
@@ -568,9 +575,11 @@ def run_staged(transport, n: int, env: dict[str, str], args: list[str]) -> dict[
 
 def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder: Path) -> dict[str, Any]:
     """The streaming comparison on a freshly filled queue: parquet files from the JDBC read, then from
-    the ``sqlqueue`` stream; every message once in the stream's files, the queue and staging empty."""
+    the ``sqlqueue`` stream reading the columns the job uses, then (the queue filled again) from the stream
+    reading every column; every message once in each stream's files, the queue and staging empty."""
+    from airflow_provider_sqlqueue.spark.transforms import ORDER_MESSAGE_COLUMNS
+
     result: dict[str, Any] = {"stream_fill_seconds": round(fill(transport, n), 1)}
-    this = str(Path(__file__).resolve())
     files = folder / "jdbc-files"
     baseline_args = ["--jdbc-baseline", "--files", str(files)]
     settle(transport)
@@ -578,22 +587,49 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     print(f"  {BASELINE[0]} read+parquet: {result['jdbc_file']['job']['seconds']:.1f} s", flush=True)
     assert result["jdbc_file"]["job"]["written"] == n, result["jdbc_file"]["job"]
     assert transport.queue("orders").count() == n, "the baseline must not change the queue"
-    args = ["--stream-app", "--files", str(folder / "stream-files")]
-    stream_id = f"bench-stream-{n}"
-    args += [
+    jdbc_rate = n / result["jdbc_file"]["job"]["seconds"]
+    result.update(stream_per_trigger=per_trigger, jdbc_file_msgs_per_s=round(jdbc_rate))
+    result["stream_columns"] = list(ORDER_MESSAGE_COLUMNS)
+    result["stream"] = stream_once(transport, n, env, per_trigger, folder / "columns", all_columns=False)
+    result["stream_left_staged"] = result["stream"].pop("left_staged")
+    stream_rate = n / result["stream"]["job"]["seconds"]
+    result.update(stream_msgs_per_s=round(stream_rate), stream_ratio=round(stream_rate / jdbc_rate, 2))
+    fill(transport, n)
+    result["stream_all_columns"] = stream_once(
+        transport, n, env, per_trigger, folder / "all", all_columns=True
+    )
+    result["stream_all_columns"].pop("left_staged")
+    all_rate = n / result["stream_all_columns"]["job"]["seconds"]
+    result.update(
+        stream_all_columns_msgs_per_s=round(all_rate), stream_all_columns_ratio=round(all_rate / jdbc_rate, 2)
+    )
+    return result
+
+
+def stream_once(
+    transport, n: int, env: dict[str, str], per_trigger: int, folder: Path, all_columns: bool
+) -> dict[str, Any]:
+    """One ``spark-submit`` of the stream application over the ``n`` queued messages, checked: every message
+    once in its files, the queue empty, at most the last micro-batch left staged."""
+    this = str(Path(__file__).resolve())
+    stream_id = f"bench-stream-{n}-{'all' if all_columns else 'columns'}"
+    args = [
+        "--stream-app",
+        "--files",
+        str(folder / "stream-files"),
         "--checkpoint",
         str(folder / "checkpoint"),
-        "--per-trigger",
-        str(per_trigger),
-        "--stream-id",
-        stream_id,
     ]
+    args += ["--per-trigger", str(per_trigger), "--stream-id", stream_id] + (
+        ["--all-columns"] if all_columns else []
+    )
     settle(transport)
-    result["stream"] = spark_submit(this, args, env, "spark_drain_bench")
-    job = result["stream"]["job"]
+    result = spark_submit(this, args, env, "spark_drain_bench")
+    job = result["job"]
     phases = ", ".join(f"{phase} {seconds} s" for phase, seconds in job.get("phase_seconds", {}).items())
+    label = "every column" if all_columns else "the job's columns"
     batches = job["micro_batches"]
-    print(f"  stream (availableNow, {batches} batches): {job['seconds']:.1f} s ({phases})", flush=True)
+    print(f"  stream ({label}, {batches} batches): {job['seconds']:.1f} s ({phases})", flush=True)
     assert job["written"] == job["distinct"] == n, job
     assert transport.queue("orders").count() == 0
     with transport.connection() as connection:
@@ -605,14 +641,7 @@ def run_stream(transport, n: int, env: dict[str, str], per_trigger: int, folder:
     # Spark commits a micro-batch to its source when it plans the next one, so the last batch of a query
     # that ends stays staged (already in the files) until the query's next run: at most one trigger's worth.
     assert staged <= per_trigger, f"{staged} rows left in staging, more than the last micro-batch"
-    result["stream_left_staged"] = staged
-    jdbc_rate, stream_rate = n / result["jdbc_file"]["job"]["seconds"], n / job["seconds"]
-    result.update(
-        stream_per_trigger=per_trigger,
-        jdbc_file_msgs_per_s=round(jdbc_rate),
-        stream_msgs_per_s=round(stream_rate),
-        stream_ratio=round(stream_rate / jdbc_rate, 2),
-    )
+    result["left_staged"] = staged
     return result
 
 
@@ -659,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     parser.add_argument("--per-trigger", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--stream-id", help=argparse.SUPPRESS)
+    parser.add_argument("--all-columns", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jdbc_baseline:
         jdbc_baseline("orders", "jdbc_rows", args.files, args.engine)
@@ -672,7 +702,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"needs {SQLITE_JDBC_JAR}: apt-get install libxerial-sqlite-jdbc-java", file=sys.stderr)
         return 2
     if args.stream_app:
-        stream_application("orders", args.files, args.checkpoint, args.per_trigger, args.stream_id)
+        stream_application(
+            "orders", args.files, args.checkpoint, args.per_trigger, args.stream_id, args.all_columns
+        )
         return 0
     if args.engine == "postgresql" and not JDBC_JAR.exists():
         print(f"needs {JDBC_JAR}: apt-get install libpostgresql-jdbc-java", file=sys.stderr)
@@ -746,9 +778,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['stream_ratio']}x | {row['stream']['job']['micro_batches']} | "
                 f"{row['stream']['jvm_mb']} / {row['jdbc_file']['jvm_mb']} |"
             )
+            print(
+                f"| {row['n']:,} (every column) | {row['jdbc_file_msgs_per_s']:,} | "
+                f"{row['stream_all_columns_msgs_per_s']:,} | {row['stream_all_columns_ratio']}x | "
+                f"{row['stream_all_columns']['job']['micro_batches']} | "
+                f"{row['stream_all_columns']['jvm_mb']} / {row['jdbc_file']['jvm_mb']} |"
+            )
     print("\nCPU seconds over each whole application (JVM start included), by process:")
     for row in results:
-        for label in ("jdbc", "drain", "drain_staged", "jdbc_file", "stream"):
+        for label in ("jdbc", "drain", "drain_staged", "jdbc_file", "stream", "stream_all_columns"):
             if label in row:
                 cpu = ", ".join(f"{kind} {seconds}" for kind, seconds in row[label]["cpu_seconds"].items())
                 disk = row[label]["disk_mb"]
@@ -912,6 +950,16 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 wall_s_jdbc_file=row["jdbc_file"]["wall_seconds"],
                 disk_mb_stream=stream["disk_mb"],
                 disk_mb_jdbc_file=row["jdbc_file"]["disk_mb"],
+                stream_columns=row["stream_columns"],
+            )
+        if "stream_all_columns" in row:
+            every = row["stream_all_columns"]
+            rows[-1].update(
+                stream_all_columns_msgs_per_s=row["stream_all_columns_msgs_per_s"],
+                stream_all_columns_s=round(every["job"]["seconds"], 1),
+                stream_all_columns_phase_s=every["job"]["phase_seconds"],
+                cpu_s_stream_all_columns=every["cpu_seconds"],
+                wall_s_stream_all_columns=every["wall_seconds"],
             )
     return {
         "about": "The Spark drain benchmark (benchmarks/spark_drain_bench.py) shown in benchmarks/README.md "
