@@ -213,10 +213,10 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     )
     stream_reader = SqlQueueStreamReader(options)
     start = stream_reader.initialOffset()
-    assert start == {"position": 0}
+    assert start["position"] == 0
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
-    assert end == {"position": 10} and queues.queue("orders").count() == 15
-    assert stream_reader.latestOffset(start, ReadMaxRows(6)) == {"position": 6}  # staged rows first
+    assert end["position"] == 10 and queues.queue("orders").count() == 15
+    assert stream_reader.latestOffset(start, ReadMaxRows(6))["position"] == 6  # staged rows first
     assert queues.queue("orders").count() == 15
     partitions = stream_reader.partitions(start, end)
     rows = [row for partition in partitions for row in rows_read(stream_reader, partition)]
@@ -228,7 +228,7 @@ def test_stream_offsets_are_staging_positions_and_a_second_query_cannot_stage(ta
     with pytest.raises(StreamConflict, match="one stream id belongs to one streaming query"):
         stage_stream_batch(queues, queue, bridge_sql(queues, options), "stream:orders", 5, StreamMark(3, 10))
     assert queue.count() == 15 and staged_under(queues, "stream:orders") == 0
-    assert stream_reader.latestOffset(end, ReadMaxRows(100)) == {"position": 25}
+    assert stream_reader.latestOffset(end, ReadMaxRows(100))["position"] == 25
     assert queue.count() == 0
 
 
@@ -273,7 +273,7 @@ def test_stream_drops_expired_messages_and_moves_unreadable_ones_as_a_receive_do
     rows = [row for p in stream_reader.partitions(start, end) for row in rows_read(stream_reader, p)]
     assert [row["message_id"] for row in rows] == before + after
     positions = [row["row_version"] for row in rows]
-    assert positions == sorted(set(positions)) and end == {"position": positions[-1]}
+    assert positions == sorted(set(positions)) and end["position"] == positions[-1]
     assert queues.queue("error").count() == 1 and rows_in_orders(queues) == 0
     stream_reader.commit(end)
     assert staged_under(queues, "stream:orders") == 0
@@ -310,8 +310,8 @@ def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_commit
         return SqlQueueStreamReader(SourceOptions.parse(options))
 
     unread = stream_reader(streamId="never-read")
-    assert unread.latestOffset(unread.initialOffset(), ReadMaxRows(3)) == {"position": 3}
-    assert stream_reader(streamId="never-read").initialOffset() == {"position": 0}  # no batch read them
+    assert unread.latestOffset(unread.initialOffset(), ReadMaxRows(3))["position"] == 3
+    assert stream_reader(streamId="never-read").initialOffset()["position"] == 0  # no batch read them
 
     ended = stream_reader()
     first = ended.latestOffset(ended.initialOffset(), ReadMaxRows(10))
@@ -322,12 +322,12 @@ def test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_commit
         stream_reader().initialOffset()
     assert staged_under(queues, "stream:orders") == 10 and queues.queue("orders").count() == 17
 
-    assert stream_reader(onUncommittedBatch="redeliver").initialOffset() == {"position": 0}
+    assert stream_reader(onUncommittedBatch="redeliver").initialOffset()["position"] == 0
     discarding = stream_reader(onUncommittedBatch="discard")
     start = discarding.initialOffset()
-    assert start == {"position": 10}
+    assert start["position"] == 10
     end = discarding.latestOffset(start, ReadMaxRows(100))
-    assert end == {"position": 27} and queues.queue("orders").count() == 0
+    assert end["position"] == 27 and queues.queue("orders").count() == 0
     assert staged_under(queues, "stream:orders") == 17  # the discarded 10 deleted
     rows = [row["message_id"] for p in discarding.partitions(start, end) for row in rows_read(discarding, p)]
     assert rows == message_ids(sent)[13:]
@@ -605,6 +605,98 @@ def test_a_query_that_starts_on_a_stream_id_takes_it_and_the_other_reads_nothing
 
 
 @pytest.mark.parametrize("target", NO_SPARK_ENGINES, indirect=True)
+def test_a_query_restarted_from_a_checkpoint_older_than_the_streams_newest_is_refused(target, queues) -> None:
+    """A plans a batch and dies; B starts on the stream id from a new checkpoint (redeliver), delivers and
+    commits. A restarted from its own checkpoint would replay a batch B delivered: its replay and its next
+    plan fail naming the stream, and touch nothing. B restarted from its checkpoint goes on."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = message_ids(send_orders(queues, 25))
+
+    def stream_reader(**extra: str) -> SqlQueueStreamReader:
+        options = source_options(target, batchSize="4", stageAhead="false", readInPlace="false", **extra)
+        return SqlQueueStreamReader(SourceOptions.parse(options))
+
+    a = stream_reader()
+    a_start = a.initialOffset()
+    a_end = a.latestOffset(a_start, ReadMaxRows(10))
+    assert stream_rows(a, a.partitions(a_start, a_end)) == sent[:10]
+    a.stop()
+    b = stream_reader(onUncommittedBatch="redeliver")
+    b_start = b.initialOffset()
+    assert (a_start["checkpoint"], b_start["checkpoint"]) == (1, 2)
+    b_end = b.latestOffset(b_start, ReadMaxRows(15))
+    assert stream_rows(b, b.partitions(b_start, b_end)) == sent[:15]
+    b.commit(b_end)
+    queued, staged = queues.queue("orders").count(), staged_under(queues, "stream:orders")
+
+    for call in (
+        lambda restarted: restarted.partitions(a_start, a_end),
+        lambda restarted: restarted.latestOffset(a_end, ReadMaxRows(10)),
+        lambda restarted: restarted.commit(a_end),
+    ):
+        with pytest.raises(
+            ConfigurationError, match="stream:orders: a query started on this stream id from a new"
+        ):
+            call(stream_reader())
+    assert (queues.queue("orders").count(), staged_under(queues, "stream:orders")) == (queued, staged)
+
+    b_again = stream_reader()
+    b_next = b_again.latestOffset(b_end, ReadMaxRows(10))
+    assert b_next["checkpoint"] == 2
+    assert stream_rows(b_again, b_again.partitions(b_end, b_next)) == sent[15:]
+    b_again.commit(b_next)
+    assert staged_under(queues, "stream:orders") == 0 and queues.queue("orders").count() == 0
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_staged_read_on_sqlite_sees_the_rows_as_they_were_when_it_checked_its_owner(
+    target, queues, monkeypatch
+) -> None:
+    """SQLite has no shared row lock to make a takeover wait for a reader that checked it owns the stream, as
+    PostgreSQL and SQL Server do: its check and its read are one snapshot instead. Here query C takes the
+    stream over (discarding B's planned batch), reads and commits between B's check and B's read; B still
+    reads its whole planned batch, as it would have with the takeover waiting for it."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from airflow_provider_sqlqueue.spark.source import staging
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+
+    sent = message_ids(send_orders(queues, 30))
+
+    def stream_reader(**extra: str) -> SqlQueueStreamReader:
+        options = source_options(target, batchSize="4", stageAhead="false", **extra)
+        return SqlQueueStreamReader(SourceOptions.parse(options))
+
+    b = stream_reader(partitions="1")
+    b_start = b.initialOffset()
+    b_end = b.latestOffset(b_start, ReadMaxRows(10))
+    planned = b.partitions(b_start, b_end)
+    c_read: list[str] = []
+    checked, taken = staging._check_owner, []
+
+    def check_then_take_over(*args, **kwargs) -> None:
+        checked(*args, **kwargs)
+        if taken:  # C's own reads
+            return
+        taken.append(True)
+        c = stream_reader(onUncommittedBatch="discard")
+        c_start = c.initialOffset()
+        c_end = c.latestOffset(c_start, ReadMaxRows(100))
+        c_read.extend(stream_rows(c, c.partitions(c_start, c_end)))
+        c.commit(c_end)
+
+    monkeypatch.setattr(staging, "_check_owner", check_then_take_over)
+    assert len(planned) == 1
+    b_read = stream_rows(b, planned)
+    assert c_read == sent[10:]
+    assert sorted(b_read) == sorted(sent[:10])
+    assert staged_under(queues, "stream:orders") == 0 and queues.queue("orders").count() == 0
+
+
+@pytest.mark.parametrize("target", NO_SPARK_ENGINES, indirect=True)
 def test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger(target, queues) -> None:
     """No maxMessagesPerTrigger: a micro-batch takes at most batchSize * DEFAULT_RECEIVES_PER_TRIGGER
     messages, with Spark's default limit and with ReadAllAvailable alike, so a deep backlog is staged a
@@ -620,10 +712,10 @@ def test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger(target
     stream_reader = SqlQueueStreamReader(SourceOptions.parse(options))
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
-    assert end == {"position": bound} and queues.queue("orders").count() == 15
+    assert end["position"] == bound and queues.queue("orders").count() == 15
     stream_reader.partitions(start, end)
     stream_reader.commit(end)
-    assert stream_reader.latestOffset(end, ReadAllAvailable()) == {"position": bound + 15}
+    assert stream_reader.latestOffset(end, ReadAllAvailable())["position"] == bound + 15
 
 
 @pytest.mark.parametrize("target", NO_SPARK_ENGINES, indirect=True)
@@ -641,12 +733,12 @@ def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(targe
     stream_reader = SqlQueueStreamReader(SourceOptions.parse(options))
     start = stream_reader.initialOffset()
     end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
-    assert end == {"position": 10} and queues.queue("orders").count() == 15
+    assert end["position"] == 10 and queues.queue("orders").count() == 15
     first = [row for p in stream_reader.partitions(start, end) for row in rows_read(stream_reader, p)]
     stream_reader.wait_for_staging_ahead(timeout=60)
     assert queues.queue("orders").count() == 5 and staged_under(queues, "stream:orders") == 20
     following = stream_reader.latestOffset(end, ReadMaxRows(10))
-    assert following == {"position": 20} and queues.queue("orders").count() == 5
+    assert following["position"] == 20 and queues.queue("orders").count() == 5
     second = [row for p in stream_reader.partitions(end, following) for row in rows_read(stream_reader, p)]
     stream_reader.wait_for_staging_ahead(timeout=60)
     assert queues.queue("orders").count() == 0 and staged_under(queues, "stream:orders") == 15

@@ -163,3 +163,35 @@ def test_where_the_driver_cannot_hold_the_stream_stages(target, queues, caplog) 
     plain = new_reader(target, readInPlace="false", streamId="plain")
     assert "ranges" not in plain.initialOffset()
     assert queues.queue("orders").count() == 3
+
+
+def test_a_query_restarted_from_a_checkpoint_older_than_the_streams_newest_holds_nothing(
+    target, queues
+) -> None:
+    """A holds a batch and dies; B starts from a new checkpoint (redeliver) and holds the same messages. A
+    restarted from its checkpoint fails at once, without waiting on B's held rows or deleting any; B
+    settles its batch as usual."""
+    sent = message_ids(send_orders(queues, 12))
+    a = new_reader(target, maxMessagesPerTrigger="5")
+    a_start = a.initialOffset()
+    a_end = a.latestOffset(a_start, a.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(a, a_start, a_end)] == sent[:5]
+    a.stop()
+    b = new_reader(target, maxMessagesPerTrigger="8", onUncommittedBatch="redeliver")
+    b_start = b.initialOffset()
+    b_end = b.latestOffset(b_start, b.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(b, b_start, b_end)] == sent[:8]
+    for call in (
+        lambda restarted: restarted.partitions(a_start, a_end),
+        lambda restarted: restarted.latestOffset(a_end, restarted.getDefaultReadLimit()),
+        lambda restarted: restarted.commit(a_end),
+    ):
+        with pytest.raises(
+            ConfigurationError, match="a query started on this stream id from a new checkpoint"
+        ):
+            call(new_reader(target, maxMessagesPerTrigger="5"))
+    assert queues.queue("orders").count() == 12  # B's batch is held, not settled
+    last = b.latestOffset(b_end, b.getDefaultReadLimit())
+    assert [row["message_id"] for row in read_all(b, b_end, last)] == sent[8:]
+    b.latestOffset(last, b.getDefaultReadLimit())
+    assert queues.queue("orders").count() == 0

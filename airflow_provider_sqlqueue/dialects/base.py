@@ -269,6 +269,11 @@ class Dialect(ArchiveStatements, SubscriptionStatements, ABC):
         """A statement that starts a write transaction, where the driver does not start one itself."""
         return None
 
+    def begin_read(self) -> str | None:
+        """A statement that starts a transaction whose reads share one snapshot, where the driver does not
+        start one itself."""
+        return None
+
     # ---- runtime -------------------------------------------------------------------------------
     @abstractmethod
     def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:

@@ -140,6 +140,9 @@ class SqliteDialect(SqliteSubscriptions):
     def begin_write(self) -> str:
         return "BEGIN IMMEDIATE"
 
+    def begin_read(self) -> str:
+        return "BEGIN"  # deferred: the first read takes the snapshot the transaction's reads share
+
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return (
             f"SELECT 1 FROM {self._schema_prefix(address)}sqlite_master WHERE type = 'table' AND name = ?",

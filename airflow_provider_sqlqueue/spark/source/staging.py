@@ -65,6 +65,10 @@ class StreamMark:
     planned and has not settled (``held``), and the RowVersions in it whose headers the executors could not
     read (``unreadable``), which the settle moves to the error queue.
 
+    ``checkpoint`` counts the queries that started on the stream id from a new checkpoint; their offsets
+    carry it, so a query restarted from an older checkpoint is refused (its replay could repeat what the
+    newer query delivered).
+
     The row's Summary holds it as JSON; compare-and-set statements compare that text, so :meth:`summary`
     writes the same text for the same mark."""
 
@@ -73,6 +77,7 @@ class StreamMark:
     owner: str | None = None
     held: tuple[tuple[int, int], ...] | None = None
     unreadable: tuple[int, ...] = ()
+    checkpoint: int = 0
 
     def summary(self) -> str:
         fields: dict[str, Any] = {"position": self.position}
@@ -84,6 +89,8 @@ class StreamMark:
             fields["held"] = [list(pair) for pair in self.held]
         if self.unreadable:
             fields["unreadable"] = list(self.unreadable)
+        if self.checkpoint:
+            fields["checkpoint"] = self.checkpoint
         return json.dumps(fields)
 
     @classmethod
@@ -97,6 +104,7 @@ class StreamMark:
                 None if owner is None else str(owner),
                 None if held is None else tuple((int(low), int(high)) for low, high in held),
                 tuple(int(key) for key in fields.get("unreadable", ())),
+                int(fields.get("checkpoint", 0)),
             )
         except (AttributeError, KeyError, TypeError, ValueError):
             raise ConfigurationError(
@@ -281,13 +289,19 @@ def read_staged(
     options: SourceOptions, run_id: str, low: int, high: int, owner: str | None = None
 ) -> Iterator[Any]:
     """The staged rows of ``run_id`` with ``low <= RowVersion < high``, in order, as Arrow record batches of
-    the source's columns. With ``owner`` (a stream's reads), only while the stream's row names that owner."""
+    the source's columns. With ``owner`` (a stream's reads), only while the stream's row names that owner:
+    the check and the read are one transaction (on SQLite one snapshot, where PostgreSQL and SQL Server hold
+    a shared lock on the stream's row)."""
     with options.open(pool_size=1, max_overflow=0) as transport:
         sql = bridge_sql(transport, options)
         with transport.connection() as connection:
             if owner is not None:
                 try:
-                    _check_owner(transport, connection.cursor(), sql, run_id, owner)
+                    check = connection.cursor()
+                    begin = transport.dialect.begin_read()
+                    if begin:
+                        check.execute(begin, ())
+                    _check_owner(transport, check, sql, run_id, owner)
                 except StreamConflict:
                     connection.rollback()
                     raise

@@ -33,7 +33,10 @@ One query owns a stream id: each reader claims it in the stream's row on its fir
 query that starts last takes it over. From then on the other query's receives, plans, reads (the token
 travels in each partition) and commits fail naming the stream id (``staging.py``), so no message reaches
 both. ``initialOffset`` claims together with its decision on the staged rows: a query refused for an
-uncommitted batch takes nothing from the query that read it.
+uncommitted batch takes nothing from the query that read it. Each such claim counts one more checkpoint in
+the stream's row, and the query's offsets carry the count: a query restarted from an older checkpoint than
+the last one started on the stream id is refused before it claims, since its replay could repeat what the
+newer query delivered.
 
 Without ``maxMessagesPerTrigger`` a micro-batch takes at most ``batchSize * DEFAULT_RECEIVES_PER_TRIGGER``
 messages (``options.py``), with Spark's ``ReadAllAvailable`` too.
@@ -128,6 +131,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.budget: int | None = None  # Trigger.AvailableNow: how many messages may still be received
         self.owner = uuid.uuid4().hex  # this query's claim on the stream
         self.claimed = False
+        self.checkpoint: int | None = None  # the stream row's checkpoint count this query's offsets carry
+        self._resumed_from: dict | None = None  # a restart's first offset, checked when it claims
         self.committed_through = 0  # the staged rows through this position are deleted (driver only)
         self._lock = threading.RLock()  # the driver's calls and the staging-ahead thread, one at a time
         self._ahead: threading.Thread | None = None
@@ -173,20 +178,48 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _owned(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
         """The stream's row, owned by this query: claimed on the query's first call, and an error naming
-        the stream id once another query has taken it."""
+        the stream id once another query has taken it, or (a restart) once a query started on it from a
+        newer checkpoint."""
         for _ in range(3):
             mark = self._mark(transport, sql, queue)
             if mark.owner == self.owner:
                 return mark
             if self.claimed:
                 raise taken_over(self.stream_id)
+            self._check_checkpoint(mark)
             if claim_stream(transport, sql, self.stream_id, mark, self.owner):
-                self.claimed = True
+                self.claimed, self.checkpoint = True, mark.checkpoint
                 return replace(mark, owner=self.owner)
         raise StreamConflict(
             f"stream {self.stream_id} keeps changing under this query: one stream id belongs to one "
             "streaming query (set option streamId)"
         )
+
+    def _claim(self) -> None:
+        """Own the stream (claim it on a restart's first call) before holding or settling rows in place."""
+        with self._open() as transport:
+            self._owned(transport, bridge_sql(transport, self.options), transport.queue(self.options.queue))
+
+    def _resume(self, offset: dict) -> None:
+        """Note the first offset a query restarted from its checkpoint passes (caller holds the lock)."""
+        if not self.claimed and self._resumed_from is None:
+            self._resumed_from = offset
+
+    def _check_checkpoint(self, mark: StreamMark) -> None:
+        """A restart claims the stream only if no query started on it from a new checkpoint since this
+        checkpoint's offsets were written (offsets written before they carried the count pass)."""
+        given = (self._resumed_from or {}).get("checkpoint")
+        if given is None or int(given) == mark.checkpoint:
+            return
+        raise ConfigurationError(
+            f"stream {self.stream_id}: a query started on this stream id from a new checkpoint after this "
+            "checkpoint's last micro-batch, so replaying or going on from here could repeat what that query "
+            "delivered. Go on with that query's checkpoint; a checkpoint of its own wants its own streamId"
+        )
+
+    def _offset(self, **fields: Any) -> dict:
+        """An offset of this query: the fields and the stream row's checkpoint count."""
+        return fields if self.checkpoint is None else {**fields, "checkpoint": self.checkpoint}
 
     def _planned(self, high: int) -> None:
         """Record that a micro-batch reads the staged rows up to ``high`` (the mark only grows)."""
@@ -234,9 +267,11 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 stats = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
                 in_place = self._reads_in_place(transport, queue, int(stats[0] or 0))
                 settled = self._in_place_start(mark)  # a batch an earlier query held and never settled
+                settled = replace(settled, checkpoint=mark.checkpoint + 1)
                 start = dict(INITIAL_OFFSET) if in_place else {"position": self._start(settled, *stats)}
                 if claim_stream(transport, sql, self.stream_id, mark, self.owner, settled):
-                    self.claimed = True
+                    self.claimed, self.checkpoint = True, settled.checkpoint
+                    start = self._offset(**start)
                     if mark.held and self.options.on_uncommitted_batch == "discard":
                         self._hold().settle(mark.held)
                     return start
@@ -317,6 +352,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         with self._lock:
+            self._resume(start)
             return self._latest_offset(start, limit)
 
     def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
@@ -354,14 +390,13 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if taken < size:
                     break
         self._ahead_wanted = wanted
-        return {"position": min(last, low + wanted)}
+        return self._offset(position=min(last, low + wanted))
 
     def _hold_next(self, start: dict, wanted: int) -> dict:
         """Read in place: commit the batch ending at ``start`` (it is in Spark's commit log), then hold up
         to ``wanted`` more messages; the offset after them names their RowVersions."""
+        self._claim()
         self._settle(offset_ranges(start))
-        with self._open() as transport:
-            self._owned(transport, bridge_sql(transport, self.options), transport.queue(self.options.queue))
         if self.budget is not None:
             wanted = min(wanted, self.budget)
         if wanted <= 0:
@@ -370,7 +405,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         held = self._hold().take(wanted)
         if self.budget is not None:
             self.budget -= held.count
-        return held_offset(tuple(held.ranges)) if held.count else start
+        return self._offset(**held_offset(tuple(held.ranges))) if held.count else start
 
     def _settle(self, ranges: tuple) -> None:
         if ranges and ranges != self._settled:
@@ -385,11 +420,15 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     def partitions(self, start: dict, end: dict) -> list[Any]:
+        with self._lock:
+            self._resume(end)
         if is_in_place(end):
             ranges = offset_ranges(end)
             if not ranges:
                 return []
             with self._lock:
+                if not self.claimed:
+                    self._claim()
                 self._hold().ensure(ranges)
                 self._plan_held(ranges)
                 ahead = self._ahead_wanted if self.budget is None else min(self._ahead_wanted, self.budget)
@@ -406,8 +445,12 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [PositionRange(edges[i], edges[i + 1], self.owner) for i in range(slices)]
 
     def commit(self, end: dict) -> None:
+        with self._lock:
+            self._resume(end)
         if is_in_place(end):
             with self._lock:
+                if not self.claimed:
+                    self._claim()
                 self._settle(offset_ranges(end))
             return
         position = _position(end)
