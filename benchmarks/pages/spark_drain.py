@@ -97,7 +97,7 @@ def _stream_path(row: dict[str, Any]) -> str:
         "The stream measured names the columns its job reads, "
         + ", ".join(f"`{name}`" for name in columns)
         + " (`.schema(source_columns(...))`, as Spark's JDBC read selects only the columns a query uses); "
-        "the column *every column* is the same stream without `.schema`, on the queue filled again. "
+        "the columns headed *every column* are the same stream without `.schema`, on the queue filled again. "
         if columns
         else "The stream measured read every column of the source. "
     )
