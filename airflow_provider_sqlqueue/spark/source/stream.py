@@ -133,6 +133,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.claimed = False
         self.checkpoint: int | None = None  # the stream row's checkpoint count this query's offsets carry
         self._resumed_from: dict | None = None  # a restart's first offset, checked when it claims
+        self._initial: dict | None = None  # the answer to initialOffset
         self.committed_through = 0  # the staged rows through this position are deleted (driver only)
         self._lock = threading.RLock()  # the driver's calls and the staging-ahead thread, one at a time
         self._ahead: threading.Thread | None = None
@@ -248,8 +249,11 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- Spark's calls on the driver -------------------------------------------------------------
     def initialOffset(self) -> dict:
+        """Spark may ask more than once: the query starts once, from the first answer."""
         with self._lock:
-            return self._initial_offset()
+            if self._initial is None:
+                self._initial = self._initial_offset()
+            return dict(self._initial)
 
     def _initial_offset(self) -> dict:
         """Where a query with a new checkpoint starts: at the stream's last position, or before the staged
