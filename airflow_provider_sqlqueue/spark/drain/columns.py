@@ -148,11 +148,20 @@ def staged_columns(
         if unreadable is None:
             raise
         rows, maps = _readable(rows, unreadable)
+    natives: list[str] = []  # built once, for message_id and native_id alike
+
+    def native_ids() -> list[str]:
+        if not natives and rows:
+            natives.extend(
+                native if type(native) is str else str(native) for native in (row[1] for row in rows)
+            )
+        return natives
+
     builders: dict[str, Callable[[], Any]] = {
         "message_id": lambda: [
-            headers.get(MESSAGE_ID) or native for headers, native in zip(maps, _natives(rows), strict=True)
+            headers.get(MESSAGE_ID) or native for headers, native in zip(maps, native_ids(), strict=True)
         ],
-        "native_id": lambda: _natives(rows),
+        "native_id": native_ids,
         "headers": lambda: maps,
         "body": lambda: [
             body if body is None or type(body) is bytes else bytes(body) for body in (row[3] for row in rows)
@@ -169,10 +178,6 @@ def staged_columns(
         if wanted is None or name in wanted:
             columns[name] = build()
     return columns
-
-
-def _natives(rows: Sequence[Sequence[Any]]) -> list[str]:
-    return [native if type(native) is str else str(native) for native in (row[1] for row in rows)]
 
 
 def record_batch(columns: dict[str, Any], schema: Any) -> Any:

@@ -147,11 +147,6 @@ def selected_columns(given: StructType) -> tuple[tuple[str, bool], ...] | None:
         for field in given.fields
         if field.name not in known or known[field.name].dataType != field.dataType
     ]
-    not_null = (
-        [field.name for field in given.fields if not field.nullable and known[field.name].nullable]
-        if not wrong
-        else []
-    )
     problem = ""
     if not names:
         problem = "it names no column"
@@ -159,8 +154,10 @@ def selected_columns(given: StructType) -> tuple[tuple[str, bool], ...] | None:
         problem = f"not the source's: {', '.join(wrong)}"
     elif len(set(names)) != len(names):
         problem = "it names a column twice"
-    elif not_null:
-        problem = f"{', '.join(not_null)} may be null"
+    else:
+        not_null = [field.name for field in given.fields if not field.nullable and known[field.name].nullable]
+        if not_null:
+            problem = f"{', '.join(not_null)} may be null"
     if problem:
         raise ConfigurationError(
             "a .schema(...) for format('sqlqueue') names some of the source's columns with their types "
