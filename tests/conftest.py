@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ register_msodbc()
 
 # The session's PostgreSQL (the `postgres_server` fixture), the check of a run's skips
 # (`--expected-skips=FILE`, which .ci/test passes) and pytester, which tests that check.
-pytest_plugins = ["postgres_plugin", "expected_skips", "pytester"]
+pytest_plugins = ["postgres_plugin", "expected_skips", "live_suite_counts", "pytester"]
 ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
 
 
@@ -256,16 +257,23 @@ def queue(transport: Transport):
     return orders
 
 
-# The extended tier: runs that repeat, on a second driver, engine or kill point, what CI's two steps
-# already prove once. CI's steps (.ci/test) deselect them to stay inside the hour on 2 cores;
-# `bash .ci/test -m extended` runs them. Each rule is (test file, test name, the parameter ids it covers);
-# EXTENDED holds slow runs only, EXTENDED_ANY every run it matches (the FreeTDS twin of each SQL Server
-# test: every one also runs through Microsoft's ODBC Driver 18, the driver SQL Server's users run).
+# The extended tier: slow runs that repeat, on another engine or kill point, what a run of the same test
+# already proves in every CI run. Each CI run takes one share of them (a seventh, chosen by the commit: see
+# `extended_share`), so every one runs at least once in any seven consecutive commits; the rest carry the
+# `extended` marker, which CI's steps (.ci/test) deselect. `SQLQUEUE_EXTENDED_SHARE=none bash .ci/test -m
+# extended` runs the whole tier. Each rule is (test file, test name, the parameter ids it covers); a rule
+# that matches no collected test fails a whole-suite run, so a renamed parameter cannot drop a rule silently.
+EXTENDED_SHARES = 7
+EXTENDED_RUN = pytest.StashKey[tuple[int | None, int, int]]()
 EXTENDED = (
-    (
+    (  # one kill point per engine and read mode runs in every CI run (after_sink); the others rotate
         "test_spark_source.py",
         "test_stream_killed_at_each_point_then_restarted_delivers_exactly_once",
-        ("sqlite-after_receive", "sqlite-before_commit", "postgresql-mid_batch", "postgresql-after_sink"),
+        tuple(
+            f"{engine}-{point}"
+            for engine in ("sqlite-staged", "postgresql-staged", "postgresql-in_place")
+            for point in ("after_receive", "mid_batch", "before_commit")
+        ),
     ),
     (
         "test_spark_jobs.py",
@@ -277,13 +285,11 @@ EXTENDED = (
         "test_a_worker_killed_mid_drain_loses_and_duplicates_nothing",
         ("staging-postgresql",),
     ),
-    ("test_spark_source.py", "*", ("sqlserver",)),
     (  # the example DAG pair on PostgreSQL: SQLite proves it in CI, the DAGs hold no engine-specific code
         "test_pubsub_surface.py",
         "test_the_example_producer_reaches_both_example_consumer_dags_once_each",
         ("postgresql",),
     ),
-    ("test_spark_source_write.py", "*", ("sqlserver",)),
     ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
     (
         "test_spark_cluster.py",
@@ -291,62 +297,92 @@ EXTENDED = (
         ("sqlite",),
     ),
 )
-EXTENDED_ANY = (("*", "*", ("sqlserver-freetds*",)),)
-# Runs CI keeps although EXTENDED_ANY matches them: issue 43 asks for the exactly-once proof under faults on
-# Babelfish through both drivers in CI, issue 45 for publish/subscribe and its compatibility with the
-# reference's statements.
-IN_CI_ON_BOTH_DRIVERS = (
-    ("test_exactly_once_faults.py", "*", ("sqlserver-freetds",)),
-    ("test_pubsub.py", "*", ("sqlserver-freetds*",)),
-    (
-        "test_wire_compat.py",
-        "test_the_reference_and_this_package_share_the_subscription_table",
-        ("sqlserver-freetds*",),
-    ),
-    ("test_pubsub_surface.py", "*", ("sqlserver-freetds*",)),
-)
 
 
-def _matches(item: pytest.Item, rules: tuple[tuple[str, str, tuple[str, ...]], ...]) -> bool:
-    """Whether the test's file, name and parameter id match a rule. A parameter rule ending in ``*``
-    matches ids that start with it (``sqlserver-freetds-monitor``)."""
+def _matches_rule(item: pytest.Item, rule: tuple[str, str, tuple[str, ...]]) -> bool:
+    """Whether the test's file, name and parameter id match ``rule``."""
     name, _, params = item.name.partition("[")
-    params = params.rstrip("]")
-    for file, test, ids in rules:
-        if file not in ("*", item.path.name) or test not in ("*", name):
-            continue
-        if any(params.startswith(i[:-1]) if i.endswith("*") else params == i for i in ids):
-            return True
-    return False
+    file, test, ids = rule
+    return file in ("*", item.path.name) and test in ("*", name) and params.rstrip("]") in ids
 
 
 def _extended(item: pytest.Item) -> bool:
-    """Whether a test is in the extended tier: it matches a rule of EXTENDED_ANY, or of EXTENDED for a slow
-    test, and none of IN_CI_ON_BOTH_DRIVERS."""
-    rules = EXTENDED_ANY + (EXTENDED if item.get_closest_marker("slow") is not None else ())
-    return _matches(item, rules) and not _matches(item, IN_CI_ON_BOTH_DRIVERS)
+    """Whether a slow test is in the extended tier (a rule of EXTENDED matches it)."""
+    return item.get_closest_marker("slow") is not None and any(_matches_rule(item, r) for r in EXTENDED)
 
 
+def extended_share(root: Path) -> int | None:
+    """Which share of the extended tier this run takes: ``SQLQUEUE_EXTENDED_SHARE`` (0-6, or ``none``), else
+    the commit's number on its branch (``git rev-list --count HEAD``) modulo 7, so consecutive commits take
+    consecutive shares. None when neither is known (no git, a shallow clone): the whole tier is left out."""
+    chosen = os.environ.get("SQLQUEUE_EXTENDED_SHARE", "").strip()
+    if chosen:
+        if chosen == "none":
+            return None
+        if not chosen.isdigit() or int(chosen) >= EXTENDED_SHARES:
+            raise pytest.UsageError(
+                f"SQLQUEUE_EXTENDED_SHARE must be 0-{EXTENDED_SHARES - 1} or none: {chosen!r}"
+            )
+        return int(chosen)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    try:
+        shallow, count = git("rev-parse", "--is-shallow-repository"), git("rev-list", "--count", "HEAD")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    if shallow.strip() != "false":
+        return None
+    return int(count.strip()) % EXTENDED_SHARES
+
+
+def _whole_suite(config: pytest.Config) -> bool:
+    """Whether this run collected every test file (no path narrowed it), so every rule must match."""
+    return all(Path(arg).resolve() == Path(config.rootpath, "tests").resolve() for arg in config.args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under CI the golden files are only compared: ``SQLQUEUE_UPDATE_GOLDEN=1`` would turn every golden test
+    into a writer that passes (tests/test_sqlserver_golden.py)."""
+    if os.environ.get("SQLQUEUE_UPDATE_GOLDEN") == "1" and os.environ.get("CI", "").lower() not in (
+        "",
+        "0",
+        "false",
+    ):
+        raise pytest.UsageError(
+            "SQLQUEUE_UPDATE_GOLDEN=1 rewrites the golden files instead of checking them; CI refuses it. "
+            "Rewrite them on a workstation, review the diff and commit it."
+        )
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if _extended(item):
-            item.add_marker(pytest.mark.extended)
+    """Marks the extended tier before ``-m`` and ``-k`` deselect, so every selection sees the same shares:
+    the tier's tests sorted by id and dealt round-robin into seven shares of about equal size."""
+    tier = sorted((item for item in items if _extended(item)), key=lambda item: item.nodeid)
+    if _whole_suite(config):
+        unmatched = [rule[:2] for rule in EXTENDED if not any(_matches_rule(item, rule) for item in tier)]
+        if unmatched:
+            raise pytest.UsageError(f"tests/conftest.py EXTENDED rules match no test: {unmatched}")
+    share = extended_share(config.rootpath)
+    config.stash[EXTENDED_RUN] = (share, 0, len(tier))
+    taken = 0
+    for index, item in enumerate(tier):
+        if share is not None and index % EXTENDED_SHARES == share:
+            taken += 1
+            continue
+        item.add_marker(pytest.mark.extended)
+    config.stash[EXTENDED_RUN] = (share, taken, len(tier))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """How many tests ran against SQL Server (or Babelfish), per driver, so a run shows the live suite ran."""
-    counts: dict[str, dict[str, int]] = {}
-    for outcome in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"):
-        for report in terminalreporter.stats.get(outcome, []):
-            nodeid = getattr(report, "nodeid", "")
-            for driver in DRIVER_NAMES:
-                if f"sqlserver-{driver}" in nodeid and (report.when == "call" or outcome == "skipped"):
-                    by_outcome = counts.setdefault(driver, {})
-                    by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
-    if not counts:
-        return
-    terminalreporter.section("SQL Server live suite")
-    for driver, by_outcome in counts.items():
-        executed = sum(n for outcome, n in by_outcome.items() if outcome != "skipped")
-        detail = ", ".join(f"{outcome} {n}" for outcome, n in sorted(by_outcome.items()))
-        terminalreporter.write_line(f"through {DRIVER_NAMES[driver]}: {executed} executed ({detail})")
+    """Which share of the extended tier this run took (tests/live_suite_counts.py counts the SQL Server
+    runs per driver)."""
+    share, taken, tier = terminalreporter.config.stash.get(EXTENDED_RUN, (None, 0, 0))
+    if tier:
+        which = "none (SQLQUEUE_EXTENDED_SHARE=none, or no full git history)" if share is None else f"{share}"
+        terminalreporter.write_line(
+            f"extended tier: share {which} of {EXTENDED_SHARES}: {taken} of its {tier} tests are in this "
+            "run's selection; the rest carry the extended marker"
+        )

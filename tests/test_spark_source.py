@@ -38,7 +38,13 @@ HERE = Path(__file__).resolve().parent
 APP = HERE / "spark_source_app.py"
 KILL_POINTS = ("after_receive", "mid_batch", "after_sink", "before_commit")
 # SQL Server: Babelfish through FreeTDS (its bed starts once per session, its Spark reads are slow)
-ENGINES = ["sqlite", "postgresql", pytest.param("sqlserver", marks=pytest.mark.slow)]
+# Babelfish through both drivers in CI's slow step (its Spark reads are slow).
+ENGINES = [
+    "sqlite",
+    "postgresql",
+    pytest.param("sqlserver-freetds", marks=pytest.mark.slow),
+    pytest.param("sqlserver-msodbc", marks=pytest.mark.slow),
+]
 pytest_plugins = ["reliability_figures"]  # the figures fixture
 
 
@@ -509,13 +515,7 @@ def test_stream_killed_at_each_point_then_restarted_delivers_exactly_once(
 
 
 # ---- an empty queue, ownership of a stream id, options refused, a bounded trigger -----------------------
-# Babelfish: through ODBC Driver 18 in CI (slow: its Spark reads are), through FreeTDS in the extended tier.
-EVERY_ENGINE = [
-    "sqlite",
-    "postgresql",
-    pytest.param("sqlserver-freetds", marks=pytest.mark.slow),
-    pytest.param("sqlserver-msodbc", marks=pytest.mark.slow),
-]
+EVERY_ENGINE = ENGINES
 # Without a Spark query; Babelfish's connections take seconds, so those runs are slow too.
 NO_SPARK_ENGINES = [
     "sqlite",

@@ -27,7 +27,13 @@ from airflow_provider_sqlqueue.transport import ConfigurationError
 
 HERE = Path(__file__).resolve().parent
 # SQL Server: Babelfish through FreeTDS, where the Spark writes take 20-60 s each
-ENGINES = ["sqlite", "postgresql", pytest.param("sqlserver", marks=pytest.mark.slow)]
+# Babelfish through both drivers in CI's slow step (its Spark reads are slow).
+ENGINES = [
+    "sqlite",
+    "postgresql",
+    pytest.param("sqlserver-freetds", marks=pytest.mark.slow),
+    pytest.param("sqlserver-msodbc", marks=pytest.mark.slow),
+]
 pytestmark = pytest.mark.parametrize("target", ENGINES, indirect=True)
 spark = jobs.spark  # the module's local[2,4] session (its own instance here)
 bridge = jobs.bridge  # the orders, error and results queues and the bridge's tables

@@ -58,6 +58,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -2886,3 +2888,21 @@ def test_babelfish_checks_reject_broken_statements(statement: Statement, reason:
     checker = VARIANT_SEMANTICS[("babelfish", statement.kind)]
     with pytest.raises(SqlCheckFailure, match=reason):
         check_statement(statement, _ORDERS, checker)
+
+
+def test_ci_refuses_to_rewrite_the_golden_files() -> None:
+    """A CI run with SQLQUEUE_UPDATE_GOLDEN=1 stops before any test, and no golden file is written."""
+    before = {p: p.read_bytes() for p in GOLDEN_ROOT.rglob("*.sql")}
+    env = {**os.environ, "CI": "true", "SQLQUEUE_UPDATE_GOLDEN": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", __file__],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "CI refuses it" in result.stderr
+    assert {p: p.read_bytes() for p in GOLDEN_ROOT.rglob("*.sql")} == before
