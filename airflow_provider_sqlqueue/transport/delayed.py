@@ -531,7 +531,7 @@ class DelayedMover:
                 self.dialect.move_delayed_rows,
                 self.address,
                 queue.address,
-                with_recoverable=queue._has_recoverable(cursor),
+                with_recoverable=queue.has_recoverable(cursor),
             )
             for chunk in _padded_chunks(row_versions, slots):
                 counts = []
@@ -591,5 +591,4 @@ class DelayedMover:
             headers = bytes(headers).decode("utf-8", errors="replace")
         raw = Row(self.dialect.row_id(uuid.uuid4()), None, None, False, headers or "", row[1], 0, None)
         cursor = connection.cursor()
-        statement = queue._sql.insert_raw_for(queue._has_recoverable(cursor))
-        cursor.execute(statement, self.dialect.raw_params(raw))
+        queue.insert_raw(cursor, self.dialect.raw_params(raw))

@@ -523,12 +523,7 @@ def retry_failed(
                     continue  # another session retried or deleted it meanwhile
                 message_id, correlation_id, reply_to, raw_headers, body = taken[0]
                 headers_text = retry_headers_text(_text(raw_headers), row.headers)
-                with_recoverable = source._has_recoverable(cursor)
-                with source._recoverable_guard():
-                    cursor.execute(
-                        source._sql.insert_raw_for(with_recoverable),
-                        (message_id, correlation_id, reply_to, headers_text, body),
-                    )
+                source.insert_raw(cursor, (message_id, correlation_id, reply_to, headers_text, body))
                 moved.append(row.id)
                 into.append(str(source.address))
             connection.commit()
@@ -583,7 +578,7 @@ def delete_failed(
             if begin:
                 cursor.execute(begin, ())
             if archive is not None:
-                with_recoverable = error_queue._has_recoverable(cursor)
+                with_recoverable = error_queue.has_recoverable(cursor)
                 take = dialect.archive_failed_row(error_queue.address, archive.address, with_recoverable)
             for row in batch:
                 for statement in take:

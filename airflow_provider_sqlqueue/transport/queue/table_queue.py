@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from functools import cached_property
@@ -234,7 +234,7 @@ class TableQueue:
             params, message_id = rows[0], ids[0]
         with self.transport.connection(self.address) as connection:
             cursor = shared_cursor(connection)
-            with_recoverable = self._has_recoverable(cursor)
+            with_recoverable = self.has_recoverable(cursor)
             with self._recoverable_guard():
                 cursor.execute(self._sql.send_for(with_recoverable), params)
             connection.commit()
@@ -279,7 +279,7 @@ class TableQueue:
 
     def _write_rows(self, cursor: Any, rows: list[Any]) -> None:
         """The INSERTs of a send (bulk where the dialect can), in the cursor's transaction."""
-        with_recoverable = self._has_recoverable(cursor)
+        with_recoverable = self.has_recoverable(cursor)
         chunk = self.dialect.send_batch_rows
         with self._recoverable_guard():
             bulk = len(rows) > 1 and self._bulk_send_fits(cursor)
@@ -293,7 +293,7 @@ class TableQueue:
                     statement = self._sql.send_batch(len(part), with_recoverable)
                     cursor.execute(statement, list(chain.from_iterable(part)))
 
-    def _has_recoverable(self, cursor: Any) -> bool:
+    def has_recoverable(self, cursor: Any) -> bool:
         """Whether the table has the legacy Recoverable column: asked once per queue, then remembered.
 
         NServiceBus tables lost the column in later versions; sends leave it out where it is gone.
@@ -362,6 +362,14 @@ class TableQueue:
         if not self._row_locks:
             log.info("this role may not lock rows of %s; receivers use advisory locks", self.address)
         return self._row_locks
+
+    def insert_raw(self, cursor: Any, params: Sequence[Any]) -> None:
+        """Write one row as it is, in the cursor's transaction: ``params`` are its Id, CorrelationId,
+        ReplyToAddress, header text and body, none of them rewritten (a retried failed message keeps its Id,
+        a poison row its unreadable headers). A legacy Recoverable column is filled as sends fill it."""
+        with_recoverable = self.has_recoverable(cursor)
+        with self._recoverable_guard():
+            cursor.execute(self._sql.insert_raw_for(with_recoverable), tuple(params))
 
     @contextmanager
     def _recoverable_guard(self) -> Iterator[None]:
@@ -485,11 +493,7 @@ class TableQueue:
             )
             error_queue = self.transport.queue(self.error_queue, error_queue=None)
             try:
-                with_recoverable = error_queue._has_recoverable(cursor)
-                with error_queue._recoverable_guard():
-                    cursor.execute(
-                        error_queue._sql.insert_raw_for(with_recoverable), self.dialect.raw_params(raw)
-                    )
+                error_queue.insert_raw(cursor, self.dialect.raw_params(raw))
             except Exception as error:
                 if isinstance(self.dialect.classify(error, self.error_queue), QueueNotFound):
                     raise QueueNotFound(
