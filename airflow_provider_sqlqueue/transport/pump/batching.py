@@ -19,7 +19,7 @@ from .processing import CONSUMED, EMPTY, MESSAGE, MessageProcessor
 from .stats import Counters
 
 if TYPE_CHECKING:
-    from .message_pump import MessagePump
+    from .roles import BatchingPump
 
 __all__ = ["BatchReceiver"]
 
@@ -29,7 +29,7 @@ MAX_BATCH_SIZE = 1000
 class BatchReceiver:
     """Receives and handles one batch for a pump; the pump's loops decide when and how large."""
 
-    def __init__(self, pump: MessagePump, processor: MessageProcessor) -> None:
+    def __init__(self, pump: BatchingPump, processor: MessageProcessor) -> None:
         self._pump = pump
         self._processor = processor
         self._writer = threading.Lock()
@@ -52,7 +52,7 @@ class BatchReceiver:
         counted as processed.
         """
         pump = self._pump
-        extra = pump._budget.reserve_up_to(size - 1) if size > 1 else 0
+        extra = pump.budget.reserve_up_to(size - 1) if size > 1 else 0
         handled = 0
         try:
             counters = Counters()
@@ -85,4 +85,4 @@ class BatchReceiver:
             pump.counters.add("empty_receives")
             return EMPTY
         finally:
-            pump._budget.settle_many(extra, max(0, handled - 1))
+            pump.budget.settle_many(extra, max(0, handled - 1))

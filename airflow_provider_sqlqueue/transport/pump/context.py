@@ -18,7 +18,7 @@ from ..queue import ReceivedBatch, TableQueue, TransactionMode
 from ..subscriptions import topics_of
 
 if TYPE_CHECKING:
-    from .message_pump import MessagePump
+    from .roles import ContextPump
 
 __all__ = ["MessageContext"]
 
@@ -41,7 +41,7 @@ class MessageContext:
 
     def __init__(
         self,
-        pump: MessagePump,
+        pump: ContextPump,
         message: ReceivedMessage,
         batch: ReceivedBatch,
         attempt: int,

@@ -1,7 +1,11 @@
 """MessagePump: runs a handler over a queue with a concurrency limit, as the reference's receivers do.
 
 The pump owns its threads, its lifecycle (start, run, stop) and the three strategies' loops; what happens
-to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats`'.
+to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats`'. Its parts see it
+through the narrow interfaces of :mod:`.roles`.
+
+Over 600 lines because the lifecycle, the threads and the strategies' loops share one state (the halt and
+done events, the in-flight count, the budget); cut apart they would reach into each other's privates.
 """
 
 from __future__ import annotations
@@ -165,7 +169,7 @@ class MessagePump:
         self._processor = MessageProcessor(self)
         self._batches = BatchReceiver(self, self._processor)
         self.counters = Counters()
-        self._budget = MessageBudget(None)
+        self.budget = MessageBudget(None)
         self._until_empty = False
         self._halt = threading.Event()  # no new receives: stop() was called or the run is done
         self._done = threading.Event()
@@ -232,7 +236,7 @@ class MessagePump:
             purge_expired_at_start(self.queue, self.purge_batch_size)
         if self.inspect_on_start:
             inspect_at_start(self.queue, purging=self.purge_expired_on_start)
-        self._budget = MessageBudget(max_messages)
+        self.budget = MessageBudget(max_messages)
         self._until_empty = until_empty
         if self.wake_up == "auto" and WakeUpListener.supported(self.transport, self.queue.address):
             self._listener = WakeUpListener(self.transport, self.queue.address, self.name).start()
@@ -240,12 +244,12 @@ class MessagePump:
         check_pool_size(self.transport, self.required_connections(), str(self))
         if self.strategy is Strategy.MONITOR:
             for number in range(self.max_concurrency):
-                self._spawn(self._task_worker, f"{self.name} task {number + 1}")
-            self._spawn(self._monitor_loop, f"{self.name} monitor")
+                self.spawn(self._task_worker, f"{self.name} task {number + 1}")
+            self.spawn(self._monitor_loop, f"{self.name} monitor")
         elif self.strategy is Strategy.FIXED:
             for number in range(self.max_concurrency):
-                self._spawn(self._polling_loop, f"{self.name} worker {number + 1}")
-            self._note_workers(self.max_concurrency)
+                self.spawn(self._polling_loop, f"{self.name} worker {number + 1}")
+            self.note_workers(self.max_concurrency)
         else:
             self.adaptive.start()
         log.info(
@@ -254,14 +258,20 @@ class MessagePump:
         )  # fmt: skip
         return self
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
+    def spawn(self, target: Callable[[], None], name: str) -> None:
+        """Start one of the pump's threads (a worker, the monitor, a watch); :meth:`stop` joins them all."""
         thread = threading.Thread(target=target, name=name, daemon=True)
         with self._threads_lock:
             self._threads.append(thread)
         thread.start()
 
-    def _note_workers(self, workers: int) -> None:
+    def note_workers(self, workers: int) -> None:
+        """Record how many workers ran at once, for :attr:`stats`."""
         self._max_workers = max(self._max_workers, workers)
+
+    def wait_for_halt(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the pump to halt (see :attr:`halted`); whether it has."""
+        return self._halt.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until a run started with a limit or ``until_empty`` is done; True if it is."""
@@ -349,7 +359,8 @@ class MessagePump:
             log.info("%s stopped (%s): %s", self.name, self.stop_reason, self.stats().as_dict())
         return clean
 
-    def _finish(self, reason: str) -> None:
+    def finish(self, reason: str) -> None:
+        """End a run (its limit reached, its queue empty): no new receive starts, :meth:`wait` returns."""
         if not self._done.is_set():
             self.stop_reason = self.stop_reason or reason
             self._done.set()
@@ -415,7 +426,7 @@ class MessagePump:
             if pending <= 0:
                 self.counters.add("idle_rounds")
                 if self._until_empty and flying == 0:
-                    self._finish("empty")
+                    self.finish("empty")
                     return
                 self._idle_wait()
                 continue
@@ -424,10 +435,10 @@ class MessagePump:
             while current.allowed > 0 and not current.cancelled and not self._halt.is_set():
                 if not self._take_slot():
                     break
-                if not current.take(self._budget):
+                if not current.take(self.budget):
                     self._slots.release()
-                    if current.allowed > 0 and not current.cancelled and not self._budget.exhausted:
-                        self._budget.wait(self.idle_delay)  # wait for reserved receives to settle
+                    if current.allowed > 0 and not current.cancelled and not self.budget.exhausted:
+                        self.budget.wait(self.idle_delay)  # wait for reserved receives to settle
                     break
                 self._work.put(current)
             current.wait(self._halt)
@@ -451,11 +462,11 @@ class MessagePump:
                 return
             try:
                 while True:
-                    outcome = self._receive_one(current.received, current.batch_size)
-                    self._settle(outcome)
+                    outcome = self.receive_one(current.received, current.batch_size)
+                    self.settle(outcome)
                     if outcome not in (MESSAGE, CONSUMED) or self._halt.is_set():
                         break
-                    if not current.take(self._budget):
+                    if not current.take(self.budget):
                         break
             finally:
                 self._slots.release()
@@ -463,21 +474,21 @@ class MessagePump:
     def _polling_loop(self) -> None:
         """A polling worker of the fixed strategy: receive, handle, sleep the idle delay when empty."""
         while not self._halt.is_set():
-            if not self._budget.reserve():
-                if self._budget.exhausted:
+            if not self.budget.reserve():
+                if self.budget.exhausted:
                     return
-                self._budget.wait(self.idle_delay)
+                self.budget.wait(self.idle_delay)
                 continue
-            outcome = self._receive_one(size=self.batch_size)
-            self._settle(outcome)
+            outcome = self.receive_one(size=self.batch_size)
+            self.settle(outcome)
             if outcome == EMPTY:
                 self.counters.add("idle_rounds")
-                if self._drained():
-                    self._finish("empty")
+                if self.drained():
+                    self.finish("empty")
                     return
                 self.idle_sleep(self.idle_delay)
 
-    def _drained(self) -> bool:
+    def drained(self) -> bool:
         """After an empty receive: whether a run until the queue is empty may end here (nothing in flight).
 
         Where receives do not skip rows other receivers hold (Babelfish), a receive can come back empty
@@ -512,13 +523,14 @@ class MessagePump:
         else:
             self._halt.wait(seconds)
 
-    def _settle(self, outcome: str) -> None:
-        self._budget.settle(outcome in (MESSAGE, CONSUMED))
-        if self._budget.exhausted:
-            self._finish("limit")
+    def settle(self, outcome: str) -> None:
+        """Count a receive's outcome against the run's message budget; finish the run when it is spent."""
+        self.budget.settle(outcome in (MESSAGE, CONSUMED))
+        if self.budget.exhausted:
+            self.finish("limit")
 
     # ---- one receive ---------------------------------------------------------------------------
-    def _receive_one(self, on_received: Callable[[bool], None] | None = None, size: int = 1) -> str:
+    def receive_one(self, on_received: Callable[[bool], None] | None = None, size: int = 1) -> str:
         """Receive one message (or, with ``size`` above 1, a batch) in its own transaction and handle it;
         return the outcome.
 
@@ -534,7 +546,7 @@ class MessagePump:
 
         with self._flight:
             self._in_flight += 1
-        self._note_workers(self._in_flight if self.strategy is Strategy.MONITOR else 0)
+        self.note_workers(self._in_flight if self.strategy is Strategy.MONITOR else 0)
         try:
             if self._halt.is_set():
                 return SKIPPED

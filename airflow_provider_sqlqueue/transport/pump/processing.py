@@ -22,7 +22,7 @@ from .handler import takes_context
 from .stats import Counters
 
 if TYPE_CHECKING:
-    from .message_pump import MessagePump
+    from .roles import ProcessingPump
 
 __all__ = ["MessageProcessor", "Rollback"]
 
@@ -49,7 +49,7 @@ class Rollback(Exception):
 class MessageProcessor:
     """Handles one received message for a pump, in that message's receive transaction."""
 
-    def __init__(self, pump: MessagePump) -> None:
+    def __init__(self, pump: ProcessingPump) -> None:
         self._pump = pump
         self._pass_context = takes_context(pump.handler)
 

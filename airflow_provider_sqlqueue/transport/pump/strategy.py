@@ -25,7 +25,7 @@ from .pacing import BoundedBackOff
 from .processing import EMPTY, ERROR, SKIPPED
 
 if TYPE_CHECKING:
-    from .message_pump import MessagePump
+    from .roles import StrategyPump
 
 __all__ = ["AdaptiveStrategy", "AdaptiveWorkers", "RampUpController", "SlowHandlerWatch", "Strategy"]
 
@@ -199,7 +199,7 @@ class AdaptiveStrategy:
 
     def __init__(
         self,
-        pump: MessagePump,
+        pump: StrategyPump,
         *,
         success_threshold: int = MINIMUM_CONSECUTIVE_SUCCESSES,
         failure_threshold: int = MAXIMUM_CONSECUTIVE_FAILURES,
@@ -214,7 +214,7 @@ class AdaptiveStrategy:
 
     def start(self) -> None:
         self.add_worker()
-        self._pump._spawn(self._watch_slow_handlers, f"{self._pump.name} slow-handler watch")
+        self._pump.spawn(self._watch_slow_handlers, f"{self._pump.name} slow-handler watch")
 
     def add_worker(self, why: str = "") -> None:
         pump = self._pump
@@ -223,10 +223,10 @@ class AdaptiveStrategy:
         number = self.workers.join()
         if number is None:
             return
-        pump._note_workers(number)
+        pump.note_workers(number)
         if why:
             log.debug("%s: adding adaptive worker %d: %s", pump.name, number, why)
-        pump._spawn(self._worker_loop, f"{pump.name} worker {number}")
+        pump.spawn(self._worker_loop, f"{pump.name} worker {number}")
 
     def _worker_loop(self) -> None:
         pump = self._pump
@@ -249,25 +249,25 @@ class AdaptiveStrategy:
                     controller.reset()  # the last worker keeps polling, at its backed-off pace
                 if controller.too_much_work():
                     self.add_worker(f"more than {self.success_threshold} messages in a row")
-                if not pump._budget.reserve():
-                    if pump._budget.exhausted:
+                if not pump.budget.reserve():
+                    if pump.budget.exhausted:
                         return
-                    pump._budget.wait(pump.idle_delay)
+                    pump.budget.wait(pump.idle_delay)
                     continue
                 self.slow_handlers.begin(token)
                 try:
-                    outcome = pump._receive_one(size=pump.batch_size)
+                    outcome = pump.receive_one(size=pump.batch_size)
                 finally:
                     self.slow_handlers.end(token)
-                pump._settle(outcome)
+                pump.settle(outcome)
                 if outcome in (ERROR, SKIPPED):
                     continue
                 received = outcome != EMPTY
                 controller.record(received)
                 if not received:
                     pump.counters.add("idle_rounds")
-                    if pump._drained():
-                        pump._finish("empty")
+                    if pump.drained():
+                        pump.finish("empty")
                         return
                 delay = back_off.after(received)
                 if delay is not None:
@@ -278,6 +278,6 @@ class AdaptiveStrategy:
 
     def _watch_slow_handlers(self) -> None:
         pump = self._pump
-        while not pump._halt.wait(self.slow_handlers.check_interval):
+        while not pump.wait_for_halt(self.slow_handlers.check_interval):
             for _ in range(self.slow_handlers.overdue()):
                 self.add_worker(f"a handler has run longer than {self.slow_handlers.threshold:g} s")
