@@ -82,7 +82,9 @@ def test_failed_groups_come_from_the_newest_rows_and_say_when_there_are_more(tra
     assert failed_sample(transport.queue("error"), 6).more is False
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize(
+    "target", ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True
+)
 def test_a_retry_with_max_rows_stops_there_and_resumes_where_it_stopped(transport: Transport) -> None:
     fail_in_two_groups(transport)
     errors = transport.queue("error")
@@ -109,7 +111,9 @@ def step(client: Client, group: str, after: int = 0, up_to: int | None = None) -
     return answer.json()
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize(
+    "target", ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True
+)
 def test_the_page_retries_a_group_in_steps_and_says_how_far_it_got(
     app: Client,  # noqa: F811
     queues: Transport,  # noqa: F811
@@ -134,7 +138,9 @@ def test_the_page_retries_a_group_in_steps_and_says_how_far_it_got(
     assert queues.queue("payments").count() == 5 and queues.queue("error").count() == 1
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize(
+    "target", ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True
+)
 def test_the_page_deletes_a_group_in_steps_and_one_message_by_its_id(
     app: Client,  # noqa: F811
     queues: Transport,  # noqa: F811
@@ -172,7 +178,9 @@ def test_the_page_deletes_a_group_in_steps_and_one_message_by_its_id(
     assert archive.count() == 6
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize(
+    "target", ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True
+)
 def test_the_json_says_which_depths_are_estimates_and_whether_more_failed_rows_exist(
     app: Client,  # noqa: F811
     queues: Transport,  # noqa: F811

@@ -115,7 +115,9 @@ def header_address(target, table: str) -> str:
 
 
 # The rendering and the look-up do not depend on the ODBC driver: SQL Server runs once, through FreeTDS.
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize(
+    "target", ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True
+)
 def test_reply_to_failed_queue_and_forward_destination_name_the_catalog_on_sql_server(
     target, transport: Transport
 ) -> None:
@@ -140,7 +142,7 @@ def test_reply_to_failed_queue_and_forward_destination_name_the_catalog_on_sql_s
     assert failed.headers[h.FAILED_QUEUE] == expected
 
 
-@pytest.mark.parametrize("target", ["postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize("target", ["postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True)
 def test_a_forward_destination_naming_this_queue_with_its_catalog_is_handled_here(
     target, transport: Transport
 ) -> None:
@@ -157,7 +159,9 @@ def test_a_forward_destination_naming_this_queue_with_its_catalog_is_handled_her
     assert transport.resolve(here) == transport.resolve("Sales") == sales.address
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver"], indirect=True)
+@pytest.mark.parametrize(
+    "target", ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True
+)
 def test_the_catalog_is_looked_up_at_most_once_per_transport(target, monkeypatch, request) -> None:
     """Without a database in the connection string, the first connection asks (DB_NAME(),
     current_database(): no privilege needed) and every later address reuses the answer; with one, nothing

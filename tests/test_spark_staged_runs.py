@@ -23,7 +23,7 @@ from airflow_provider_sqlqueue.spark.staged_runs import end_staged_run, staged_r
 from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables, create_bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
-ENGINES = ["sqlite", "postgresql", "sqlserver"]
+ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
 
 
 @pytest.fixture

@@ -223,7 +223,7 @@ def test_a_role_that_may_not_read_the_statistics_gets_the_rest_and_a_note(
 
 
 # ---- engines that need no vacuum -----------------------------------------------------------------------
-@pytest.mark.parametrize("target", ["sqlite", "sqlserver"], indirect=True)
+@pytest.mark.parametrize("target", ["sqlite", "sqlserver-freetds", "sqlserver-msodbc"], indirect=True)
 def test_other_engines_say_there_is_nothing_to_schedule(target: EngineTarget) -> None:
     with target.open() as transport:
         queue = transport.queue("orders")
