@@ -210,3 +210,55 @@ def test_on_kill_stops_the_pump_and_loses_nothing(conn, kill_from: str) -> None:
     assert 1 <= len(handled) < len(bodies), "the kill came before the first or after the last message"
     assert len(handled) == len(set(handled)) and not set(handled) & set(remaining)
     assert set(handled) | set(remaining) == bodies, "a message was lost"
+
+
+def test_every_way_of_running_a_pump_refuses_a_misspelt_setting_and_moves_nothing(conn) -> None:
+    """The pump's settings are declared once (PumpSettings): the pump, an endpoint, the hook and the operator
+    (when the DAG is parsed) refuse a name that is not one, listing the names, before a message moves."""
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+    from airflow_provider_sqlqueue.operators.consume import ConsumeMessagesOperator
+    from airflow_provider_sqlqueue.transport import Endpoint, MessagePump, PumpSettings
+
+    orders = conn.queue("orders")
+    orders.send_batch([b"one", b"two"])
+    names = "the settings are: max_concurrency, batch_size"
+    with pytest.raises(ConfigurationError, match=f"max_concurency; {names}"):
+        MessagePump(orders, consume_handlers.record, max_concurency=2)
+    with pytest.raises(ConfigurationError, match="batch_sise"):
+        Endpoint(conn, "orders").start(consume_handlers.record, batch_sise=10)
+    with pytest.raises(ConfigurationError, match="idle_dealy"):
+        SqlQueueHook().consume("orders", consume_handlers.record, idle_dealy=0.5)
+    with pytest.raises(ConfigurationError, match="immediate_retires"):
+        ConsumeMessagesOperator(
+            task_id="typo",
+            queue_name="orders",
+            handler=consume_handlers.record,
+            pump_options={"immediate_retires": 1},
+        )
+    with pytest.raises(ConfigurationError, match="batch_size must be 1 to 1000"):
+        ConsumeMessagesOperator(
+            task_id="zero", queue_name="orders", handler=consume_handlers.record, batch_size=0
+        )
+    assert orders.count() == 2
+    settings = PumpSettings(max_concurrency=2, idle_delay=0.1)
+    stats = SqlQueueHook().consume("orders", consume_handlers.record, settings, batch_size=2)
+    assert stats.processed == 2 and orders.count() == 0
+
+
+def test_the_command_lines_defaults_are_the_pump_settings_defaults() -> None:
+    from airflow_provider_sqlqueue.transport import PumpSettings
+
+    args = cli._parser().parse_args(["consume", "orders", "--handler", "consume_handlers:record"])
+    defaults = PumpSettings()
+    given = {
+        "max_concurrency": args.concurrency,
+        "batch_size": args.batch_size,
+        "strategy": args.strategy,
+        "transaction_mode": args.transaction_mode,
+        "immediate_retries": args.immediate_retries,
+        "idle_delay": args.idle_delay,
+        "wake_up": args.wake_up,
+        "stop_timeout": args.stop_timeout,
+    }
+    assert PumpSettings(**given) == defaults

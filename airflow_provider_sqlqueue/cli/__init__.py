@@ -157,7 +157,7 @@ def _command(
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..transport.pump import Strategy
+    from ..transport.pump import PumpSettings, Strategy
     from ..transport.queue import TransactionMode
 
     parser = _Parser(
@@ -424,29 +424,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("target", nargs="+", metavar="[URL] QUEUE", help="queue address, e.g. orders")
     p.add_argument("--handler", required=True, help="module:function taking (message[, context])")
-    p.add_argument("-c", "--concurrency", type=int, default=1, help="receives in flight (default 1)")
-    p.add_argument(
-        "--batch-size", type=int, default=1, help="messages per receive transaction, 1 to 1000 (default 1)"
-    )
-    p.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.MONITOR.value)
+    pump = PumpSettings()  # the defaults, declared once
+    p.add_argument("-c", "--concurrency", type=int, default=pump.max_concurrency, help="receives in flight")
+    p.add_argument("--batch-size", type=int, default=pump.batch_size, help="messages per receive (1-1000)")
+    p.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy(pump.strategy).value)
     p.add_argument(
         "--transaction-mode",
         choices=[m.value for m in TransactionMode],
-        default=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE.value,
+        default=TransactionMode(pump.transaction_mode).value,
     )
     p.add_argument("--max-messages", type=int, default=None, help="stop after this many messages")
     p.add_argument("--until-empty", action="store_true", help="stop when the queue is empty")
     p.add_argument("--error-queue", default=None, help="where failed messages go (default error)")
     p.add_argument("--audit-queue", default=None)
-    p.add_argument("--immediate-retries", type=int, default=5)
-    p.add_argument("--idle-delay", type=float, default=1.0, help="seconds, at least 0.1 (above 10 it warns)")
+    p.add_argument("--immediate-retries", type=int, default=pump.immediate_retries)
+    p.add_argument("--idle-delay", type=float, default=pump.idle_delay, help="seconds, >= 0.1 (%(default)s)")
     p.add_argument(
         "--wake-up",
         choices=["auto", "poll"],
-        default="auto",
+        default=pump.wake_up,
         help="auto: wake on a committed send where the engine pushes it (PostgreSQL); poll: idle delay only",
     )
-    p.add_argument("--stop-timeout", type=float, default=30.0, help="seconds handlers get on stop")
+    p.add_argument(
+        "--stop-timeout", type=float, default=pump.stop_timeout, help="seconds handlers get on stop"
+    )
     p.add_argument("--log-level", default="WARNING")
     p.set_defaults(run=_run("consume"))
     return parser

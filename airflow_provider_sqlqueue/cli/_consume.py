@@ -30,7 +30,7 @@ def _status(stats: object, depth: int | None, state: str) -> Text:
 
 
 def consume(args: argparse.Namespace, out: Console, console: Console) -> int:
-    from ..transport import ConfigurationError, MessagePump, SqlQueueError
+    from ..transport import ConfigurationError, MessagePump, PumpSettings, SqlQueueError
 
     if len(args.target) == 2:
         if args.url or args.conn_id:
@@ -51,19 +51,17 @@ def consume(args: argparse.Namespace, out: Console, console: Console) -> int:
         probe(transport)
         queue = transport.queue(queue_name)
         try:
-            pump = MessagePump(
-                queue,
-                args.handler,
+            settings = PumpSettings(
                 max_concurrency=args.concurrency,
                 batch_size=args.batch_size,
                 strategy=args.strategy,
                 transaction_mode=args.transaction_mode,
                 immediate_retries=args.immediate_retries,
-                audit_queue=args.audit_queue,
                 idle_delay=args.idle_delay,
                 wake_up=args.wake_up,
                 stop_timeout=args.stop_timeout,
             )
+            pump = MessagePump(queue, args.handler, settings, audit_queue=args.audit_queue)
         except ConfigurationError as error:
             raise CliError(Exit.USAGE, str(error)) from None
         depth: int | None = queue.peek_estimate()

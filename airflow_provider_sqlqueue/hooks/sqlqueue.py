@@ -38,6 +38,7 @@ from ..transport import (
     MessagePump,
     OutgoingMessage,
     PublishResult,
+    PumpSettings,
     PumpStats,
     ReceivedBatch,
     Subscription,
@@ -693,27 +694,17 @@ class SqlQueueHook(DbApiHook):
         self,
         queue_name: str,
         handler: Callable[..., Any] | str,
+        settings: PumpSettings | Mapping[str, Any] | None = None,
         *,
         max_messages: int | None = None,
-        max_concurrency: int = 1,
-        batch_size: int = 1,
-        strategy: str = "monitor",
-        transaction_mode: str | None = None,
         timeout: float | None = None,
-        **pump_options: Any,
+        **options: Any,
     ) -> PumpStats:
         """Run ``handler`` over ``queue_name`` with a :class:`MessagePump` until ``max_messages`` are handled,
-        the queue is empty, or ``timeout`` seconds pass; return the pump's counts. ``batch_size`` above 1
-        handles that many messages per receive transaction (see "Batch size" in docs/concurrency.md)."""
-        pump = MessagePump(
-            self.get_queue(queue_name),
-            handler,
-            max_concurrency=max_concurrency,
-            batch_size=batch_size,
-            strategy=strategy,
-            transaction_mode=transaction_mode,
-            **pump_options,
-        )
+        the queue is empty, or ``timeout`` seconds pass; return the pump's counts. ``settings`` and
+        ``options`` are the pump's (:class:`PumpSettings`, e.g. ``max_concurrency=4, batch_size=50``; see
+        "Batch size" in docs/concurrency.md), or its ``error_queue`` / ``audit_queue``."""
+        pump = MessagePump(self.get_queue(queue_name), handler, settings, **options)
         return pump.run(max_messages=max_messages, until_empty=True, timeout=timeout)
 
     # ---- publish/subscribe ---------------------------------------------------------------------

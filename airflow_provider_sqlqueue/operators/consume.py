@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -10,8 +10,11 @@ from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..metrics import PumpReporter, emit_queue_gauges
-from ..transport import MessagePump, load_handler
+from ..transport import MessagePump, PumpSettings, load_handler
 from ..transport.overview import queue_gauges
+
+# What pump_options may hold besides the settings: the pump's error and audit queues.
+PUMP_WIRING = ("error_queue", "audit_queue")
 
 
 class ConsumeMessagesOperator(BaseOperator):
@@ -25,15 +28,15 @@ class ConsumeMessagesOperator(BaseOperator):
     :param handler: ``handler(message)`` or ``handler(message, context)``, as a callable or a dotted path
         ``"package.module:function"``.
     :param max_messages: stop after this many messages (None: until the queue is empty).
-    :param max_concurrency: receives in flight at once (handlers running at once).
-    :param batch_size: messages per receive transaction (default 1). Above 1 the handler runs on each in
-        turn, a failing one is retried in place, and the batch commits once; a killed task returns the
-        whole batch to the queue (see "Batch size" in the concurrency guide).
-    :param strategy: ``monitor`` (default), ``adaptive`` or ``fixed``.
-    :param transaction_mode: ``sends_atomic_with_receive`` (default), ``receive_only`` or ``none``.
+    :param max_concurrency, batch_size, strategy, transaction_mode: the pump settings most tasks set,
+        as arguments of their own (:class:`~airflow_provider_sqlqueue.transport.PumpSettings` documents
+        them and their defaults; unset here means the default or ``pump_options``' value). A
+        ``batch_size`` above 1 runs the handler on each message of a receive in turn and commits once; a
+        killed task returns the whole batch to the queue (see "Batch size" in the concurrency guide).
     :param timeout: stop after this many seconds in any case.
-    :param pump_options: further :class:`MessagePump` keywords (``immediate_retries``, ``audit_queue``,
-        ``idle_delay``, ...).
+    :param pump_options: the pump's other settings, as a ``PumpSettings`` or a dict of its names
+        (``immediate_retries``, ``idle_delay``, ...), plus ``audit_queue`` / ``error_queue``. Checked when
+        the DAG is parsed: an unknown name or a wrong value fails there, naming the settings.
     :param on_kill_timeout: when the task is killed, seconds that the handlers in flight get to finish and
         commit. Airflow's supervisor sends SIGKILL 5 seconds after SIGTERM, so the default stays under
         that; a handler still running then is rolled back and its message received again.
@@ -49,12 +52,12 @@ class ConsumeMessagesOperator(BaseOperator):
         queue_name: str,
         handler: Callable[..., Any] | str,
         max_messages: int | None = None,
-        max_concurrency: int = 1,
-        batch_size: int = 1,
-        strategy: str = "monitor",
+        max_concurrency: int | None = None,
+        batch_size: int | None = None,
+        strategy: str | None = None,
         transaction_mode: str | None = None,
         timeout: float | None = None,
-        pump_options: dict[str, Any] | None = None,
+        pump_options: PumpSettings | Mapping[str, Any] | None = None,
         sqlqueue_conn_id: str = SqlQueueHook.default_conn_name,
         on_kill_timeout: float = 4.0,
         **kwargs: Any,
@@ -65,12 +68,17 @@ class ConsumeMessagesOperator(BaseOperator):
         self.queue_name = queue_name
         self.handler = handler
         self.max_messages = max_messages
-        self.max_concurrency = max_concurrency
-        self.batch_size = batch_size
-        self.strategy = strategy
-        self.transaction_mode = transaction_mode
         self.timeout = timeout
-        self.pump_options = dict(pump_options or {})
+        options = dict(pump_options) if isinstance(pump_options, Mapping) else {}
+        self.pump_wiring = {name: options.pop(name) for name in PUMP_WIRING if name in options}
+        given = {
+            "max_concurrency": max_concurrency,
+            "batch_size": batch_size,
+            "strategy": strategy,
+            "transaction_mode": transaction_mode,
+        }
+        base = pump_options if isinstance(pump_options, PumpSettings) else options
+        self.pump_settings = PumpSettings.of(base, **{k: v for k, v in given.items() if v is not None})
         self.sqlqueue_conn_id = sqlqueue_conn_id
         self.on_kill_timeout = on_kill_timeout
         self._pump: MessagePump | None = None
@@ -80,13 +88,7 @@ class ConsumeMessagesOperator(BaseOperator):
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
             pump = MessagePump(
-                hook.get_queue(self.queue_name),
-                self.handler,
-                max_concurrency=self.max_concurrency,
-                batch_size=self.batch_size,
-                strategy=self.strategy,
-                transaction_mode=self.transaction_mode,
-                **self.pump_options,
+                hook.get_queue(self.queue_name), self.handler, self.pump_settings, **self.pump_wiring
             )
             self._pump = pump
             if self._killed:  # on_kill came before the pump existed
@@ -137,7 +139,7 @@ class ConsumeMessagesOperator(BaseOperator):
         the pump writes to as outputs. Where a handler sends messages is the handler's business."""
         from ._lineage import operator_lineage
 
-        error_queue = self.pump_options.get("error_queue")
+        error_queue = self.pump_wiring.get("error_queue")
         if error_queue is None:
             hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
             try:
@@ -145,6 +147,6 @@ class ConsumeMessagesOperator(BaseOperator):
             finally:
                 hook.close()
         outputs = [str(error_queue)]
-        if self.pump_options.get("audit_queue"):
-            outputs.append(str(self.pump_options["audit_queue"]))
+        if self.pump_wiring.get("audit_queue"):
+            outputs.append(str(self.pump_wiring["audit_queue"]))
         return operator_lineage(self.sqlqueue_conn_id, inputs=[str(self.queue_name)], outputs=outputs)

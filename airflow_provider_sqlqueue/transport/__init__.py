@@ -37,7 +37,15 @@ from .lent import LentConnection, ReceiveConnection
 from .message import OutgoingMessage, ReceivedMessage
 from .pool import PooledConnection
 from .publishing import PublishResult
-from .pump import MessageContext, MessagePump, PumpStats, RampUpController, Strategy, load_handler
+from .pump import (
+    MessageContext,
+    MessagePump,
+    PumpSettings,
+    PumpStats,
+    RampUpController,
+    Strategy,
+    load_handler,
+)
 from .queue import (
     Finding,
     ReceivedBatch,
@@ -73,6 +81,7 @@ __all__ = [
     "PermissionDenied",
     "PooledConnection",
     "PublishResult",
+    "PumpSettings",
     "PumpStats",
     "QueueAddress",
     "QueueNotFound",

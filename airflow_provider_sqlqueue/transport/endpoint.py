@@ -27,8 +27,7 @@ from . import headers as h
 from .delayed import DEFAULT_DELAYED_SUFFIX, DelayedMover, DelayedStore
 from .message import OutgoingMessage
 from .publishing import PublishResult
-from .pump import Handler, MessagePump, check_pool_size
-from .recoverability import CircuitBreakerSettings, CriticalErrorCallback
+from .pump import Handler, MessagePump, PumpSettings, check_pool_size
 
 if TYPE_CHECKING:
     from .connection import Transport
@@ -219,56 +218,40 @@ class Endpoint:
     def start(
         self,
         handler: Handler | str,
+        settings: PumpSettings | Mapping[str, Any] | None = None,
         *,
-        max_concurrency: int = 1,
         instance_concurrency: int = 1,
-        batch_size: int = 1,
-        strategy: str = "monitor",
-        transaction_mode: str | None = None,
-        immediate_retries: int = 5,
-        idle_delay: float = 1.0,
-        wake_up: str = "auto",
-        circuit_breaker: CircuitBreakerSettings | None = None,
-        on_critical_error: CriticalErrorCallback | None = None,
         run_mover: bool = True,
         mover_batch_size: int = 100,
-        stop_timeout: float = 30.0,
+        **options: Any,
     ) -> Endpoint:
-        """Run ``handler`` on the primary queue (``max_concurrency``) and the instance queue
-        (``instance_concurrency``), and take part in electing the delayed-message mover. ``batch_size`` is
-        the pumps' messages per receive transaction (see :class:`MessagePump`). First it subscribes to the
-        topics of ``subscribe_to`` (the subscription table must exist: :meth:`create` makes it)."""
+        """Run ``handler`` on the primary queue and the instance queue, and take part in electing the
+        delayed-message mover. ``settings`` and ``options`` are the pumps' (:class:`PumpSettings`: the
+        primary queue's pump takes ``max_concurrency``, the instance queue's ``instance_concurrency``; the
+        mover takes the idle delay and circuit breaker). First it subscribes to the topics of
+        ``subscribe_to`` (the subscription table must exist: :meth:`create` makes it)."""
         if self.pumps:
             raise ConfigurationError(f"endpoint {self.address} is already running")
-        options: dict[str, Any] = {
-            "batch_size": batch_size,
-            "strategy": strategy,
-            "transaction_mode": transaction_mode,
-            "immediate_retries": immediate_retries,
+        pump_settings = PumpSettings.of(settings, **options)
+        wiring: dict[str, Any] = {
             "error_queue": str(self.error_queue),
             "audit_queue": None if self.audit_queue is None else str(self.audit_queue),
-            "idle_delay": idle_delay,
-            "wake_up": wake_up,
-            "circuit_breaker": circuit_breaker,
-            "on_critical_error": on_critical_error,
-            "stop_timeout": stop_timeout,
             "delayed": self.delayed,
             "endpoint": self,
         }
-        pumps = [MessagePump(self.queue, handler, max_concurrency=max_concurrency, **options)]
+        pumps = [MessagePump(self.queue, handler, pump_settings, **wiring)]
         if self.instance_queue is not None:
-            pumps.append(
-                MessagePump(self.instance_queue, handler, max_concurrency=instance_concurrency, **options)
-            )
+            instance_settings = PumpSettings.of(pump_settings, max_concurrency=instance_concurrency)
+            pumps.append(MessagePump(self.instance_queue, handler, instance_settings, **wiring))
         mover = None
         if run_mover and self.delayed is not None:
             mover = DelayedMover(
                 self.delayed,
                 batch_size=mover_batch_size,
-                idle_delay=idle_delay,
+                idle_delay=pump_settings.idle_delay,
                 error_queue=str(self.error_queue),
-                circuit_breaker=circuit_breaker,
-                on_critical_error=on_critical_error,
+                circuit_breaker=pump_settings.circuit_breaker,
+                on_critical_error=pump_settings.on_critical_error,
                 name=f"mover {self.delayed.address} ({self.reply_to_address})",
             )
         needed = sum(pump.required_connections() for pump in pumps) + 1  # + sends outside handlers

@@ -21,6 +21,7 @@ receive's transaction. Database failures go through a circuit breaker; deadlocks
 Nothing here imports Airflow.
 
 The modules of this package, one idea each: :mod:`.message_pump` (the pump, its threads and loops),
+:mod:`.settings` (how a pump runs, declared once), :mod:`.roles` (what each part sees of the pump),
 :mod:`.strategy` (the strategies and the adaptive ramp-up), :mod:`.pacing` (message budget, monitor rounds,
 back-off), :mod:`.processing` (one message: forward, handle with retries, error queue, audit), :mod:`.context`
 (what a handler may send), :mod:`.handler` (loading a handler) and :mod:`.stats` (counters).
@@ -31,6 +32,7 @@ from __future__ import annotations
 from .context import MessageContext
 from .handler import Handler, load_handler
 from .message_pump import MessagePump, check_pool_size
+from .settings import PumpSettings
 from .stats import PumpStats
 from .strategy import RampUpController, Strategy
 
@@ -38,6 +40,7 @@ __all__ = [
     "Handler",
     "MessageContext",
     "MessagePump",
+    "PumpSettings",
     "PumpStats",
     "RampUpController",
     "Strategy",

@@ -15,25 +15,23 @@ import queue as queue_module
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError, QueueNotFound, SqlQueueError
 from ..queue import TableQueue, TransactionMode
 from ..queue.startup import (
-    DEFAULT_PURGE_BATCH_SIZE,
-    check_purge_batch_size,
     inspect_at_start,
     purge_expired_at_start,
 )
-from ..recoverability import CircuitBreaker, CircuitBreakerSettings, CriticalErrorCallback, FailureStore
+from ..recoverability import CircuitBreaker, FailureStore
 from ..wakeup import WakeUpListener
-from .arguments import check_pump_arguments
 from .batching import BatchReceiver
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
+from .settings import PumpSettings
 from .stats import Counters, PumpStats
 from .strategy import AdaptiveStrategy, Strategy
 
@@ -53,89 +51,40 @@ class MessagePump:
     :param queue: the input queue (from :meth:`Transport.queue`).
     :param handler: ``handler(message)`` or ``handler(message, context)``; a callable or
         ``"module:function"``. Raising rolls the message back for another attempt.
-    :param max_concurrency: most receives in flight at once (the seeds' ``MaximumConcurrencyLevel``); each
-        handles its messages one after another, so this is also the most handlers running at once.
-    :param batch_size: most messages per receive transaction (default 1, one message per transaction). Above
-        1, a receive takes up to that many, runs the handler on each in turn (a failing one is retried in
-        place, then moved to the error queue), and commits once; a crash returns the whole batch.
-    :param strategy: ``monitor`` (default), ``adaptive`` or ``fixed``.
-    :param transaction_mode: the core's transaction mode (default ``sends_atomic_with_receive``).
-    :param immediate_retries: attempts after the first before a message goes to the error queue (none
-        in transaction mode ``none``, which has no transaction to put a message back).
+    :param settings: how it runs (:class:`~.settings.PumpSettings`: concurrency, batch size, strategy,
+        transaction mode, retries, idle delay, ...); keywords of the same names override single settings,
+        e.g. ``MessagePump(queue, handler, max_concurrency=4)``.
     :param error_queue: where failed and unreadable messages go (default: the queue's, i.e. the
         transport's ``error``).
     :param audit_queue: where a copy of every processed message goes; None (default) for no audit.
-    :param idle_delay: seconds to wait when the queue is empty (at least 0.1, default 1); above 10 s it
-        logs a warning, as the reference's peek delay does.
-    :param wake_up: ``auto`` (default): where the engine pushes notifications (PostgreSQL), an idle pump
-        wakes as soon as a send commits, and the idle delay is only the fallback; ``poll``: the idle delay
-        alone.
-    :param circuit_breaker: the breaker's times (defaults 30 s to trigger, 1 s and 10 s back-off).
-    :param on_critical_error: ``callback(message, error)`` when a breaker triggers (default: log it and
-        keep trying).
-    :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds: a worker
-        starts another after more than ``success_threshold`` (5) messages in a row, and retires after
-        ``failure_threshold`` (7) empty receives in a row, as the reference's 2.1 receivers.
-    :param slow_handler_threshold: seconds after which a receive still running starts one more adaptive
-        worker (5, the reference's), so a slow handler does not hold the queue up.
-    :param stop_timeout: how long :meth:`stop` waits for running handlers by default.
     :param delayed: the delayed table for ``context.send(..., delay=...)`` (an Endpoint passes its own).
-    :param inspect_on_start: look at the input queue's indexes and columns once when starting and log what
-        could be better (default True; it never stops the start).
-    :param purge_expired_on_start: delete the input queue's expired messages when starting, before the
-        first receive (default False, as in the reference); a deadlock is a warning and the start goes on.
-    :param purge_batch_size: rows per purge statement, each in its own transaction (default 10,000).
+    :param endpoint: the Endpoint the pump runs for (its handlers' replies and publishes name it).
+    :param name: the pump's name in logs and thread names (default ``pump <queue>``).
     """
 
     def __init__(
         self,
         queue: TableQueue,
         handler: Handler | str,
+        settings: PumpSettings | Mapping[str, Any] | None = None,
         *,
-        max_concurrency: int = 1,
-        batch_size: int = 1,
-        strategy: Strategy | str = Strategy.MONITOR,
-        transaction_mode: TransactionMode | str | None = None,
-        immediate_retries: int = 5,
         error_queue: str | QueueAddress | object | None = ...,
         audit_queue: str | QueueAddress | None = None,
-        idle_delay: float = 1.0,
-        wake_up: str = "auto",
-        circuit_breaker: CircuitBreakerSettings | None = None,
-        on_critical_error: CriticalErrorCallback | None = None,
-        success_threshold: int = 5,
-        failure_threshold: int = 7,
-        slow_handler_threshold: float = 5.0,
-        stop_timeout: float = 30.0,
         delayed: DelayedStore | None = None,
         endpoint: Any = None,
         name: str | None = None,
-        inspect_on_start: bool = True,
-        purge_expired_on_start: bool = False,
-        purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE,
+        **options: Any,
     ) -> None:
         if not isinstance(queue, TableQueue):
             raise ConfigurationError(f"queue must be a TableQueue (transport.queue(...)), not {queue!r}")
-        self.strategy, self.transaction_mode = check_pump_arguments(
-            max_concurrency=max_concurrency,
-            batch_size=batch_size,
-            strategy=strategy,
-            transaction_mode=transaction_mode,
-            immediate_retries=immediate_retries,
-            idle_delay=idle_delay,
-            wake_up=wake_up,
-        )
-        self.wake_up = wake_up
+        self.settings = settings = PumpSettings.of(settings, **options)
+        self.strategy: Strategy = settings.strategy  # type: ignore[assignment]
+        self.transaction_mode: TransactionMode = settings.transaction_mode  # type: ignore[assignment]
+        self.wake_up = settings.wake_up
         self._listener: WakeUpListener | None = None
-        for switch, value in (
-            ("inspect_on_start", inspect_on_start),
-            ("purge_expired_on_start", purge_expired_on_start),
-        ):
-            if not isinstance(value, bool):
-                raise ConfigurationError(f"{switch} must be True or False, not {value!r}")
-        self.inspect_on_start = inspect_on_start
-        self.purge_expired_on_start = purge_expired_on_start
-        self.purge_batch_size = check_purge_batch_size(purge_batch_size)
+        self.inspect_on_start = settings.inspect_on_start
+        self.purge_expired_on_start = settings.purge_expired_on_start
+        self.purge_batch_size = settings.purge_batch_size
         self.transport = queue.transport
         target_error = queue.error_queue if error_queue is ... else error_queue
         if target_error is None:
@@ -144,26 +93,28 @@ class MessagePump:
         self.queue: TableQueue = self.transport.queue(queue.address, error_queue=str(self.error_queue))
         self.audit_queue = None if audit_queue is None else self.transport.resolve(audit_queue)
         self.handler = load_handler(handler)
-        self.max_concurrency = max_concurrency
-        self.batch_size = batch_size
-        self.immediate_retries = immediate_retries
-        self.idle_delay = float(idle_delay)
-        self.stop_timeout = stop_timeout
+        self.max_concurrency = settings.max_concurrency
+        self.batch_size = settings.batch_size
+        self.immediate_retries = settings.immediate_retries
+        self.idle_delay = settings.idle_delay
+        self.stop_timeout = settings.stop_timeout
         self.delayed = delayed
         self.endpoint = endpoint
         self.name = name or f"pump {self.queue.address}"
         self.machine = socket.gethostname()
         self.peek_breaker = CircuitBreaker(
-            f"Failed to peek {self.queue.address}", circuit_breaker, on_critical_error
+            f"Failed to peek {self.queue.address}", settings.circuit_breaker, settings.on_critical_error
         )
         self.receive_breaker = CircuitBreaker(
-            f"Failed to receive from {self.queue.address}", circuit_breaker, on_critical_error
+            f"Failed to receive from {self.queue.address}",
+            settings.circuit_breaker,
+            settings.on_critical_error,
         )
         self.adaptive = AdaptiveStrategy(
             self,
-            success_threshold=success_threshold,
-            failure_threshold=failure_threshold,
-            slow_handler_threshold=slow_handler_threshold,
+            success_threshold=settings.success_threshold,
+            failure_threshold=settings.failure_threshold,
+            slow_handler_threshold=settings.slow_handler_threshold,
         )
         self.failures = FailureStore()
         self._processor = MessageProcessor(self)
@@ -180,7 +131,7 @@ class MessagePump:
         self._threads: list[threading.Thread] = []
         self._threads_lock = threading.Lock()
         self._work: queue_module.SimpleQueue[MonitorRound | None] = queue_module.SimpleQueue()
-        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._slots = threading.BoundedSemaphore(settings.max_concurrency)
         self._started_at: float | None = None
         self._stopped_at: float | None = None
         self.stop_reason: str | None = None
