@@ -89,7 +89,7 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
     ) -> list[uuid.UUID]:
         target = self._target(destination)
         if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
-            return target._send_on(self._connection, messages, commit=False)
+            return target.send_on(self._connection, messages, commit=False)
         if self.transaction_mode is TransactionMode.RECEIVE_ONLY and target.dialect.single_writer:
             raise ConfigurationError(
                 f"{target.dialect.display_name} has a single writer: a send that commits on its own would "
@@ -126,4 +126,4 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
         """Send on this receive's connection and transaction in every mode (the pump's moves to the error
         queue, audit copies and forwards: they must commit or roll back with the receive)."""
         target = self._target(destination)
-        return target._send_on(self._connection, messages, commit=False)
+        return target.send_on(self._connection, messages, commit=False)

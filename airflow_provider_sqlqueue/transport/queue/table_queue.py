@@ -250,7 +250,7 @@ class TableQueue:
         if connection is not None:
             return self._send_in(connection, messages)
         with self.transport.connection(self.address) as connection:
-            return self._send_on(connection, messages, commit=True)
+            return self.send_on(connection, messages, commit=True)
 
     def _send_in(self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str]) -> list[uuid.UUID]:
         """Write ``messages`` in a caller's transaction (see callers.py), without committing."""
@@ -261,9 +261,14 @@ class TableQueue:
             )
         return ids
 
-    def _send_on(
+    def send_on(
         self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str], *, commit: bool
     ) -> list[uuid.UUID]:
+        """Write ``messages`` on ``connection``, a loan of this transport's own pool that already holds the
+        transaction to write in (a receive's, a Spark job's); commit it only with ``commit``.
+
+        Unlike ``send_batch(connection=...)`` the connection is neither checked nor wrapped (it is the
+        transport's own), so a receive's sends cost no more than the transport's own sends."""
         rows, ids = self._plain_rows(messages)
         if not rows:
             return []
@@ -336,7 +341,7 @@ class TableQueue:
         return self._sql.locking(self._uses_row_locks(cursor)).receive_batch
 
     def uses_row_locks(self, cursor: Any) -> bool:
-        """Whether receivers of this role take row locks (else advisory locks); see :meth:`_pick` for why
+        """Whether receivers of this role take row locks (else advisory locks); see :meth:`pick` for why
         code that builds on :meth:`receive_statement` tops up a short pick when they do not."""
         return self._uses_row_locks(cursor)
 
@@ -420,8 +425,17 @@ class TableQueue:
             ) from None
         return ReceiveBlock(self, max_messages, mode)
 
-    def _pick(self, cursor: Any, max_messages: int) -> list[Any]:
-        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py).
+    @property
+    def low_water(self) -> LowWaterMark:
+        """Where this queue's receives start picking (see low_water.py), shared by its receivers: the
+        receive block (receiving.py) resets it when a receive rolls back, since its messages are then back
+        behind the mark."""
+        return self._low_water
+
+    def pick(self, cursor: Any, max_messages: int) -> list[Any]:
+        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py): the
+        rows deleted, as the driver returned them, in the cursor's open transaction (the receive block,
+        receiving.py, decodes and commits them).
 
         A pick after the mark that comes back short is topped up from the start of the queue in the same
         transaction, so a message left behind the mark never makes a receive look empty. So is a short pick
@@ -448,8 +462,9 @@ class TableQueue:
             raw += self.dialect.receive_rows(cursor, self.address, statement, max_messages - len(raw))
         return raw
 
-    def _rollback_quietly(self, connection: Any) -> None:
-        """Roll back after a failure in the block; keep the block's own error as the one raised."""
+    def rollback_quietly(self, connection: Any) -> None:
+        """Roll back a receive after a failure in its block, keeping the block's own error as the one
+        raised: a failed rollback is logged and the connection invalidated (the server then rolls back)."""
         try:
             self.dialect.rollback(connection)
         except Exception as error:
@@ -461,7 +476,10 @@ class TableQueue:
             )
             connection.invalidate()
 
-    def _move_poison(self, cursor: Any, poison: list[PoisonRow]) -> None:
+    def move_poison(self, cursor: Any, poison: list[PoisonRow]) -> None:
+        """Move rows whose headers cannot be read, unchanged, to the error queue, in the receive's
+        transaction (the receive block calls it); HeaderFormatError when no error queue is configured, and
+        QueueNotFound when it is missing, so such a row stays queued rather than lost."""
         for item in poison:
             if self.error_queue is None:
                 raise HeaderFormatError(
