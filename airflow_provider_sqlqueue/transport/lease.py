@@ -15,7 +15,7 @@ from ..model.errors import TransientDatabaseError
 from .pool import ConnectionPool, PooledConnection, PoolExhausted
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from .roles import LeaseTransport
 
 __all__ = ["ConnectionLease", "shared_cursor"]
 
@@ -58,7 +58,7 @@ class ConnectionLease:
 
     __slots__ = ("_address", "_pool", "_pooled", "_transport")
 
-    def __init__(self, transport: Transport, pool: ConnectionPool, address: QueueAddress | None) -> None:
+    def __init__(self, transport: LeaseTransport, pool: ConnectionPool, address: QueueAddress | None) -> None:
         self._transport = transport
         self._pool = pool
         self._address = address

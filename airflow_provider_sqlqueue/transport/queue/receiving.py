@@ -17,7 +17,7 @@ from .rows import decode_rows
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
-    from .table_queue import TableQueue
+    from .roles import ReceivingQueue
 
 __all__ = ["ReceiveBlock"]
 
@@ -34,7 +34,7 @@ class ReceiveBlock:
 
     __slots__ = ("_batch", "_connection", "_lease", "_max", "_mode", "_queue")
 
-    def __init__(self, queue: TableQueue, max_messages: int, mode: TransactionMode) -> None:
+    def __init__(self, queue: ReceivingQueue, max_messages: int, mode: TransactionMode) -> None:
         self._queue = queue
         self._max = max_messages
         self._mode = mode

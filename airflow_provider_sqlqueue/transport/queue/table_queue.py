@@ -58,7 +58,7 @@ from .storage import VacuumResult, table_storage, vacuum_table
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
-    from ..connection import Transport
+    from ..roles import QueueTransport
 
 __all__ = ["TableQueue"]
 
@@ -81,7 +81,9 @@ def _mirror(value: str | None) -> str | None:
 class TableQueue:
     """One queue table. Obtain it from :meth:`Transport.queue`; it is cheap and thread-safe."""
 
-    def __init__(self, transport: Transport, address: QueueAddress, error_queue: QueueAddress | None) -> None:
+    def __init__(
+        self, transport: QueueTransport, address: QueueAddress, error_queue: QueueAddress | None
+    ) -> None:
         self.transport = transport
         self.address = address
         self.error_queue = error_queue
@@ -264,11 +266,9 @@ class TableQueue:
     def send_on(
         self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str], *, commit: bool
     ) -> list[uuid.UUID]:
-        """Write ``messages`` on ``connection``, a loan of this transport's own pool that already holds the
-        transaction to write in (a receive's, a Spark job's); commit it only with ``commit``.
-
-        Unlike ``send_batch(connection=...)`` the connection is neither checked nor wrapped (it is the
-        transport's own), so a receive's sends cost no more than the transport's own sends."""
+        """Write ``messages`` in the open transaction of ``connection``, a loan of this transport's own pool
+        (a receive's, a Spark job's), committing only with ``commit``; unlike ``send_batch(connection=...)``
+        it neither checks nor wraps the connection, so a receive's sends cost what the queue's own do."""
         rows, ids = self._plain_rows(messages)
         if not rows:
             return []
@@ -427,15 +427,12 @@ class TableQueue:
 
     @property
     def low_water(self) -> LowWaterMark:
-        """Where this queue's receives start picking (see low_water.py), shared by its receivers: the
-        receive block (receiving.py) resets it when a receive rolls back, since its messages are then back
-        behind the mark."""
+        """Where this queue's receives start picking (low_water.py); a receive that rolls back resets it."""
         return self._low_water
 
     def pick(self, cursor: Any, max_messages: int) -> list[Any]:
-        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py): the
-        rows deleted, as the driver returned them, in the cursor's open transaction (the receive block,
-        receiving.py, decodes and commits them).
+        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py), in the
+        cursor's open transaction: the rows as the driver returned them (the receive block decodes them).
 
         A pick after the mark that comes back short is topped up from the start of the queue in the same
         transaction, so a message left behind the mark never makes a receive look empty. So is a short pick
@@ -463,8 +460,7 @@ class TableQueue:
         return raw
 
     def rollback_quietly(self, connection: Any) -> None:
-        """Roll back a receive after a failure in its block, keeping the block's own error as the one
-        raised: a failed rollback is logged and the connection invalidated (the server then rolls back)."""
+        """Roll back a receive that failed in its block; the block's own error stays the one raised."""
         try:
             self.dialect.rollback(connection)
         except Exception as error:
@@ -477,9 +473,8 @@ class TableQueue:
             connection.invalidate()
 
     def move_poison(self, cursor: Any, poison: list[PoisonRow]) -> None:
-        """Move rows whose headers cannot be read, unchanged, to the error queue, in the receive's
-        transaction (the receive block calls it); HeaderFormatError when no error queue is configured, and
-        QueueNotFound when it is missing, so such a row stays queued rather than lost."""
+        """Move rows whose headers cannot be read, unchanged, to the error queue in the receive's transaction;
+        without an error queue (or when it is missing) raise, so such a row stays queued rather than lost."""
         for item in poison:
             if self.error_queue is None:
                 raise HeaderFormatError(
