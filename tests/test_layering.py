@@ -3,10 +3,13 @@ no module too long to read.
 
 The graph is read from the source with ``ast`` (nothing is imported), and it counts every import statement:
 at module level, inside functions (a deferred import is still a dependency, and deferring one to dodge a
-cycle is exactly what these checks forbid) and under ``if TYPE_CHECKING:``. Type-only imports count for the
-layer rules, because a type from a higher layer ties the lower one to it just the same. They do not count for
-the cycle rule: they never run, so they cannot make an import order fail, and an object naming its owner's
-type in an annotation (a queue holding its ``Transport``) is a reference back, not a use of the owner.
+cycle is exactly what these checks forbid) and under ``if TYPE_CHECKING:``. Type-only imports count for
+every rule. For the layer rules, a type from a higher layer ties the lower one to it just the same. For the
+cycle rule too: a type-only import never runs, so it cannot make an import order fail, but a circle of them
+still ties two modules to each other (neither can change, be read or be reused without the other) and hides a
+missing seam. A part that names its owner's class (a queue typed with its ``Transport``) says instead what it
+needs of it, as a narrow ``typing.Protocol`` in a module beneath both (``transport/roles.py``,
+``transport/queue/roles.py``, ``transport/pump/roles.py``).
 
 ``from pkg import name`` is an edge to ``pkg.name`` when that is a module of the package, else to ``pkg``.
 Importing ``a.b.c`` is not counted as importing the package ``a.b`` (its ``__init__`` re-exports its own
@@ -186,9 +189,7 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones() -> None:
 
 def test_no_import_cycle_between_modules() -> None:
     graph = {
-        module: {
-            i.imported for i in imports if not i.type_only and i.imported in MODULES and i.imported != module
-        }
+        module: {i.imported for i in imports if i.imported in MODULES and i.imported != module}
         for module, imports in IMPORTS.items()
     }
     cycle = find_cycle(graph)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from ..model.address import QueueAddress
-    from .base import IndexSpec
+    from .index_spec import IndexSpec
 
 
 class ArchiveStatements:

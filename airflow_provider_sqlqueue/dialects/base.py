@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, SqlQueueError
 from .archive import ArchiveStatements
+from .index_spec import IndexSpec
 from .subscriptions import SubscriptionStatements
 
 Layout = Literal["clustered", "heap"]
@@ -84,12 +85,6 @@ class TableOptions:
             raise ValueError(f"layout must be 'clustered' or 'heap', not {self.layout!r}")
         if self.storage_parameters is not None:
             object.__setattr__(self, "storage_parameters", storage_parameters(self.storage_parameters))
-
-
-@dataclass(frozen=True)
-class IndexSpec:
-    name: str
-    create: str
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def fill_partition(config: FillConfig, index: int, rows: Iterable[Any]) -> Itera
                     begin = transport.dialect.begin_write()
                     if begin:
                         cursor.execute(begin, ())
-                    target._send_on(connection, messages, commit=False)
+                    target.send_on(connection, messages, commit=False)
                     cursor.execute(sql.insert_fill_marker(), (config.run_id, index, batch_number, len(items)))
                     connection.commit()
             except Exception:

@@ -59,7 +59,7 @@ def move_batch(
     cursor.execute(statement, params(size, 0))
     rows = list(transport.dialect.fetch_rows(cursor))
     if len(rows) < size and not queue.uses_row_locks(cursor):
-        # an advisory pick may find its rows deleted meanwhile; one more reads anew (TableQueue._pick)
+        # an advisory pick may find its rows deleted meanwhile; one more reads anew (TableQueue.pick)
         numbered = sum(1 for row in rows if not row[2])
         cursor.execute(statement, params(size - len(rows), numbered))
         rows += transport.dialect.fetch_rows(cursor)

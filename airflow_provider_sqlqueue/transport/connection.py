@@ -314,7 +314,7 @@ class Transport:
 
         A connection that failed in a way that makes it unusable is discarded instead of returned.
         """
-        return ConnectionLease(self, address)
+        return ConnectionLease(self, self._pool, address)
 
     # ---- publish/subscribe -----------------------------------------------------------------------
     @property

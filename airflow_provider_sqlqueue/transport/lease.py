@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..model.address import QueueAddress
 from ..model.errors import TransientDatabaseError
-from .pool import PooledConnection, PoolExhausted
+from .pool import ConnectionPool, PooledConnection, PoolExhausted
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from .roles import LeaseTransport
 
 __all__ = ["ConnectionLease", "shared_cursor"]
 
@@ -50,19 +50,24 @@ def _forget_shared_cursor(connection: PooledConnection) -> None:
 
 
 class ConnectionLease:
-    """``with transport.connection() as connection:`` (a class, not a generator: every operation pays it)."""
+    """``with transport.connection() as connection:`` (a class, not a generator: every operation pays it).
 
-    __slots__ = ("_address", "_pooled", "_transport")
+    The transport hands over its ``pool`` to borrow from; the transport itself is read for its dialect (at
+    each loan: the first connection may switch it to the server's variant) and the pool's size.
+    """
 
-    def __init__(self, transport: Transport, address: QueueAddress | None) -> None:
+    __slots__ = ("_address", "_pool", "_pooled", "_transport")
+
+    def __init__(self, transport: LeaseTransport, pool: ConnectionPool, address: QueueAddress | None) -> None:
         self._transport = transport
+        self._pool = pool
         self._address = address
         self._pooled: PooledConnection | None = None
 
     def __enter__(self) -> PooledConnection:
         transport = self._transport
         try:
-            self._pooled = transport._pool.connect()
+            self._pooled = self._pool.connect()
         except PoolExhausted as error:
             raise TransientDatabaseError(
                 f"no free database connection within the pool timeout ({transport.pool_size} in use); "

@@ -26,7 +26,7 @@ from sqlalchemy.pool import NullPool, PoolProxiedConnection
 from ..model.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from .roles import EngineTransport
 
 __all__ = ["LentConnection", "ReceiveConnection", "sqlalchemy_engine"]
 
@@ -203,11 +203,11 @@ class ReceiveConnection(Connection):
         raise ConfigurationError(_REFUSED.format(what="detach()"))
 
 
-_engines: weakref.WeakKeyDictionary[Transport, Engine] = weakref.WeakKeyDictionary()
+_engines: weakref.WeakKeyDictionary[EngineTransport, Engine] = weakref.WeakKeyDictionary()
 _engines_lock = threading.Lock()
 
 
-def sqlalchemy_engine(transport: Transport) -> Engine:
+def sqlalchemy_engine(transport: EngineTransport) -> Engine:
     """The SQLAlchemy ``Engine`` that wraps ``transport``'s connections, made once per transport.
 
     Its own pool lends nothing but the one new connection (closed again) on which SQLAlchemy reads the
@@ -239,7 +239,7 @@ def sqlalchemy_engine(transport: Transport) -> Engine:
         return engine
 
 
-def receive_connection(transport: Transport, lent: LentConnection) -> ReceiveConnection:
+def receive_connection(transport: EngineTransport, lent: LentConnection) -> ReceiveConnection:
     """A SQLAlchemy ``Connection`` over ``lent``; the driver connection gets SQLAlchemy's per-connection
     setup once (what its pool does for a connection it opens: SQL Server's DATETIMEOFFSET reader, SQLite's
     REGEXP), remembered with the connection from loan to loan."""

@@ -23,7 +23,7 @@ from .message import OutgoingMessage
 from .subscriptions import topics_of
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from .roles import PublishingTransport
 
 __all__ = ["PublishResult", "publish", "publish_message"]
 
@@ -56,7 +56,7 @@ def publish_message(
 
 
 def publish(
-    transport: Transport,
+    transport: PublishingTransport,
     topic: str | type,
     message: OutgoingMessage | bytes | str,
     headers: Mapping[str, str | None] | None = None,

@@ -39,7 +39,7 @@ from .callers import write_in_callers_transaction
 from .queue.provisioning import begin_creation, first_value, table_exists_on
 
 if TYPE_CHECKING:
-    from .connection import Transport
+    from .roles import SubscriptionTransport
 
 __all__ = [
     "Subscription",
@@ -145,7 +145,7 @@ class SubscriptionStore:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: SubscriptionTransport,
         settings: SubscriptionSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,

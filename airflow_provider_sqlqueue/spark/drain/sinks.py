@@ -139,11 +139,11 @@ class SinkWriter:
         for row in rows:
             batch.append(self._as_message(row.asDict(recursive=True), columns))
             if len(batch) == 1000:
-                target._send_on(connection, batch, commit=False)
+                target.send_on(connection, batch, commit=False)
                 written += len(batch)
                 batch = []
         if batch:
-            target._send_on(connection, batch, commit=False)
+            target.send_on(connection, batch, commit=False)
             written += len(batch)
         return written
 

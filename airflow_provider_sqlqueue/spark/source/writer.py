@@ -184,11 +184,11 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
                 )
                 chunk.append(message)
                 if len(chunk) == SEND_CHUNK:
-                    target._send_on(connection, chunk, commit=False)
+                    target.send_on(connection, chunk, commit=False)
                     sent += len(chunk)
                     chunk = []
             if chunk:
-                target._send_on(connection, chunk, commit=False)
+                target.send_on(connection, chunk, commit=False)
                 sent += len(chunk)
             cursor.execute(sql.insert_fill_marker(), (self.run_id, part, MARKER_BATCH, sent))
             connection.commit()

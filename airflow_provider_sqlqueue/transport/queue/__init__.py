@@ -3,8 +3,9 @@
 The modules of this package, one idea each: :mod:`.table_queue` (``TableQueue``: send, receive, depth,
 purge), :mod:`.provisioning` (the table's lifecycle: create, script, inspect, drop), :mod:`.storage`
 (what deleted rows leave behind, and the vacuum that gives it back), :mod:`.batch` (``ReceivedBatch``: a
-receive's messages and sends), :mod:`.transaction_mode`, :mod:`.rows` (reading the rows drivers return)
-and :mod:`.statements` (a queue's rendered SQL).
+receive's messages and sends), :mod:`.receiving` (the receive block), :mod:`.transaction_mode`,
+:mod:`.rows` (reading the rows drivers return), :mod:`.statements` (a queue's rendered SQL) and
+:mod:`.roles` (what the statements, the receive block and a batch need of their queue, as protocols).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from ..message import OutgoingMessage, ReceivedMessage
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
-    from .table_queue import TableQueue
+    from ..roles import OpenedQueue
+    from .roles import BatchQueue
 
 __all__ = ["ReceivedBatch"]
 
@@ -24,7 +25,7 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
 
     def __init__(
         self,
-        queue: TableQueue,
+        queue: BatchQueue,
         connection: Any,
         messages: list[ReceivedMessage],
         expired: int,
@@ -67,14 +68,14 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
             f"poisoned={self.poisoned} mode={self.transaction_mode.value}>"
         )
 
-    def _target(self, destination: str | QueueAddress | TableQueue) -> TableQueue:
+    def _target(self, destination: str | QueueAddress | OpenedQueue) -> OpenedQueue:
         if isinstance(destination, str | QueueAddress):
             return self.queue.transport.queue(destination)
         return destination
 
     def send(
         self,
-        destination: str | QueueAddress | TableQueue,
+        destination: str | QueueAddress | OpenedQueue,
         message: OutgoingMessage | bytes | str,
         headers: Mapping[str, str | None] | None = None,
         time_to_be_received: timedelta | None = None,
@@ -84,12 +85,12 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
 
     def send_batch(
         self,
-        destination: str | QueueAddress | TableQueue,
+        destination: str | QueueAddress | OpenedQueue,
         messages: Iterable[OutgoingMessage | bytes | str],
     ) -> list[uuid.UUID]:
         target = self._target(destination)
         if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
-            return target._send_on(self._connection, messages, commit=False)
+            return target.send_on(self._connection, messages, commit=False)
         if self.transaction_mode is TransactionMode.RECEIVE_ONLY and target.dialect.single_writer:
             raise ConfigurationError(
                 f"{target.dialect.display_name} has a single writer: a send that commits on its own would "
@@ -120,10 +121,10 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
 
     def send_in_receive_transaction(
         self,
-        destination: str | QueueAddress | TableQueue,
+        destination: str | QueueAddress | OpenedQueue,
         messages: Iterable[OutgoingMessage | bytes | str],
     ) -> list[uuid.UUID]:
         """Send on this receive's connection and transaction in every mode (the pump's moves to the error
         queue, audit copies and forwards: they must commit or roll back with the receive)."""
         target = self._target(destination)
-        return target._send_on(self._connection, messages, commit=False)
+        return target.send_on(self._connection, messages, commit=False)

@@ -15,7 +15,7 @@ from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError, QueueNotFound, TransientDatabaseError
 
 if TYPE_CHECKING:
-    from ..connection import Transport
+    from ..roles import ConnectingTransport, ProvisioningTransport
 
 __all__ = [
     "begin_creation",
@@ -84,7 +84,11 @@ def begin_creation(
 
 
 def create_table(
-    transport: Transport, address: QueueAddress, options: TableOptions, *, add_missing_indexes: bool = False
+    transport: ProvisioningTransport,
+    address: QueueAddress,
+    options: TableOptions,
+    *,
+    add_missing_indexes: bool = False,
 ) -> bool:
     """Create the table and its indexes if missing; True when this call created the table.
 
@@ -105,7 +109,7 @@ def create_table(
 
 
 def _create_once(
-    transport: Transport, address: QueueAddress, options: TableOptions, add_missing_indexes: bool
+    transport: ProvisioningTransport, address: QueueAddress, options: TableOptions, add_missing_indexes: bool
 ) -> bool:
     dialect = transport.dialect
     left: list[str] = []
@@ -151,21 +155,23 @@ def table_script(dialect: Dialect, address: QueueAddress, options: TableOptions)
     return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
 
 
-def table_exists(transport: Transport, address: QueueAddress) -> bool:
+def table_exists(transport: ConnectingTransport, address: QueueAddress) -> bool:
     with transport.connection(address) as connection:
         found = table_exists_on(connection.cursor(), transport.dialect, address)
         connection.commit()
         return found
 
 
-def drop_table(transport: Transport, address: QueueAddress) -> None:
+def drop_table(transport: ConnectingTransport, address: QueueAddress) -> None:
     with transport.connection(address) as connection:
         connection.cursor().execute(transport.dialect.drop_table(address), ())
         connection.commit()
     log.info("dropped queue %s", address)
 
 
-def inspect_table(transport: Transport, address: QueueAddress, options: TableOptions) -> list[Finding]:
+def inspect_table(
+    transport: ConnectingTransport, address: QueueAddress, options: TableOptions
+) -> list[Finding]:
     """Check indexes and column types; log a warning with the fixing statement for each finding."""
     dialect = transport.dialect
     with transport.connection(address) as connection:

@@ -17,7 +17,7 @@ from .rows import decode_rows
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
-    from .table_queue import TableQueue
+    from .roles import ReceivingQueue
 
 __all__ = ["ReceiveBlock"]
 
@@ -34,7 +34,7 @@ class ReceiveBlock:
 
     __slots__ = ("_batch", "_connection", "_lease", "_max", "_mode", "_queue")
 
-    def __init__(self, queue: TableQueue, max_messages: int, mode: TransactionMode) -> None:
+    def __init__(self, queue: ReceivingQueue, max_messages: int, mode: TransactionMode) -> None:
         self._queue = queue
         self._max = max_messages
         self._mode = mode
@@ -54,7 +54,7 @@ class ReceiveBlock:
                 begin = queue.dialect.begin_write()
                 if begin:
                     cursor.execute(begin, ())
-                raw = queue._pick(cursor, max_messages)
+                raw = queue.pick(cursor, max_messages)
                 if len(raw) > max_messages:
                     raise SqlQueueError(
                         f"a receive of at most {max_messages} from {queue.address} deleted {len(raw)} rows; "
@@ -65,14 +65,14 @@ class ReceiveBlock:
                 if expired:
                     log.info("dropped %d expired message(s) from %s", expired, queue.address)
                 if poison:
-                    queue._move_poison(cursor, poison)
+                    queue.move_poison(cursor, poison)
                 batch = ReceivedBatch(queue, connection, messages, expired, len(poison), mode)
                 if mode is TransactionMode.NONE:
                     connection.commit()
             except BaseException:
                 # A driver may delete rows and then fail to hand them over: never keep such a DELETE.
-                queue._low_water.reset()
-                queue._rollback_quietly(connection)
+                queue.low_water.reset()
+                queue.rollback_quietly(connection)
                 raise
         except BaseException as error:
             self._leave(error)
@@ -94,14 +94,14 @@ class ReceiveBlock:
                         ", ".join(str(m.id) for m in batch.messages),
                     )
             else:
-                queue._low_water.reset()  # its messages are back, behind the mark
-                queue._rollback_quietly(connection)
+                queue.low_water.reset()  # its messages are back, behind the mark
+                queue.rollback_quietly(connection)
             self._leave(error)
             return False
         try:
             connection.commit()
         except BaseException as failure:
-            queue._low_water.reset()
+            queue.low_water.reset()
             self._leave(failure)
             raise
         self._leave(None)

@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .table_queue import TableQueue
+    from .roles import StatementQueue
 
 __all__ = ["LockingStatements", "QueueStatements"]
 
@@ -25,7 +25,7 @@ class LockingStatements:
 class QueueStatements:
     """A queue's statements, rendered once by its dialect."""
 
-    def __init__(self, queue: TableQueue) -> None:
+    def __init__(self, queue: StatementQueue) -> None:
         dialect, address = queue.dialect, queue.address
         self.dialect = dialect
         self.send = dialect.send(address)

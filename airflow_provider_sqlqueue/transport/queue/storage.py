@@ -18,7 +18,7 @@ from ...model.errors import PermissionDenied, QueueNotFound
 from .provisioning import table_exists_on
 
 if TYPE_CHECKING:
-    from ..connection import Transport
+    from ..roles import StorageTransport
 
 __all__ = ["VacuumResult", "table_storage", "vacuum_table"]
 
@@ -37,7 +37,7 @@ class VacuumResult:
     bytes_after: int | None = None
 
 
-def table_storage(transport: Transport, address: QueueAddress) -> TableStorage:
+def table_storage(transport: StorageTransport, address: QueueAddress) -> TableStorage:
     """The table's storage figures and maintenance advice (read-only; the runtime role may run it)."""
     with transport.connection(address) as connection:
         dialect = transport.dialect  # read once connected: the engine's variant is known from then on
@@ -49,7 +49,7 @@ def table_storage(transport: Transport, address: QueueAddress) -> TableStorage:
     return storage
 
 
-def vacuum_table(transport: Transport, address: QueueAddress) -> VacuumResult:
+def vacuum_table(transport: StorageTransport, address: QueueAddress) -> VacuumResult:
     """Run a plain ``VACUUM`` (never ``FULL``: it would lock out receivers while it rewrites the table) on
     the queue table, outside any transaction, as VACUUM requires.
 

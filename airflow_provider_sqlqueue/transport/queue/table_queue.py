@@ -58,7 +58,7 @@ from .storage import VacuumResult, table_storage, vacuum_table
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:
-    from ..connection import Transport
+    from ..roles import QueueTransport
 
 __all__ = ["TableQueue"]
 
@@ -81,7 +81,9 @@ def _mirror(value: str | None) -> str | None:
 class TableQueue:
     """One queue table. Obtain it from :meth:`Transport.queue`; it is cheap and thread-safe."""
 
-    def __init__(self, transport: Transport, address: QueueAddress, error_queue: QueueAddress | None) -> None:
+    def __init__(
+        self, transport: QueueTransport, address: QueueAddress, error_queue: QueueAddress | None
+    ) -> None:
         self.transport = transport
         self.address = address
         self.error_queue = error_queue
@@ -250,7 +252,7 @@ class TableQueue:
         if connection is not None:
             return self._send_in(connection, messages)
         with self.transport.connection(self.address) as connection:
-            return self._send_on(connection, messages, commit=True)
+            return self.send_on(connection, messages, commit=True)
 
     def _send_in(self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str]) -> list[uuid.UUID]:
         """Write ``messages`` in a caller's transaction (see callers.py), without committing."""
@@ -261,9 +263,12 @@ class TableQueue:
             )
         return ids
 
-    def _send_on(
+    def send_on(
         self, connection: Any, messages: Iterable[OutgoingMessage | bytes | str], *, commit: bool
     ) -> list[uuid.UUID]:
+        """Write ``messages`` in the open transaction of ``connection``, a loan of this transport's own pool
+        (a receive's, a Spark job's), committing only with ``commit``; unlike ``send_batch(connection=...)``
+        it neither checks nor wraps the connection, so a receive's sends cost what the queue's own do."""
         rows, ids = self._plain_rows(messages)
         if not rows:
             return []
@@ -336,7 +341,7 @@ class TableQueue:
         return self._sql.locking(self._uses_row_locks(cursor)).receive_batch
 
     def uses_row_locks(self, cursor: Any) -> bool:
-        """Whether receivers of this role take row locks (else advisory locks); see :meth:`_pick` for why
+        """Whether receivers of this role take row locks (else advisory locks); see :meth:`pick` for why
         code that builds on :meth:`receive_statement` tops up a short pick when they do not."""
         return self._uses_row_locks(cursor)
 
@@ -420,8 +425,14 @@ class TableQueue:
             ) from None
         return ReceiveBlock(self, max_messages, mode)
 
-    def _pick(self, cursor: Any, max_messages: int) -> list[Any]:
-        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py).
+    @property
+    def low_water(self) -> LowWaterMark:
+        """Where this queue's receives start picking (low_water.py); a receive that rolls back resets it."""
+        return self._low_water
+
+    def pick(self, cursor: Any, max_messages: int) -> list[Any]:
+        """The receive's DELETE, after the low-water mark where the engine needs one (low_water.py), in the
+        cursor's open transaction: the rows as the driver returned them (the receive block decodes them).
 
         A pick after the mark that comes back short is topped up from the start of the queue in the same
         transaction, so a message left behind the mark never makes a receive look empty. So is a short pick
@@ -448,8 +459,8 @@ class TableQueue:
             raw += self.dialect.receive_rows(cursor, self.address, statement, max_messages - len(raw))
         return raw
 
-    def _rollback_quietly(self, connection: Any) -> None:
-        """Roll back after a failure in the block; keep the block's own error as the one raised."""
+    def rollback_quietly(self, connection: Any) -> None:
+        """Roll back a receive that failed in its block; the block's own error stays the one raised."""
         try:
             self.dialect.rollback(connection)
         except Exception as error:
@@ -461,7 +472,9 @@ class TableQueue:
             )
             connection.invalidate()
 
-    def _move_poison(self, cursor: Any, poison: list[PoisonRow]) -> None:
+    def move_poison(self, cursor: Any, poison: list[PoisonRow]) -> None:
+        """Move rows whose headers cannot be read, unchanged, to the error queue in the receive's transaction;
+        without an error queue (or when it is missing) raise, so such a row stays queued rather than lost."""
         for item in poison:
             if self.error_queue is None:
                 raise HeaderFormatError(
