@@ -450,7 +450,7 @@ SETTLE_BABELFISH: list[Any] = []  # a CHECKPOINT through the TDS engine's Postgr
 
 
 def fill(transport, n: int) -> float:
-    from airflow_provider_sqlqueue.examples.example_orders import make_orders
+    from airflow_provider_sqlqueue.demo.orders import make_orders
 
     started = time.monotonic()
     queue = transport.queue("orders")

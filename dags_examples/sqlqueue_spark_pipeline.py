@@ -1,11 +1,10 @@
 """The showcase: order messages flow through a SQL queue into Spark and come out as per-customer totals.
 
 provision queues and bridge tables -> send orders (one order in ten is only worth two seconds; with
-``feed_share`` above 0, another system sends that share of them while the sensor waits: ``pipeline_demo``
-runs an order feed for it) -> a deferrable QueueSensor waits in the triggerer until every order that
-lasts is queued -> the Spark bridge
-drains up to ``max_messages`` orders and aggregates them into the ``order_totals`` table, exactly once
-per run -> expired orders still queued are purged -> a summary with counts and throughput.
+``feed_share`` above 0, another system sends that share of them while the sensor waits: the demo
+(``airflow_provider_sqlqueue.demo.pipeline``) runs an order feed for it) -> a deferrable QueueSensor
+waits in the triggerer until every order that lasts is queued -> the Spark bridge drains up to
+``max_messages`` orders and aggregates them into the ``order_totals`` table, exactly once per run -> expired orders still queued are purged -> a summary with counts and throughput.
 
 Connections: ``sqlqueue_default`` (the queue database: SQLite, PostgreSQL or SQL Server; nothing else
 changes) and ``spark_default`` (the Spark master, e.g. ``{"conn_type": "spark", "host": "local[2]"}``).
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
-from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
 from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator

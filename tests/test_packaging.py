@@ -201,12 +201,12 @@ def test_the_data_source_refuses_to_import_beside_a_pyspark_client_of_another_ve
     assert "DRAIN IMPORTS" in result.stdout
 
 
-def test_the_demo_runs_from_the_examples_subpackage_and_finds_the_example_dag() -> None:
+def test_the_demo_runs_from_the_demo_subpackage_and_finds_the_example_dag() -> None:
     result = run_python(
         """
         import sys
-        from airflow_provider_sqlqueue.examples import pipeline_demo
-        from airflow_provider_sqlqueue.examples.example_orders import make_orders
+        from airflow_provider_sqlqueue.demo import pipeline as pipeline_demo
+        from airflow_provider_sqlqueue.demo.orders import make_orders
         dag_file = pipeline_demo.REPO / "dags_examples" / f"{pipeline_demo.DAG_ID}.py"
         print("DAG FILE", dag_file.is_file(), "ORDERS", len(make_orders(3)))
         print("AIRFLOW LOADED", any(name.split(".")[0] == "airflow" for name in sys.modules))

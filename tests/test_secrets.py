@@ -30,7 +30,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 from sqlalchemy.engine import make_url
 
-from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.operators.consume import ConsumeMessagesOperator
 from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
 from airflow_provider_sqlqueue.operators.purge import PurgeExpiredMessagesOperator

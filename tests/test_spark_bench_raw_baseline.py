@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.spark.config import URL_ENV
 from airflow_provider_sqlqueue.spark.tables import create_sink_table
 from airflow_provider_sqlqueue.transport import open_transport

@@ -40,7 +40,7 @@ from test_spark_jobs import (
     table,
 )
 
-from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.spark import DRAIN_JOB
 from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
 from airflow_provider_sqlqueue.spark.drain.hold import RowHold, consecutive_ranges

@@ -33,7 +33,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 from reliability_figures import counted
 from sqlalchemy.engine import make_url
 
-from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.spark import DRAIN_JOB, FILL_JOB
 from airflow_provider_sqlqueue.spark.config import (
     PASSWORD_ENV,

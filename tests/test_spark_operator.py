@@ -28,7 +28,7 @@ from airflow.providers.apache.spark.hooks import spark_submit as spark_submit_ho
 from airflow.sdk.log import redact
 from sqlalchemy.engine import make_url
 
-from airflow_provider_sqlqueue.examples.example_orders import make_orders
+from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
 from airflow_provider_sqlqueue.operators.spark_submit import (
     ProvisionSparkBridgeOperator,
@@ -248,7 +248,7 @@ def test_templated_fields_take_xcomargs_and_jinja_when_the_dag_is_parsed() -> No
 # ---- the README's main job: the example DAG through dag.test() ----------------------------------
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
 def test_pipeline_demo_runs_the_example_dag_end_to_end(target, tmp_path) -> None:
-    command = [sys.executable, "-m", "airflow_provider_sqlqueue.examples.pipeline_demo", "--orders", "3000"]
+    command = [sys.executable, "-m", "airflow_provider_sqlqueue.demo.pipeline", "--orders", "3000"]
     command += ["--max-messages", "2000"]
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("AIRFLOW_HOME", None)  # the demo makes its own

@@ -1,6 +1,6 @@
 """README command 1: run the showcase DAG (``sqlqueue_spark_pipeline``) end to end with ``dag.test()``.
 
-``python -m airflow_provider_sqlqueue.examples.pipeline_demo [--orders N] [--max-messages N] [--keep]``
+``python -m airflow_provider_sqlqueue.demo.pipeline [--orders N] [--max-messages N] [--keep]``
 makes a temporary AIRFLOW_HOME on SQLite, points ``sqlqueue_default`` at a new SQLite queue file (or keeps the
 connection ``AIRFLOW_CONN_SQLQUEUE_DEFAULT`` already names, e.g. a PostgreSQL connection as JSON: an
 environment variable, since a password has no place on a command line) and ``spark_default`` at ``local[2]``,
@@ -74,7 +74,7 @@ class OrderFeed:
 
     def _run(self) -> None:
         from ..hooks.sqlqueue import SqlQueueHook
-        from .example_orders import feed
+        from .orders import feed
 
         hook = SqlQueueHook()
         try:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         open(log_path, "w", encoding="utf-8") as log,
         subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_sqlqueue.examples.pipeline_demo", "--child", run_conf],
+            [sys.executable, "-m", "airflow_provider_sqlqueue.demo.pipeline", "--child", run_conf],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

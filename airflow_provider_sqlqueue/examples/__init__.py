@@ -1,6 +1,0 @@
-"""Demo and example code: README command 1 (``python -m airflow_provider_sqlqueue.examples.pipeline_demo``)
-and the order messages the example DAGs, tests and benchmarks send (``example_orders``).
-
-Never imported by the runtime (transport, dialects, Airflow surface, Spark bridge, CLI): a deployment that
-only runs queues does not depend on anything here.
-"""
