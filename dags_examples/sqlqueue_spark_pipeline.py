@@ -4,7 +4,8 @@ provision queues and bridge tables -> send orders (one order in ten is only wort
 ``feed_share`` above 0, another system sends that share of them while the sensor waits: the demo
 (``airflow_provider_sqlqueue.demo.pipeline``) runs an order feed for it) -> a deferrable QueueSensor
 waits in the triggerer until every order that lasts is queued -> the Spark bridge drains up to
-``max_messages`` orders and aggregates them into the ``order_totals`` table, exactly once per run -> expired orders still queued are purged -> a summary with counts and throughput.
+``max_messages`` orders and aggregates them into the ``order_totals`` table, exactly once per run ->
+expired orders still queued are purged -> a summary with counts and throughput.
 
 Connections: ``sqlqueue_default`` (the queue database: SQLite, PostgreSQL or SQL Server; nothing else
 changes) and ``spark_default`` (the Spark master, e.g. ``{"conn_type": "spark", "host": "local[2]"}``).
