@@ -291,6 +291,19 @@ class BridgeStatements:
         """A received message's Expires as the queue table stores it (restores copy it back unchanged)."""
         raise NotImplementedError(f"{self.display_name} has no Spark bridge")
 
+    def bridge_staged_runs(self, runs: str, staging: str, *, of_queue: bool = True) -> str:
+        """The runs that have staged messages, of one input queue (parameter) or (``of_queue`` False) of
+        every queue beside these tables: run id, input queue, sink, state, staged messages, lowest and
+        highest RowVersion, seconds since the run started and since its last heartbeat, oldest start first."""
+        started, beat = self.bridge_seconds_since("r.StartedAt"), self.bridge_seconds_since("r.HeartbeatAt")
+        where = f" WHERE r.InputQueue = {self.placeholder}" if of_queue else ""
+        return (
+            f"SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, {started}, {beat} "
+            f"FROM {runs} r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, "
+            f"max(RowVersion) AS High FROM {staging} GROUP BY RunId) s ON s.RunId = r.RunId{where} "
+            "ORDER BY r.StartedAt, r.RunId"
+        )
+
     # ---- fill markers ----------------------------------------------------------------------------
     def bridge_fill_batches_done(self, fill: str) -> str:
         p = self.placeholder
