@@ -5,7 +5,8 @@ transport above it except the error types and the address value, so the transpor
 never the other way round. Statements use the parameter style of the engine's DB-API driver.
 
 Over 600 lines because the base class declares every statement a dialect renders, each with what it must
-do, so that one page says what an engine has to provide; the archive's statements are in ``archive.py``.
+do, so that one page says what an engine has to provide; the archive's statements are in ``archive.py``, the
+subscriptions' in ``subscriptions.py`` and the Spark bridge's in ``bridge.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, ClassVar, Literal
 from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, SqlQueueError
 from .archive import ArchiveStatements
+from .bridge import BridgeStatements
 from .index_spec import IndexSpec
 from .subscriptions import SubscriptionStatements
 
@@ -135,7 +137,7 @@ def short_hash(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
 
 
-class Dialect(ArchiveStatements, SubscriptionStatements, ABC):
+class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, ABC):
     """One database engine's SQL. Subclasses are stateless; the transport caches rendered statements."""
 
     name: ClassVar[str]

@@ -12,7 +12,8 @@ unquoted and fold to lower case. Times come from ``statement_timestamp()``, so a
 receive transaction still computes Expires from the moment it runs.
 
 Over 600 lines because every statement of a PostgreSQL queue is here, in one place (the archive, the storage
-parameters, the session settings and the receive plans have modules of their own).
+parameters, the session settings, the receive plans and the Spark bridge's tables have modules of their
+own).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..model.errors import (
 )
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
 from .postgres_archive import PostgresArchive
+from .postgres_bridge import PostgresBridge
 from .postgres_picks import AFTER_ROW_VERSION, delete_taken
 from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
@@ -86,7 +88,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class PostgresDialect(PostgresArchive, PostgresStorage, PostgresSubscriptions):
+class PostgresDialect(PostgresArchive, PostgresStorage, PostgresSubscriptions, PostgresBridge):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"

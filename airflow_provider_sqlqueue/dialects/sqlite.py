@@ -26,6 +26,7 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .base import Finding, IndexSpec, TableOptions
+from .sqlite_bridge import SqliteBridge
 from .sqlite_subscriptions import SqliteSubscriptions
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
@@ -52,7 +53,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class SqliteDialect(SqliteSubscriptions):
+class SqliteDialect(SqliteSubscriptions, SqliteBridge):
     name = "sqlite"
     display_name = "SQLite"
     default_schema = None

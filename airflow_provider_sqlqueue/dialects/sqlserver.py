@@ -24,6 +24,7 @@ from ..model.errors import (
 )
 from .base import Finding, IndexSpec, TableOptions, short_hash
 from .sqlserver_archive import SqlServerArchive
+from .sqlserver_bridge import SqlServerBridge
 from .sqlserver_subscriptions import SqlServerSubscriptions
 
 _COLUMNS = "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]"
@@ -62,7 +63,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions):
+class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge):
     name = "sqlserver"
     display_name = "SQL Server"
     default_schema = "dbo"

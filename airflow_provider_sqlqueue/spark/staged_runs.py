@@ -73,14 +73,7 @@ def staged_runs_listing(sql: BridgeSql, *, of_queue: bool = True) -> str:
     queue beside these tables: run id, input queue, sink, state, staged messages, lowest and highest
     RowVersion (a stream's positions), seconds since the run started and since its last heartbeat, oldest
     start first."""
-    started, beat = sql.seconds_since("r.StartedAt"), sql.seconds_since("r.HeartbeatAt")
-    where = f" WHERE r.InputQueue = {sql.p}" if of_queue else ""
-    return (
-        f"SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, {started}, {beat} "
-        f"FROM {sql.runs} r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, "
-        f"max(RowVersion) AS High FROM {sql.staging} GROUP BY RunId) s ON s.RunId = r.RunId{where} "
-        "ORDER BY r.StartedAt, r.RunId"
-    )
+    return sql.dialect.bridge_staged_runs(sql.runs, sql.staging, of_queue=of_queue)
 
 
 def _kind(sink: str, state: str) -> Kind:
