@@ -21,8 +21,16 @@ FAIL_AFTER_ROWS = 150  # the failing task has handled this many rows, i.e. a few
 FAULT_LOG_ENV = "SQLQUEUE_SPARK_FAULT_LOG"  # a file the faults append a line to, so tests see they happened
 
 
+FAULT_LOG_PROPERTY = "sqlqueue.tests.fault_log"  # the same path as a local property of the driver's jobs
+
+
 def note_fault(event: str) -> None:
-    path = os.environ.get(FAULT_LOG_ENV)
+    """Append ``event`` to the fault log: the path the driver set as a local property of its jobs (what a
+    test's session set, even when an earlier module of the same process started the JVM and its Python
+    workers with another environment), else the environment's (spark-submit runs)."""
+    context = TaskContext.get()
+    path = context.getLocalProperty(FAULT_LOG_PROPERTY) if context is not None else None
+    path = path or os.environ.get(FAULT_LOG_ENV)
     if path:
         with open(path, "a", encoding="utf-8") as log:
             log.write(f"{event} pid={os.getpid()}\n")

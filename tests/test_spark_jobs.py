@@ -93,6 +93,7 @@ def spark():
     # closed the streams it captured; keep its chatter below INFO
     logging.getLogger("py4j").setLevel(logging.WARNING)
     session.sparkContext.addPyFile(str(FAULTS))
+    session.sparkContext.setLocalProperty("sqlqueue.tests.fault_log", str(FAULT_LOG))  # spark_faults.py
     yield session
     session.stop()
     FAULT_LOG.unlink(missing_ok=True)
