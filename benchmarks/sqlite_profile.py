@@ -32,7 +32,7 @@ BATCH = 100
 
 def parts(folder: str) -> list[tuple[str, str, str, int, Callable[[], Any]]]:
     """(key, label, unit, messages per call, call) for every part."""
-    import airflow_provider_sqlqueue.transport.queue.rows as rows_module
+    import airflow_provider_sqlqueue.transport.queue.received_rows as rows_module
     from airflow_provider_sqlqueue.transport import open_transport
     from airflow_provider_sqlqueue.transport.headers import decode_headers
 

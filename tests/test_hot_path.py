@@ -30,8 +30,8 @@ from airflow_provider_sqlqueue.transport.message import (
     new_message_ids_and_texts,
     uuid_from_int,
 )
-from airflow_provider_sqlqueue.transport.queue.plain_rows import plain_send_rows
-from airflow_provider_sqlqueue.transport.queue.rows import parse_id, parse_text_ids
+from airflow_provider_sqlqueue.transport.queue.received_rows import parse_id, parse_text_ids
+from airflow_provider_sqlqueue.transport.queue.send_rows import plain_send_rows
 
 
 def test_default_header_text_is_what_the_encoder_writes() -> None:

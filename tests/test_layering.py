@@ -241,3 +241,18 @@ def test_module_is_short_or_says_why_not(module: str) -> None:
         f"{module} has {lines} lines: split it along its ideas, or start a line of its docstring with "
         f"{LONG_MODULE_REASON!r} and the reason"
     )
+
+
+def test_the_drain_and_the_data_source_share_only_spark_reading() -> None:
+    """spark/drain/ and spark/source/ never import each other: what both need is in spark/reading/."""
+    sides = {"drain": f"{PACKAGE}.spark.drain", "source": f"{PACKAGE}.spark.source"}
+    crossing = [
+        f"{module} -> {found.imported}"
+        for module, imports in IMPORTS.items()
+        for side, prefix in sides.items()
+        if module.startswith(prefix)
+        for found in imports
+        for other, other_prefix in sides.items()
+        if other != side and found.imported.startswith(other_prefix)
+    ]
+    assert not crossing, crossing

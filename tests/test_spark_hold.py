@@ -43,10 +43,10 @@ from test_spark_jobs import (
 from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.spark import DRAIN_JOB
 from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
-from airflow_provider_sqlqueue.spark.drain.hold import RowHold, consecutive_ranges
 from airflow_provider_sqlqueue.spark.drain.messages import slice_bounds, staged_messages
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
-from airflow_provider_sqlqueue.spark.row_batches import row_batches, streams_in_chunks
+from airflow_provider_sqlqueue.spark.reading.hold import RowHold, consecutive_ranges
+from airflow_provider_sqlqueue.spark.reading.row_batches import row_batches, streams_in_chunks
 from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError, HeaderFormatError
 

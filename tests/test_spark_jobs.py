@@ -312,7 +312,7 @@ def test_copy_text_chunks_store_what_the_row_path_stores(spark, target) -> None:
 
     from airflow_provider_sqlqueue.spark.drain.copy_text import copy_chunks
     from airflow_provider_sqlqueue.spark.drain.sinks import SinkWriter
-    from airflow_provider_sqlqueue.spark.drain.transactions import execute
+    from airflow_provider_sqlqueue.spark.reading.transactions import execute
 
     schema = T.StructType(
         [

@@ -762,7 +762,7 @@ def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(targe
 
 def test_body_text_is_the_body_decoded_for_text_content_types_and_replaces_bytes_that_are_not_utf8() -> None:
     """What source_row() gives for each body: decoded by Arrow, by Python when a text body is not UTF-8."""
-    from airflow_provider_sqlqueue.spark.source.rows import body_columns, source_row
+    from airflow_provider_sqlqueue.spark.source.returned_rows import body_columns, source_row
 
     bodies = [b'{"a":1}', None, b"\xff\xfe", b"hi", b"", "\u00e9".encode()]
     for first in ("application/octet-stream", "text/plain"):
@@ -794,7 +794,7 @@ def test_unknown_options_and_another_schema_are_refused_before_anything_is_recei
     nothing received or staged; the source's own schema is honoured."""
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from airflow_provider_sqlqueue.spark.source.rows import source_schema
+    from airflow_provider_sqlqueue.spark.source.returned_rows import source_schema
 
     send_orders(queues, 5)
     with pytest.raises(Exception, match=r"(?i)unknown option 'maxMessagez'.*known: queue"):
@@ -831,7 +831,7 @@ def test_a_schema_naming_some_columns_reads_only_those_with_the_same_values(
     is refused at planning, nothing received."""
     from pyspark.sql.types import StructType
 
-    from airflow_provider_sqlqueue.spark.source.rows import source_arrow_schema, source_schema
+    from airflow_provider_sqlqueue.spark.source.returned_rows import source_arrow_schema, source_schema
 
     full = source_schema()
     picked = StructType([full["time_sent"], full["body_text"], full["message_id"]])

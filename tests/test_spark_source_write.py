@@ -21,7 +21,7 @@ import test_spark_jobs as jobs
 
 from airflow_provider_sqlqueue.spark.config import PASSWORD_ENV, URL_ENV, split_credentials
 from airflow_provider_sqlqueue.spark.fill import FillConfig, fill_queue
-from airflow_provider_sqlqueue.spark.rows import ID_NAMESPACE
+from airflow_provider_sqlqueue.spark.row_messages import ID_NAMESPACE
 from airflow_provider_sqlqueue.spark.source.writer import PartitionSent, SqlQueueDataSourceWriter
 from airflow_provider_sqlqueue.transport import ConfigurationError
 

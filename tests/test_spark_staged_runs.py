@@ -120,7 +120,7 @@ def test_an_acknowledged_batch_read_is_committed_and_a_drain_run_is_not_ended_by
     assert end_staged_run(queues, "orders", "nightly-2", "ack") == 9
     assert end_staged_run(queues, "orders", "nightly-2", "ack") == 0
     assert queues.queue("orders").count() == 0 and staged_runs(queues, "orders") == []
-    from airflow_provider_sqlqueue.spark.drain.transactions import execute
+    from airflow_provider_sqlqueue.spark.reading.transactions import execute
 
     sql = BridgeSql(queues, bridge_tables(queues, "orders"))
     execute(queues, sql.insert_run(), ("drain-7", queues.queue("orders").name, "table:totals"))

@@ -6,7 +6,7 @@ earlier attempt committed, and a re-run of the same run id sends only what is mi
 attempt to see the same rows in the same order: the source is checkpointed first (``checkpoint=True``),
 unless it is known to be deterministic (files, tables read without a shuffle).
 
-Rows become messages as :mod:`.rows` maps them (shared with the ``sqlqueue`` data source's writer): a
+Rows become messages as :mod:`.row_messages` maps them (shared with the ``sqlqueue`` data source's writer): a
 ``body`` column or the row as JSON, optional ``headers``, ``message_id`` and ``time_to_be_received_seconds``;
 without a ``message_id`` the Id is derived from (run id, partition, position).
 """
@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..transport import ConfigurationError, Transport, open_transport
-from .rows import check_message_columns, row_message
+from .row_messages import check_message_columns, row_message
 from .tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ..transport import ConfigurationError, Transport
-from .drain.transactions import begin_write, execute, rows_changed, table_exists
+from .reading.transactions import begin_write, execute, rows_changed, table_exists
 from .tables import (
     ABORTED,
     COMMITTED,

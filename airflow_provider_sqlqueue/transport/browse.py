@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, HeaderFormatError, QueueNotFound
 from . import headers as h
-from .queue.rows import as_utc
+from .queue.received_rows import as_utc
 
 if TYPE_CHECKING:
     from .connection import Transport

@@ -45,7 +45,7 @@ from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueNa
 from . import headers as h
 from .archive import ErrorArchive
 from .browse import BrowsedMessage, _canonical_id, _query, _text
-from .queue.rows import as_utc
+from .queue.received_rows import as_utc
 
 if TYPE_CHECKING:
     from .connection import Transport

@@ -29,16 +29,19 @@ Only the transport core, the database driver and PySpark are used here: no Airfl
 - ``messages.py``: the messages DataFrame, read from staging by the executors;
 - ``transform.py``: loading and applying the user's transform;
 - ``sinks.py``: checking and writing the table, queue or file sink;
-- ``runs.py``: the run's row, its staged messages, its heartbeat, orphaned runs;
-- ``transactions.py``: the driver's statements and their changed-row counts;
-- ``errors.py``: :class:`DrainError` and the drills' :class:`InjectedFault`.
+- ``runs.py``: the run's row, its staged messages, orphaned runs.
+
+What the drain shares with the ``sqlqueue`` data source (the statements' helpers, holding rows in place,
+the messages' columns and schema, the heartbeat, :class:`DrainError` and the drills' :class:`InjectedFault`)
+is in :mod:`..reading`.
 """
 
 from __future__ import annotations
 
+from ..reading.errors import DrainError, InjectedFault
+from ..reading.schema import message_row, messages_schema
 from .config import DrainConfig
-from .errors import DrainError, InjectedFault
-from .messages import message_row, messages_schema, staged_messages
+from .messages import staged_messages
 from .run import Drain, run_drain, summary_json
 from .transform import load_transform
 

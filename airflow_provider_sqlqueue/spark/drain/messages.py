@@ -11,78 +11,17 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES, TIME_SENT, decode_headers
-from ...transport.queue import as_utc
-from ..row_batches import row_batches
+from ..reading.columns import headers_array, record_batch, staged_columns
+from ..reading.row_batches import row_batches
+from ..reading.schema import TEXT_TYPES_PATTERN, message_row, messages_schema, read_schema
 from ..tables import BridgeSql, bridge_tables
-from .columns import headers_array, parse_time_sent, record_batch, staged_columns
 from .config import DrainConfig
 from .headers_check import HeadersCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
 
 __all__ = ["headers_array", "message_row", "messages_schema", "read_schema", "staged_messages"]
-
-TEXT_TYPES_PATTERN = "text/|json|xml|csv|yaml"
-
-
-def messages_schema() -> StructType:
-    """The columns of the messages DataFrame a transform receives (``body_json`` is added after)."""
-    from pyspark.sql.types import (
-        BinaryType,
-        LongType,
-        MapType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    return StructType(
-        [
-            StructField("message_id", StringType(), False),
-            StructField("native_id", StringType(), False),
-            StructField("row_version", LongType(), False),
-            StructField("headers", MapType(StringType(), StringType(), True), False),
-            StructField("body", BinaryType(), True),
-            StructField("content_type", StringType(), True),
-            StructField("message_type", StringType(), True),
-            StructField("body_text", StringType(), True),
-            StructField("time_sent", TimestampType(), True),
-            StructField("expires", TimestampType(), True),
-        ]
-    )
-
-
-def read_schema() -> StructType:
-    """What the executors read from staging: the messages' columns but ``body_text``."""
-    from pyspark.sql.types import StructType
-
-    return StructType([f for f in messages_schema().fields if f.name != "body_text"])
-
-
-def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
-    """One staged row as the columns of :func:`read_schema` (``body_text`` is derived in Spark)."""
-    if isinstance(headers_text, bytes | bytearray | memoryview):
-        headers_text = bytes(headers_text).decode("utf-8")
-    headers = decode_headers(headers_text)
-    body_bytes = None if body is None else bytes(body)
-    content_type = headers.get(CONTENT_TYPE)
-    time_sent = parse_time_sent(headers.get(TIME_SENT))
-    native = str(native_id)
-    return (
-        headers.get("NServiceBus.MessageId") or native,
-        native,
-        int(row_version),
-        headers,
-        body_bytes,
-        content_type,
-        headers.get(ENCLOSED_MESSAGE_TYPES),
-        time_sent,
-        as_utc(expires),
-    )
 
 
 def read_slice(config: DrainConfig, bounds: tuple[int, int], rows_per_chunk: int = 2000) -> Iterator[list]:

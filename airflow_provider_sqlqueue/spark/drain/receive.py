@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...transport import Transport
 from ..moves import move_batch
+from ..reading.errors import InjectedFault
 from ..tables import RECEIVING, BridgeSql, bridge_tables
 from .config import DrainConfig
-from .errors import InjectedFault
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,17 +13,18 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError, PermissionDenied
+from ..reading.errors import DrainError
+from ..reading.heartbeat import Heartbeat
+from ..reading.hold import HeldRows, RowHold, reason_not_to_hold
+from ..reading.transactions import begin_write, execute, execute_counted, rows_changed, table_exists
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
 from .copy_text import copy_chunks
-from .errors import DrainError
 from .headers_check import HeadersCheck
-from .hold import HeldRows, RowHold, reason_not_to_hold
 from .messages import slice_bounds, staged_messages
 from .receive import receive_into_staging
-from .runs import Heartbeat, RunLedger
+from .runs import RunLedger
 from .sinks import SinkWriter
-from .transactions import begin_write, execute, execute_counted, rows_changed, table_exists
 from .transform import apply_transform, load_transform
 
 if TYPE_CHECKING:

@@ -9,35 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from ...transport import ConfigurationError, SqlQueueError, Transport
+from ..reading.errors import DrainError
+from ..reading.transactions import begin_write, execute, rows_changed
 from ..tables import ABORTED, COMMITTED, PROCESSING, RECEIVING, BridgeSql
 from .config import DrainConfig
-from .errors import DrainError
-from .transactions import begin_write, execute, rows_changed
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark.drain")
 
-__all__ = ["Heartbeat", "RunLedger"]
-
-
-class Heartbeat(threading.Thread):
-    """Keeps the run's heartbeat fresh while the driver lives, so no other job takes its messages back."""
-
-    def __init__(self, transport: Transport, sql: BridgeSql, run_id: str, interval: float) -> None:
-        super().__init__(name="sqlqueue-heartbeat", daemon=True)
-        self.transport, self.sql, self.run_id, self.interval = transport, sql, run_id, interval
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                execute(self.transport, self.sql.heartbeat(), (self.run_id,))
-            except Exception as error:  # the commit holds the row; a missed beat is harmless
-                log.warning("heartbeat of run %s failed: %s", self.run_id, error)
+__all__ = ["RunLedger"]
 
 
 class RunLedger:

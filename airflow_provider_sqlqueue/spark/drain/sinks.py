@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from ...transport import ConfigurationError, OutgoingMessage, PermissionDenied, Transport
 from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
 from ..config import safe_path_part
+from ..reading.transactions import execute, table_exists
 from ..tables import BridgeSql, sink_table_ddl
 from .config import DrainConfig
-from .transactions import execute, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

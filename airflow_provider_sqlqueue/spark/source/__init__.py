@@ -8,7 +8,7 @@ One module per part:
 - ``batch.py``: the batch reader, :func:`ack_read` and :func:`release_read`;
 - ``stream.py``: the stream reader, offsets as staging positions;
 - ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
-- ``rows.py``: the columns of the rows it returns (:func:`source_columns` names some of them);
+- ``returned_rows.py``: the columns of the rows it returns (:func:`source_columns` names some of them);
 - ``writer.py``: the write side (``df.write``).
 - ``pyspark_pair.py``: the refusal of a pyspark and pyspark-client of two versions, checked on import.
 
@@ -27,7 +27,7 @@ check_pyspark_pair()
 
 if TYPE_CHECKING:
     from .batch import ack_read, release_read
-    from .rows import source_columns
+    from .returned_rows import source_columns
 
 __all__ = ["SourceOptions", "ack_read", "release_read", "source_columns"]
 
@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(batch, name)
     if name == "source_columns":
-        from .rows import source_columns
+        from .returned_rows import source_columns
 
         return source_columns
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

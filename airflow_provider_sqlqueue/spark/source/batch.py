@@ -24,8 +24,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ...transport import ConfigurationError, SqlQueueError, Transport
-from ..drain.runs import Heartbeat
-from ..drain.transactions import begin_write, execute, execute_counted, rows_changed
+from ..reading.heartbeat import Heartbeat
+from ..reading.transactions import begin_write, execute, execute_counted, rows_changed
 from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged, stage_batch

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource
 
 from .batch import SqlQueueBatchReader
 from .options import SourceOptions
-from .rows import selected_columns, source_schema
+from .returned_rows import selected_columns, source_schema
 from .stream import SqlQueueStreamReader
 
 if TYPE_CHECKING:

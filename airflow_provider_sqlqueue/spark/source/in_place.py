@@ -35,11 +35,11 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from ...transport import ConfigurationError, Transport
-from ..drain.hold import HeldRows, RowHold
-from ..drain.transactions import execute, execute_counted
+from ..reading.hold import HeldRows, RowHold
+from ..reading.transactions import execute, execute_counted
 from ..tables import BridgeSql, bridge_tables
 from .options import SourceOptions
-from .rows import staged_batches
+from .returned_rows import staged_batches
 from .staging import StreamConflict, StreamMark
 
 __all__ = [

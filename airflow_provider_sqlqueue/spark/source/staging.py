@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...transport import ConfigurationError, Transport
-from ..drain.transactions import begin_write, rows_changed, table_exists
 from ..moves import move_batch
+from ..reading.transactions import begin_write, rows_changed, table_exists
 from ..tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .options import SourceOptions
-from .rows import staged_batches
+from .returned_rows import staged_batches
 
 __all__ = [
     "StreamConflict",

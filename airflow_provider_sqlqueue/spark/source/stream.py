@@ -70,8 +70,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ...transport import ConfigurationError, SqlQueueError, Transport
-from ..drain.hold import reason_not_to_hold
-from ..drain.transactions import execute, execute_counted
+from ..reading.hold import reason_not_to_hold
+from ..reading.transactions import execute, execute_counted
 from ..tables import STREAMING, BridgeSql
 from .in_place import (
     INITIAL_OFFSET,

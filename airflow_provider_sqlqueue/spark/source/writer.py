@@ -2,7 +2,7 @@
 
     df.write.format("sqlqueue").option("queue", "orders").option("runId", "load-1").mode("append").save()
 
-Rows become messages as the fill job maps them (:mod:`..rows`): a ``body`` column or the row as JSON,
+Rows become messages as the fill job maps them (:mod:`..row_messages`): a ``body`` column or the row as JSON,
 optional ``headers``, ``message_id`` and ``time_to_be_received_seconds``.
 
 Each partition is one transaction: its messages and a marker row (run id, partition) in the bridge's
@@ -32,8 +32,8 @@ from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 
 from ...transport import ConfigurationError, PermissionDenied, Transport, open_transport
 from ..config import url_from_option
-from ..drain.transactions import table_exists
-from ..rows import check_message_columns, row_message
+from ..reading.transactions import table_exists
+from ..row_messages import check_message_columns, row_message
 from ..tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ...model.errors import SqlQueueError
 from ..lease import ConnectionLease, shared_cursor
 from .batch import ReceivedBatch
-from .rows import decode_rows
+from .received_rows import decode_rows
 from .transaction_mode import TransactionMode
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ...model.address import QueueAddress
     from ..roles import QueueTransport
     from .low_water import LowWaterMark
-    from .rows import PoisonRow
+    from .received_rows import PoisonRow
 
 __all__ = ["BatchQueue", "ReceivingQueue", "StatementQueue"]
 

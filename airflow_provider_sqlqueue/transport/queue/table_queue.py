@@ -10,7 +10,7 @@ receive semantics below hold everywhere:
 - a row whose headers cannot be parsed moves unchanged to the error queue in the same transaction.
 
 Creating, scripting, inspecting and dropping the table are :mod:`.provisioning`'s; reading the deleted rows
-is :mod:`.rows`'; the receive's batch and its sends are :mod:`.batch`'.
+is :mod:`.received_rows`'; the receive's batch and its sends are :mod:`.batch`'.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from ..lease import shared_cursor
 from ..message import OutgoingMessage, new_id_texts, new_message_ids_and_texts
 from .batch import ReceivedBatch
 from .low_water import LowWaterMark
-from .plain_rows import plain_send_rows
 from .provisioning import (
     create_table,
     drop_table,
@@ -51,8 +50,9 @@ from .provisioning import (
     table_options,
     table_script,
 )
+from .received_rows import ROW_VERSION, PoisonRow, display_id
 from .receiving import ReceiveBlock
-from .rows import ROW_VERSION, PoisonRow, display_id
+from .send_rows import plain_send_rows
 from .statements import LockingStatements, QueueStatements
 from .storage import VacuumResult, table_storage, vacuum_table
 from .transaction_mode import TransactionMode

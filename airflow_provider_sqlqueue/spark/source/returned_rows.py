@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
-from ..drain.columns import record_batch, staged_columns
-from ..drain.messages import TEXT_TYPES_PATTERN, message_row, messages_schema
-from ..row_batches import row_batches
+from ..reading.columns import record_batch, staged_columns
+from ..reading.row_batches import row_batches
+from ..reading.schema import TEXT_TYPES_PATTERN, message_row, messages_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
