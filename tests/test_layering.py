@@ -256,3 +256,41 @@ def test_the_drain_and_the_data_source_share_only_spark_reading() -> None:
         if other != side and found.imported.startswith(other_prefix)
     ]
     assert not crossing, crossing
+
+
+ARCHITECTURE = PACKAGE_DIR.parent / "docs" / "architecture.md"
+
+
+def test_the_architecture_page_names_only_modules_that_exist_and_every_package() -> None:
+    """docs/architecture.md is checked against the code: every module or folder it names in backticks
+    exists (in the package, or at the top of the repository), and every subpackage is named on it."""
+    import re
+
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    named = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_/]*(?:\.py|/))`", text))
+    files = {path.relative_to(PACKAGE_DIR).as_posix() for path in PACKAGE_DIR.rglob("*.py")}
+    folders = {
+        path.relative_to(PACKAGE_DIR).as_posix() + "/" for path in PACKAGE_DIR.rglob("*") if path.is_dir()
+    }
+    known = files | folders
+    missing = sorted(
+        name
+        for name in named
+        if not (PACKAGE_DIR.parent / name).exists()
+        and not any(item == name or item.endswith("/" + name) for item in known)
+    )
+    assert not missing, f"docs/architecture.md names what does not exist: {missing}"
+    packages = {
+        path.parent.relative_to(PACKAGE_DIR).as_posix()
+        for path in PACKAGE_DIR.rglob("__init__.py")
+        if path.parent != PACKAGE_DIR and "__pycache__" not in path.parts
+    }
+    layers = {layer for layer in ALLOWED if layer != "root"}
+    mentions = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_./]*)`", text))
+    forms = {
+        mention.removeprefix(f"{PACKAGE}.").removesuffix("/").removesuffix(".py") for mention in mentions
+    }
+    unnamed = sorted(
+        name for name in packages | layers if name not in forms and name.rsplit("/", 1)[-1] not in forms
+    )
+    assert not unnamed, f"docs/architecture.md does not name these packages or layers: {unnamed}"
