@@ -28,11 +28,15 @@ class ConsumeMessagesOperator(BaseOperator):
     :param handler: ``handler(message)`` or ``handler(message, context)``, as a callable or a dotted path
         ``"package.module:function"``.
     :param max_messages: stop after this many messages (None: until the queue is empty).
-    :param max_concurrency, batch_size, strategy, transaction_mode: the pump settings most tasks set,
-        as arguments of their own (:class:`~airflow_provider_sqlqueue.transport.PumpSettings` documents
-        them and their defaults; unset here means the default or ``pump_options``' value). A
-        ``batch_size`` above 1 runs the handler on each message of a receive in turn and commits once; a
-        killed task returns the whole batch to the queue (see "Batch size" in the concurrency guide).
+    :param max_concurrency: receives in flight at once (handlers running at once).
+    :param batch_size: messages per receive transaction; above 1 the handler runs on each message of a
+        receive in turn and the batch commits once; a killed task returns the whole batch to the queue (see
+        "Batch size" in the concurrency guide).
+    :param strategy: ``monitor``, ``adaptive`` or ``fixed``.
+    :param transaction_mode: ``sends_atomic_with_receive``, ``receive_only`` or ``none``.
+        These four are the pump settings most tasks set, as arguments of their own: unset, they take
+        ``pump_options``' value or the default of
+        :class:`~airflow_provider_sqlqueue.transport.PumpSettings`, which documents them.
     :param timeout: stop after this many seconds in any case.
     :param pump_options: the pump's other settings, as a ``PumpSettings`` or a dict of its names
         (``immediate_retries``, ``idle_delay``, ...), plus ``audit_queue`` / ``error_queue``. Checked when

@@ -48,9 +48,10 @@ class PumpSettings:
     :param circuit_breaker: the breaker's times (defaults 30 s to trigger, 1 s and 10 s back-off).
     :param on_critical_error: ``callback(message, error)`` when a breaker triggers (default: log it and
         keep trying).
-    :param success_threshold, failure_threshold: the adaptive strategy's ramp-up thresholds: a worker
-        starts another after more than ``success_threshold`` (5) messages in a row, and retires after
-        ``failure_threshold`` (7) empty receives in a row, as the reference's 2.1 receivers.
+    :param success_threshold: the adaptive strategy's ramp-up: a worker starts another after more than
+        this many (5) messages in a row, as the reference's 2.1 receivers.
+    :param failure_threshold: the adaptive strategy's ramp-down: a worker retires after this many (7) empty
+        receives in a row, as the reference's 2.1 receivers.
     :param slow_handler_threshold: seconds after which a receive still running starts one more adaptive
         worker (5, the reference's), so a slow handler does not hold the queue up.
     :param stop_timeout: how long a stop waits for running handlers by default.
