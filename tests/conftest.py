@@ -376,6 +376,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[EXTENDED_RUN] = (share, taken, len(tier))
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The extended tier's share, in the header: under pytest-xdist the controller collects nothing, so the
+    summary's count of the share's tests is the workers' and only this line reaches the log."""
+    share = extended_share(config.rootpath)
+    which = "none (SQLQUEUE_EXTENDED_SHARE=none, or no full git history)" if share is None else f"{share}"
+    return f"extended tier: this run takes share {which} of {EXTENDED_SHARES} (tests/conftest.py)"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Which share of the extended tier this run took (tests/live_suite_counts.py counts the SQL Server
     runs per driver)."""
