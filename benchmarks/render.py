@@ -1,6 +1,6 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, docs/delayed-delivery.md, docs/operating.md,
+docs/dba.md, docs/airflow-ui.md, docs/delayed-delivery.md, docs/operating.md,
 README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
@@ -51,7 +51,6 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
     ROOT / "docs" / "dba.md": dba_tables.dba_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
-    ROOT / "docs" / "concurrency.md": transcribed_text.concurrency_blocks,
     ROOT / "docs" / "delayed-delivery.md": mover_page.delayed_delivery_blocks,
     ROOT / "docs" / "operating.md": queues_cost.operating_blocks,
     ROOT / "README.md": reliability_page.readme_blocks,

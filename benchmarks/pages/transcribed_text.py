@@ -2,8 +2,7 @@
 docs/data/ beside the run that measured them: each line of a block is a template whose ``{named}`` fields
 are filled from its ``figures``, and ``measured`` names the run in the file's ``runs``. Used for pages
 whose figures were measured once by hand (the runs' output is gone) and are transcribed: docs/airflow-ui.md
-(docs/data/airflow-ui.json), docs/concurrency.md (docs/data/concurrency.json), the soak investigation of
-docs/reliability.md (docs/data/soak-investigation.json), the Babelfish table of docs/dba.md
+(docs/data/airflow-ui.json), the Babelfish table of docs/dba.md
 (docs/data/babelfish.json) and the prose of docs/performance.md (``blocks`` of docs/data/performance.json)."""
 
 from __future__ import annotations
@@ -37,7 +36,3 @@ def data_blocks(data_file: str) -> dict[str, tuple[str, list[str]]]:
 
 def airflow_ui_blocks() -> dict[str, tuple[str, list[str]]]:
     return data_blocks("airflow-ui.json")
-
-
-def concurrency_blocks() -> dict[str, tuple[str, list[str]]]:
-    return data_blocks("concurrency.json")
