@@ -1,15 +1,13 @@
 """docs/reliability.md: the table of the reliability checks, with the engines each ran on, and its two
 detail tables, from docs/data/reliability.json. A result either carries the figures of a run whose raw file
 is gone (transcribed, its run says so) or names the entries of a raw figures file it was copied from; the
-figures of those are read here, never retyped. The soak investigation's prose figures come from
-docs/data/soak-investigation.json (pages/transcribed_text.py)."""
+figures of those are read here, never retyped."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pages.blocks import load_data
-from pages.transcribed_text import data_blocks
 
 SOURCE = "docs/data/reliability.json"
 ENGINE_NAMES = {
@@ -204,7 +202,6 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
         "reliability-spark-kills": (SOURCE, spark_kills_table(data)),
         "reliability-soak": (SOURCE, soak_table(data)),
         "reliability-exactly-once": (SOURCE, exactly_once_table(data)),
-        **data_blocks("soak-investigation.json"),
     }
 
 
