@@ -1,7 +1,8 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba.md, docs/airflow-ui.md, docs/delayed-delivery.md, docs/operating.md,
-README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
+docs/dba-maintenance.md, docs/history/deep-queues.md, docs/airflow-ui.md, docs/delayed-delivery.md,
+docs/operating.md, README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they
+name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -23,6 +24,7 @@ from typing import Any
 
 from pages import (
     benchmarks_page,
+    dba_current,
     dba_tables,
     mover_page,
     performance_page,
@@ -49,7 +51,8 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "performance.md": performance_page.blocks,
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
     ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
-    ROOT / "docs" / "dba.md": dba_tables.dba_blocks,
+    ROOT / "docs" / "dba-maintenance.md": dba_current.maintenance_blocks,
+    ROOT / "docs" / "history" / "deep-queues.md": dba_tables.history_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
     ROOT / "docs" / "delayed-delivery.md": mover_page.delayed_delivery_blocks,
     ROOT / "docs" / "operating.md": queues_cost.operating_blocks,

@@ -326,7 +326,7 @@ RUNTIME_CONN = "qruntime"
 def runtime_role(
     target: EngineTarget, make_role: Callable[[str, str], Role], monkeypatch: pytest.MonkeyPatch
 ) -> Role:
-    """docs/dba.md's runtime role on queues an admin made: SELECT, INSERT and DELETE, nothing more."""
+    """docs/dba-permissions.md's runtime role on queues an admin made: SELECT, INSERT, DELETE, no more."""
     with target.open() as transport:
         for name in RUNTIME_QUEUES:
             transport.queue(name).create()

@@ -1,6 +1,7 @@
 """PostgreSQL connections write back their own evicted pages as they go (``backend_flush_after``, set in
 ``dialects/postgres_session.py``): a deep drain then leaves no pile of unwritten page cache for a
-checkpoint's fsync to flush while commits wait (docs/dba.md). A value anyone else chose is kept."""
+checkpoint's fsync to flush while commits wait (docs/dba-maintenance.md). A value anyone else chose is
+kept."""
 
 from __future__ import annotations
 

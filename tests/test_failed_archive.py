@@ -135,7 +135,7 @@ def runtime_target(request: pytest.FixtureRequest, target: EngineTarget) -> Iter
         server.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
         server.execute(f'GRANT USAGE ON SCHEMA "{target.schema}" TO "{name}"')
         server.execute(f'GRANT SELECT, INSERT, DELETE ON ALL TABLES IN SCHEMA "{target.schema}" TO "{name}"')
-        # as docs/dba.md says: the tables the provisioning role creates later (the archive) too
+        # as docs/dba-permissions.md says: the tables the provisioning role creates later (the archive) too
         server.execute(
             f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{target.schema}" GRANT SELECT, INSERT, DELETE ON TABLES '
             f'TO "{name}"'

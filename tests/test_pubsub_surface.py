@@ -502,7 +502,7 @@ def test_the_operator_reports_each_subscriber_queue_it_wrote_to_as_lineage(conn:
 def test_a_runtime_role_publishes_with_select_and_subscribes_only_once_granted_update(
     target, transport: Transport, postgres_server
 ) -> None:
-    """docs/dba.md: publishing needs SELECT on the subscription table; the subscribe upsert needs UPDATE
+    """docs/dba-ddl.md: publishing needs SELECT on the subscription table; the subscribe upsert needs UPDATE
     too, which the narrow runtime grants (SELECT, INSERT, DELETE) leave out."""
     from test_least_privilege import RuntimeRole
 

@@ -1,4 +1,4 @@
-"""SQL Server's side of deep queues (docs/dba.md, "Deep queues"), held on the statements of both layouts.
+"""SQL Server's side of deep queues (docs/dba-maintenance.md), held on the statements of both layouts.
 
 What the DBA guide says about a queue of millions of rows on SQL Server rests on these properties of the
 rendered T-SQL, checked here for the ``clustered`` and the ``heap`` layout (SQL Server cannot run where this

@@ -508,7 +508,7 @@ def _exit_code(error: BaseException) -> tuple[Exit, str | None]:
     if isinstance(error, QueueNotFound):
         return Exit.QUEUE_MISSING, "create it with: sqlqueue create QUEUE (needs DDL rights)"
     if isinstance(error, PermissionDenied):
-        return Exit.PERMISSION_DENIED, "see the permissions in docs/dba.md"
+        return Exit.PERMISSION_DENIED, "see the permissions in docs/dba-permissions.md"
     if isinstance(error, InvalidQueueName | ConfigurationError | HeaderFormatError):
         return Exit.USAGE, None
     return Exit.ERROR, None

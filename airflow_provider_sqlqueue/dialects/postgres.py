@@ -102,8 +102,8 @@ class PostgresDialect(PostgresArchive, PostgresStorage, PostgresSubscriptions, P
     # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
     # and sleeps 0.5 ms per cost limit of pages instead of the server's 2: a drained table's pages are all
     # empty, and the vacuum that follows gives them back to the file system by itself. Unthrottled (0), its
-    # I/O slowed the end of a 10,000,000-row drain below 0.8x of its start (docs/dba.md, "Deep queues on
-    # PostgreSQL", has the figures).
+    # I/O slowed the end of a 10,000,000-row drain below 0.8x of its start (docs/history/deep-queues.md,
+    # "The vacuum's cost delay", has the figures).
     # Index cleanup always: a vacuum that finds few dead rows on a large table otherwise skips the indexes
     # and leaves the rows' line pointers in the pages, which are then not empty and never given back.
     default_storage_parameters = (

@@ -2,11 +2,11 @@
 
 A deep drain (or a large send) dirties more pages than ``shared_buffers`` holds. Its own backend writes the
 evicted ones to the kernel's page cache, and by default nothing writes them to disk until a checkpoint's
-fsync flushes hundreds of MiB at once while every commit's WAL flush waits behind it (docs/dba.md measures
-the stall). ``backend_flush_after`` makes the backend ask the kernel to write them as it goes: PostgreSQL's
-own remedy, a user setting that needs no privilege. A value anyone else chose (postgresql.conf, a role's or
-a database's ``SET``, the URL's ``options``) is kept, servers that cannot (``max_val`` 0) are left alone,
-and one that refuses the statement keeps its own value with a warning.
+fsync flushes hundreds of MiB at once while every commit's WAL flush waits behind it
+(docs/history/deep-queues.md measures the stall). ``backend_flush_after`` makes the backend ask the kernel to
+write them as it goes: PostgreSQL's own remedy, a user setting that needs no privilege. A value anyone else
+chose (postgresql.conf, a role's or a database's ``SET``, the URL's ``options``) is kept, servers that cannot
+(``max_val`` 0) are left alone, and one that refuses the statement keeps its own value with a warning.
 """
 
 from __future__ import annotations

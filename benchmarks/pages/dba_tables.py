@@ -1,5 +1,7 @@
-"""docs/dba.md's measured blocks: deep drains on PostgreSQL, what vacuum gives back and when, the picks'
-plans over a drain, and what the disk does to a drain's tenths; rendered from the committed result files."""
+"""The history page's measured blocks: the runs that decided the package's settings for deep queues
+on PostgreSQL (the picks' plans over a drain, what vacuum gave back and when, what the disk did to a drain's
+tenths, the vacuum's cost delay); rendered from the committed result files. The current figures of
+docs/dba-maintenance.md are pages/dba_current.py's."""
 
 from __future__ import annotations
 
@@ -19,14 +21,14 @@ from pages.throughput import is_package_drain
 
 
 def vacuum_paragraph(scale: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
-    """docs/dba.md's measured deep drains on PostgreSQL: flat or not, and the storage coming back."""
+    """The history page's measured deep drains on PostgreSQL: flat or not, and the storage coming back."""
     (result,) = [result for result in scale["scale"] if result["engine"] == "postgresql"]
     meta = scale["meta"]
     drains = [drain for drain in result["drains"] if drain["autovacuum"]]
     lines = [
         f"Measured ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
         "`benchmarks/run.py --scale --deep`, kept as `docs/data/raw/scale-2f6db82.json`; "
-        "[benchmarks.md](benchmarks.md#scale) has the latest run), one consumer draining each queue with "
+        "[benchmarks.md](../benchmarks.md#scale) has the latest run), one consumer draining each queue with "
         "`receive(max_messages=100)`, autovacuum on with the server's settings:",
         "",
     ]
@@ -81,7 +83,7 @@ def storage_return_paragraph(
     deep: dict[str, Any] | None = None,
     earlier: dict[str, Any] | None = None,
 ) -> list[str]:
-    """docs/dba.md's bound: how long after a drain a table created with the package's storage parameters
+    """The history page's bound: how long after a drain a table created with the package's storage parameters
     took to give its storage back without a manual VACUUM, beside the run with the server's defaults;
     ``deep`` is a separate run of the deepest size, with the same parameters, when there is one."""
     meta = doc["meta"]
@@ -90,7 +92,7 @@ def storage_return_paragraph(
     load = meta["load_average_before"][0]
     busy = "; other work shared the CPUs" if load > meta["machine"]["cpus"] else ""
     lines = [
-        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
+        f"[Measured](../benchmarks.md#scale) ({meta['date'][:10]}, commit {meta.get('commit', 'unknown')}, "
         f"`{meta['command']}`, kept as `docs/benchmarks/storage-return.json`; load average {load:.1f} at the "
         f"start{busy}), queues created by the package (storage parameters "
         f"{parameters}), one consumer draining each with `receive(max_messages=100)`, the server's "
@@ -221,7 +223,7 @@ def _deep_pair(
 
 
 def storage_bypass_paragraph(doc: dict[str, Any]) -> list[str]:
-    """docs/dba.md's evidence for ``vacuum_index_cleanup = on``: the run made with only the autovacuum
+    """The history page's evidence for ``vacuum_index_cleanup = on``: the run made with only the autovacuum
     settings, whose deepest drained table was not given back, not even by a manual VACUUM."""
     (result,) = [result for result in doc["scale"] if result["engine"] == "postgresql"]
     meta = doc["meta"]
@@ -233,7 +235,7 @@ def storage_bypass_paragraph(doc: dict[str, Any]) -> list[str]:
         _returned(d) for d in result["drains"] if d["autovacuum"] and d is not deepest and d["storage_return"]
     )
     return [
-        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"[Measured](../benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
         f"`{meta['command']}`, kept as `docs/data/raw/storage-return-07d3244.json`), storage parameters "
         f"{parameters} only: "
         f"{returned}; but at {deepest['rows']:,} rows autovacuum ran {runs} time(s) during the "
@@ -245,12 +247,12 @@ def storage_bypass_paragraph(doc: dict[str, Any]) -> list[str]:
 
 
 def deep_explain_paragraph(doc: dict[str, Any]) -> list[str]:
-    """docs/dba.md's evidence: the pages the receive's pick reads over a drain, from the start and after
+    """The history page's evidence: the pages the receive's pick reads over a drain, from the start and after
     the low-water mark (benchmarks/explain_drain.py)."""
     meta, drain = doc["meta"], doc["drain"]
     points = drain["points"]
     lines = [
-        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"[Measured](../benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
         f"`{meta['command']}`): a queue of {drain['rows']:,} rows drained through the package, and at three "
         "points `EXPLAIN (ANALYZE, BUFFERS)` of the pick of 100 (rolled back):",
         "",
@@ -269,7 +271,7 @@ def deep_explain_paragraph(doc: dict[str, Any]) -> list[str]:
 
 
 def drain_io_paragraph(doc: dict[str, Any]) -> list[str]:
-    """docs/dba.md's deep-drain tenths beside what each coincided with: two runs of one command."""
+    """The history page's deep-drain tenths beside what each coincided with: two runs of one command."""
     runs = doc["runs"]
     first = runs[0]["meta"]
     lines = [
@@ -310,13 +312,12 @@ def drain_io_paragraph(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def dba_blocks() -> dict[str, tuple[str, list[str]]]:
+def history_blocks() -> dict[str, tuple[str, list[str]]]:
     from pages.blocks import ROOT
-    from pages.transcribed_text import data_blocks
 
     folder = ROOT / "docs" / "benchmarks"
     # the run with the server's settings, before the package gave queue tables storage parameters: the
-    # problem dba.md describes, and the "with the server's defaults" column beside the package's tables
+    # problem the history page starts from, and the column "with the server's defaults"
     scale = json.loads((ROOT / "docs" / "data" / "raw" / "scale-2f6db82.json").read_text(encoding="utf-8"))
     before_path = ROOT / "docs" / "data" / "raw" / "scale-c687d42.json"
     before = json.loads(before_path.read_text(encoding="utf-8")) if before_path.exists() else None
@@ -364,7 +365,6 @@ def dba_blocks() -> dict[str, tuple[str, list[str]]]:
             storage_return_paragraph(returned, scale, deep, earlier),
         ),
         "dba-deep-explain": ("docs/benchmarks/deep-explain.json", deep_explain_paragraph(explained)),
-        **data_blocks("babelfish.json"),
     }
 
 
@@ -395,7 +395,7 @@ def _package_label(drain: dict[str, Any]) -> str:
 
 
 def throttled_vacuum_paragraph(doc: dict[str, Any], kept_as: str) -> list[str]:
-    """docs/dba.md: the deepest drain from a table with the package's parameters of the run's commit beside
+    """The history page: the deepest drain from a table with the package's parameters of its commit beside
     the same drain from one whose ``autovacuum_vacuum_cost_delay`` is the server's or the run's
     (``--throttled-vacuum``, ``--throttle-cost-delay``)."""
     meta = doc["meta"]
@@ -503,13 +503,13 @@ def _write_back_summary(drain: dict[str, Any]) -> str:
 
 
 def write_back_paragraph(scale: dict[str, Any]) -> list[str]:
-    """docs/dba.md: the same drains by sessions with and without ``backend_flush_after``, tenth by tenth."""
+    """The history page: the drains by sessions with and without ``backend_flush_after``, tenth by tenth."""
     meta = scale["meta"]
     pairs = _write_back_pairs(scale)
     if not pairs:
         return ["Not measured in the latest scale run: `benchmarks/run.py --scale --no-write-back 1000000`."]
     lines = [
-        f"[Measured](benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
+        f"[Measured](../benchmarks.md#scale) ({meta['date'][:10]}, commit {meta['commit']}, "
         f"`{meta['command'].split(' --json')[0]}`, kept as `docs/benchmarks/scale.json`, "
         f"{meta['machine']['cpus']} CPUs, {meta['machine']['cpu']}): each size drained by one consumer with "
         "`receive(max_messages=100)` from a table with the package's settings, once by a session as the "
@@ -536,7 +536,7 @@ def write_back_paragraph(scale: dict[str, Any]) -> list[str]:
 
 
 def server_flush_paragraph(doc: dict[str, Any]) -> list[str]:
-    """docs/dba.md: the deep drains with ``backend_flush_after`` in postgresql.conf (autovacuum workers
+    """The history page: the deep drains with ``backend_flush_after`` in postgresql.conf (autovacuum workers
     included) beside the same drains with only the package's sessions setting it, two runs back to back."""
     server, package = (run["result"] for run in doc["runs"])
     first = server["meta"]

@@ -71,7 +71,7 @@ def scale_findings(scale: dict[str, Any]) -> list[str]:
                     f"`backend_flush_after` ({plain.get('backend_flush_after')}): "
                     f"{plain['msgs_per_s']:,.0f} msgs/s, first tenth {deciles[0]:,.0f}, slowest "
                     f"{min(deciles):,.0f} ({min(deciles) / deciles[0]:.2f}x), unwritten page cache at most "
-                    f'{unwritten:,} MiB (docs/dba.md, "What else moves a deep drain\'s tenths").'
+                    f'{unwritten:,} MiB (docs/dba-maintenance.md, "Deep drains and the disk").'
                 )
             if result.get("mixed"):
                 found.append(f"- {name}: {_mixed_finding(result['mixed'])}")

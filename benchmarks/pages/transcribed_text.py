@@ -2,8 +2,8 @@
 docs/data/ beside the run that measured them: each line of a block is a template whose ``{named}`` fields
 are filled from its ``figures``, and ``measured`` names the run in the file's ``runs``. Used for pages
 whose figures were measured once by hand (the runs' output is gone) and are transcribed: docs/airflow-ui.md
-(docs/data/airflow-ui.json), the Babelfish table of docs/dba.md
-(docs/data/babelfish.json) and the prose of docs/performance.md (``blocks`` of docs/data/performance.json)."""
+(docs/data/airflow-ui.json) and the prose of docs/performance.md (``blocks`` of
+docs/data/performance.json)."""
 
 from __future__ import annotations
 
