@@ -1,5 +1,6 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
-of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
+of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md,
+docs/history/performance-tuning.md, docs/spark.md,
 docs/dba.md, docs/airflow-ui.md, docs/concurrency.md, docs/delayed-delivery.md, docs/operating.md,
 README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
 
@@ -25,6 +26,7 @@ from pages import (
     benchmarks_page,
     dba_tables,
     mover_page,
+    performance_history,
     performance_page,
     queues_cost,
     readme_page,
@@ -47,6 +49,7 @@ BlockRenderer = Callable[[], dict[str, tuple[str, list[str]]]]
 BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "reliability.md": reliability_page.blocks,
     ROOT / "docs" / "performance.md": performance_page.blocks,
+    ROOT / "docs" / "history" / "performance-tuning.md": performance_history.blocks,
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
     ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
     ROOT / "docs" / "dba.md": dba_tables.dba_blocks,
