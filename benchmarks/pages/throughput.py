@@ -109,7 +109,8 @@ def compute_targets(
 ) -> list[dict[str, Any]]:
     """Every target of issue 7 as a ratio within one run: value, threshold, PASS / MISS / not measured;
     with ``issue18``, also issue 18's (SQLite's one-message receive, the flat PostgreSQL drains), which the
-    older records of performance.md do not carry."""
+    older runs of docs/history/performance-tuning.md did not measure. A peer target also carries its
+    ``ceiling``: the raw driver's msgs/s over the peer's, and ``ceiling_runs``, what that raw side ran."""
     targets: list[dict[str, Any]] = []
 
     def add(

@@ -3,8 +3,8 @@ docs/data/ beside the run that measured them: each line of a block is a template
 are filled from its ``figures``, and ``measured`` names the run in the file's ``runs``. Used for pages
 whose figures were measured once by hand (the runs' output is gone) and are transcribed: docs/airflow-ui.md
 (docs/data/airflow-ui.json), docs/concurrency.md (docs/data/concurrency.json), the soak investigation of
-docs/reliability.md (docs/data/soak-investigation.json), the Babelfish table of docs/dba.md
-(docs/data/babelfish.json) and the prose of docs/performance.md (``blocks`` of docs/data/performance.json)."""
+docs/reliability.md (docs/data/soak-investigation.json) and the Babelfish table of docs/dba.md
+(docs/data/babelfish.json)."""
 
 from __future__ import annotations
 
