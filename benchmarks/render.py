@@ -1,8 +1,8 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
-of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba-maintenance.md, docs/history/deep-queues.md, docs/airflow-ui.md, docs/delayed-delivery.md,
-docs/operating.md, README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they
-name).
+of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md,
+docs/history/performance-tuning.md, docs/spark.md, docs/dba-maintenance.md, docs/history/deep-queues.md,
+docs/airflow-ui.md, docs/delayed-delivery.md, docs/operating.md, README.md and benchmarks/README.md from
+docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -27,6 +27,7 @@ from pages import (
     dba_current,
     dba_tables,
     mover_page,
+    performance_history,
     performance_page,
     queues_cost,
     readme_page,
@@ -49,6 +50,7 @@ BlockRenderer = Callable[[], dict[str, tuple[str, list[str]]]]
 BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "reliability.md": reliability_page.blocks,
     ROOT / "docs" / "performance.md": performance_page.blocks,
+    ROOT / "docs" / "history" / "performance-tuning.md": performance_history.blocks,
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
     ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
     ROOT / "docs" / "dba-maintenance.md": dba_current.maintenance_blocks,

@@ -1,5 +1,5 @@
 """Where the project's SQLite hot paths spend their time, part by part, in one process: the evidence behind
-docs/performance.md's SQLite section (run it against two checkouts for a before and after).
+docs/history/performance-tuning.md's SQLite passes (run it against two checkouts for a before and after).
 
     PYTHONPATH=. python benchmarks/sqlite_profile.py --json docs/data/raw/sqlite-profile-<commit>.json
 

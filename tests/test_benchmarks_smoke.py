@@ -174,7 +174,7 @@ def test_runner_quick_and_render(tmp_path: Path) -> None:
     ):
         assert heading in page
     assert f"| commit measured | {doc['meta']['commit']} |" in page
-    assert "## Tuning: before and after" in page and "(performance.md)" in page
+    assert "## Tuning: before and after" in page and "(history/performance-tuning.md)" in page
     assert "PASS" in page or "MISS" in page
     if importlib.util.find_spec("matplotlib") is not None:
         assert image.stat().st_size > 10_000

@@ -32,6 +32,7 @@ def test_every_page_matches_its_data(render) -> None:
     names = (
         "reliability.md",
         "performance.md",
+        "history/performance-tuning.md",
         "spark.md",
         "dba-maintenance.md",
         "history/deep-queues.md",
@@ -112,28 +113,37 @@ def test_the_benchmarks_page_names_the_commit_a_run_records(render) -> None:
 
 def test_the_changes_table_of_performance_is_rendered_from_its_data(render) -> None:
     """The evidence column is filled from docs/data/performance.json and the runs' JSON, not typed in the
-    page: a hand-edited figure is found, and a run's ratio or drain rate is read from that run's own file."""
-    from pages.performance_page import changes_table
+    page: a hand-edited figure is found, a run's ratio or drain rate is read from that run's own file, and a
+    change whose runs' output was not kept shows no figure."""
+    from pages.performance_history import UnknownFigure, changes_table
 
-    page = ROOT / "docs" / "performance.md"
-    stale = page.read_text(encoding="utf-8").replace("`uuid4()` 1.1 µs → 0.4 µs", "`uuid4()` 1.1 µs → 0.3 µs")
-    assert render.replace_blocks(stale, render.performance_page.blocks(), "performance.md") != stale
+    page = ROOT / "docs" / "history" / "performance-tuning.md"
+    text = page.read_text(encoding="utf-8")
+    assert "0.87x → 1.60x of the raw multi-row `INSERT`" in text
+    stale = text.replace("0.87x → 1.60x of the raw", "0.87x → 1.61x of the raw")
+    assert render.replace_blocks(stale, render.performance_history.blocks(), "performance-tuning.md") == text
     data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
     rows = {row["number"]: row for row in data["changes"]["rows"]}
-    assert all(isinstance(value, dict) for value in rows[13]["figures"].values())
-    assert all(isinstance(value, dict) for value in rows[14]["figures"].values())
+    for row in rows.values():
+        assert all(isinstance(value, dict) for value in row.get("figures", {}).values()), row["number"]
     lines = changes_table(data)
+    assert lines[2].endswith("| - |")  # change 1: its runs' output was not kept
+    rows[2]["evidence"], rows[2]["figures"], rows[2]["measured"] = "{after} µs", {"after": "0.4"}, []
+    with pytest.raises(UnknownFigure, match=r"change 2: '0\.4' is typed"):
+        changes_table(data)
+    del rows[2]["evidence"]
     assert "0.87x → 1.60x of the raw multi-row `INSERT`; 0.89x → 1.69x of pgqueuer" in lines[2 + 12]
     assert "1M-row drain 26,500 → 37,500 msgs/s" in lines[2 + 13]
     rows[14]["figures"]["after"]["run"] = "first-idle-run"
     assert "1M-row drain 26,500 → 26,500 msgs/s" in changes_table(data)[2 + 13]
     for row in data["changes"]["rows"]:
-        for run in row["measured"] if isinstance(row["measured"], list) else [row["measured"]]:
+        measured = row.get("measured", [])
+        for run in measured if isinstance(measured, list) else [measured]:
             assert run in data["runs"], (row["number"], run)
 
 
 def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
-    from pages.performance_page import UnknownFigure, changes_table
+    from pages.performance_history import UnknownFigure, changes_table
 
     data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
     data["changes"]["rows"][12]["figures"]["raw_after"]["target"] = "no such target"
@@ -143,18 +153,11 @@ def test_a_change_figure_naming_a_missing_target_is_refused(render) -> None:
 
 
 def test_hand_measured_figures_in_prose_come_from_their_data(render) -> None:
-    """The browser check's timings and peak memory, the deep drains and performance.md's notes are rendered
-    from their data: a figure typed into a page is found."""
+    """The browser check's timings and peak memory and the deep drains are rendered from their data: a
+    figure typed into a page is found."""
     for page_name, old, new in (
         ("airflow-ui.md", "peak memory was 298 MB", "peak memory was 200 MB"),
-        ("performance.md", "1.0-4.8 ms per peek", "1.0-4.0 ms per peek"),
-        ("performance.md", "binary `COPY` 115,000-141,000", "binary `COPY` 115,000-140,000"),
-        ("performance.md", "a `send` 110-160 µs", "a `send` 110-150 µs"),
-        ("performance.md", "(CPU 241 → 172 µs)", "(CPU 240 → 172 µs)"),
-        ("performance.md", "costs 137-153 µs per message", "costs 137-150 µs per message"),
-        ("performance.md", "ranged from 590 to 3,722 msgs/s", "ranged from 600 to 3,722 msgs/s"),
         ("dba-maintenance.md", "| 13.3 s | 0.90x |", "| 13.3 s | 0.95x |"),
-        ("performance.md", "load average 2-7). Wall-clock", "load average 2-6). Wall-clock"),
     ):
         page = ROOT / "docs" / page_name
         text = page.read_text(encoding="utf-8")
@@ -189,7 +192,7 @@ def test_the_readme_summary_counts_lost_and_duplicated_from_the_reliability_data
 def test_the_sqlite_second_pass_tables_are_read_from_the_runs_json(render, tmp_path) -> None:
     """The before/after tables of the SQLite second pass come from the core_bench.py and sqlite_profile.py
     runs' own JSON: a figure changed in a run's file changes the table, and its verdict follows the ratio."""
-    from pages.performance_page import core_comparison, profile_comparison
+    from pages.performance_history import core_comparison, profile_comparison
 
     data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
     comparison = data["core_comparisons"]["sqlite-i18"]
@@ -214,3 +217,46 @@ def test_the_sqlite_second_pass_tables_are_read_from_the_runs_json(render, tmp_p
     changed_profile.write_text(json.dumps(profile), encoding="utf-8")
     profiled["profile"] = str(changed_profile)
     assert "| **123.46** |" in profile_comparison(data, "sqlite-i18")[2]
+
+
+def test_performance_keeps_no_transcribed_run() -> None:
+    """docs/data/performance.json names only runs whose own output is committed: the runs transcribed from
+    old page text are gone, with every figure that rested on them."""
+    data = json.loads((DATA / "performance.json").read_text(encoding="utf-8"))
+    for name, run in data["runs"].items():
+        assert not run["source"].startswith("transcribed"), name
+        files = [run[key] for key in ("results", "scale", "core", "profile") if key in run]
+        assert files and all((ROOT / path).exists() for path in files), name
+    assert "blocks" not in data and "tuning" not in data
+    assert not (DATA / "core-bench-first-run.json").exists()
+
+
+def test_the_performance_page_computes_its_verdicts_from_the_last_run(render) -> None:
+    """The targets met, the misses, the peers' ceilings and what batching saves on docs/performance.md follow
+    the last run's JSON; the page names the data file, not the commit or the date of the run."""
+    from pages import performance_page
+    from pages.throughput import compute_targets, value_text
+
+    doc, scale = performance_page.load_run()
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert doc["meta"]["commit"] not in page and doc["meta"]["date"][:10] not in page
+    targets = compute_targets(doc, scale, issue18=True)
+    met = sum(1 for target in targets if target["status"] == "PASS")
+    assert f"**{met} of {len(targets)} targets met**" in page
+    kombu = next(row for row in doc["peers"] if row["peer"] == "kombu" and row["engine"] == "postgresql")
+    project = next(r for r in doc["core"] if r["engine"] == "postgresql" and r["case"] == "receive_4c")
+    ceiling = project["raw_msgs_per_s"] / kombu["receive_msgs_per_s"]["median"]
+    assert f"reaches {ceiling:.2f}x: the project runs at" in page
+    kombu["receive_msgs_per_s"]["median"] = project["project_msgs_per_s"] / 12  # the project now 12x kombu
+    targets = compute_targets(doc, scale, issue18=True)
+    name = "PostgreSQL single-message receive, 4 consumers, vs kombu-sqlalchemy (4 consumers)"
+    target = next(target for target in targets if target["target"] == name)
+    assert target["status"] == "PASS" and 11.9 < target["value"] < 12.1
+    peers = "\n".join(performance_page.peer_lines(targets))
+    assert f"**{name}**: {value_text(target)} (wanted >= 10.0x, PASS)" in peers
+    left = "\n".join(performance_page.left_lines(targets))
+    assert "vs kombu-sqlalchemy" not in left.split("**Met by")[0]
+    batch = next(r for r in doc["core"] if r["engine"] == "sqlite" and r["case"] == "send_batch")
+    batch["project_cpu_us_per_msg"] = 43.0
+    cpu = performance_page.cpu_lines(doc)
+    assert any("a send of 100 per transaction costs 43.0 µs" in line for line in cpu)

@@ -4,7 +4,7 @@ Every send and receive pays one loan. SQLAlchemy's ``QueuePool`` took 4-5 µs of
 (a connection fairy, weak-reference bookkeeping, a queue built on ``threading.Condition``), and about
 twice that on a real disk, where every commit waits for a flush and the process returns to cold caches;
 on SQLite, where a one-message receive costs the raw driver 130-140 µs, that was a tenth of the
-transport's share (docs/performance.md, change 21). A loan here is one lock around a list.
+transport's share (docs/history/performance-tuning.md, change 21). A loan here is one lock around a list.
 
 What the pool promises:
 

@@ -14,6 +14,7 @@ from pages.throughput import (
     ENGINE_LABELS,
     PEER_NAMES,
     compute_targets,
+    core_row,
     handler_rows,
     pump_row,
     ratio_text,
@@ -249,6 +250,16 @@ def _timing_end(doc: dict[str, Any]) -> str:
     )
 
 
+def _copy_against_insert(doc: dict[str, Any]) -> str:
+    """How the project's PostgreSQL batch send (binary COPY) compares in this run with the raw driver's
+    multi-row INSERT, computed from the run's send_batch row."""
+    row = core_row(doc, "postgresql", "send_batch")
+    if row is None:
+        return ""
+    side = "above" if row["ratio"] > 1 else "not above"
+    return f", {side} the raw driver's multi-row `INSERT` in this run ({ratio_text(row['ratio'])} of it)"
+
+
 def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str, charted: bool) -> str:
     """The whole page; ``charted`` says whether it shows the chart at ``image_link`` or says why not."""
     meta = doc["meta"]
@@ -332,9 +343,10 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
         "receive is one statement and one commit, and its time goes to the server's work on the rows and "
         "to the commit's WAL flush (`synchronous_commit` on, as in production). Meeting such a target "
         "takes another statement shape or another durability model. Batch sends on PostgreSQL took "
-        "the first way: they go by binary `COPY`, past what the multi-row `INSERT` can reach. A receive "
-        "has no such shape: it must lock, delete and return the rows in one statement to keep its "
-        "guarantees (see [Performance tuning](performance.md)).",
+        "the first way: they go by binary `COPY`"
+        + _copy_against_insert(doc)
+        + ". A receive has no such shape: it must lock, delete and return the rows in one statement to "
+        "keep its guarantees (see [Performance tuning](performance.md)).",
         "",
         "## Scale",
         "",
@@ -390,13 +402,13 @@ def page_text(doc: dict[str, Any], scale: dict[str, Any] | None, image_link: str
         "",
         "`--only handlers,wakeup` refreshes the handler-throughput and wake-up sections in an existing "
         "results file and keeps the others (each section records its own commit). "
-        "`--quick` makes a smoke run of a minute; `--peers none` measures this project and the raw driver "
+        "`--quick` makes a smoke run; `--peers none` measures this project and the raw driver "
         "only; `--engines sqlite` one engine. Peers that are not installed are skipped with a note.",
         "",
         "## Tuning: before and after",
         "",
         "The record of the hot-path tuning, with the figures before and after each change, is in "
-        "[Performance](performance.md).",
+        "[the performance tuning history](history/performance-tuning.md).",
         "",
     ]
     return "\n".join(lines)

@@ -1,281 +1,173 @@
-"""docs/performance.md: the current targets table, read from the JSON of the last benchmark run beside the
-first run on the idle machine, and the dated tuning tables of its history section, from
-docs/data/performance.json."""
+"""docs/performance.md: the current figures against their targets and against the peers, what is left, and
+the client CPU a message costs, every block read from the last benchmark run (docs/benchmarks/results.json
+and docs/benchmarks/scale.json). Every statement that compares figures (targets met, missed or met by a
+small margin, a peer's ceiling, which operation costs less) is computed here from that run; the record of
+how the figures got there is docs/history/performance-tuning.md (pages/performance_history.py)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from pages.blocks import ROOT, load_data
-from pages.throughput import compute_targets, ratio_text, value_text, wanted_text
-from pages.transcribed_text import block_lines
+from pages.blocks import ROOT
+from pages.throughput import CORE_LABELS, ENGINE_LABELS, compute_targets, core_row, value_text, wanted_text
 
-SOURCE = "docs/data/performance.json"
-
-
-def _run_scale(run: dict[str, Any]) -> dict[str, Any] | None:
-    scale_path = ROOT / run["scale"]
-    return json.loads(scale_path.read_text(encoding="utf-8")) if scale_path.exists() else None  # type: ignore[no-any-return]
+RESULTS = "docs/benchmarks/results.json"
+SCALE = "docs/benchmarks/scale.json"
+SOURCE = f"{RESULTS} and {SCALE}"
+SAME_STATEMENTS = "the same statements"  # compute_targets' name for a ceiling of the project's own statements
+NEAR_THE_LINE = 0.05  # a met ratio within this share of its threshold is reported as met by a small margin
 
 
-def _run_targets(run: dict[str, Any]) -> list[dict[str, Any]]:
-    results = json.loads((ROOT / run["results"]).read_text(encoding="utf-8"))
-    return compute_targets(results, _run_scale(run))
+def load_run() -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The last run's throughput JSON and its scale JSON (None when no scale run is committed)."""
+    results = json.loads((ROOT / RESULTS).read_text(encoding="utf-8"))
+    scale_path = ROOT / SCALE
+    scale = json.loads(scale_path.read_text(encoding="utf-8")) if scale_path.exists() else None
+    return results, scale
 
 
-def current_table(data: dict[str, Any]) -> list[str]:
-    """Every target of the last run beside the first idle run: one row per target, from the runs' JSON."""
-    runs = data["runs"]
-    last, first = _run_targets(runs["last-run"]), _run_targets(runs["first-idle-run"])
-    earlier = {target["target"]: target for target in first}
-    met = sum(1 for target in last if target["status"] == "PASS")
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def current_table(doc: dict[str, Any], targets: list[dict[str, Any]]) -> list[str]:
+    """Every target of the run: how many are met, then one row per target."""
+    meta = doc["meta"]
+    machine = meta["machine"]
+    met = sum(1 for target in targets if target["status"] == "PASS")
+    measured = sum(1 for target in targets if target["status"] in ("PASS", "MISS"))
+    rounds = _count(meta["repeat"], "round")
     lines = [
-        f"**{met} of {len(last)} targets met** in the last run ({runs['last-run']['when']}, "
-        f"`{runs['last-run']['results']}`), against "
-        f"{sum(1 for target in first if target['status'] == 'PASS')} in the first run on the idle machine "
-        f"({runs['first-idle-run']['when']}, `{runs['first-idle-run']['results']}`), both on "
-        f"{runs['last-run']['machine']}. Commits: the first idle run {runs['first-idle-run']['commit']}; "
-        f"the last run {runs['last-run']['commit']}.",
+        f"**{met} of {measured} targets met** in the run recorded in `{RESULTS}` (the queue-depth targets "
+        f"from `{SCALE}`), on {machine['cpus']} CPUs ({machine['cpu']}"
+        f"{', a virtual machine' if machine.get('virtual_machine') else ''}); every ratio is the median of "
+        f"{rounds}, with the rounds' range in the last column.",
         "",
-        "| target | first idle run | last run | wanted | result (last run) | figures (last run) |",
-        "|---|--:|--:|--:|:-:|---|",
+        "| target | measured | wanted | result | figures |",
+        "|---|--:|--:|:-:|---|",
     ]
-    for target in last:
-        before = earlier.get(target["target"])
+    for target in targets:
         lines.append(
-            f"| {target['target']} | {value_text(before) if before else '-'} | "
-            f"**{value_text(target)}** | {wanted_text(target)} | "
-            f"{target['status']} | {target['detail']} |"
+            f"| {target['target']} | **{value_text(target)}** | {wanted_text(target)} | {target['status']} | "
+            f"{target['detail']} |"
         )
     return lines
 
 
-def finishes_table(data: dict[str, Any]) -> list[str]:
-    """The last run's SQLite multi-process cases, round by round, from the run's own JSON: when the last
-    message was received (what the case is timed by) and when the first and the last process finished."""
-    run = data["runs"]["last-run"]
-    results = json.loads((ROOT / run["results"]).read_text(encoding="utf-8"))
-    lines = [
-        "| case | round | raw msgs/s | raw: last message; processes done (s) "
-        "| project msgs/s | project: last message; processes done (s) |",
-        "|---|--:|--:|--:|--:|--:|",
-    ]
-    for row in results["core"]:
-        if row["engine"] != "sqlite" or row["consumers"] < 2:
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def peer_lines(targets: list[dict[str, Any]]) -> list[str]:
+    """One statement per peer target: the project against the peer, against the ceiling (the raw driver
+    running the project's statements, divided by the peer), and whether the ceiling itself reaches the
+    target."""
+    lines = []
+    for target in targets:
+        if "ceiling" not in target or target["value"] is None:
             continue
-        for number, sample in enumerate(row["rounds"], start=1):
-            cells = []
-            for impl in ("raw", "project"):
-                measured = sample[impl]
-                finished = measured.get("finished_s")
-                if not finished or "all_done_seconds" not in measured:
-                    raise ValueError(f"{run['results']}: {row['case']} round {number} has no finishing times")
-                cells += [
-                    f"{measured['msgs_per_s']:,.0f}",
-                    f"{measured['seconds']:.3f}; {finished[0]:.3f} → {finished[-1]:.3f}",
-                ]
-            lines.append(f"| {row['label']} | {number} | " + " | ".join(cells) + " |")
-    lines += ["", f"From `{run['results']}` ({run['when']}, commit {run['commit']})."]
-    return lines
-
-
-def _number(value: float) -> str:
-    return f"{value:,}"
-
-
-def _part(part: dict[str, Any], emphasise: bool) -> str:
-    if "ratio" in part and isinstance(part["ratio"], list):
-        median, low, high = part["ratio"]
-        text = f"{median:.2f}x"
-        return f"{f'**{text}**' if emphasise else text} [{low:.2f}-{high:.2f}]"
-    if "cpu" in part:
-        raw, project = part["cpu"]
-        return f"{part.get('prefix', '')}{raw} → {project}"
-    if "range" in part:
-        low, high = part["range"]
-        return f"{low}-{high}"
-    small, large = part["peek"]
-    ratio = part["ratio"]
-    ratio_cell = f"{ratio:,}x" if isinstance(ratio, int) else f"{ratio:.2f}x"
-    if part.get("bold"):
-        ratio_cell = f"**{ratio_cell}**"
-    note = f"; {part['note']}" if part.get("note") else ""
-    return f"{_number(small)} µs → {_number(large)} µs ({ratio_cell}{note})"
-
-
-def tuning_table(table: dict[str, Any]) -> list[str]:
-    """A before/after table of the tuning: the ratios of the tuned code in bold."""
-    header = table["header"]
-    lines = [
-        "|" + "|".join(f" {name} " if name else " " for name in header) + "|",
-        "|---|" + "--:|" * (len(header) - 1),
-    ]
-    for when, cells in table["rows"].items():
-        texts = [
-            cell.get("sep", " / ").join(_part(part, when == "after") for part in cell["parts"])
-            + cell.get("suffix", "")
-            for cell in cells
-        ]
-        lines.append(f"| {when} | " + " | ".join(texts) + " |")
-    return lines
-
-
-class UnknownFigure(ValueError):
-    """A figure of the changes table names a run, target or drain its data does not hold."""
-
-
-def _figure(figure: str | dict[str, Any], runs: dict[str, Any], row: int) -> str:
-    """One figure of a change's evidence: transcribed text as it stands, or read from a run's JSON."""
-    if isinstance(figure, str):
-        return figure
-    if "part" in figure:
-        if figure.get("run") not in runs or "profile" not in runs[figure["run"]]:
-            raise UnknownFigure(f"change {row}: {figure!r} names no run with a profile in performance.json")
-        profile = json.loads((ROOT / runs[figure["run"]]["profile"]).read_text(encoding="utf-8"))
-        for part in profile["parts"]:
-            if part["key"] == figure["part"]:
-                return f"{part['us']:.2f}"
-        raise UnknownFigure(f"change {row}: run {figure['run']}'s profile has no part {figure['part']!r}")
-    if figure.get("run") not in runs or "results" not in runs[figure["run"]]:
-        raise UnknownFigure(f"change {row}: {figure!r} names no run with results in performance.json's runs")
-    run = runs[figure["run"]]
-    if "target" in figure:
-        for target in _run_targets(run):
-            if target["target"] == figure["target"]:
-                return ratio_text(target["value"])
-        raise UnknownFigure(f"change {row}: run {figure['run']} has no target {figure['target']!r}")
-    wanted = figure["drain"]
-    for result in (_run_scale(run) or {}).get("scale", []):
-        for drain in result["drains"] if result["engine"] == wanted["engine"] else []:
-            if drain["rows"] == wanted["rows"] and drain["autovacuum"] == wanted["autovacuum"]:
-                return f"{round(drain['msgs_per_s'] / figure['round_to']) * figure['round_to']:,}"
-    raise UnknownFigure(f"change {row}: run {figure['run']}'s scale JSON has no drain {wanted!r}")
-
-
-def changes_table(data: dict[str, Any]) -> list[str]:
-    """The history's table of changes, each with the evidence that it paid: the figures filled into the
-    evidence sentence from the data, the measuring runs named in performance.json's runs."""
-    lines = ["| # | change | where | evidence (before → after) |", "|--:|---|---|---|"]
-    for row in data["changes"]["rows"]:
-        number = row["number"]
-        figures = {name: _figure(value, data["runs"], number) for name, value in row["figures"].items()}
-        measured = row["measured"] if isinstance(row["measured"], list) else [row["measured"]]
-        missing = [run for run in measured if run not in data["runs"]]
-        if missing:
-            raise UnknownFigure(f"change {number}: measured by {missing}, not in performance.json's runs")
-        evidence = row["evidence"].format(**figures)
-        lines.append(f"| {row['number']} | {row['change']} | {row['where']} | {evidence} |")
-    return lines
-
-
-def _core_run(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """A core_bench.py run's metadata and its rows by engine and case (``"sqlite:send_batch"``)."""
-    document = json.loads((ROOT / run["core"]).read_text(encoding="utf-8"))
-    return document["meta"], {f"{row['engine']}:{row['case']}": row for row in document["results"]}
-
-
-def _core_cells(row: dict[str, Any] | None, emphasise: bool) -> list[str]:
-    if row is None:
-        return ["-", "-"]
-    ratio = f"{row['ratio']:.2f}x"
-    return [
-        f"{f'**{ratio}**' if emphasise else ratio} [{row['ratio_min']:.2f}-{row['ratio_max']:.2f}]",
-        f"{row['raw_cpu_us_per_msg']:.1f} → {row['project_cpu_us_per_msg']:.1f}",
-    ]
-
-
-def _core_provenance(name: str, run: dict[str, Any], meta: dict[str, Any]) -> str:
-    load = meta["load_average_before"][0]
-    return (
-        f"{name}: commit {meta['commit']}, {meta['date']}, {meta['repeat']} rounds, "
-        f"{meta['seconds']:,} s, 1-minute load average {load:.2f} at the start (`{run['core']}`)"
-    )
-
-
-def core_comparison(data: dict[str, Any], name: str) -> list[str]:
-    """Two core_bench.py runs of the same cases, before and after a change, from their own JSON: the
-    median project/raw ratio of the rounds with its range, and the client CPU per message."""
-    comparison = data["core_comparisons"][name]
-    runs = data["runs"]
-    (before_meta, before), (after_meta, after) = (
-        _core_run(runs[comparison[side]]) for side in ("before", "after")
-    )
-    target = comparison["target"]
-    lines = [
-        "| case | before | CPU µs/msg raw → project | after | CPU µs/msg raw → project "
-        f"| ≥ {target}x (after) |",
-        "|---|--:|--:|--:|--:|:-:|",
-    ]
-    for key in comparison["cases"]:
-        row = after[key]
-        verdict = "PASS" if row["ratio"] >= target else "MISS"
+        ceiling, runs = target["ceiling"], target["ceiling_runs"]
+        share = target["value"] / ceiling
+        if runs == SAME_STATEMENTS:
+            text = (
+                f"the raw driver running the same statements, with nothing of the project around them, "
+                f"reaches {_ratio(ceiling)}: the project runs at {_ratio(share)} of that ceiling"
+            )
+            if target["status"] == "MISS" and ceiling < target["threshold"]:
+                text += ", and the ceiling is below the target: no client sending these statements meets it"
+            elif target["status"] == "MISS":
+                text += "; the ceiling is above the target, so the gap is the project's own work"
+        else:
+            text = (
+                f"the raw driver running {runs} reaches {_ratio(ceiling)}, "
+                f"the project {_ratio(share)} of that"
+            )
         lines.append(
-            f"| {row['engine_label']} {row['label']} | "
-            + " | ".join([*_core_cells(before.get(key), False), *_core_cells(row, True)])
-            + f" | {verdict} |"
+            f"- **{target['target']}**: {value_text(target)} (wanted {wanted_text(target)}, "
+            f"{target['status']}); {text}."
         )
-    lines += [
-        "",
-        f"{_core_provenance('Before', runs[comparison['before']], before_meta)}; "
-        f"{_core_provenance('after', runs[comparison['after']], after_meta)}. {comparison['note']}",
-    ]
     return lines
 
 
-def profile_comparison(data: dict[str, Any], name: str) -> list[str]:
-    """Two sqlite_profile.py runs, before and after a change, part by part, from their own JSON."""
-    comparison = data["profile_comparisons"][name]
-    runs = data["runs"]
-    documents = {
-        side: json.loads((ROOT / runs[comparison[side]]["profile"]).read_text(encoding="utf-8"))
-        for side in ("before", "after")
-    }
-    before = {part["key"]: part for part in documents["before"]["parts"]}
-    lines = ["| part | unit | before | after |", "|---|---|--:|--:|"]
-    for part in documents["after"]["parts"]:
-        earlier = before.get(part["key"])
-        earlier_text = f"{earlier['us']:.2f}" if earlier else "-"
-        lines.append(f"| {part['label']} | {part['unit']} | {earlier_text} | **{part['us']:.2f}** |")
-    provenance = "; ".join(
-        f"{side}: commit {meta['commit']}, {meta['date']}, 1-minute load average "
-        f"{meta['load_average_before'][0]:.2f} at the start (`{runs[comparison[side]]['profile']}`)"
-        for side, meta in ((side, documents[side]["meta"]) for side in ("before", "after"))
-    )
-    return [*lines, "", f"{provenance[0].upper()}{provenance[1:]}. {comparison['note']}"]
+def left_lines(targets: list[dict[str, Any]]) -> list[str]:
+    """The targets this run missed, and those it met by a small margin (a run can land on either side)."""
+    missed = [target for target in targets if target["status"] == "MISS"]
+    near = [
+        target
+        for target in targets
+        if target["status"] == "PASS"
+        and target.get("unit") == "x"
+        and abs(target["value"] - target["threshold"]) < NEAR_THE_LINE * target["threshold"]
+    ]
+    lines = []
+    if missed:
+        lines.append(f"**Missed in this run** ({_count(len(missed), 'target')}):")
+        lines.append("")
+        for target in missed:
+            beyond = ""
+            same = target.get("ceiling_runs") == SAME_STATEMENTS
+            if same and target["ceiling"] < target["threshold"]:
+                beyond = (
+                    f"; beyond what the raw driver running the same statements reaches "
+                    f"({_ratio(target['ceiling'])}) on this server"
+                )
+            lines.append(f"- {target['target']}: {value_text(target)}, wanted {wanted_text(target)}{beyond}.")
+    else:
+        lines.append("**Every target was met in this run.**")
+    lines.append("")
+    if near:
+        lines.append(
+            f"**Met by less than {NEAR_THE_LINE:.0%} of the threshold** ({_count(len(near), 'target')}; "
+            "another run can land on either side of the line):"
+        )
+        lines.append("")
+        lines += [f"- {t['target']}: {value_text(t)}, wanted {wanted_text(t)}." for t in near]
+    else:
+        lines.append(f"No target was met by less than {NEAR_THE_LINE:.0%} of its threshold.")
+    return lines
+
+
+def cpu_lines(doc: dict[str, Any]) -> list[str]:
+    """The client CPU per message of each project-vs-raw case, and what batching saves, from the run."""
+    lines = [
+        "| engine | operation | per transaction | consumers | client CPU µs/msg, raw driver | sqlqueue |",
+        "|---|---|--:|--:|--:|--:|",
+    ]
+    for row in doc.get("core", []):
+        default = (row["case"], row["batch"], row["consumers"])
+        operation, batch, consumers = CORE_LABELS.get(row["case"], default)
+        lines.append(
+            f"| {ENGINE_LABELS[row['engine']]} | `{operation}` | {batch} | {consumers} | "
+            f"{row['raw_cpu_us_per_msg']:.1f} | {row['project_cpu_us_per_msg']:.1f} |"
+        )
+    lines.append("")
+    for engine in ("postgresql", "sqlite"):
+        pairs = [
+            (name, core_row(doc, engine, single), core_row(doc, engine, batched))
+            for name, single, batched in (
+                ("a send", "send", "send_batch"),
+                ("a receive", "receive_1c", "receive_batch_1c"),
+            )
+        ]
+        parts = [
+            f"{name} of 100 per transaction costs {many['project_cpu_us_per_msg']:.1f} µs of client CPU per "
+            f"message against {one['project_cpu_us_per_msg']:.1f} µs for one per transaction "
+            f"({many['project_cpu_us_per_msg'] / one['project_cpu_us_per_msg']:.0%})"
+            for name, one, many in pairs
+            if one and many
+        ]
+        if parts:
+            lines.append(f"- {ENGINE_LABELS[engine]}: " + "; ".join(parts) + ".")
+    return lines
 
 
 def blocks() -> dict[str, tuple[str, list[str]]]:
-    data = load_data("performance.json")
-    run = data["runs"][data["tuning"]["run"]]
+    doc, scale = load_run()
+    targets = compute_targets(doc, scale, issue18=True)
     return {
-        "performance-current": (f"{SOURCE} and the benchmark runs' JSON it names", current_table(data)),
-        "performance-sqlite-finishes": (
-            f"{SOURCE} and the benchmark runs' JSON it names",
-            finishes_table(data),
-        ),
-        "performance-tuning-run": (
-            SOURCE,
-            [f"Measured {run['when']} on {run['machine']}: {run['commit']}. Source: {run['source']}."],
-        ),
-        **{
-            f"performance-tuning-{name}": (SOURCE, tuning_table(table))
-            for name, table in data["tuning"]["tables"].items()
-        },
-        "performance-changes": (f"{SOURCE} and the benchmark runs' JSON it names", changes_table(data)),
-        **{name: (SOURCE, block_lines(data, name, SOURCE)) for name in data["blocks"]},
-        **{
-            f"performance-core-{name}": (
-                f"{SOURCE} and the core_bench.py runs' JSON it names",
-                core_comparison(data, name),
-            )
-            for name in data.get("core_comparisons", {})
-        },
-        **{
-            f"performance-profile-{name}": (
-                f"{SOURCE} and the sqlite_profile.py runs' JSON it names",
-                profile_comparison(data, name),
-            )
-            for name in data.get("profile_comparisons", {})
-        },
+        "performance-current": (SOURCE, current_table(doc, targets)),
+        "performance-peers": (SOURCE, peer_lines(targets)),
+        "performance-left": (SOURCE, left_lines(targets)),
+        "performance-cpu": (RESULTS, cpu_lines(doc)),
     }

@@ -109,7 +109,8 @@ def compute_targets(
 ) -> list[dict[str, Any]]:
     """Every target of issue 7 as a ratio within one run: value, threshold, PASS / MISS / not measured;
     with ``issue18``, also issue 18's (SQLite's one-message receive, the flat PostgreSQL drains), which the
-    older records of performance.md do not carry."""
+    older runs of docs/history/performance-tuning.md did not measure. A peer target also carries its
+    ``ceiling``: the raw driver's msgs/s over the peer's, and ``ceiling_runs``, what that raw side ran."""
     targets: list[dict[str, Any]] = []
 
     def add(
@@ -120,6 +121,7 @@ def compute_targets(
         at_most: bool = False,
         unit: str = "x",
         unavailable: str = "",
+        ceiling: tuple[float, str] | None = None,
     ) -> None:
         if value is None:
             status = "not available in this build" if unavailable else "not measured"
@@ -135,8 +137,11 @@ def compute_targets(
                 "status": status,
                 "detail": detail,
                 "unit": unit,
+                **({"ceiling": ceiling[0], "ceiling_runs": ceiling[1]} if ceiling else {}),
             }
         )
+
+    ceilings: dict[str, tuple[float, str]] = {}
 
     def handler_ratio(engine: str, case: str, against: str) -> tuple[float | None, str, str]:
         """(value, detail, why not available) of a handler-section row against another of its rows: the
@@ -168,11 +173,13 @@ def compute_targets(
                 "",
             )
         raw = rows.get("raw_receive_batch")
-        ceiling = (
-            f"; ceiling: raw receive_batch, no handler, reaches {raw['msgs_per_s']['median'] / other:.2f}x"
-            if raw and raw.get("available")
-            else ""
-        )
+        ceiling = ""
+        if raw and raw.get("available"):
+            ceilings[case] = (
+                raw["msgs_per_s"]["median"] / other,
+                "receive_batch in one process, no handler,",
+            )
+            ceiling = f"; ceiling: raw receive_batch, no handler, reaches {ceilings[case][0]:.2f}x"
         return mine / other, f"pump {mine:,.0f} / {against} {other:,.0f} msgs/s, N={ours['n']:,}{ceiling}", ""
 
     def core_ratio(engine: str, case: str) -> tuple[float | None, str]:
@@ -192,6 +199,7 @@ def compute_targets(
             return None, "" if row is None else f"{peer} not run"
         theirs = other[f"{phase}_msgs_per_s"]["median"]
         ceiling = row["raw_msgs_per_s"] / theirs
+        ceilings[f"{engine}:{case}:{peer}"] = (ceiling, raw_runs or "the same statements")
         raw = (
             f"the raw driver running {raw_runs} reaches {ceiling:.2f}x"
             if raw_runs
@@ -210,7 +218,13 @@ def compute_targets(
         "send",
         "the multi-row INSERT (the project sends by binary COPY)",
     )
-    add("PostgreSQL batch send vs pgqueuer batched enqueue (100)", value, 1.5, detail)
+    add(
+        "PostgreSQL batch send vs pgqueuer batched enqueue (100)",
+        value,
+        1.5,
+        detail,
+        ceiling=ceilings.get("postgresql:send_batch:pgqueuer"),
+    )
     for consumers in (1, 4):
         value, detail = core_ratio("postgresql", f"receive_batch_{consumers}c")
         add(
@@ -229,6 +243,7 @@ def compute_targets(
             2.0,
             detail,
             unavailable=unavailable,
+            ceiling=ceilings.get("pump_batch_100") if value is not None else None,
         )
         for engine in ("postgresql", "sqlite"):
             value, detail, unavailable = handler_ratio(engine, "pump_batch_100", "raw_receive_batch")
@@ -265,6 +280,7 @@ def compute_targets(
             value,
             10.0,
             detail,
+            ceiling=ceilings.get(f"{engine}:receive_4c:kombu"),
         )
     value, detail = core_ratio("sqlite", "send_batch")
     add("SQLite batch send (100/commit) vs raw sqlite3", value, 0.8, detail)

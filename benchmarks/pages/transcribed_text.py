@@ -1,9 +1,8 @@
 """Hand-written sentences and tables that state measured figures, with the figures kept in a data file of
 docs/data/ beside the run that measured them: each line of a block is a template whose ``{named}`` fields
-are filled from its ``figures``, and ``measured`` names the run in the file's ``runs``. Used for pages
-whose figures were measured once by hand (the runs' output is gone) and are transcribed: docs/airflow-ui.md
-(docs/data/airflow-ui.json) and the prose of docs/performance.md (``blocks`` of
-docs/data/performance.json)."""
+are filled from its ``figures``, and ``measured`` names the run in the file's ``runs``. Used for
+docs/airflow-ui.md (docs/data/airflow-ui.json), whose figures were copied from the browser check's own
+timings line and ``/usr/bin/time -v``."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 On PostgreSQL a delete leaves the row's index entry behind until a vacuum removes it. A receive that reads
 the RowVersion index from its start therefore walks every message the drain has already taken: at a
 million queued rows the pick of 100 read 101 index pages when the drain began and 2,578 near its end
-(docs/performance.md, "Deep queues"), and the drain's rate halved. Autovacuum does not help within a drain:
-it looks at tables once a minute, and its vacuum of such a table takes longer still.
+(docs/dba.md, "Deep queues on PostgreSQL"), and the drain's rate halved. Autovacuum does not help within a
+drain: it looks at tables once a minute, and its vacuum of such a table takes longer still.
 
 A receiver remembers the highest RowVersion its last full batch took and starts its next pick after it.
 Rows can still appear behind that mark: another receiver's rolled-back batch, a sender whose transaction

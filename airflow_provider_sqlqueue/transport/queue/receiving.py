@@ -2,7 +2,7 @@
 
 A class rather than a generator under ``contextlib.contextmanager``: every receive pays its entry and exit,
 and on SQLite, where a one-message receive costs the raw driver about 70-90 µs of client CPU, the
-generator's machinery was a measurable part of what the transport added (docs/performance.md).
+generator's machinery was a measurable part of what the transport added (docs/history/performance-tuning.md).
 """
 
 from __future__ import annotations
