@@ -1,8 +1,8 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
-of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md,
-docs/history/performance-tuning.md, docs/spark.md, docs/dba-maintenance.md, docs/history/deep-queues.md,
-docs/airflow-ui.md, docs/delayed-delivery.md, docs/operating.md, README.md and benchmarks/README.md from
-docs/data/*.json (and the benchmark JSON they name).
+of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
+docs/dba-maintenance.md, docs/airflow-ui.md, docs/delayed-delivery.md, docs/operating.md, the history pages
+of docs/history/, README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they
+name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -57,7 +57,9 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "history" / "deep-queues.md": dba_tables.history_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,
     ROOT / "docs" / "delayed-delivery.md": mover_page.delayed_delivery_blocks,
+    ROOT / "docs" / "history" / "delayed-delivery.md": mover_page.history_blocks,
     ROOT / "docs" / "operating.md": queues_cost.operating_blocks,
+    ROOT / "docs" / "history" / "operating.md": queues_cost.history_blocks,
     ROOT / "README.md": reliability_page.readme_blocks,
 }
 

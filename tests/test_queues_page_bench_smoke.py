@@ -1,5 +1,6 @@
 """Smoke test of benchmarks/queues_page_bench.py at tiny sizes on a real PostgreSQL, and of the renderer of
-its figures (benchmarks/pages/queues_cost.py), so neither rots between the runs that publish figures.
+its figures (benchmarks/pages/queues_cost.py: the current cost and the before/after pair), so neither rots
+between the runs that publish figures.
 
 The benchmark itself checks what both codes saw (every depth, the error queue's size in the gauges, the
 before code grouping every failed message and the after code only the newest 1,000); more failed
@@ -42,9 +43,10 @@ def test_the_queues_page_benchmark_runs_both_codes_and_renders(tmp_path: Path) -
 
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        from pages.queues_cost import cost_lines
+        from pages.queues_cost import cost_lines, current_cost_lines
     finally:
         sys.path.remove(str(BENCHMARKS))
-    lines = cost_lines(data)
-    assert "300 queued and 1,200 failed messages" in lines[0]
-    assert len([line for line in lines if line.startswith("| one ")]) == 2
+    for lines in (cost_lines(data), current_cost_lines(data)):
+        assert "300 queued and 1,200 failed messages" in lines[0]
+        assert len([line for line in lines if line.startswith("| one ")]) == 2
+    assert run["commit"] not in "\n".join(current_cost_lines(data))

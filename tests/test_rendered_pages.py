@@ -37,6 +37,10 @@ def test_every_page_matches_its_data(render) -> None:
         "dba-maintenance.md",
         "history/deep-queues.md",
         "airflow-ui.md",
+        "delayed-delivery.md",
+        "history/delayed-delivery.md",
+        "operating.md",
+        "history/operating.md",
     )
     pages = {ROOT / "docs" / name for name in names}
     pages.add(BENCHMARKS / "README.md")

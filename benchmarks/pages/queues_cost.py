@@ -1,6 +1,6 @@
-"""What one Queues page load and one trigger poll cost on deep queues, before and after they were
-bounded: the generated block of docs/operating.md, from docs/data/queues-page.json
-(benchmarks/queues_page_bench.py)."""
+"""What one Queues page load and one trigger poll cost on deep queues, from docs/data/queues-page.json
+(benchmarks/queues_page_bench.py): the bounded reads' cost on docs/operating.md, and beside it the code from
+before they were bounded, measured in the same run, on docs/history/operating.md."""
 
 from __future__ import annotations
 
@@ -24,21 +24,53 @@ def _seconds(result: dict[str, Any]) -> str:
     return f"{text(spread['median'])} ({text(spread['min'])}-{text(spread['max'])})"
 
 
+def _run(data: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
+    [(name, run)] = data["runs"].items()
+    return run, {(r["code"], r["what"]): r for r in data["results"] if r["run"] == name}
+
+
+def _tables(run: dict[str, Any]) -> str:
+    return f"PostgreSQL, {run['queued']:,} queued and {run['failed']:,} failed messages"
+
+
+def _conditions(run: dict[str, Any]) -> str:
+    machine = run["machine"]
+    return (
+        f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
+        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start (other work shared the "
+        f"machine); PostgreSQL {run['postgresql_settings']}"
+    )
+
+
+def current_cost_lines(data: dict[str, Any]) -> list[str]:
+    """A table of the time each takes with the bounded reads (the run's "after" code), and how it was
+    measured. The run's commit is in the data file, which the text names."""
+    run, by_key = _run(data)
+    lines = [f"| {_tables(run)} | time |", "|---|---:|"]
+    lines += [f"| {label} | {_seconds(by_key[('after', what)])} |" for what, label in WHAT.items()]
+    lines += [
+        "",
+        f"Wall-clock time of the API server's or the triggerer's side, median (min-max) of {run['rounds']} "
+        f"rounds, each in a fresh process after one warm-up call, on tables filled with "
+        f"{run['body_bytes']:,}-byte bodies, the error queue's rows in {run['failure_groups']} "
+        "failure groups; "
+        f"`benchmarks/queues_page_bench.py` on {_conditions(run)}. The run's commit, machine and rounds are "
+        f"in `docs/data/{DATA_FILE}`.",
+    ]
+    return lines
+
+
 def cost_lines(data: dict[str, Any]) -> list[str]:
     """A table of the time each took, before and after, their ratio, and the run it comes from."""
-    [(name, run)] = data["runs"].items()
-    by_key = {(r["code"], r["what"]): r for r in data["results"] if r["run"] == name}
+    run, by_key = _run(data)
     lines = [
-        f"| PostgreSQL, {run['queued']:,} queued and {run['failed']:,} failed messages "
-        f"| before ({run['before_commit']}) | after ({run['commit']}) | before / after |",
+        f"| {_tables(run)} | before ({run['before_commit']}) | after ({run['commit']}) | before / after |",
         "|---|---:|---:|---:|",
     ]
     for what, label in WHAT.items():
         before, after = by_key[("before", what)], by_key[("after", what)]
         ratio = before["seconds"]["median"] / after["seconds"]["median"]
         lines.append(f"| {label} | {_seconds(before)} | {_seconds(after)} | {ratio:,.0f}x |")
-    machine = run["machine"]
-    load = run["load_average_before"][0]
     lines += [
         "",
         f"Wall-clock time of the API server's or the triggerer's side, median (min-max) of {run['rounds']} "
@@ -47,12 +79,14 @@ def cost_lines(data: dict[str, Any]) -> list[str]:
         f"queue's rows in {run['failure_groups']} failure groups. Before is {run['before_commit']}'s package "
         f"({run['before_how']}): an exact count of every queue, the oldest message read with its body, every "
         f"error-queue header grouped on each load, the error queue counted exactly on each poll. Measured "
-        f"{run['date'][:10]} on {machine['cpus']} cores ({machine['cpu']}, "
-        f"{machine['disk'].get('fstype', 'unknown')} disk), a 1-minute load average of {load:.1f} at the "
-        f"start (other work shared the machine); PostgreSQL {run['postgresql_settings']}.",
+        f"{run['date'][:10]} on {_conditions(run)}.",
     ]
     return lines
 
 
 def operating_blocks() -> dict[str, tuple[str, list[str]]]:
-    return {"queues-page-cost": (f"docs/data/{DATA_FILE}", cost_lines(load_data(DATA_FILE)))}
+    return {"queues-page-cost": (f"docs/data/{DATA_FILE}", current_cost_lines(load_data(DATA_FILE)))}
+
+
+def history_blocks() -> dict[str, tuple[str, list[str]]]:
+    return {"queues-page-cost-before-after": (f"docs/data/{DATA_FILE}", cost_lines(load_data(DATA_FILE)))}
