@@ -53,7 +53,10 @@ def test_the_check_command_reports_a_page_that_differs(render, tmp_path: Path, m
     """A figure typed into a generated block by hand is found, and the command says how to fix it."""
     page = tmp_path / "reliability.md"
     text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
-    page.write_text(text.replace("| 263,538 |", "| 263,539 |"), encoding="utf-8")
+    data = json.loads((DATA / "reliability.json").read_text(encoding="utf-8"))
+    sent = data["recorded"][data["soak"]["recorded"][0]]["messages"]
+    assert f"| {sent:,} |" in text
+    page.write_text(text.replace(f"| {sent:,} |", f"| {sent + 1:,} |"), encoding="utf-8")
     monkeypatch.setattr(render, "ROOT", tmp_path)
     monkeypatch.setattr(render, "BLOCK_PAGES", {page: render.BLOCK_PAGES[ROOT / "docs" / "reliability.md"]})
     monkeypatch.setattr(render, "DEFAULT_OUT", ROOT / "docs" / "benchmarks.md")
@@ -184,7 +187,7 @@ def test_the_readme_summary_counts_lost_and_duplicated_from_the_reliability_data
 
     data = json.loads((DATA / "reliability.json").read_text(encoding="utf-8"))
     assert lost_and_duplicated(data) == (0, 0)
-    data["soak"]["rows"][0]["lost"] = 3
+    data["recorded"][data["soak"]["recorded"][0]]["lost"] = 3
     assert lost_and_duplicated(data) == (3, 0)
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """docs/reliability.md: the table of the reliability checks, with the engines each ran on, and its two
-detail tables, from docs/data/reliability.json. A result either carries the figures of a run whose raw file
-is gone (transcribed, its run says so) or names the entries of a raw figures file it was copied from; the
-figures of those are read here, never retyped."""
+detail tables, from docs/data/reliability.json. Every figure is read here from the entries a result names
+under "recorded" (copied unchanged from a run's figures file, tests/reliability_figures.py), never
+retyped; a result without entries says only that its tests ran and passed in that run."""
 
 from __future__ import annotations
 
@@ -27,19 +27,11 @@ def _with_note(value: Any, note: str | None) -> str:
 
 
 def result_figures(result: dict[str, Any], recorded: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """The cells of one engine's result: a transcribed result as it stands, a copied one from its entries."""
-    if not result.get("recorded"):
-        return {
-            "messages": _with_note(result["messages"], result.get("messages_note"))
-            if "messages" in result
-            else "",
-            "faults_injected": _with_note(result["faults_injected"], result.get("faults_note"))
-            if "faults_injected" in result
-            else "",
-            "lost": _number(result["lost"]) if "lost" in result else "",
-            "duplicated": _number(result["duplicated"]) if "duplicated" in result else "",
-        }
-    entries = [recorded[node] for node in result["recorded"]]
+    """The cells of one engine's result, read from the recorded entries it names (none: the tests ran and
+    passed in that run but record no figures)."""
+    entries = [recorded[node] for node in result.get("recorded", [])]
+    if not entries:
+        return {"messages": "", "faults_injected": "", "lost": "", "duplicated": ""}
     messages = [entry["messages"] for entry in entries if "messages" in entry]
     if len(entries) > 1 and len(set(messages)) == 1:
         messages_text = f"{len(entries)} tests of {messages[0]:,}"
@@ -48,6 +40,7 @@ def result_figures(result: dict[str, Any], recorded: dict[str, dict[str, Any]]) 
     else:
         messages_text = " + ".join(f"{count:,}" for count in messages)
     notes = []
+    fault_notes = []
     for entry in entries:
         if "received_by_pumps" in entry:
             notes.append(
@@ -56,14 +49,41 @@ def result_figures(result: dict[str, Any], recorded: dict[str, dict[str, Any]]) 
             )
         if "messages_held_when_killed" in entry:
             notes.append(f"{entry['messages_held_when_killed']:,} held by the killed consumers")
+        if "acknowledged" in entry:
+            notes.append(
+                f"{entry['acknowledged']:,} acknowledged; {entry['unacknowledged']:,} unacknowledged, "
+                f"{entry['unacknowledged_but_stored']:,} of them stored; the pump handled "
+                f"{entry['pump_processed_after_restart']:,} after the restart"
+            )
+        if "acknowledged" in entry:
+            fault_notes.append(f"a restart, {entry['outage_seconds']} s outage")
+        if "kills" in entry:
+            fault_notes.append(_kills_and_restarts(entry))
+        if "handler_failures" in entry:
+            fault_notes.append(
+                f"{entry['receives_rolled_back']:,} rollbacks, {entry['handler_failures']:,} handler failures"
+            )
+        if "poison_kinds" in entry:
+            fault_notes.append("poison rows")
     faults = [entry["faults_injected"] for entry in entries if "faults_injected" in entry]
-    fault_notes = [_kills_and_restarts(entry) for entry in entries if "kills" in entry]
-    return {
-        "messages": _with_note(messages_text, "; ".join(notes)),
+    cells = {
+        "messages": _with_note(messages_text, "; ".join(notes)) if messages else "",
         "faults_injected": _with_note(f"{sum(faults):,}", "; ".join(fault_notes)) if faults else "",
-        "lost": f"{sum(entry['lost'] for entry in entries):,}",
-        "duplicated": f"{sum(entry['duplicated'] for entry in entries):,}",
+        "lost": f"{sum(entry['lost'] for entry in entries):,}" if all("lost" in e for e in entries) else "",
+        "duplicated": f"{sum(entry['duplicated'] for entry in entries):,}"
+        if all("duplicated" in e for e in entries)
+        else "",
     }
+    watched = [entry for entry in entries if "leaks" in entry]
+    if watched:
+        entry = watched[0]
+        canary = "canary detected" if entry["canary_detected"] else "canary NOT detected"
+        cells["faults_injected"] = (
+            f"{entry['operators']} operators ({entry['sweeps']:,} sweeps over {entry['processes_watched']} "
+            f"processes, {entry['spark_command_lines']} Spark command lines seen, {canary})"
+        )
+        cells["lost"] = f"{entry['leaks']} leaks"
+    return cells
 
 
 def _kills_and_restarts(entry: dict[str, Any]) -> str:
@@ -157,7 +177,28 @@ def checks_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _test_name(node: str) -> str:
+    return node.split("::")[-1].split("[")[0]
+
+
+def _killed(entry: dict[str, Any]) -> str:
+    if "killed_in" in entry:
+        return f"driver, while {entry['killed_in']}"
+    if "retried_tasks" in entry:
+        return f"{entry['faults_injected']} workers mid receive ({entry['retried_tasks']} tasks retried)"
+    return f"{entry['faults_injected']} worker mid transform"
+
+
+def _when_killed(entry: dict[str, Any]) -> str:
+    if "queued_when_killed" in entry:
+        return f"{entry['staged_when_killed']:,} / {entry['queued_when_killed']:,}"
+    if "staged_when_killed" in entry:
+        return f"{entry['staged_when_killed']:,} staged"
+    return ""
+
+
 def spark_kills_table(data: dict[str, Any]) -> list[str]:
+    """Item 4 test by test, from the recorded entries ``data["spark_kills"]`` names."""
     kills = data["spark_kills"]
     lines = [
         f"Run {kills['run']}.",
@@ -165,31 +206,35 @@ def spark_kills_table(data: dict[str, Any]) -> list[str]:
         "| test | engine | sink | killed | messages | staged / queued when killed | lost | duplicated |",
         "|---|---|---|---|---:|---|---:|---:|",
     ]
-    for row in kills["rows"]:
-        engine = ", ".join(ENGINE_NAMES[name.strip()] for name in row["engine"].split(","))
+    for node in kills["recorded"]:
+        entry = data["recorded"][node]
         lines.append(
-            f"| `{row['test']}` | {engine} | {row['sink']} | {row['killed']} | {_number(row['messages'])} | "
-            f"{row['staged_or_queued_when_killed']} | {_number(row['lost'])} | {_number(row['duplicated'])} |"
+            f"| `{_test_name(node)}` | {ENGINE_NAMES[entry['engine']]} | {entry['sink']} | "
+            f"{_killed(entry)} | {entry['messages']:,} | {_when_killed(entry)} | {entry['lost']:,} | "
+            f"{entry['duplicated']:,} |"
         )
     return lines
 
 
 def soak_table(data: dict[str, Any]) -> list[str]:
+    """Item 10 per engine, from the recorded entries ``data["soak"]`` names."""
     soak = data["soak"]
+    entries = [data["recorded"][node] for node in soak["recorded"]]
+    seconds = sorted({entry["soak_seconds"] for entry in entries})
     lines = [
-        f"Run {soak['run']}, {soak['seconds']} s per engine.",
+        f"Run {soak['run']}, {' / '.join(f'{value:g}' for value in seconds)} s per engine.",
         "",
         "| engine | sent | processed | expired (dropped on receive / purged) | RSS start -> end | "
         "connections start -> end (peak) | lost | duplicated |",
         "|---|---:|---:|---|---|---|---:|---:|",
     ]
-    for row in soak["rows"]:
+    for entry in entries:
         lines.append(
-            f"| {ENGINE_NAMES[row['engine']]} | {row['sent']:,} | {row['processed']:,} | "
-            f"{row['expired_dropped_on_receive']:,} / {row['purged_expired']:,} | "
-            f"{row['rss_mb_start']:.1f} -> {row['rss_mb_end']:.1f} MB | "
-            f"{row['connections_start']} -> {row['connections_end']} ({row['connections_peak']}) | "
-            f"{row['lost']:,} | {row['duplicated']:,} |"
+            f"| {ENGINE_NAMES[entry['engine']]} | {entry['messages']:,} | {entry['processed']:,} | "
+            f"{entry['expired_dropped_on_receive']:,} / {entry['purged_expired']:,} | "
+            f"{entry['rss_mb_start']:.1f} -> {entry['rss_mb_end']:.1f} MB | "
+            f"{entry['connections_start']} -> {entry['connections_end']} ({entry['connections_peak']}) | "
+            f"{entry['lost']:,} | {entry['duplicated']:,} |"
         )
     return lines
 
@@ -206,19 +251,17 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
 
 
 def lost_and_duplicated(data: dict[str, Any]) -> tuple[int, int]:
-    """The messages lost and duplicated over every check's results (the cells that count messages; a
-    leak count such as "0 leaks" is not a message count)."""
-    totals = [0, 0]
-    for check in data["checks"]:
-        for result in check["results"]:
-            figures = result_figures(result, data["recorded"])
-            for index, key in enumerate(("lost", "duplicated")):
-                if figures[key].replace(",", "").isdigit():
-                    totals[index] += int(figures[key].replace(",", ""))
-    for row in data["soak"]["rows"]:
-        totals[0] += row["lost"]
-        totals[1] += row["duplicated"]
-    return totals[0], totals[1]
+    """The messages lost and duplicated over every recorded entry the page shows (the checks', the Spark
+    kills' and the soak's), each entry once; an entry without message counts (a leak watch) adds none."""
+    nodes = {
+        node for check in data["checks"] for result in check["results"] for node in result.get("recorded", [])
+    }
+    nodes |= set(data["spark_kills"]["recorded"]) | set(data["soak"]["recorded"])
+    entries = [data["recorded"][node] for node in sorted(nodes)]
+    return (
+        sum(entry.get("lost", 0) for entry in entries),
+        sum(entry.get("duplicated", 0) for entry in entries),
+    )
 
 
 def readme_blocks() -> dict[str, tuple[str, list[str]]]:
