@@ -3,9 +3,9 @@
 A test takes the ``figures`` fixture and calls it once its assertions have passed; each call merges one
 entry, keyed by the test's node id, into the file named by ``SQLQUEUE_FIGURES`` (default
 ``build/reliability-figures.json``, which git ignores), with the machine and the commit. The published figures
-are committed in docs/data/reliability.json (copied from such a file, or transcribed where the file is
-gone, each entry saying which) and rendered into docs/reliability.md by benchmarks/render.py. ``lost`` and
-``duplicated`` are counts the test made (``counted()``), never literals.
+are committed in docs/data/reliability.json (copied unchanged from such a file, each run saying which) and
+rendered into docs/reliability.md by benchmarks/render.py. ``lost`` and ``duplicated`` are counts the test
+made (``counted()``), never literals.
 A test module asks for the fixture with ``pytest_plugins = ["reliability_figures"]``.
 """
 
