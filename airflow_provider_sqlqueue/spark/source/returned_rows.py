@@ -180,10 +180,9 @@ def body_columns(bodies: list[bytes | None], content_types: list[str | None]) ->
     texts = pc.fill_null(pc.match_substring_regex(types, TEXT_TYPES_PATTERN), False)
     shown = pc.and_(texts, body.is_valid())
     _, offsets, data = body.buffers()
-    if data is not None and shown.offset == 0 and pc.sum(shown).as_py() == len(body) - body.null_count:
-        text = pa.Array.from_buffers(
-            pa.string(), len(body), [shown.buffers()[1], offsets, data], offset=body.offset
-        )
+    aligned = data is not None and body.offset == shown.offset == 0
+    if aligned and pc.sum(shown).as_py() == len(body) - body.null_count:
+        text = pa.Array.from_buffers(pa.string(), len(body), [shown.buffers()[1], offsets, data])
         try:
             text.validate(full=True)
             return body, text
