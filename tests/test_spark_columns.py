@@ -9,6 +9,8 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
@@ -23,6 +25,7 @@ from airflow_provider_sqlqueue.spark.reading.columns import (
 from airflow_provider_sqlqueue.spark.source.returned_rows import (
     source_arrow_schema,
     source_row,
+    source_schema,
     staged_batches,
 )
 
@@ -164,3 +167,88 @@ def test_the_sources_batches_match_its_one_row_reference_through_a_real_cursor()
         row["headers"] = list(row["headers"].items())
     assert built == expected
     assert [row["body_text"] for row in built][:2] == ['{"a": 1}', '{"a": 1}']
+
+
+_STAGED = "SELECT RowVersion, Id, Headers, Body, Expires FROM staged WHERE RowVersion >= ? ORDER BY 1"
+
+
+def _staged_cursor(rows: list[tuple]) -> sqlite3.Cursor:
+    """A real SQLite table of staged rows (RowVersion, Id, Headers, Body, Expires) and a cursor on it."""
+    connection = sqlite3.connect(":memory:")
+    connection.execute("CREATE TABLE staged (RowVersion, Id, Headers, Body, Expires)")
+    connection.executemany("INSERT INTO staged VALUES (?, ?, ?, ?, ?)", rows)
+    return connection.cursor()
+
+
+def _reference(cursor: sqlite3.Cursor, names: list[str]) -> list[dict]:
+    """Each stored row as :func:`source_row` makes it, only ``names``, the headers as item pairs."""
+    rows = []
+    for stored in cursor.execute(_STAGED, (0,)).fetchall():
+        row = dict(zip(source_schema().names, source_row(*stored), strict=True))
+        row["headers"] = list(row["headers"].items())
+        rows.append({name: row[name] for name in names})
+    return rows
+
+
+_PRINTABLE = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+_CONTENT_TYPES = [None, "", "application/json", "Text/Plain", "application/octet-stream", "application/xml"]
+
+
+@st.composite
+def _odd_staged_row(draw: st.DrawFn, version: int) -> tuple:
+    """A staged row as another system might have written it: any header value null or missing, the
+    message id empty, unusual TimeSents, headers stored as text or as bytes, bodies that are not UTF-8,
+    Expires as SQLite keeps it (text, naive or with an offset)."""
+    headers: dict[str, str | None] = draw(st.dictionaries(_PRINTABLE, st.none() | _PRINTABLE, max_size=2))
+    for key, values in (
+        ("NServiceBus.MessageId", st.none() | st.just("") | _PRINTABLE),
+        ("NServiceBus.ContentType", st.sampled_from(_CONTENT_TYPES)),
+        ("NServiceBus.EnclosedMessageTypes", st.none() | _PRINTABLE),
+        ("NServiceBus.TimeSent", st.sampled_from([None, "", *USUAL, *UNUSUAL])),
+        ("NServiceBus.CorrelationId", st.none() | _PRINTABLE),
+        ("NServiceBus.ReplyToAddress", st.none() | _PRINTABLE),
+    ):
+        if draw(st.booleans()):
+            headers[key] = draw(values)
+    text = json.dumps(headers, ensure_ascii=draw(st.booleans()))
+    body = draw(st.none() | st.binary(max_size=8) | _PRINTABLE.map(str.encode))
+    expires = draw(st.sampled_from([None, "2026-11-21 08:00:01.500", "2026-11-21T09:00:00+02:00"]))
+    return (version, f"native-{version}", text.encode() if draw(st.booleans()) else text, body, expires)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_sources_batches_equal_its_one_row_reference_on_odd_rows_for_any_columns(
+    data: st.DataObject,
+) -> None:
+    """Whatever the rows hold, every column (the default) and any columns a ``.schema`` names are, value for
+    value, what :func:`source_row` gives: the batch-wide paths (headers decoded in one pass, body_text read
+    from the body's own bytes) fall back, or agree, wherever a row is odd."""
+    rows = [data.draw(_odd_staged_row(version)) for version in range(1, data.draw(st.integers(1, 7)) + 1)]
+    cursor = _staged_cursor(rows)
+    full = source_schema()
+    names = data.draw(st.none() | st.lists(st.sampled_from(full.names), min_size=1, unique=True))
+    columns = None if names is None else tuple((name, full[name].nullable) for name in names)
+    batches = list(staged_batches(cursor, _STAGED, (0,), rows_per_batch=3, columns=columns))
+    built = [row for batch in batches for row in batch.to_pylist()]
+    assert built == _reference(cursor, names or full.names)
+
+
+def test_header_columns_named_without_the_headers_map_are_read_from_each_message() -> None:
+    """``correlation_id`` and ``reply_to_address`` named without ``headers`` (once a batch of empty
+    columns Arrow refused) hold each message's values."""
+    rows = [
+        (1, "a", _headers(USUAL[0], **{"NServiceBus.CorrelationId": "c-1"}), b"{}", None),
+        (2, "b", _headers(None, **{"NServiceBus.ReplyToAddress": "replies@db"}), b"{}", None),
+    ]
+    cursor = _staged_cursor(rows)
+    names = ["reply_to_address", "message_id", "correlation_id"]
+    columns = tuple((name, source_schema()[name].nullable) for name in names)
+    built = [
+        row for batch in staged_batches(cursor, _STAGED, (0,), columns=columns) for row in batch.to_pylist()
+    ]
+    assert built == _reference(cursor, names)
+    assert [(row["correlation_id"], row["reply_to_address"]) for row in built] == [
+        ("c-1", None),
+        (None, "replies@db"),
+    ]

@@ -2,15 +2,17 @@
 
 The drain's reader and the ``sqlqueue`` data source hand Spark Arrow record batches of the staged messages.
 Building one tuple per row first and transposing cost more than the read itself (a Python call per field,
-and ``datetime`` objects for every ``TimeSent``). Here only the header JSON is decoded row by row; every other
+and ``datetime`` objects for every ``TimeSent``). Here the header JSON texts go through msgspec's decoder in
+one ``map`` (row by row through :func:`decode_headers` when one is not a ``str`` it reads); every other
 column is one pass over the rows, and the ``TimeSent`` texts in their usual form are parsed by Arrow in one
 call. Rows in any other form are parsed exactly as :func:`parse_time_sent` parses one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import Any
 
 from ...model.errors import HeaderFormatError
@@ -21,6 +23,7 @@ from ...transport.headers import (
     TIME_SENT,
     decode_headers,
     parse_timestamp,
+    read_header_map,
 )
 from ...transport.queue import as_utc
 
@@ -107,6 +110,15 @@ def headers_array(maps: Iterable[dict[str, str | None]]) -> Any:
     )
 
 
+def _header_maps(texts: list[Any]) -> list[dict[str, str | None]]:
+    """Every row's header map, when every text is a ``str`` that msgspec's typed decoder reads: what
+    :func:`decode_headers` returns for each, without its Python call per row. ValueError (or TypeError)
+    otherwise, and the caller decodes row by row."""
+    if not set(map(type, texts)) <= {str}:
+        raise TypeError("headers that are not all str")
+    return list(map(read_header_map, texts))
+
+
 def _readable(
     rows: Sequence[Sequence[Any]], unreadable: list[int]
 ) -> tuple[list[Sequence[Any]], list[dict[str, str | None]]]:
@@ -132,10 +144,12 @@ def staged_columns(
     rows: Sequence[Sequence[Any]],
     unreadable: list[int] | None = None,
     wanted: Collection[str] | None = None,
+    header_columns: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Staged rows (RowVersion, Id, Headers, Body, Expires) as the messages' columns, by name: Python lists,
     the decoded ``headers`` maps, and ``time_sent`` already an Arrow array. With ``wanted``, only those
-    columns (and ``row_version``, which says whether any row is left) are built.
+    columns (and ``row_version``, which says whether any row is left) are built. ``header_columns`` adds
+    columns of one header each (column name: header name), built when wanted.
 
     Without ``unreadable``, :class:`~airflow_provider_sqlqueue.model.errors.HeaderFormatError` if a row's
     headers cannot be read (staging holds only rows whose headers were read when they were received). With
@@ -143,11 +157,14 @@ def staged_columns(
     appended to it.
     """
     try:
-        maps = [decode_headers(_text(row[2])) for row in rows]
-    except HeaderFormatError:
-        if unreadable is None:
-            raise
-        rows, maps = _readable(rows, unreadable)
+        maps = _header_maps(list(map(itemgetter(2), rows)))
+    except (ValueError, TypeError):  # decoded again row by row: decode_headers decides, and says why
+        try:
+            maps = [decode_headers(_text(row[2])) for row in rows]
+        except HeaderFormatError:
+            if unreadable is None:
+                raise
+            rows, maps = _readable(rows, unreadable)
     natives: list[str] = []  # built once, for message_id and native_id alike
 
     def native_ids() -> list[str]:
@@ -171,6 +188,8 @@ def staged_columns(
         "time_sent": lambda: times_sent_array([headers.get(TIME_SENT) for headers in maps]),
         "expires": lambda: [None if value is None else as_utc(value) for value in (row[4] for row in rows)],
     }
+    for name, key in (header_columns or {}).items():
+        builders[name] = lambda key=key: [headers.get(key) for headers in maps]
     columns = {
         "row_version": [value if type(value) is int else int(value) for value in (row[0] for row in rows)]
     }

@@ -30,6 +30,9 @@ ROWS_PER_BATCH = 2000
 
 _TEXT = re.compile(TEXT_TYPES_PATTERN)
 
+# the source's columns beyond the drain's, each one header
+_HEADER_COLUMNS = {"correlation_id": CORRELATION_ID, "reply_to_address": REPLY_TO_ADDRESS}
+
 
 def source_schema() -> StructType:
     """``messages_schema()`` with ``correlation_id`` and ``reply_to_address`` after ``row_version``."""
@@ -113,14 +116,9 @@ def staged_batches(
     if "body_text" in wanted:
         wanted |= {"body", "content_type"}
     for rows in row_batches(cursor, statement, params, rows_per_batch):
-        built = staged_columns(rows, unreadable, wanted)
+        built = staged_columns(rows, unreadable, wanted, _HEADER_COLUMNS)
         if not built["row_version"]:
             continue
-        maps = built.get("headers", [])
-        if "correlation_id" in wanted:
-            built["correlation_id"] = [headers.get(CORRELATION_ID) for headers in maps]
-        if "reply_to_address" in wanted:
-            built["reply_to_address"] = [headers.get(REPLY_TO_ADDRESS) for headers in maps]
         if "body_text" in wanted:
             built["body"], built["body_text"] = body_columns(built["body"], built["content_type"])
         yield record_batch(built, schema)
@@ -169,13 +167,27 @@ def selected_columns(given: StructType) -> tuple[tuple[str, bool], ...] | None:
 def body_columns(bodies: list[bytes | None], content_types: list[str | None]) -> tuple[Any, Any]:
     """The ``body`` and ``body_text`` Arrow arrays: the text where the content type is a text type, decoded
     by Arrow when every such body is UTF-8, else body by body with replacement characters (as
-    :func:`source_row` does)."""
+    :func:`source_row` does).
+
+    When every body there is has a text type (the usual batch), ``body_text`` is the ``body`` column's own
+    offsets and bytes read as text, its nulls where the body is null: Arrow checks the bytes are UTF-8 and
+    copies none of them (a cast, then a masked copy, cost two copies of every body)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     body = pa.array(bodies, pa.binary())
     types = pc.utf8_lower(pa.array(content_types, pa.string()))
     texts = pc.fill_null(pc.match_substring_regex(types, TEXT_TYPES_PATTERN), False)
+    shown = pc.and_(texts, body.is_valid())
+    _, offsets, data = body.buffers()
+    aligned = data is not None and body.offset == shown.offset == 0
+    if aligned and pc.sum(shown).as_py() == len(body) - body.null_count:
+        text = pa.Array.from_buffers(pa.string(), len(body), [shown.buffers()[1], offsets, data])
+        try:
+            text.validate(full=True)
+            return body, text
+        except pa.ArrowInvalid:  # a body that is not UTF-8
+            pass
     try:
         return body, pc.if_else(texts, body.cast(pa.string()), None)
     except pa.ArrowInvalid:  # a body that is not UTF-8
