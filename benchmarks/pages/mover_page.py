@@ -22,12 +22,21 @@ def _run(data: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], di
     return run, {(r["engine"], r["code"]): r for r in data["results"] if r["run"] == name}
 
 
+def _shared(run: dict[str, Any]) -> str:
+    """Whether other work shared the machine, judged from the run's load average against its cores."""
+    return (
+        " (other work shared the machine)"
+        if run["load_average_before"][0] > run["machine"]["cpus"] / 2
+        else ""
+    )
+
+
 def _conditions(run: dict[str, Any]) -> str:
     machine = run["machine"]
     return (
         f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
-        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start (other work shared the "
-        f"machine); SQLite {run['sqlite_settings']}, PostgreSQL {run['postgresql_settings']}"
+        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start{_shared(run)}; "
+        f"SQLite {run['sqlite_settings']}, PostgreSQL {run['postgresql_settings']}"
     )
 
 

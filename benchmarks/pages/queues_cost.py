@@ -33,12 +33,21 @@ def _tables(run: dict[str, Any]) -> str:
     return f"PostgreSQL, {run['queued']:,} queued and {run['failed']:,} failed messages"
 
 
+def _shared(run: dict[str, Any]) -> str:
+    """Whether other work shared the machine, judged from the run's load average against its cores."""
+    return (
+        " (other work shared the machine)"
+        if run["load_average_before"][0] > run["machine"]["cpus"] / 2
+        else ""
+    )
+
+
 def _conditions(run: dict[str, Any]) -> str:
     machine = run["machine"]
     return (
         f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
-        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start (other work shared the "
-        f"machine); PostgreSQL {run['postgresql_settings']}"
+        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start{_shared(run)}; "
+        f"PostgreSQL {run['postgresql_settings']}"
     )
 
 
