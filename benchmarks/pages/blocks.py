@@ -50,3 +50,15 @@ def replace_blocks(text: str, blocks: dict[str, tuple[str, list[str]]], page: st
         start, end = pattern.search(text).span()  # type: ignore[union-attr]
         text = text[:start] + body + text[end:]
     return text
+
+
+def machine_at_start(run: dict[str, Any]) -> str:
+    """A run's machine and its load when it started (from the ``machine`` and ``load_average_before`` the
+    benchmarks record), saying that other work shared it only when the load says so."""
+    machine = run["machine"]
+    load = run["load_average_before"][0]
+    shared = " (other work shared the machine)" if load > machine["cpus"] / 2 else ""
+    return (
+        f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
+        f"1-minute load average of {load:.1f} at the start{shared}"
+    )

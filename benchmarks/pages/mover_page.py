@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data
+from pages.blocks import load_data, machine_at_start
 
 DATA_FILE = "delayed-mover.json"
 ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
@@ -22,22 +22,9 @@ def _run(data: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], di
     return run, {(r["engine"], r["code"]): r for r in data["results"] if r["run"] == name}
 
 
-def _shared(run: dict[str, Any]) -> str:
-    """Whether other work shared the machine, judged from the run's load average against its cores."""
-    return (
-        " (other work shared the machine)"
-        if run["load_average_before"][0] > run["machine"]["cpus"] / 2
-        else ""
-    )
-
-
 def _conditions(run: dict[str, Any]) -> str:
-    machine = run["machine"]
-    return (
-        f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
-        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start{_shared(run)}; "
-        f"SQLite {run['sqlite_settings']}, PostgreSQL {run['postgresql_settings']}"
-    )
+    engines = f"SQLite {run['sqlite_settings']}, PostgreSQL {run['postgresql_settings']}"
+    return f"{machine_at_start(run)}; {engines}"
 
 
 def current_lines(data: dict[str, Any]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data
+from pages.blocks import load_data, machine_at_start
 
 DATA_FILE = "queues-page.json"
 WHAT = {
@@ -33,22 +33,8 @@ def _tables(run: dict[str, Any]) -> str:
     return f"PostgreSQL, {run['queued']:,} queued and {run['failed']:,} failed messages"
 
 
-def _shared(run: dict[str, Any]) -> str:
-    """Whether other work shared the machine, judged from the run's load average against its cores."""
-    return (
-        " (other work shared the machine)"
-        if run["load_average_before"][0] > run["machine"]["cpus"] / 2
-        else ""
-    )
-
-
 def _conditions(run: dict[str, Any]) -> str:
-    machine = run["machine"]
-    return (
-        f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
-        f"1-minute load average of {run['load_average_before'][0]:.1f} at the start{_shared(run)}; "
-        f"PostgreSQL {run['postgresql_settings']}"
-    )
+    return f"{machine_at_start(run)}; PostgreSQL {run['postgresql_settings']}"
 
 
 def current_cost_lines(data: dict[str, Any]) -> list[str]:
