@@ -166,6 +166,7 @@ BRIDGE_POSTGRES_ONLY = {
     "lock_timeout",
     "next_row_version",
     "held_slice",
+    "held_reads_by_index",
     "unreadable_held",
     "held_headers",
     "insert_unreadable",

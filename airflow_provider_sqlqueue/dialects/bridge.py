@@ -391,6 +391,10 @@ class BridgeStatements:
         staged slice's columns."""
         raise NotImplementedError(f"{self.display_name} cannot hold rows in place")
 
+    def bridge_held_reads_by_index(self) -> str:
+        """Make the rest of the transaction read held slices along the RowVersion index (no parameters)."""
+        raise NotImplementedError(f"{self.display_name} cannot hold rows in place")
+
     def bridge_held_headers(self, queue: QueueAddress) -> str:
         """The headers of the held rows in a RowVersion range (parameters: from, to exclusive)."""
         raise NotImplementedError(f"{self.display_name} cannot hold rows in place")

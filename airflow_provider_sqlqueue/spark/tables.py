@@ -255,6 +255,11 @@ class BridgeSql:
         staged slice's columns."""
         return self.dialect.bridge_held_slice(self._input_queue())
 
+    def held_reads_by_index(self) -> str:
+        """Make the rest of the caller's transaction read held slices along the RowVersion index, whatever
+        the planner estimates (no parameters): run before :meth:`held_slice` reads."""
+        return self.dialect.bridge_held_reads_by_index()
+
     def held_headers(self) -> str:
         """The headers of the held rows in a RowVersion range (parameters: from, to exclusive), read through
         another connection than the hold's: for the slices a transform left unread."""

@@ -34,6 +34,7 @@ def read_slice(config: DrainConfig, bounds: tuple[int, int], rows_per_chunk: int
         with transport.connection() as connection:
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
             if config.read_in_place:
+                cursor.execute(sql.held_reads_by_index(), ())
                 statement, params = sql.held_slice(), (start, end)
             else:
                 statement, params = sql.staged_slice(), (config.run_id, start, end)

@@ -279,6 +279,7 @@ def read_held(options: SourceOptions, bounds: list[tuple[int, int]]) -> Iterator
         sql = held_sql(transport, options)
         with transport.connection() as connection:
             cursor = connection.cursor(binary=True) if sql.reads_binary else connection.cursor()
+            cursor.execute(sql.held_reads_by_index(), ())
             for start, end in bounds:
                 yield from staged_batches(
                     cursor, sql.held_slice(), (start, end), unreadable=unreadable, columns=options.columns
