@@ -37,8 +37,10 @@ in one transaction (``fast_executemany`` with ODBC Driver 18; FreeTDS takes none
 one), or as one parquet file with pyarrow, for the stream's comparison. ``--staged`` is PostgreSQL's only:
 the default drain stages on the other engines.
 
-Times are measured inside each application from the moment its SparkSession is up to the end of its work
-(the JVM start, about 15 s here, is reported apart). The ratio is drain msgs/s divided by jdbc msgs/s.
+Before each application the database is settled (``settle``: on PostgreSQL ``VACUUM (ANALYZE)`` and
+``CHECKPOINT``, as core_bench does). Times are measured inside each application from the moment its
+SparkSession is up to the end of its work (the JVM start is reported apart). The ratio is drain msgs/s
+divided by jdbc msgs/s.
 Peak memory and CPU seconds are sampled every 0.2 s from /proc for the process tree of each spark-submit
 (the JVM: driver and executors in local mode; the Python driver; the Python workers) and, for CPU, the
 PostgreSQL server's processes. Performance is reported, never asserted.
@@ -433,20 +435,22 @@ def measured(command: list[str], env: dict[str, str], marker: str, application: 
 
 
 def settle(transport) -> None:
-    """Write out every dirty page before a timed job (``CHECKPOINT``; SQLite: the WAL checkpointed into the
-    database file), as core_bench does before each timed run: otherwise a job pays for the fill's writes,
-    or for the job before it, in its own time. Babelfish: ``CHECKPOINT`` through its PostgreSQL port."""
-    if SETTLE_BABELFISH:
-        SETTLE_BABELFISH[0]()
+    """Before a timed job, leave the database as core_bench and peers leave it before each timed run:
+    otherwise a job pays, in its own time, for the fill's work or the job before it. PostgreSQL:
+    ``VACUUM (ANALYZE)`` (the dead rows the job before left, and the fill's new rows, which autovacuum would
+    otherwise visit during whichever application runs next) and ``CHECKPOINT`` (every dirty page written);
+    SQLite: the WAL checkpointed into the database file; Babelfish: ``CHECKPOINT`` through its PostgreSQL
+    port."""
+    if SETTLE:
+        SETTLE[0]()
         return
-    statement = "PRAGMA wal_checkpoint(TRUNCATE)" if transport.dialect.name == "sqlite" else "CHECKPOINT"
     with transport.connection() as connection:
         connection.commit()
-        connection.cursor().execute(statement, ())
+        connection.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)", ())
         connection.commit()
 
 
-SETTLE_BABELFISH: list[Any] = []  # a CHECKPOINT through the TDS engine's PostgreSQL socket, when it runs
+SETTLE: list[Any] = []  # the server's settle through its own socket (PostgreSQL, Babelfish), when one runs
 
 
 def fill(transport, n: int) -> float:
@@ -843,7 +847,7 @@ def engine_under_test(engine: str, meta: dict[str, Any], driver: str = "msodbc")
                 POSTMASTER[:] = [int(data[0])]
                 SERVER_NAME[:] = ["babelfish"]
                 socket_dir, port = data[4], int(data[3])
-                SETTLE_BABELFISH[:] = [lambda: postgres_checkpoint(socket_dir, port)]
+                SETTLE[:] = [lambda: postgres_settle(socket_dir, port, vacuum=False)]
             yield bed.drivers[driver]
         finally:
             bed.stop()
@@ -852,7 +856,11 @@ def engine_under_test(engine: str, meta: dict[str, Any], driver: str = "msodbc")
 
     with throwaway_postgres(durable=True) as cluster:
         POSTMASTER[:] = [int((cluster.data / "postmaster.pid").read_text().split()[0])]
-        yield cluster.url()
+        SETTLE[:] = [lambda: postgres_settle(str(cluster.root), cluster.port)]
+        try:
+            yield cluster.url()
+        finally:
+            SETTLE.clear()
 
 
 def sqlite3_version() -> str:
@@ -861,13 +869,16 @@ def sqlite3_version() -> str:
     return sqlite3.sqlite_version
 
 
-def postgres_checkpoint(socket_dir: str, port: int) -> None:
-    """``CHECKPOINT`` on the server under Babelfish, through its PostgreSQL socket."""
+def postgres_settle(socket_dir: str, port: int, vacuum: bool = True) -> None:
+    """``VACUUM (ANALYZE)`` (with ``vacuum``) and ``CHECKPOINT`` on a PostgreSQL server through its socket,
+    as its superuser: the benchmark's own cluster, or the server under Babelfish."""
     import psycopg
 
     with psycopg.connect(
         host=socket_dir, port=port, user="postgres", dbname="postgres", autocommit=True
     ) as c:
+        if vacuum:
+            c.execute("VACUUM (ANALYZE)")
         c.execute("CHECKPOINT")
 
 
