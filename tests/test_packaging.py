@@ -201,6 +201,32 @@ def test_the_data_source_refuses_to_import_beside_a_pyspark_client_of_another_ve
     assert "DRAIN IMPORTS" in result.stdout
 
 
+def test_creating_the_data_source_imports_no_transport_and_reads_no_package_metadata() -> None:
+    """What Spark's create-data-source process does (unpickle the class, create it with options, ask its
+    schema) imports PySpark's types alone: not the transport, SQLAlchemy or a database driver, and the
+    pyspark pair check (a scan of every distribution's metadata) does not run. The first micro-batch waits
+    for each such process, so what it imports is on the stream's start. Reading still works after."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    code = """
+        import pickle, sys
+        import importlib.metadata as metadata
+        scans = []
+        real = metadata.version
+        metadata.version = lambda name: scans.append(name) or real(name)
+        from airflow_provider_sqlqueue.spark.source.datasource import SqlQueueDataSource
+        source = pickle.loads(pickle.dumps(SqlQueueDataSource))(options={"queue": "orders"})
+        names = source.schema().names
+        heavy = sorted(m for m in ("sqlalchemy", "psycopg", "airflow_provider_sqlqueue.transport") if m in sys.modules)
+        print("SCHEMA", names[:3], "HEAVY", heavy, "SCANS", scans)
+        from airflow_provider_sqlqueue.spark import SqlQueueDataSource as checked
+        print("USER PATH SCANS", sorted(set(scans)))
+        """
+    result = run_python(code, blocked=[])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SCHEMA ['message_id', 'native_id', 'row_version'] HEAVY [] SCANS []" in result.stdout, result.stdout
+    assert "USER PATH SCANS ['pyspark', 'pyspark-client']" in result.stdout, result.stdout
+
+
 def test_the_demo_runs_from_the_demo_subpackage_and_finds_the_example_dag() -> None:
     result = run_python(
         """

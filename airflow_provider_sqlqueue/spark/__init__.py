@@ -40,6 +40,9 @@ def package_zip(destination: str | Path) -> str:
 
 def __getattr__(name: str) -> Any:
     if name == "SqlQueueDataSource":
+        from .source.pyspark_pair import check_pyspark_pair
+
+        check_pyspark_pair()
         from .source.datasource import SqlQueueDataSource
 
         return SqlQueueDataSource

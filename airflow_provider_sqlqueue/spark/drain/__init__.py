@@ -38,8 +38,9 @@ is in :mod:`..reading`.
 
 from __future__ import annotations
 
+from ..reading.columns import message_row
 from ..reading.errors import DrainError, InjectedFault
-from ..reading.schema import message_row, messages_schema
+from ..reading.schema import messages_schema
 from .config import DrainConfig
 from .messages import staged_messages
 from .run import Drain, run_drain, summary_json

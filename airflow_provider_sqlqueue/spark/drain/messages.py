@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..reading.columns import headers_array, record_batch, staged_columns
+from ..reading.columns import headers_array, message_row, record_batch, staged_columns
 from ..reading.row_batches import row_batches
-from ..reading.schema import TEXT_TYPES_PATTERN, message_row, messages_schema, read_schema
+from ..reading.schema import TEXT_TYPES_PATTERN, messages_schema, read_schema
 from ..tables import BridgeSql, bridge_tables
 from .config import DrainConfig
 from .headers_check import HeadersCheck

@@ -27,7 +27,14 @@ from ...transport.headers import (
 )
 from ...transport.queue import as_utc
 
-__all__ = ["headers_array", "parse_time_sent", "record_batch", "staged_columns", "times_sent_array"]
+__all__ = [
+    "headers_array",
+    "message_row",
+    "parse_time_sent",
+    "record_batch",
+    "staged_columns",
+    "times_sent_array",
+]
 
 # NServiceBus.TimeSent as NServiceBus writes it (yyyy-MM-dd HH:mm:ss:ffffff Z), all digits
 _USUAL_TIME_SENT = r"^\d{4}-\d\d-\d\d.\d\d:\d\d:\d\d:\d{6} Z$"
@@ -213,3 +220,26 @@ def record_batch(columns: dict[str, Any], schema: Any) -> Any:
         else:
             arrays.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
+    """One staged row as the columns of :func:`~.schema.read_schema` (``body_text`` is derived in Spark): the
+    reference the column-by-column builders are held to."""
+    if isinstance(headers_text, bytes | bytearray | memoryview):
+        headers_text = bytes(headers_text).decode("utf-8")
+    headers = decode_headers(headers_text)
+    body_bytes = None if body is None else bytes(body)
+    content_type = headers.get(CONTENT_TYPE)
+    time_sent = parse_time_sent(headers.get(TIME_SENT))
+    native = str(native_id)
+    return (
+        headers.get("NServiceBus.MessageId") or native,
+        native,
+        int(row_version),
+        headers,
+        body_bytes,
+        content_type,
+        headers.get(ENCLOSED_MESSAGE_TYPES),
+        time_sent,
+        as_utc(expires),
+    )

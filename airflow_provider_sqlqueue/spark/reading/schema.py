@@ -1,18 +1,15 @@
-"""The messages' columns as Spark sees them (the drain's DataFrame and the data source's rows share the names
-and meaning), and how one staged row becomes them."""
+"""The messages' columns as Spark sees them: the drain's DataFrame and the data source's rows share the names
+and meaning. PySpark's types only: Spark's planning processes ask a data source for its schema, and this
+module imports nothing of the transport, so they do not pay for importing it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES, TIME_SENT, decode_headers
-from ...transport.queue import as_utc
-from .columns import parse_time_sent
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["TEXT_TYPES_PATTERN", "message_row", "messages_schema", "read_schema"]
+__all__ = ["TEXT_TYPES_PATTERN", "messages_schema", "read_schema", "source_schema"]
 
 TEXT_TYPES_PATTERN = "text/|json|xml|csv|yaml"
 
@@ -52,23 +49,14 @@ def read_schema() -> StructType:
     return StructType([f for f in messages_schema().fields if f.name != "body_text"])
 
 
-def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
-    """One staged row as the columns of :func:`read_schema` (``body_text`` is derived in Spark)."""
-    if isinstance(headers_text, bytes | bytearray | memoryview):
-        headers_text = bytes(headers_text).decode("utf-8")
-    headers = decode_headers(headers_text)
-    body_bytes = None if body is None else bytes(body)
-    content_type = headers.get(CONTENT_TYPE)
-    time_sent = parse_time_sent(headers.get(TIME_SENT))
-    native = str(native_id)
-    return (
-        headers.get("NServiceBus.MessageId") or native,
-        native,
-        int(row_version),
-        headers,
-        body_bytes,
-        content_type,
-        headers.get(ENCLOSED_MESSAGE_TYPES),
-        time_sent,
-        as_utc(expires),
-    )
+def source_schema() -> StructType:
+    """The ``sqlqueue`` data source's columns: :func:`messages_schema` with ``correlation_id`` and
+    ``reply_to_address`` (each one header) after ``row_version``."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    fields = list(messages_schema().fields)
+    extra = [
+        StructField("correlation_id", StringType(), True),
+        StructField("reply_to_address", StringType(), True),
+    ]
+    return StructType(fields[:3] + extra + fields[3:])

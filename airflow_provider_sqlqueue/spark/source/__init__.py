@@ -10,23 +10,24 @@ One module per part:
 - ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
 - ``returned_rows.py``: the columns of the rows it returns (:func:`source_columns` names some of them);
 - ``writer.py``: the write side (``df.write``).
-- ``pyspark_pair.py``: the refusal of a pyspark and pyspark-client of two versions, checked on import.
+- ``pyspark_pair.py``: the refusal of a pyspark and pyspark-client of two versions, checked where a user's
+  code first takes the data source or these names (not in Spark's own processes, which unpickle
+  ``datasource.py`` directly).
 
-``SqlQueueDataSource`` is exported by ``airflow_provider_sqlqueue.spark``. PySpark is imported when the
-data source, ``ack_read`` or ``release_read`` is first used, not when the package is imported.
+``SqlQueueDataSource`` is exported by ``airflow_provider_sqlqueue.spark``. Each name here is imported when
+it is first used, not when the package is imported: Spark's planning processes and workers import this
+package (the parent of ``datasource.py``) and need none of them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .options import SourceOptions
 from .pyspark_pair import check_pyspark_pair
-
-check_pyspark_pair()
 
 if TYPE_CHECKING:
     from .batch import ack_read, release_read
+    from .options import SourceOptions
     from .returned_rows import source_columns
 
 __all__ = ["SourceOptions", "ack_read", "release_read", "source_columns"]
@@ -34,11 +35,17 @@ __all__ = ["SourceOptions", "ack_read", "release_read", "source_columns"]
 
 def __getattr__(name: str) -> Any:
     if name in ("ack_read", "release_read"):
+        check_pyspark_pair()
         from . import batch
 
         return getattr(batch, name)
     if name == "source_columns":
+        check_pyspark_pair()
         from .returned_rows import source_columns
 
         return source_columns
+    if name == "SourceOptions":
+        from .options import SourceOptions
+
+        return SourceOptions
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,30 +6,41 @@ Register it once per session, then read, stream and write queues like any other 
     spark.read.format("sqlqueue").option("queue", "orders").option("run_id", "nightly-1").load()
     spark.readStream.format("sqlqueue").option("queue", "orders").load()
     frame.write.format("sqlqueue").option("queue", "invoices").mode("append").save()
+
+Spark starts a Python process of its own for each planning step (creating the data source, planning the
+read, running the stream reader) and for each executor's worker, and every one of them imports this module
+when it unpickles the class. So it imports the readers and the writer, with the transport and SQLAlchemy,
+only in the methods that need them: creating the data source (its options and schema) imports PySpark's
+types alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource
 
-from .batch import SqlQueueBatchReader
-from .options import SourceOptions
-from .returned_rows import selected_columns, source_schema
-from .stream import SqlQueueStreamReader
+from ..reading.schema import source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceWriter
     from pyspark.sql.types import StructType
+
+    from .batch import SqlQueueBatchReader
+    from .options import SourceOptions
+    from .stream import SqlQueueStreamReader
 
 __all__ = ["SqlQueueDataSource"]
 
 
 def _options(given: Mapping[str, str], schema: StructType) -> SourceOptions:
     """The read's options with the columns its ``.schema(...)`` selects (checked before anything moves)."""
+    from dataclasses import replace
+
+    from .options import SourceOptions
+    from .returned_rows import selected_columns
+
     return replace(SourceOptions.parse(given), columns=selected_columns(schema))
 
 
@@ -45,9 +56,13 @@ class SqlQueueDataSource(DataSource):
         return source_schema()
 
     def reader(self, schema: StructType) -> SqlQueueBatchReader:
+        from .batch import SqlQueueBatchReader
+
         return SqlQueueBatchReader(_options(self.options, schema))
 
     def streamReader(self, schema: StructType) -> SqlQueueStreamReader:
+        from .stream import SqlQueueStreamReader
+
         return SqlQueueStreamReader(_options(self.options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -5,6 +5,7 @@ file by file (a 4.3 JVM under 4.2 Python files once failed every Spark job, far 
 
 from __future__ import annotations
 
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
 __all__ = ["MixedPySparkInstall", "check_pyspark_pair"]
@@ -21,8 +22,13 @@ def _installed(distribution: str) -> str | None:
         return None
 
 
+@cache
 def check_pyspark_pair() -> None:
-    """Raise :class:`MixedPySparkInstall` when both distributions are installed at different versions."""
+    """Raise :class:`MixedPySparkInstall` when both distributions are installed at different versions.
+
+    Reading two distributions' metadata scans every entry of the path (a sizeable fraction of a second beside
+    Airflow's dependencies), so it runs once per process, where a user's code takes the data source, not in
+    each process Spark starts to plan a read or run a worker."""
     full, client = _installed("pyspark"), _installed("pyspark-client")
     if full is not None and client is not None and full != client:
         raise MixedPySparkInstall(

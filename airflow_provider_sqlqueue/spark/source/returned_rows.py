@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
-from ..reading.columns import record_batch, staged_columns
+from ..reading.columns import message_row, record_batch, staged_columns
 from ..reading.row_batches import row_batches
-from ..reading.schema import TEXT_TYPES_PATTERN, message_row, messages_schema
+from ..reading.schema import TEXT_TYPES_PATTERN, source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -32,18 +32,6 @@ _TEXT = re.compile(TEXT_TYPES_PATTERN)
 
 # the source's columns beyond the drain's, each one header
 _HEADER_COLUMNS = {"correlation_id": CORRELATION_ID, "reply_to_address": REPLY_TO_ADDRESS}
-
-
-def source_schema() -> StructType:
-    """``messages_schema()`` with ``correlation_id`` and ``reply_to_address`` after ``row_version``."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    fields = list(messages_schema().fields)
-    extra = [
-        StructField("correlation_id", StringType(), True),
-        StructField("reply_to_address", StringType(), True),
-    ]
-    return StructType(fields[:3] + extra + fields[3:])
 
 
 def source_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
