@@ -17,6 +17,7 @@ types alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource
@@ -36,8 +37,6 @@ __all__ = ["SqlQueueDataSource"]
 
 def _options(given: Mapping[str, str], schema: StructType) -> SourceOptions:
     """The read's options with the columns its ``.schema(...)`` selects (checked before anything moves)."""
-    from dataclasses import replace
-
     from .options import SourceOptions
     from .returned_rows import selected_columns
 
