@@ -216,14 +216,16 @@ def test_creating_the_data_source_imports_no_transport_and_reads_no_package_meta
         from airflow_provider_sqlqueue.spark.source.datasource import SqlQueueDataSource
         source = pickle.loads(pickle.dumps(SqlQueueDataSource))(options={"queue": "orders"})
         names = source.schema().names
-        heavy = sorted(m for m in ("sqlalchemy", "psycopg", "airflow_provider_sqlqueue.transport") if m in sys.modules)
+        watched = ("sqlalchemy", "psycopg", "airflow_provider_sqlqueue.transport")
+        heavy = sorted(m for m in watched if m in sys.modules)
         print("SCHEMA", names[:3], "HEAVY", heavy, "SCANS", scans)
         from airflow_provider_sqlqueue.spark import SqlQueueDataSource as checked
         print("USER PATH SCANS", sorted(set(scans)))
         """
     result = run_python(code, blocked=[])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SCHEMA ['message_id', 'native_id', 'row_version'] HEAVY [] SCANS []" in result.stdout, result.stdout
+    created = "SCHEMA ['message_id', 'native_id', 'row_version'] HEAVY [] SCANS []"
+    assert created in result.stdout, result.stdout
     assert "USER PATH SCANS ['pyspark', 'pyspark-client']" in result.stdout, result.stdout
 
 
