@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -43,6 +44,38 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # tests only: benchmarks/ and the product's runs keep the JVM's defaults. The standalone cluster's daemons
 # and executors take the same options (tests/spark_cluster.py).
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
+def spark_home_without_its_zip() -> str | None:
+    """A Spark home for the tests' local Spark runs: the pip-installed PySpark's own folders, linked, except
+    ``python/lib/pyspark.zip``. Spark puts that archive first on the path of every Python process it starts
+    (workers, the data source's planning processes, a spark-submit driver), and zipimport compiles each
+    module anew in each process, about a second of CPU apiece on CI's machine; without it those processes
+    import the same PySpark from the venv's site-packages, compiled once. The standalone cluster keeps the
+    real home (tests/spark_cluster.py): its executors run an interpreter without PySpark installed. None
+    (Spark's own home) when PySpark is absent or has no such archive."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    real = Path(spec.origin).resolve().parent
+    if not (real / "python" / "lib" / "pyspark.zip").is_file():
+        return None
+    home = Path(tempfile.mkdtemp(prefix="sqlqueue-spark-home-"))
+    lib = real / "python" / "lib"
+    for folder, skipped in ((real, "python"), (real / "python", "lib"), (lib, "pyspark.zip")):
+        target = home / folder.relative_to(real)
+        target.mkdir(exist_ok=True)
+        for entry in folder.iterdir():
+            if entry.name != skipped:
+                (target / entry.name).symlink_to(entry)
+    return str(home)
+
+
+if "SPARK_HOME" not in os.environ:
+    spark_home = spark_home_without_its_zip()
+    if spark_home is not None:
+        os.environ["SPARK_HOME"] = spark_home
+
 # Before anything starts a process (Spark, Airflow): Microsoft's ODBC Driver 18 for the SQL Server targets.
 register_msodbc()
 
