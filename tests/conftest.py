@@ -324,6 +324,17 @@ EXTENDED = (
         ("postgresql",),
     ),
     ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
+    # The dag.test() runs on PostgreSQL: SQLite and SQL Server (through both drivers) run them in every CI
+    # run; the DAGs hold no engine-specific code, and each engine's SQL behind the hook is the core suite's.
+    *(
+        (file, "*", ("postgresql",))
+        for file in (
+            "test_airflow_dags.py",
+            "test_airflow_surface_dags.py",
+            "test_airflow_own_transaction.py",
+            "test_openlineage.py",
+        )
+    ),
     (
         "test_spark_cluster.py",
         "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
