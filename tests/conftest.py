@@ -400,10 +400,24 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+# The modules that take most of a whole-suite run (each 6 to 20 minutes of one process on CI's 2-core
+# machine), heaviest first. pytest-xdist's loadfile scheduling deals modules to its processes in collection
+# order, so these go first: a long module dealt last would keep one process busy after the other finished.
+HEAVY_MODULES_FIRST = (
+    "test_spark_source.py",
+    "test_spark_jobs.py",
+    "test_airflow_surface_dags.py",
+    "test_spark_source_write.py",
+    "test_airflow_dags.py",
+    "test_spark_cluster.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks the extended tier before ``-m`` and ``-k`` deselect, so every selection sees the same shares:
-    the tier's tests sorted by id and dealt round-robin into seven shares of about equal size."""
+    the tier's tests sorted by id and dealt round-robin into seven shares of about equal size. Then puts
+    the heavy modules first (HEAVY_MODULES_FIRST), every other test after them in its collected order."""
     tier = sorted((item for item in items if _extended(item)), key=lambda item: item.nodeid)
     if _whole_suite(config):
         unmatched = [rule[:2] for rule in EXTENDED if not any(_matches_rule(item, rule) for item in tier)]
@@ -418,6 +432,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         item.add_marker(pytest.mark.extended)
     config.stash[EXTENDED_RUN] = (share, taken, len(tier))
+    rank = {name: index for index, name in enumerate(HEAVY_MODULES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
