@@ -401,8 +401,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The modules that take most of a whole-suite run (each 6 to 20 minutes of one process on CI's 2-core
-# machine), heaviest first. pytest-xdist's loadfile scheduling deals modules to its processes in collection
-# order, so these go first: a long module dealt last would keep one process busy after the other finished.
+# machine), heaviest first. Under .ci/test, pytest-xdist's loadfile scheduling deals modules to its
+# processes in collection order (--no-loadscope-reorder; by default it deals the modules with the most
+# tests first, however long they take), so these go first: a long module dealt last would keep one process
+# busy after the other finished.
 HEAVY_MODULES_FIRST = (
     "test_spark_source.py",
     "test_spark_jobs.py",
