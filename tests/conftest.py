@@ -51,8 +51,10 @@ def spark_home_without_its_zip() -> str | None:
     ``python/lib/pyspark.zip``. Spark puts that archive first on the path of every Python process it starts
     (workers, the data source's planning processes, a spark-submit driver), and zipimport compiles each
     module anew in each process, about a second of CPU apiece on CI's machine; without it those processes
-    import the same PySpark from the venv's site-packages, compiled once. The standalone cluster keeps the
-    real home (tests/spark_cluster.py): its executors run an interpreter without PySpark installed. None
+    import the same PySpark from the venv's site-packages, compiled once. The standalone cluster and the
+    applications submitted to it keep the real home (tests/spark_cluster.py, ``spark_submit`` in
+    tests/test_spark_jobs.py): their executors and the driver's data source planning run an interpreter
+    without PySpark installed. None
     (Spark's own home) when PySpark is absent or has no such archive."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:

@@ -7,6 +7,7 @@ are counted as dropped; the staging table is empty.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -793,6 +794,13 @@ def test_fill_sends_each_batch_once_across_retries_and_reruns(spark, target, bri
 
 
 # ---- spark-submit ------------------------------------------------------------------------------------
+def pyspark_install_folder() -> Path:
+    """The pip-installed PySpark's folder: Spark's own home, ``python/lib/pyspark.zip`` included."""
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin is not None, "PySpark is not installed"
+    return Path(spec.origin).resolve().parent
+
+
 def spark_submit(
     job: str,
     args: list[str],
@@ -817,6 +825,9 @@ def spark_submit(
         env["PYSPARK_PYTHON"] = sys.executable
     else:
         env.pop("PYSPARK_PYTHON", None)
+        # A cluster's Python processes (the executors', the driver's data source planning) run an interpreter
+        # without PySpark: they need Spark's own home, whose pyspark.zip tests/conftest.py's home leaves out.
+        env["SPARK_HOME"] = str(pyspark_install_folder())
     command = [str(bindir / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false"]
     command += ["--conf", "spark.sql.shuffle.partitions=2"]
     for key, value in (conf or {}).items():
