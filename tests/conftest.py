@@ -54,8 +54,7 @@ def spark_home_without_its_zip() -> str | None:
     import the same PySpark from the venv's site-packages, compiled once. The standalone cluster and the
     applications submitted to it keep the real home (tests/spark_cluster.py, ``spark_submit`` in
     tests/test_spark_jobs.py): their executors and the driver's data source planning run an interpreter
-    without PySpark installed. None
-    (Spark's own home) when PySpark is absent or has no such archive."""
+    without PySpark installed. None (Spark's own home) when PySpark is absent or has no such archive."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         return None

@@ -7,7 +7,6 @@ are counted as dropped; the staging table is empty.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
 from reliability_figures import counted
+from spark_cluster import SPARK_HOME
 from sqlalchemy.engine import make_url
 
 from airflow_provider_sqlqueue.demo.orders import make_orders
@@ -794,13 +794,6 @@ def test_fill_sends_each_batch_once_across_retries_and_reruns(spark, target, bri
 
 
 # ---- spark-submit ------------------------------------------------------------------------------------
-def pyspark_install_folder() -> Path:
-    """The pip-installed PySpark's folder: Spark's own home, ``python/lib/pyspark.zip`` included."""
-    spec = importlib.util.find_spec("pyspark")
-    assert spec is not None and spec.origin is not None, "PySpark is not installed"
-    return Path(spec.origin).resolve().parent
-
-
 def spark_submit(
     job: str,
     args: list[str],
@@ -827,7 +820,7 @@ def spark_submit(
         env.pop("PYSPARK_PYTHON", None)
         # A cluster's Python processes (the executors', the driver's data source planning) run an interpreter
         # without PySpark: they need Spark's own home, whose pyspark.zip tests/conftest.py's home leaves out.
-        env["SPARK_HOME"] = str(pyspark_install_folder())
+        env["SPARK_HOME"] = str(SPARK_HOME)
     command = [str(bindir / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false"]
     command += ["--conf", "spark.sql.shuffle.partitions=2"]
     for key, value in (conf or {}).items():
