@@ -382,6 +382,10 @@ class BridgeStatements:
         """The input queue's lowest RowVersion after one (parameter), or NULL."""
         raise NotImplementedError(f"{self.display_name} cannot hold rows in place")
 
+    def bridge_newest_after(self, queue: QueueAddress) -> str:
+        """The input queue's highest RowVersion if it is above one (parameter), else NULL."""
+        raise NotImplementedError(f"{self.display_name} cannot hold rows in place")
+
     def bridge_lock_timeout(self) -> str:
         """Set the transaction's lock timeout (parameter: the setting as text) and return the one before."""
         raise NotImplementedError(f"{self.display_name} cannot hold rows in place")

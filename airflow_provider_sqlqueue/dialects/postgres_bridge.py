@@ -125,6 +125,11 @@ class PostgresBridge(Dialect):
         # where the next window starts after an empty one
         return f"SELECT min(RowVersion) FROM {self.qualified_name(queue)} WHERE {AFTER_ROW_VERSION}"
 
+    def bridge_newest_after(self, queue: QueueAddress) -> str:
+        # read from the index's end down to the mark only: below it lie the rows the hold deleted, which its
+        # own transaction no longer sees and an unbounded max() would step through one by one
+        return f"SELECT max(RowVersion) FROM {self.qualified_name(queue)} WHERE {AFTER_ROW_VERSION}"
+
     def bridge_lock_timeout(self) -> str:
         return "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
 

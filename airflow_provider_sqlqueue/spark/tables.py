@@ -246,6 +246,11 @@ class BridgeSql:
         after an empty one."""
         return self.dialect.bridge_next_row_version(self._input_queue())
 
+    def newest_after(self) -> str:
+        """The input queue's highest RowVersion if it is above one (parameter), else NULL: rows sent while
+        a hold took the queue up to that one."""
+        return self.dialect.bridge_newest_after(self._input_queue())
+
     def lock_timeout(self) -> str:
         """Set the transaction's lock_timeout (parameter: the setting as text) and return the one before."""
         return self.dialect.bridge_lock_timeout()

@@ -192,10 +192,11 @@ class RowHold:
         while max_messages is None or held.count < max_messages:
             after = _past(after, skip)
             if after >= high:
-                _, newest = self._bounds()  # rows sent while holding
-                if newest is None or newest <= high:
+                self.cursor.execute(self.sql.newest_after(), (high,))  # rows sent while holding
+                (newest,) = self.cursor.fetchone()
+                if newest is None:
                     break
-                high = newest
+                high = int(newest)
             size = batch_size if max_messages is None else min(batch_size, max_messages - held.count)
             upper = _before(after, after + (batch_size if skip_locked else size), skip)
             if skip_locked:
