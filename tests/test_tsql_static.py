@@ -165,6 +165,7 @@ BRIDGE_POSTGRES_ONLY = {
     "take_held_batch",
     "lock_timeout",
     "next_row_version",
+    "newest_after",
     "held_slice",
     "held_reads_by_index",
     "unreadable_held",
