@@ -23,6 +23,7 @@ from test_spark_jobs import send_orders, send_unreadable
 from test_spark_source import message_ids, queues, rows_read, source_options, staged_under
 
 from airflow_provider_sqlqueue.spark.source import SourceOptions
+from airflow_provider_sqlqueue.spark.source.in_place import is_in_place
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
 pytestmark = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
@@ -195,3 +196,28 @@ def test_a_query_restarted_from_a_checkpoint_older_than_the_streams_newest_holds
     assert [row["message_id"] for row in read_all(b, b_end, last)] == sent[8:]
     b.latestOffset(last, b.getDefaultReadLimit())
     assert queues.queue("orders").count() == 0
+
+
+@pytest.mark.parametrize("read_in_place", ["true", "false"])
+def test_available_now_takes_no_message_sent_after_the_query_started(target, queues, read_in_place) -> None:
+    """Trigger.AvailableNow on PostgreSQL stops at the queue's newest RowVersion when the query starts, read
+    in place or staged: another receiver taking some of the earlier messages meanwhile does not let the
+    query take later ones in their place, and the query ends with the later ones still queued."""
+    sent = message_ids(send_orders(queues, 12))
+    stream_reader = new_reader(target, maxMessagesPerTrigger="5", readInPlace=read_in_place)
+    stream_reader.prepareForTriggerAvailableNow()  # Spark calls it before the query's first offset
+    later = message_ids(send_orders(queues, 7, first_order_id=13))
+    taken_by_another = receive_ids(queues, 3)
+    assert taken_by_another == sent[:3]
+    start = stream_reader.initialOffset()
+    assert is_in_place(start) == (read_in_place == "true")
+    delivered: list[str] = []
+    for _ in range(10):
+        end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+        if end == start:
+            break
+        delivered += [row["message_id"] for row in read_all(stream_reader, start, end)]
+        start = end
+    assert delivered == sent[3:]
+    assert end == start and queues.queue("orders").count() == len(later)
+    assert receive_ids(queues, len(later)) == later

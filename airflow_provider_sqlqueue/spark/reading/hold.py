@@ -127,11 +127,15 @@ class RowHold:
         self.cursor = self.connection.cursor()
 
     def hold(
-        self, batch_size: int, max_messages: int | None, skip: Sequence[tuple[int, int]] = ()
+        self,
+        batch_size: int,
+        max_messages: int | None,
+        skip: Sequence[tuple[int, int]] = (),
+        through: int | None = None,
     ) -> HeldRows:
         """Take the oldest rows, ``batch_size`` RowVersions per statement from the lowest, until every
-        RowVersion the queue had when the last window began was looked at or ``max_messages`` are held;
-        expired rows are taken and counted, not held.
+        RowVersion the queue had when the last window began (none above ``through``, if given) was looked at
+        or ``max_messages`` are held; expired rows are taken and counted, not held.
 
         A drain is usually the queue's only receiver, so each window is first taken with a plain DELETE
         (each row written once). If another receiver holds a row longer than ``CONTENDED_AFTER``, the
@@ -149,7 +153,7 @@ class RowHold:
         self.cursor.execute(self.sql.lock_timeout(), (CONTENDED_AFTER,))
         before = self.cursor.fetchone()[0]
         try:
-            self._take_windows(batch_size, max_messages, skip_locked=False, skip=skip)
+            self._take_windows(batch_size, max_messages, skip_locked=False, skip=skip, through=through)
         except Exception as error:
             if getattr(error, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                 raise
@@ -159,7 +163,7 @@ class RowHold:
             self.connection.rollback()
             self.held = HeldRows()
             begin_write(self.transport, self.cursor)
-            self._take_windows(batch_size, max_messages, skip_locked=True, skip=skip)
+            self._take_windows(batch_size, max_messages, skip_locked=True, skip=skip, through=through)
         else:
             self.cursor.execute(self.sql.lock_timeout(), (before,))
         return self.held
@@ -181,6 +185,7 @@ class RowHold:
         *,
         skip_locked: bool,
         skip: Sequence[tuple[int, int]] = (),
+        through: int | None = None,
     ) -> None:
         """Window after window of ``batch_size`` RowVersions; after a window that held nothing, the next one
         starts at the next RowVersion the queue has, so a long stretch of deleted rows costs one statement."""
@@ -188,17 +193,23 @@ class RowHold:
         low, high = self._bounds()
         if low is None or high is None:
             return
+        if through is not None:
+            high = min(high, through)
         after = low - 1
         while max_messages is None or held.count < max_messages:
             after = _past(after, skip)
             if after >= high:
+                if through is not None and after >= through:
+                    break
                 self.cursor.execute(self.sql.newest_after(), (high,))  # rows sent while holding
                 (newest,) = self.cursor.fetchone()
                 if newest is None:
                     break
-                high = int(newest)
+                high = int(newest) if through is None else min(int(newest), through)
             size = batch_size if max_messages is None else min(batch_size, max_messages - held.count)
             upper = _before(after, after + (batch_size if skip_locked else size), skip)
+            if through is not None:
+                upper = min(upper, through)
             if skip_locked:
                 self.cursor.execute(self.sql.take_held_batch(), (after, upper, size))
             else:  # a plain DELETE takes the whole window

@@ -46,8 +46,10 @@ __all__ = [
     "INITIAL_OFFSET",
     "HeldSlices",
     "StreamHold",
+    "count_through",
     "held_offset",
     "is_in_place",
+    "newest_row_version",
     "offset_ranges",
     "read_held",
     "slices_of",
@@ -129,13 +131,15 @@ class StreamHold:
         transport = self._transport
         return transport, transport.queue(self.options.queue), held_sql(transport, self.options)
 
-    def _take_new(self, wanted: int, skip: Ranges = ()) -> tuple[RowHold | None, HeldRows]:
-        """A new hold of up to ``wanted`` of the oldest messages outside ``skip``; none if it took nothing
-        (the expired rows it deleted are committed)."""
+    def _take_new(
+        self, wanted: int, skip: Ranges = (), through: int | None = None
+    ) -> tuple[RowHold | None, HeldRows]:
+        """A new hold of up to ``wanted`` of the oldest messages outside ``skip`` (none above RowVersion
+        ``through``, if given); none if it took nothing (the expired rows it deleted are committed)."""
         transport, queue, sql = self._open()
         hold = RowHold(transport, queue, sql)
         try:
-            held = hold.hold(self.options.batch_size, wanted, skip)
+            held = hold.hold(self.options.batch_size, wanted, skip, through)
         except BaseException as error:
             hold.close(error)
             raise
@@ -145,17 +149,17 @@ class StreamHold:
             return None, held
         return hold, held
 
-    def start_ahead(self, wanted: int) -> None:
-        """Hold up to ``wanted`` more messages in a thread, on another connection, while Spark runs the
-        planned batch; :meth:`take` hands them out. Rows held ahead are in no offset: a driver that dies
-        rolls them back with the rest."""
+    def start_ahead(self, wanted: int, through: int | None = None) -> None:
+        """Hold up to ``wanted`` more messages (none above RowVersion ``through``) in a thread, on another
+        connection, while Spark runs the planned batch; :meth:`take` hands them out. Rows held ahead are in
+        no offset: a driver that dies rolls them back with the rest."""
         if self._ahead is not None or wanted <= 0:
             return
         skip, result = self._ranges or (), {}
 
         def hold_ahead() -> None:
             try:
-                result["held"] = self._take_new(wanted, skip)
+                result["held"] = self._take_new(wanted, skip, through)
             except BaseException as error:  # take() holds anew, and raises what is wrong
                 result["error"] = error
 
@@ -181,9 +185,9 @@ class StreamHold:
             return None
         return result["held"]
 
-    def take(self, wanted: int) -> HeldRows:
-        """Hold up to ``wanted`` of the oldest messages (expired ones are deleted, not held): those held
-        ahead if there are any, else taken now."""
+    def take(self, wanted: int, through: int | None = None) -> HeldRows:
+        """Hold up to ``wanted`` of the oldest messages, none above RowVersion ``through`` (expired ones are
+        deleted, not held): those held ahead if there are any, else taken now."""
         self.release()
         ahead = self._collect_ahead()
         if ahead is not None:
@@ -193,7 +197,7 @@ class StreamHold:
                 return held
             if hold is not None:
                 hold.close()
-        hold, held = self._take_new(wanted)
+        hold, held = self._take_new(wanted, through=through)
         if hold is not None:
             self._hold, self._ranges = hold, tuple(held.ranges)
         return held
@@ -251,6 +255,21 @@ class StreamHold:
         if self._transport is not None:
             transport, self._transport = self._transport, None
             transport.close()
+
+
+def newest_row_version(transport: Transport, options: SourceOptions) -> int | None:
+    """The input queue's newest RowVersion now (0 if it is empty), read from the index's end, where a stream
+    can read in place (PostgreSQL); None elsewhere."""
+    if transport.dialect.name != "postgresql":
+        return None
+    rows = execute(transport, held_sql(transport, options).newest_after(), (0,), write=False)
+    return int(rows[0][0] or 0)
+
+
+def count_through(transport: Transport, options: SourceOptions, through: int) -> int:
+    """How many messages the input queue has up to RowVersion ``through`` (PostgreSQL)."""
+    rows = execute(transport, held_sql(transport, options).count_through(), (through,), write=False)
+    return int(rows[0][0] or 0)
 
 
 def _record_unreadable(transport: Transport, sql: BridgeSql, stream_id: str, keys: Iterable[int]) -> None:

@@ -77,8 +77,10 @@ from .in_place import (
     INITIAL_OFFSET,
     HeldSlices,
     StreamHold,
+    count_through,
     held_offset,
     is_in_place,
+    newest_row_version,
     offset_ranges,
     read_held,
     slices_of,
@@ -123,12 +125,13 @@ def _position(offset: dict) -> int:
 class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream's reader. Spark keeps one instance on the driver for the query's life (offsets and commits)
     and pickles it to the executors for ``read``; it holds only the options, the Trigger.AvailableNow
-    budget and its owner token, and opens a connection per call."""
+    bounds and its owner token, and opens a connection per call."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.stream_id = str(options.stream_id)
-        self.budget: int | None = None  # Trigger.AvailableNow: how many messages may still be received
+        self.budget: int | None = None  # Trigger.AvailableNow, staged: how many more it may receive
+        self.ceiling: int | None = None  # Trigger.AvailableNow on PostgreSQL: the newest RowVersion it takes
         self.owner = uuid.uuid4().hex  # this query's claim on the stream
         self.claimed = False
         self.checkpoint: int | None = None  # the stream row's checkpoint count this query's offsets carry
@@ -350,9 +353,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.trigger_limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Receive no more than the messages queued now, so the query ends while senders go on."""
+        """Receive no more than the messages queued now, so the query ends while senders go on. Where the
+        stream can read in place (PostgreSQL) that is the queue's newest RowVersion now, read from the
+        index's end: a stream read in place holds none above it, and one that stages counts the rows up to
+        it at its first receive. Elsewhere this counts the queue (a count reads every row)."""
         with self._lock, self._open() as transport:
-            self.budget = transport.queue(self.options.queue).count()
+            self.ceiling = newest_row_version(transport, self.options)
+            if self.ceiling is None:
+                self.budget = transport.queue(self.options.queue).count()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         with self._lock:
@@ -368,6 +376,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
             mark = self._owned(transport, sql, queue)
+            if self.budget is None and self.ceiling is not None:
+                self.budget = count_through(transport, self.options, self.ceiling)
             last = mark.position
             if last < low:
                 raise ConfigurationError(
@@ -401,14 +411,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         to ``wanted`` more messages; the offset after them names their RowVersions."""
         self._claim()
         self._settle(offset_ranges(start))
-        if self.budget is not None:
-            wanted = min(wanted, self.budget)
-        if wanted <= 0:
-            return start
         self._ahead_wanted = wanted
-        held = self._hold().take(wanted)
-        if self.budget is not None:
-            self.budget -= held.count
+        held = self._hold().take(wanted, self.ceiling)
         return self._offset(**held_offset(tuple(held.ranges))) if held.count else start
 
     def _settle(self, ranges: tuple) -> None:
@@ -435,8 +439,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._claim()
                 self._hold().ensure(ranges)
                 self._plan_held(ranges)
-                ahead = self._ahead_wanted if self.budget is None else min(self._ahead_wanted, self.budget)
-                self._hold().start_ahead(ahead)
+                if self.ceiling is None or ranges[-1][1] < self.ceiling:
+                    self._hold().start_ahead(self._ahead_wanted, self.ceiling)
             return slices_of(ranges, self.options.partitions)
         low, high = _position(start), _position(end)
         if high <= low:
