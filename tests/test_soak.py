@@ -46,6 +46,30 @@ def open_descriptors_to(database: Path) -> int:
     return count
 
 
+def own_tcp_ports() -> list[int]:
+    """The local ports of this process's TCP sockets (from /proc): its connections to the server, told apart
+    from those of processes an earlier test of this worker left to end on their own."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -101,9 +125,11 @@ def test_senders_pump_and_purge_together_hold_steady(target, transport, request,
         server = request.getfixturevalue("postgres_server")
 
         def connections() -> int:
+            ports = ",".join(str(port) for port in own_tcp_ports()) or "0"
             rows = server.query(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                f"AND client_port IN ({ports})"
             )
             return int(rows[0][0])
     else:
