@@ -23,6 +23,7 @@ pytest_plugins = ["reliability_figures"]  # the figures fixture
 
 SOAK_SECONDS = float(os.environ.get("SQLQUEUE_SOAK_SECONDS", "300"))
 CAPACITY = 4_000_000  # sequence numbers: far more than two paced senders send in an hour
+KEPT, OVERFLOW = 5, 10  # the pool keeps 5 connections open between loans and opens up to 10 more under load
 LASTING, SHORT = 1, 2
 
 
@@ -78,7 +79,9 @@ def mean(values: list[float]) -> float:
 # drivers) covers the same paths in the shorter tests; a soak there would add ten minutes to every CI run.
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
-def test_senders_pump_and_purge_together_hold_steady(target, transport, request, figures) -> None:
+def test_senders_pump_and_purge_together_hold_steady(target, request, figures) -> None:
+    transport = target.open(pool_size=KEPT, max_overflow=OVERFLOW)
+    request.addfinalizer(transport.close)
     queue = transport.queue("soak")
     queue.create()
     transport.queue("error").create()
@@ -165,6 +168,9 @@ def test_senders_pump_and_purge_together_hold_steady(target, transport, request,
         while queue.count() and time.monotonic() < deadline:
             time.sleep(0.2)
         pump.stop()
+    for thread in threads:
+        assert not thread.is_alive(), f"{thread.name} did not end"
+    after_stop = connections()  # nothing lent now: only the connections the pool keeps may be open
     stats = pump.stats()
     # Whatever the pump did not reach is still queued (a slow machine): take it, and count it as left.
     left = expired_left = 0
@@ -185,12 +191,15 @@ def test_senders_pump_and_purge_together_hold_steady(target, transport, request,
     short_handled = sum(1 for kind, count in zip(kinds, handled, strict=True) if kind == SHORT and count)
     never_sent_but_handled = sum(1 for kind, count in zip(kinds, handled, strict=True) if not kind and count)
     in_error_queue = transport.queue("error").count()
+    transport.close()
+    after_close = connections()  # a connection lent and never given back, or opened beside the pool, stays
     summary = (
         f"soak {target.engine} {SOAK_SECONDS:.0f} s: sent {sent_lasting} lasting + {sent_short} short, "
         f"processed {stats.processed}, left {left}, expired on receive {stats.expired + expired_left}, "
         f"purged {purged}, short handled {short_handled}, failed {stats.failed}, poisoned {stats.poisoned}, "
         f"in the error queue {in_error_queue}, lost {lost}, duplicated {duplicated}; "
-        f"RSS {start_rss:.1f} -> {end_rss:.1f} MB, connections {start_connections} -> {end_connections}"
+        f"RSS {start_rss:.1f} -> {end_rss:.1f} MB, connections {start_connections} -> {end_connections}, "
+        f"{after_stop} once stopped, {after_close} once closed"
     )
     print(summary)
     assert duplicated == 0, f"a message was handed out twice: {summary}"
@@ -200,14 +209,18 @@ def test_senders_pump_and_purge_together_hold_steady(target, transport, request,
     assert left < stats.processed / 10, f"the pump fell far behind: {summary}"
     assert sent_lasting > 1000 * SOAK_SECONDS / 60, summary
     assert stats.failed == 0 and stats.poisoned == 0 and in_error_queue == 0, summary
-    # The pool holds 5 connections and opens up to 10 more under load, closing them when they come back:
-    # the count moves within that bound. Growth would show as a higher level in the last quarter.
+    # Under load the count moves between KEPT and KEPT + OVERFLOW with what the machine's other work leaves
+    # the pump, so the quarter means are recorded, not compared. Once everything stopped only the KEPT idle
+    # ones may be open on PostgreSQL (on SQLite a file descriptor can outlive its connection: SQLite defers
+    # the close while another connection of the process holds a lock on the file), and none once closed.
     quarter = max(1, len(samples) // 4)
     first, last = samples[:quarter], samples[-quarter:]
     peak_connections = max(count for _, count in samples)
-    assert peak_connections <= transport.pool_size, f"more connections than the pool allows: {summary}"
+    assert peak_connections <= KEPT + OVERFLOW, f"more connections than the pool allows: {summary}"
+    if target.engine == "postgresql":
+        assert after_stop <= KEPT, f"more connections open than the pool keeps: {summary}"
+    assert after_close == 0, f"connections left open: {summary}"
     first_connections, last_connections = mean([c for _, c in first]), mean([c for _, c in last])
-    assert last_connections <= first_connections + 1, f"connections grew: {summary}"
     first_rss, last_rss = mean([r for r, _ in first]), mean([r for r, _ in last])
     assert end_rss - start_rss < 20 and last_rss - first_rss < 15, f"memory grew: {summary}"
     figures(
@@ -227,6 +240,8 @@ def test_senders_pump_and_purge_together_hold_steady(target, transport, request,
         connections_start=start_connections,
         connections_end=end_connections,
         connections_peak=peak_connections,
+        connections_after_stop=after_stop,
+        connections_after_close=after_close,
         connections_first_quarter_mean=round(first_connections, 1),
         connections_last_quarter_mean=round(last_connections, 1),
         lost=lost,
