@@ -666,11 +666,11 @@ def main(argv: list[str] | None = None) -> int:
         "--stream",
         type=int,
         nargs="?",
-        const=100_000,
+        const=250_000,  # the source's default: batchSize 1,000 x DEFAULT_RECEIVES_PER_TRIGGER
         default=None,
         metavar="PER_TRIGGER",
         help="also compare the sqlqueue stream (availableNow, maxMessagesPerTrigger PER_TRIGGER, default "
-        "100,000) with the JDBC read written as parquet files",
+        "250,000, the source's default) with the JDBC read written as parquet files",
     )
     parser.add_argument(
         "--engine",

@@ -36,9 +36,11 @@ __all__ = [
 UNCOMMITTED_BATCH_POLICIES = ("fail", "redeliver", "discard")
 DEFAULT_BATCH_SIZE = 1000
 # Without maxMessagesPerTrigger a micro-batch takes at most this many receives of batchSize messages
-# (100,000 messages at the default batch size), so a deep backlog is not staged whole before the first
-# batch, and a producer that keeps pace with the receives cannot hold one trigger forever.
-DEFAULT_RECEIVES_PER_TRIGGER = 100
+# (250,000 messages at the default batch size), so a deep backlog is not staged whole before the first
+# batch, and a producer that keeps pace with the receives cannot hold one trigger forever. Each trigger
+# also costs Spark a fixed amount (planning, offset and commit logs, task start-up) whatever its size:
+# the bound is large enough that this stays a small part of a trigger's work.
+DEFAULT_RECEIVES_PER_TRIGGER = 250
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = DEFAULT_BATCH_SIZE * DEFAULT_RECEIVES_PER_TRIGGER
 # The read forms' options as docs/spark.md spells them; keys are matched lower-cased, without underscores.
 READ_OPTIONS = (
