@@ -102,6 +102,33 @@ def test_a_receive_takes_only_what_it_asks_for_under_a_nested_loop_plan(
         assert queue.count() == 39
 
 
+@pytest.mark.parametrize("lock_mode", ["row", "advisory"])
+def test_a_receive_through_a_row_version_takes_none_above_it_and_at_most_its_size_under_a_nested_loop_plan(
+    target: EngineTarget, lock_mode: str
+) -> None:
+    """The receive a Spark stream under Trigger.AvailableNow makes on PostgreSQL (parameters: the newest
+    RowVersion it takes, how many)."""
+    with target.open() as admin:
+        admin.queue("orders").create()
+        admin.queue("orders").send_batch([b"m%d" % n for n in range(30)])
+    with open_transport(nested_loop_url(target), default_schema=target.schema, lock_mode=lock_mode) as forced:
+        queue = forced.queue("orders", error_queue=None)
+        with forced.connection(queue.address) as connection:
+            cursor = connection.cursor()
+            cursor.execute(f'SELECT RowVersion FROM "{target.schema}"."orders" ORDER BY RowVersion')
+            through = [row[0] for row in cursor.fetchall()][11]
+            statement = queue.receive_through_statement(cursor)
+            assert statement is not None
+            taken = [
+                len(forced.dialect.receive_rows(cursor, queue.address, statement, size, through))
+                for size in (5, 10, 10)
+            ]
+            connection.commit()
+        assert taken == [5, 7, 0]
+        with queue.receive(100) as batch:
+            assert [m.body for m in batch] == [b"m%d" % n for n in range(12, 30)]
+
+
 def test_the_pump_loses_nothing_under_a_nested_loop_plan(forced: Transport) -> None:
     queue = forced.queue("orders")
     queue.send_batch([b"m%d" % n for n in range(200)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 
 import pytest
 
@@ -19,7 +20,7 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
-from test_spark_jobs import send_orders, send_unreadable
+from test_spark_jobs import send_orders, send_unreadable, table
 from test_spark_source import message_ids, queues, rows_read, source_options, staged_under
 
 from airflow_provider_sqlqueue.spark.source import SourceOptions
@@ -221,3 +222,36 @@ def test_available_now_takes_no_message_sent_after_the_query_started(target, que
     assert delivered == sent[3:]
     assert end == start and queues.queue("orders").count() == len(later)
     assert receive_ids(queues, len(later)) == later
+
+
+@pytest.mark.parametrize("read_in_place", ["true", "false"])
+def test_available_now_takes_a_message_whose_send_committed_after_the_query_started(
+    target, queues, read_in_place
+) -> None:
+    """A send that began before the query started and commits after it has a RowVersion below the one the
+    query stops at: the query takes it with the others. A staged stream that counted the queue instead got
+    one fewer than it took and left the newest of the earlier messages queued."""
+    with queues.connection() as sender:
+        late = uuid.uuid4()
+        sender.cursor().execute(
+            f"INSERT INTO {table(queues, 'orders')} (Id, Recoverable, Headers, Body) "
+            "VALUES (%s, true, %s, %s)",
+            (late, "{}", b"{}"),
+        )
+        sent = message_ids(send_orders(queues, 6))
+        stream_reader = new_reader(target, maxMessagesPerTrigger="5", readInPlace=read_in_place)
+        stream_reader.prepareForTriggerAvailableNow()
+        start = stream_reader.initialOffset()
+        first = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+        sender.commit()
+    later = message_ids(send_orders(queues, 2, first_order_id=7))
+    delivered = [row["message_id"] for row in read_all(stream_reader, start, first)]
+    start = first
+    for _ in range(10):
+        end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+        if end == start:
+            break
+        delivered += [row["message_id"] for row in read_all(stream_reader, start, end)]
+        start = end
+    assert sorted(delivered) == sorted([str(late), *sent])
+    assert receive_ids(queues, 10) == later

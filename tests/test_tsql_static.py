@@ -166,7 +166,6 @@ BRIDGE_POSTGRES_ONLY = {
     "lock_timeout",
     "next_row_version",
     "newest_after",
-    "count_through",
     "held_slice",
     "held_reads_by_index",
     "unreadable_held",

@@ -319,6 +319,16 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, ABC):
         None where a receive never walks deleted rows."""
         return None
 
+    def receive_batch_through(self, address: QueueAddress) -> str | None:
+        """:meth:`receive_batch` that picks only rows up to a RowVersion (parameters: that RowVersion, how
+        many), for code that receives what was queued before a moment, as a Spark stream under
+        Trigger.AvailableNow does; None where no caller needs it."""
+        return None
+
+    def receive_batch_through_without_row_locks(self, address: QueueAddress) -> str | None:
+        """:meth:`receive_batch_through` for a role that competes through advisory locks."""
+        return None
+
     def receive_rows(
         self,
         cursor: Any,

@@ -386,10 +386,6 @@ class BridgeStatements:
         """The input queue's highest RowVersion if it is above one (parameter), else NULL."""
         raise NotImplementedError(f"{self.display_name} cannot hold rows in place")
 
-    def bridge_count_through(self, queue: QueueAddress) -> str:
-        """How many rows the input queue has up to a RowVersion (parameter, inclusive)."""
-        raise NotImplementedError(f"{self.display_name} cannot hold rows in place")
-
     def bridge_lock_timeout(self) -> str:
         """Set the transaction's lock timeout (parameter: the setting as text) and return the one before."""
         raise NotImplementedError(f"{self.display_name} cannot hold rows in place")

@@ -34,7 +34,7 @@ from ..model.errors import (
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
 from .postgres_archive import PostgresArchive
 from .postgres_bridge import PostgresBridge
-from .postgres_picks import AFTER_ROW_VERSION, delete_taken
+from .postgres_picks import AFTER_ROW_VERSION, THROUGH_ROW_VERSION, delete_taken
 from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
 from .postgres_subscriptions import PostgresSubscriptions
@@ -324,6 +324,15 @@ class PostgresDialect(PostgresArchive, PostgresStorage, PostgresSubscriptions, P
             _RETURNING,
         )
 
+    def receive_batch_through(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return delete_taken(
+            table,
+            f"SELECT RowVersion FROM {table} WHERE {THROUGH_ROW_VERSION} "
+            "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
+            _RETURNING,
+        )
+
     def peek_estimate(self, address: QueueAddress) -> str:
         table = self.qualified_name(address)
         return (
@@ -423,6 +432,15 @@ class PostgresDialect(PostgresArchive, PostgresStorage, PostgresSubscriptions, P
             table,
             f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} ORDER BY RowVersion OFFSET 0) "
             f"AS oldest WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
+            _RETURNING,
+        )
+
+    def receive_batch_through_without_row_locks(self, address: QueueAddress) -> str:
+        table = self.qualified_name(address)
+        return delete_taken(
+            table,
+            f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} WHERE {THROUGH_ROW_VERSION} "
+            f"ORDER BY RowVersion OFFSET 0) AS oldest WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
             _RETURNING,
         )
 

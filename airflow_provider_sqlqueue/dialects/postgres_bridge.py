@@ -130,9 +130,6 @@ class PostgresBridge(Dialect):
         # own transaction no longer sees and an unbounded max() would step through one by one
         return f"SELECT max(RowVersion) FROM {self.qualified_name(queue)} WHERE {AFTER_ROW_VERSION}"
 
-    def bridge_count_through(self, queue: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(queue)} WHERE RowVersion <= %s"
-
     def bridge_lock_timeout(self) -> str:
         return "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
 

@@ -6,13 +6,15 @@ estimate taken from statistics that lag a queue whose RowVersions only grow.
 
 from __future__ import annotations
 
-__all__ = ["AFTER_ROW_VERSION", "delete_taken"]
+__all__ = ["AFTER_ROW_VERSION", "THROUGH_ROW_VERSION", "delete_taken"]
 
 # "after a RowVersion" as the planner cannot see the RowVersion (an InitPlan's value): it then estimates a
 # third of the table after it and walks the index in order up to LIMIT. Seeing the value, it estimates from
 # statistics that lag a queue whose RowVersions only grow, may expect a few hundred rows where half the queue
 # lies, and then reads and sorts every one of them for each receive.
 AFTER_ROW_VERSION = "RowVersion > (SELECT %s::bigint)"
+# "up to a RowVersion", hidden from the planner for the same reason.
+THROUGH_ROW_VERSION = "RowVersion <= (SELECT %s::bigint)"
 
 
 def delete_taken(table: str, taken: str, returning: str = "") -> str:

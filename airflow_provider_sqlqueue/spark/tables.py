@@ -251,11 +251,6 @@ class BridgeSql:
         a hold took the queue up to that one."""
         return self.dialect.bridge_newest_after(self._input_queue())
 
-    def count_through(self) -> str:
-        """How many rows the input queue has up to a RowVersion (parameter, inclusive): what a stream that
-        stages may receive under Trigger.AvailableNow when the queue's newest RowVersion bounds it."""
-        return self.dialect.bridge_count_through(self._input_queue())
-
     def lock_timeout(self) -> str:
         """Set the transaction's lock_timeout (parameter: the setting as text) and return the one before."""
         return self.dialect.bridge_lock_timeout()

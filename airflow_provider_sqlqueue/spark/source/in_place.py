@@ -46,7 +46,6 @@ __all__ = [
     "INITIAL_OFFSET",
     "HeldSlices",
     "StreamHold",
-    "count_through",
     "held_offset",
     "is_in_place",
     "newest_row_version",
@@ -263,12 +262,6 @@ def newest_row_version(transport: Transport, options: SourceOptions) -> int | No
     if transport.dialect.name != "postgresql":
         return None
     rows = execute(transport, held_sql(transport, options).newest_after(), (0,), write=False)
-    return int(rows[0][0] or 0)
-
-
-def count_through(transport: Transport, options: SourceOptions, through: int) -> int:
-    """How many messages the input queue has up to RowVersion ``through`` (PostgreSQL)."""
-    rows = execute(transport, held_sql(transport, options).count_through(), (through,), write=False)
     return int(rows[0][0] or 0)
 
 

@@ -178,17 +178,25 @@ def _receiving(transport: Transport, cursor: Any, sql: BridgeSql, run_id: str) -
 
 
 def stage_stream_batch(
-    transport: Transport, queue: Any, sql: BridgeSql, stream_id: str, size: int, mark: StreamMark
+    transport: Transport,
+    queue: Any,
+    sql: BridgeSql,
+    stream_id: str,
+    size: int,
+    mark: StreamMark,
+    through: int | None = None,
 ) -> tuple[int, StreamMark]:
     """One receive of a stream: the messages get positions ``mark.position + 1 ...``; returns (taken, the
-    stream's new mark).
+    stream's new mark). With ``through`` it takes only messages up to that RowVersion (PostgreSQL).
 
     ``taken`` counts expired and unreadable messages too (so an empty queue is ``taken == 0``). Where the
     server moves the rows (``spark/moves.py``) an unreadable message uses up its position on its way to the
     error queue, so positions may have gaps; reads and commits go by ranges and do not mind.
     """
     if sql.can_move_server_side:
-        return _move_stream_batch(transport, queue, sql, stream_id, size, mark)
+        return _move_stream_batch(transport, queue, sql, stream_id, size, mark, through)
+    if through is not None:
+        raise ValueError(f"{transport.dialect.name}: a stream's receive cannot stop at a RowVersion here")
     last = mark.position
     with queue.receive(size) as batch:
         cursor = batch.connection.cursor()
@@ -205,7 +213,13 @@ def stage_stream_batch(
 
 
 def _move_stream_batch(
-    transport: Transport, queue: Any, sql: BridgeSql, stream_id: str, size: int, mark: StreamMark
+    transport: Transport,
+    queue: Any,
+    sql: BridgeSql,
+    stream_id: str,
+    size: int,
+    mark: StreamMark,
+    through: int | None,
 ) -> tuple[int, StreamMark]:
     """:func:`stage_stream_batch` moved by the server. The stream's row is claimed first (an update that
     keeps its mark), so a query that lost the stream rolls back before it numbers anything."""
@@ -213,10 +227,19 @@ def _move_stream_batch(
     with transport.connection(queue.address) as connection:
         cursor = connection.cursor()
         _advance(transport, cursor, sql, stream_id, mark, mark)
-        statement = sql.move_to_stream_staging(queue.receive_statement(cursor))
+        if through is None:
+            statement = sql.move_to_stream_staging(queue.receive_statement(cursor))
 
-        def params(rows: int, numbered: int) -> tuple:
-            return (rows, stream_id, last + numbered)
+            def params(rows: int, numbered: int) -> tuple:
+                return (rows, stream_id, last + numbered)
+        else:
+            receive = queue.receive_through_statement(cursor)
+            if receive is None:
+                raise ValueError(f"{queue.address}: a stream's receive cannot stop at a RowVersion here")
+            statement = sql.move_to_stream_staging(receive)
+
+            def params(rows: int, numbered: int) -> tuple:
+                return (through, rows, stream_id, last + numbered)
 
         moved = move_batch(transport, queue, sql, cursor, statement, params, size, stream_id)
         advanced = replace(mark, position=last + moved.numbered)

@@ -47,7 +47,7 @@ the driver's reader stages the next trigger's messages while Spark runs this one
 overlap the executors' work instead of waiting for the next ``latestOffset``. It stages exactly as
 ``latestOffset`` does (one receive per transaction, the stream's row compared and advanced in it, so it
 stops once another query owns the stream), one trigger's worth at most beyond the planned end, within
-Trigger.AvailableNow's budget, and never after a receive found the queue empty. Rows it staged are rows no
+Trigger.AvailableNow's bound, and never after a receive found the queue empty. Rows it staged are rows no
 micro-batch has read: ``latestOffset`` counts them first, a restart or a new checkpoint starts with them,
 so a killed driver loses and duplicates nothing (an open receive rolls back). One lock orders its receives
 with the reader's own calls on the stream's row.
@@ -77,7 +77,6 @@ from .in_place import (
     INITIAL_OFFSET,
     HeldSlices,
     StreamHold,
-    count_through,
     held_offset,
     is_in_place,
     newest_row_version,
@@ -130,7 +129,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.stream_id = str(options.stream_id)
-        self.budget: int | None = None  # Trigger.AvailableNow, staged: how many more it may receive
+        self.budget: int | None = None  # Trigger.AvailableNow, staged, not PostgreSQL: how many more it takes
         self.ceiling: int | None = None  # Trigger.AvailableNow on PostgreSQL: the newest RowVersion it takes
         self.owner = uuid.uuid4().hex  # this query's claim on the stream
         self.claimed = False
@@ -353,10 +352,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.trigger_limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Receive no more than the messages queued now, so the query ends while senders go on. Where the
-        stream can read in place (PostgreSQL) that is the queue's newest RowVersion now, read from the
-        index's end: a stream read in place holds none above it, and one that stages counts the rows up to
-        it at its first receive. Elsewhere this counts the queue (a count reads every row)."""
+        """Receive no more than the messages queued now, so the query ends while senders go on. On
+        PostgreSQL that is the queue's newest RowVersion now, read from the index's end: the stream holds
+        or stages none above it. Elsewhere this counts the queue (a count reads every row)."""
         with self._lock, self._open() as transport:
             self.ceiling = newest_row_version(transport, self.options)
             if self.ceiling is None:
@@ -376,8 +374,6 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             sql = bridge_sql(transport, self.options)
             queue = transport.queue(self.options.queue)
             mark = self._owned(transport, sql, queue)
-            if self.budget is None and self.ceiling is not None:
-                self.budget = count_through(transport, self.options, self.ceiling)
             last = mark.position
             if last < low:
                 raise ConfigurationError(
@@ -396,7 +392,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     size = min(size, self.budget)
                 if size <= 0:
                     break
-                taken, mark = stage_stream_batch(transport, queue, sql, self.stream_id, size, mark)
+                taken, mark = stage_stream_batch(
+                    transport, queue, sql, self.stream_id, size, mark, through=self.ceiling
+                )
                 last = mark.position
                 if self.budget is not None:
                     self.budget -= taken
@@ -524,7 +522,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 size = min(size, self.budget)
             if size <= 0:
                 return False
-            taken, _ = stage_stream_batch(transport, queue, sql, self.stream_id, size, mark)
+            taken, _ = stage_stream_batch(
+                transport, queue, sql, self.stream_id, size, mark, through=self.ceiling
+            )
             if self.budget is not None:
                 self.budget -= taken
             self._drained = taken < size
