@@ -117,7 +117,10 @@ def test_a_receive_through_a_row_version_takes_none_above_it_and_at_most_its_siz
             cursor = connection.cursor()
             cursor.execute(f'SELECT RowVersion FROM "{target.schema}"."orders" ORDER BY RowVersion')
             through = [row[0] for row in cursor.fetchall()][11]
-            statement = queue.receive_through_statement(cursor)
+            if lock_mode == "row":
+                statement = forced.dialect.receive_batch_through(queue.address)
+            else:
+                statement = forced.dialect.receive_batch_through_without_row_locks(queue.address)
             assert statement is not None
             taken = [
                 len(forced.dialect.receive_rows(cursor, queue.address, statement, size, through))

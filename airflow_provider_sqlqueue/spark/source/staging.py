@@ -233,7 +233,11 @@ def _move_stream_batch(
             def params(rows: int, numbered: int) -> tuple:
                 return (rows, stream_id, last + numbered)
         else:
-            receive = queue.receive_through_statement(cursor)
+            dialect = transport.dialect
+            if queue.uses_row_locks(cursor):
+                receive = dialect.receive_batch_through(queue.address)
+            else:
+                receive = dialect.receive_batch_through_without_row_locks(queue.address)
             if receive is None:
                 raise ValueError(f"{queue.address}: a stream's receive cannot stop at a RowVersion here")
             statement = sql.move_to_stream_staging(receive)

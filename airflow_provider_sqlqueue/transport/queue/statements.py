@@ -17,7 +17,6 @@ class LockingStatements:
     """The statements whose text depends on how receivers lock rows."""
 
     receive_batch: str
-    receive_batch_through: str | None
     peek_estimate: str
     peek_bounds: str
     purge_expired_batch: str
@@ -34,7 +33,6 @@ class QueueStatements:
         self.insert_raw = dialect.insert_raw(address)
         self.receive_batch = dialect.receive_batch(address)
         self.receive_batch_after = dialect.receive_batch_after(address)
-        self.receive_batch_through = dialect.receive_batch_through(address)
         self.peek_estimate = dialect.peek_estimate(address)
         self.peek_bounds = dialect.peek_bounds(address)
         self.count_exact = dialect.count_exact(address)
@@ -46,11 +44,7 @@ class QueueStatements:
     @cached_property
     def _with_row_locks(self) -> LockingStatements:
         return LockingStatements(
-            self.receive_batch,
-            self.receive_batch_through,
-            self.peek_estimate,
-            self.peek_bounds,
-            self.purge_expired_batch,
+            self.receive_batch, self.peek_estimate, self.peek_bounds, self.purge_expired_batch
         )
 
     @cached_property
@@ -58,7 +52,6 @@ class QueueStatements:
         dialect, address = self._queue.dialect, self._queue.address
         return LockingStatements(
             dialect.receive_batch_without_row_locks(address),
-            dialect.receive_batch_through_without_row_locks(address),
             dialect.peek_estimate_without_row_locks(address),
             dialect.peek_bounds_without_row_locks(address),
             dialect.purge_expired_batch_without_row_locks(address),

@@ -340,11 +340,6 @@ class TableQueue:
         """
         return self._sql.locking(self._uses_row_locks(cursor)).receive_batch
 
-    def receive_through_statement(self, cursor: Any) -> str | None:
-        """:meth:`receive_statement` that takes only rows up to a RowVersion (parameters: that RowVersion,
-        how many), or None where the dialect has none."""
-        return self._sql.locking(self._uses_row_locks(cursor)).receive_batch_through
-
     def uses_row_locks(self, cursor: Any) -> bool:
         """Whether receivers of this role take row locks (else advisory locks); see :meth:`pick` for why
         code that builds on :meth:`receive_statement` tops up a short pick when they do not."""
