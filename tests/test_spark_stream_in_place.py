@@ -53,6 +53,19 @@ def read_all(stream_reader, start: dict, end: dict) -> list[dict]:
     return [row for part in stream_reader.partitions(start, end) for row in rows_read(stream_reader, part)]
 
 
+def read_to_the_end(stream_reader, start: dict, triggers: int = 10) -> tuple[list[str], bool]:
+    """Drive micro-batches from ``start`` as Trigger.AvailableNow does: the message ids delivered, and
+    whether the query ended (an offset that did not move) within ``triggers``."""
+    delivered: list[str] = []
+    for _ in range(triggers):
+        end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
+        if end == start:
+            return delivered, True
+        delivered += [row["message_id"] for row in read_all(stream_reader, start, end)]
+        start = end
+    return delivered, False
+
+
 def receive_ids(transport, count: int) -> list[str]:
     """What a competing receiver gets from the orders queue now."""
     with transport.queue("orders").receive(max_messages=count) as batch:
@@ -212,15 +225,9 @@ def test_available_now_takes_no_message_sent_after_the_query_started(target, que
     assert taken_by_another == sent[:3]
     start = stream_reader.initialOffset()
     assert is_in_place(start) == (read_in_place == "true")
-    delivered: list[str] = []
-    for _ in range(10):
-        end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
-        if end == start:
-            break
-        delivered += [row["message_id"] for row in read_all(stream_reader, start, end)]
-        start = end
+    delivered, ended = read_to_the_end(stream_reader, start)
     assert delivered == sent[3:]
-    assert end == start and queues.queue("orders").count() == len(later)
+    assert ended and queues.queue("orders").count() == len(later)
     assert receive_ids(queues, len(later)) == later
 
 
@@ -246,12 +253,6 @@ def test_available_now_takes_a_message_whose_send_committed_after_the_query_star
         sender.commit()
     later = message_ids(send_orders(queues, 2, first_order_id=7))
     delivered = [row["message_id"] for row in read_all(stream_reader, start, first)]
-    start = first
-    for _ in range(10):
-        end = stream_reader.latestOffset(start, stream_reader.getDefaultReadLimit())
-        if end == start:
-            break
-        delivered += [row["message_id"] for row in read_all(stream_reader, start, end)]
-        start = end
+    delivered += read_to_the_end(stream_reader, first)[0]
     assert sorted(delivered) == sorted([str(late), *sent])
     assert receive_ids(queues, 10) == later
