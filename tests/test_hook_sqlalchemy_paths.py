@@ -117,6 +117,84 @@ def attacks(library: str) -> dict[str, dict[str, Any]]:
     }
 
 
+# The driver manager's own reading (unixODBC 2.3.11, see transport/odbc_string.py): each UTF-16 unit cut to
+# its low byte (U+013B is ';', U+013D '=', U+017D '}', U+0144 'D', U+0100 ends the string), text after a
+# closing brace starts a new pair, and the last DRIVER wins. Each case says what the hook must do:
+# "written" (the value is braced and reaches the driver as it is: the driver manager loads the hook's own
+# driver) or "refused" (a ConfigurationError before anything connects).
+SEMI, EQ, CLOSE = "\u013b", "\u013d", "\u017d"
+
+
+def reading_attacks(library: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """Connections that name ``library`` only as the driver manager reads them, and the expected outcome."""
+    sqlserver = {"engine": "sqlserver"}
+    smuggled = f"x{SEMI}DRIVER{EQ}{library}"
+    return {
+        "password U+013B/U+013D on mssql": (
+            {"conn_type": "mssql", **SERVER, "password": smuggled},
+            "written",
+        ),
+        "password U+013B/U+013D on sqlqueue": (
+            {"conn_type": "sqlqueue", **SERVER, "password": smuggled, "extra": sqlserver},
+            "written",
+        ),
+        "login U+013B/U+013D on sqlqueue": (
+            {"conn_type": "sqlqueue", **SERVER, "login": smuggled, "extra": sqlserver},
+            "written",
+        ),
+        "host U+013B/U+013D on mssql": (
+            {"conn_type": "mssql", **SERVER, "host": f"127.0.0.1{SEMI}DRIVER{EQ}{library}"},
+            "written",
+        ),
+        "schema U+013B/U+013D on mssql": ({"conn_type": "mssql", **SERVER, "schema": smuggled}, "written"),
+        "connect_options value U+013B/U+013D": (
+            {"conn_type": "mssql", **SERVER, "extra": {"connect_options": f"Encrypt=no;APP={smuggled}"}},
+            "written",
+        ),
+        "password switching to a DSN": (
+            {"conn_type": "mssql", **SERVER, "password": f"x{SEMI}DRIVER{EQ}{SEMI}DSN{EQ}evil"},
+            "written",
+        ),
+        "password U+017D closing the braces": (
+            {"conn_type": "mssql", **SERVER, "password": f"x{CLOSE}{SEMI}DRIVER{EQ}{library}"},
+            "refused",
+        ),
+        "password U+0100 cutting the string": (
+            {"conn_type": "mssql", **SERVER, "password": "x\u0100"},
+            "refused",
+        ),
+        "odbc_connect U+013B/U+013D": (
+            {
+                "conn_type": "sqlqueue",
+                "extra": {**sqlserver, "odbc_connect": f"SERVER=127.0.0.1,1;APP={smuggled}"},
+            },
+            "refused",
+        ),
+        "odbc_connect text after a closing brace": (
+            {
+                "conn_type": "mssql",
+                "extra": {"odbc_connect": f"SERVER=127.0.0.1,1;APP={{a}}DRIVER={library}"},
+            },
+            "refused",
+        ),
+        "odbc_connect keyword U+0144 read as D": (
+            {
+                "conn_type": "sqlqueue",
+                "extra": {**sqlserver, "odbc_connect": f"SERVER=h;\u0144RIVER={library}"},
+            },
+            "refused",
+        ),
+        "odbc_connect DMConnAttr": (
+            {"conn_type": "mssql", "extra": {"odbc_connect": "SERVER=h;DMConnAttr=[105]=\\/tmp/trace.log"}},
+            "refused",
+        ),
+        "extra value U+013B/U+013D on odbc": (
+            {"conn_type": "odbc", **SERVER, "extra": {"APP": smuggled}},
+            "refused",
+        ),
+    }
+
+
 def direct(library: str) -> dict[str, Any]:
     """A connection that names ``library`` outright (the positive control of every path)."""
     return {
@@ -139,12 +217,15 @@ PATHS = [
     "test_connection()",
     "create_engine(get_uri())",
     "create_engine(sqlalchemy_url)",
+    "PendingMessagesTrigger.run()",
+    "queue_environment() for Spark, then open_transport()",
+    "sqlqueue depth (CLI)",
 ]
 
 GET_URI_PROBE = "the ODBC string SQLAlchemy makes of get_uri()"
 
 _ATTEMPTS_IN_A_CHILD = r"""
-import json, os, sys
+import asyncio, contextlib, io, json, os, sys
 import sqlalchemy
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -166,6 +247,38 @@ def tested_connection(hook):
         raise RuntimeError(message)
 
 
+def trigger_run(hook):
+    from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger
+
+    async def first_event():
+        trigger = PendingMessagesTrigger("orders", hook.sqlqueue_conn_id, poll_interval=0.1)
+        async for event in trigger.run():
+            return event.payload
+
+    payload = asyncio.run(first_event())
+    if payload["status"] != "success":
+        raise RuntimeError(payload.get("message"))
+
+
+def spark_environment(hook):
+    from airflow_provider_sqlqueue.operators.spark_submit import queue_environment
+    from airflow_provider_sqlqueue.spark.config import url_from_environment
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    with open_transport(url_from_environment(queue_environment(hook))) as transport:
+        transport.new_connection().close()
+
+
+def cli_depth(hook):
+    from airflow_provider_sqlqueue.cli import main
+
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+        code = main(["depth", "--conn-id", hook.sqlqueue_conn_id, "orders"])
+    if code != 0:
+        raise RuntimeError(said.getvalue())
+
+
 
 job = json.load(sys.stdin)
 GET_URI_PROBE = job["get_uri_probe"]
@@ -181,8 +294,13 @@ PATHS = {
     "test_connection()": tested_connection,
     "create_engine(get_uri())": lambda hook: create_engine(hook.get_uri()).connect().close(),
     "create_engine(sqlalchemy_url)": lambda hook: create_engine(hook.sqlalchemy_url).connect().close(),
+    "PendingMessagesTrigger.run()": trigger_run,
+    "queue_environment() for Spark, then open_transport()": spark_environment,
+    "sqlqueue depth (CLI)": cli_depth,
     GET_URI_PROBE: lambda hook: odbc_string_sqlalchemy_hands_over(make_url(hook.get_uri())),
 }
+# The paths that make their own hook (the trigger, the CLI) take the deployment's default driver.
+SqlQueueHook.default_odbc_driver = job["driver"]
 results = []
 for number, attempt in enumerate(job["attempts"]):
     conn_id = f"rogue_{number}"
@@ -215,6 +333,7 @@ with open(job["results"], "w") as file:
 
 SQLALCHEMIES = ["venv", "floor"]
 CASES = list(attacks("x"))
+READING_CASES = list(reading_attacks("x"))
 PERCENT_PASSWORD = "P%3Bw;d}{+%41 %zz"
 PERCENT_CONNECTION = {"conn_type": "mssql", **SERVER, "password": PERCENT_PASSWORD}
 
@@ -230,6 +349,7 @@ def planned_attempts() -> list[tuple[str, bool, str]]:
     attempts = [(case, False, path) for case in CASES for path in PATHS]
     attempts += [(case, True, path) for case in CASES for path in ALLOWED_ATTACK_PATHS]
     attempts += [("direct", True, path) for path in PATHS]
+    attempts += [(case, False, path) for case in READING_CASES for path in PATHS]
     return [*attempts, ("percent password", False, GET_URI_PROBE)]
 
 
@@ -266,6 +386,8 @@ class Runs:
         library = self.folder / f"librogue-{tag}.so"
         if not library.exists():
             shutil.copyfile(self.library, library)
+        if case in READING_CASES:
+            return reading_attacks(str(library))[case][0]
         return direct(str(library)) if case == "direct" else attacks(str(library))[case]
 
     def _run(self, sqlalchemy: str) -> dict[str, Any]:
@@ -273,7 +395,11 @@ class Runs:
         attempts = []
         for number, (case, allow, path) in enumerate(planned_attempts()):
             tag = f"{sqlalchemy}-{number}"
-            shared = f"{sqlalchemy}-refused-{CASES.index(case)}" if not allow and case in CASES else tag
+            shared = tag
+            if not allow and case in CASES:
+                shared = f"{sqlalchemy}-refused-{CASES.index(case)}"
+            elif case in READING_CASES:
+                shared = f"{sqlalchemy}-reading-{READING_CASES.index(case)}"
             attempts.append(
                 {
                     "path": path,
@@ -353,6 +479,26 @@ def test_a_percent_encoded_driver_is_refused_on_every_path_and_nothing_is_loaded
     run, result = runs.result(sqlalchemy, case, False, path)
     assert not result["loaded"], f"SQLAlchemy {run['sqlalchemy']}: {path} loaded the library"
     assert "allow_driver_in_extra" in result["outcome"] and "percent-decoded" in result["outcome"], result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", READING_CASES)
+@pytest.mark.parametrize("sqlalchemy", SQLALCHEMIES)
+def test_a_value_the_driver_manager_reads_as_a_driver_loads_nothing_on_every_path(
+    sqlalchemy: str, case: str, path: str, runs: Runs
+) -> None:
+    """Written cases reach the driver manager braced, so it loads the hook's driver (which does not
+    exist here: its error names it); refused ones stop before anything connects, naming the field or the
+    setting. test_odbc_driver_manager.py proves that each string the hook used to write loads the library."""
+    run, result = runs.result(sqlalchemy, case, False, path)
+    assert not result["loaded"], f"SQLAlchemy {run['sqlalchemy']}: {path} loaded the library"
+    if reading_attacks("x")[case][1] == "written":
+        assert "libsqlqueue-no-driver" in result["outcome"], result
+    else:
+        said = result["outcome"]
+        assert "unixODBC 2.3.11" in said or "allow_driver_in_extra" in said, result
+        assert "libsqlqueue-no-driver" not in result["outcome"], result
 
 
 @pytest.mark.slow

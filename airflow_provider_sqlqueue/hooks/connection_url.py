@@ -11,7 +11,8 @@ from urllib.parse import quote, quote_plus, unquote_plus
 
 from sqlalchemy.engine import URL
 
-from ..transport.connection import odbc_pairs, odbc_value
+from ..model.errors import ConfigurationError
+from ..transport.odbc_string import odbc_pairs, odbc_value
 
 # Keywords that make the ODBC driver manager load a shared library (DRIVER, or one named by a DSN) or write
 # a file (SAVEFILE). Whoever may edit a connection must not choose them (SqlQueueHook._check_driver_keywords).
@@ -36,16 +37,26 @@ def secret_forms(secret: str) -> set[str]:
     """Every form in which ``secret`` can appear in a URL, an ODBC string or a log line: raw, as an ODBC
     value (braced, ``}`` doubled), and each of those URL-encoded the ways SQLAlchemy and urllib encode."""
     forms: set[str] = set()
-    for text in (secret, odbc_value(secret)):
+    try:
+        written = odbc_value(secret)
+    except ConfigurationError:  # no ODBC string can hold it, so it never stands in one
+        written = secret
+    for text in (secret, written):
         forms |= {text, quote(text, safe=""), quote(text), quote(text, safe=" +"), quote_plus(text)}
     return forms
 
 
 def _hide_odbc_secrets(odbc: str) -> str:
     return ";".join(
-        f"{key}={'***' if key in SECRET_ODBC_KEYWORDS else odbc_value(value)}"
-        for key, value in odbc_pairs(odbc)
+        f"{key}={'***' if key in SECRET_ODBC_KEYWORDS else _shown(value)}" for key, value in odbc_pairs(odbc)
     )
+
+
+def _shown(value: str) -> str:
+    try:
+        return odbc_value(value)
+    except ConfigurationError:
+        return "{?}"
 
 
 class SecretHidingURL(URL):

@@ -49,7 +49,15 @@ from ..transport import (
     VacuumResult,
     open_transport,
 )
-from ..transport.connection import DEFAULT_ODBC_DRIVER, odbc_pairs, odbc_value, parse_odbc_string
+from ..transport.connection import DEFAULT_ODBC_DRIVER
+from ..transport.odbc_string import (
+    driver_manager_refusal,
+    names_a_driver,
+    odbc_pairs,
+    odbc_value,
+    parse_odbc_string,
+    render_odbc,
+)
 from .cloud_logins import (
     check_entra_authentication,
     check_iam_extras,
@@ -211,10 +219,13 @@ class SqlQueueHook(DbApiHook):
             return named
         return default
 
-    def _check_driver_keywords(self, odbc: str, where: str) -> None:
-        """Refuse DRIVER, DSN, FILEDSN or SAVEFILE in ``odbc`` unless it is the driver the hook chose: in
+    def _check_driver_keywords(self, odbc: str, where: str, *, driver_required: bool = True) -> None:
+        """Refuse DRIVER, DSN, FILEDSN, SAVEFILE (or another keyword the driver manager acts on, or any
+        keyword twice) in ``odbc`` unless it is the driver the hook chose: read as unixODBC's driver manager
+        reads it and as the drivers read it (:mod:`~airflow_provider_sqlqueue.transport.odbc_string`), in
         ``odbc`` as it is and in each of its percent-decoded forms (see :func:`percent_decoded_forms`), so
-        that no consumer that decodes it, as SQLAlchemy 2.0 does, finds a driver the check did not see."""
+        that no consumer that decodes it, as SQLAlchemy 2.0 does, finds a driver the check did not see.
+        ``driver_required`` False: ``odbc`` is a fragment the hook adds its DRIVER to."""
         if driver_in_extra_allowed():
             return
         chosen = {self.odbc_driver, *percent_decoded_forms(self.odbc_driver)}
@@ -223,25 +234,30 @@ class SqlQueueHook(DbApiHook):
             for key, value in odbc_pairs(form):
                 if key in DRIVER_KEYWORDS and not (key == "DRIVER" and value in chosen):
                     raise self._driver_refused(f"{where} sets {key}={how}")
+            why = driver_manager_refusal(form, chosen, driver_required=driver_required)
+            if why is not None:
+                raise self._driver_refused(f"{where} {why}{how}")
 
     def _odbc_string(self) -> str:
         conn = self.connection
         extra = self.connection_extra
         if extra.get("odbc_connect"):
             raw = str(extra["odbc_connect"])
-            self._check_driver_keywords(raw, "its odbc_connect")
-            if any(key in DRIVER_KEYWORDS for key, _ in odbc_pairs(raw)):
+            self._check_driver_keywords(raw, "its odbc_connect", driver_required=False)
+            if names_a_driver(raw):
                 return raw
-            return f"DRIVER={odbc_value(self.odbc_driver)};{raw}"
+            return f"DRIVER={odbc_value(self.odbc_driver, 'the ODBC driver')};{raw}"
         if conn.conn_type == "odbc":
             from airflow.providers.odbc.hooks.odbc import OdbcHook
 
             built = OdbcHook(odbc_conn_id=self.get_conn_id(), driver=self.odbc_driver).odbc_connection_string
             self._check_driver_keywords(built, "its extras (which OdbcHook writes into the ODBC string)")
             return built
+        field = f"connection {self.get_conn_id()!r}: its"
         options = _options(extra.get("connect_options"))
+        fields = {key.upper(): f"{field} connect_options {key}" for key in options}
         self._check_driver_keywords(
-            ";".join(f"{key}={odbc_value(value)}" for key, value in options.items()), "its connect_options"
+            render_odbc(options.items(), fields), "its connect_options", driver_required=False
         )
         parts = {"DRIVER": self.odbc_driver}
         server = conn.host or "localhost"
@@ -256,7 +272,15 @@ class SqlQueueHook(DbApiHook):
             parts[key.upper()] = value
         if extra.get("authentication"):
             parts["AUTHENTICATION"] = entra_authentication(extra["authentication"], self.get_conn_id())
-        built = ";".join(f"{key}={odbc_value(str(value))}" for key, value in parts.items())
+        fields |= {
+            "DRIVER": "the hook's ODBC driver",
+            "SERVER": f"{field} Host or Port field",
+            "DATABASE": f"{field} Schema field",
+            "UID": f"{field} Login field",
+            "PWD": f"{field} Password field",
+            "AUTHENTICATION": f"{field} authentication extra",
+        }
+        built = render_odbc(((key, str(value)) for key, value in parts.items()), fields)
         self._check_driver_keywords(built, "its Host, Schema, Login or Password")
         return built
 

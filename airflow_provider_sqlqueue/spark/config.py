@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..transport import ConfigurationError
-from ..transport.connection import parse_odbc_string
+from ..transport.odbc_string import parse_odbc_string, render_odbc
 
 __all__ = [
     "PASSWORD_ENV",
@@ -40,14 +40,10 @@ RUN_ID_ENV = "SQLQUEUE_RUN_ID"
 SINK_KINDS = ("table", "queue", "parquet", "json")
 
 
-def _odbc_value(value: str) -> str:
-    if any(char in value for char in ";{}=") or value != value.strip():
-        return "{" + value.replace("}", "}}") + "}"
-    return value
-
-
 def _odbc_join(parts: dict[str, str]) -> str:
-    return ";".join(f"{key}={_odbc_value(value)}" for key, value in parts.items())
+    """The pairs written back as one connection string, checked to read back as them as the driver manager
+    reads it (a password from the environment cannot add a keyword)."""
+    return render_odbc(parts.items(), {"PWD": f"the password ({PASSWORD_ENV})"})
 
 
 def _is_odbc_string(text: str) -> bool:

@@ -29,6 +29,7 @@ from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
 from .connection_factory import ConnectionFactory, ask_factory
 from .lease import ConnectionLease
+from .odbc_string import driver_manager_raw_pairs, odbc_pairs, odbc_value, parse_odbc_string, render_odbc
 from .pool import ConnectionPool, PooledConnection
 from .publishing import PublishResult, publish
 from .queue import TableQueue
@@ -41,72 +42,16 @@ log = logging.getLogger(__name__)
 
 LockMode = Literal["auto", "row", "advisory"]
 
-__all__ = ["Transport", "odbc_connection_string", "odbc_pairs", "open_transport", "parse_odbc_string"]
+__all__ = [
+    "Transport",
+    "odbc_connection_string",
+    "odbc_pairs",
+    "odbc_value",
+    "open_transport",
+    "parse_odbc_string",
+]
 
 DEFAULT_ODBC_DRIVER = "ODBC Driver 18 for SQL Server"
-
-
-def _odbc_value(value: str) -> str:
-    if any(char in value for char in ";{}=") or value != value.strip():
-        return "{" + value.replace("}", "}}") + "}"
-    return value
-
-
-def odbc_pairs(text: str) -> list[tuple[str, str]]:
-    """Every ``KEY=value`` of an ODBC connection string in order, keys upper-cased, duplicates kept.
-
-    Split the way the driver manager splits it: a pair ends at the first ``;`` outside braces, a key at its
-    ``=``; a braced value may hold ``;`` and ``}}`` stands for ``}``. A fragment without ``=`` is no pair, so
-    ``A;DRIVER=x`` yields ``DRIVER``, as the driver manager would read it. Security checks look at every
-    pair, since drivers differ on whether the first or the last of a repeated key wins.
-    """
-    pairs: list[tuple[str, str]] = []
-    index = 0
-    length = len(text)
-    while index < length:
-        semicolon = text.find(";", index)
-        equals = text.find("=", index)
-        if equals == -1:
-            break
-        if semicolon != -1 and semicolon < equals:  # a fragment without a value
-            index = semicolon + 1
-            continue
-        key = text[index:equals].strip().upper()
-        index = equals + 1
-        if index < length and text[index] == "{":
-            value_chars = []
-            index += 1
-            while index < length:
-                if text[index] == "}":
-                    if index + 1 < length and text[index + 1] == "}":
-                        value_chars.append("}")
-                        index += 2
-                        continue
-                    index += 1
-                    break
-                value_chars.append(text[index])
-                index += 1
-            value = "".join(value_chars)
-            semicolon = text.find(";", index)
-            index = length if semicolon == -1 else semicolon + 1
-        else:
-            semicolon = text.find(";", index)
-            end = length if semicolon == -1 else semicolon
-            value = text[index:end].strip()
-            index = end + 1
-        if key:
-            pairs.append((key, value))
-    return pairs
-
-
-def parse_odbc_string(text: str) -> dict[str, str]:
-    """Split ``KEY=value;KEY={va;lue}`` into a dict with upper-case keys (braced values may hold ';')."""
-    return dict(odbc_pairs(text))
-
-
-def odbc_value(value: str) -> str:
-    """``value`` as an ODBC connection string writes it: in braces (``}`` doubled) when it needs them."""
-    return _odbc_value(value)
 
 
 def odbc_connection_string(url: URL) -> str:
@@ -135,7 +80,7 @@ def odbc_connection_string(url: URL) -> str:
     if url.password is not None:
         parts["PWD"] = str(url.password)
     parts.update(query)
-    return ";".join(f"{key}={_odbc_value(str(value))}" for key, value in parts.items())
+    return render_odbc((key, str(value)) for key, value in parts.items())
 
 
 class Transport:
@@ -489,10 +434,14 @@ def _sqlserver_connector(
 
 
 def _odbc_with(odbc: str, arguments: Mapping[str, Any]) -> str:
-    """``odbc`` with the keywords of ``arguments`` (upper-case) set: each replaces every pair of its key."""
-    kept = [(key, value) for key, value in odbc_pairs(odbc) if key not in arguments]
-    pairs = kept + [(key, str(value)) for key, value in arguments.items()]
-    return ";".join(f"{key}={_odbc_value(value)}" for key, value in pairs)
+    """``odbc`` with the keywords of ``arguments`` set: each replaces every pair of its keyword (compared
+    without case). The rest is kept as the driver manager reads it, and the result is checked to read back
+    as these pairs (:func:`~.odbc_string.render_odbc`), so a factory's value (a token, a secret) cannot add
+    a keyword."""
+    replaced = {str(key).upper() for key in arguments}
+    kept = [(key, value) for key, value in driver_manager_raw_pairs(odbc) if key.upper() not in replaced]
+    names = {str(key): f"the connection factory's {key}" for key in arguments}
+    return render_odbc([*kept, *((str(key), str(value)) for key, value in arguments.items())], names)
 
 
 def open_transport(
