@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..model.errors import ConfigurationError
@@ -81,6 +81,35 @@ def check_iam_extras(extra: dict[str, Any], login: str | None, host: str | None,
             f"connection {conn_id!r}: an IAM login needs the database user in Login and the RDS or Aurora "
             "endpoint in Host (the token is signed for both)"
         )
+
+
+# libpq options that choose where a connection goes (or the service file that may), or as whom it logs in. An
+# RDS IAM token is signed for the connection's Host, Port and Login, and libpq sends the password to the
+# server these options name: with ``hostaddr=<address>;port=<port>`` a listener there received the token.
+IAM_DESTINATION_OPTIONS = {
+    "host": "names another server than the Host the token is signed for",
+    "hostaddr": "sends the connection, and the token, to another address than the Host's",
+    "port": "sends the connection, and the token, to another port than the Port the token is signed for",
+    "service": "reads host, hostaddr, port and user from a service file",
+    "servicefile": "names the service file libpq reads host, hostaddr, port and user from",
+    "user": "logs in as another user than the Login the token is signed for",
+}
+
+
+def check_iam_options(options: Mapping[str, str], conn_id: str) -> None:
+    """Refuse, on an ``iam`` connection, a libpq option from its extras (``connect_options`` or the libpq
+    extras) that would send the token elsewhere than the Host, Port and Login it is signed for. Refused
+    whatever the deployment allows otherwise: a token sent elsewhere is a login to the RDS database for
+    whoever listens there, for 15 minutes."""
+    for key in options:
+        name = key.strip().lower()
+        if name in IAM_DESTINATION_OPTIONS:
+            raise ConfigurationError(
+                f"connection {conn_id!r}: iam with {name}= in its extras (connect_options): it "
+                f"{IAM_DESTINATION_OPTIONS[name]}. The token is signed for the Host, Port and Login fields "
+                "and libpq sends it wherever its options point, so an iam connection may not set these "
+                "options; put the RDS or Aurora endpoint in Host and Port"
+            )
 
 
 def rds_iam_token(aws_conn_id: str, host: str, port: int, user: str) -> str:

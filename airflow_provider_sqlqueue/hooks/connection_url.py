@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from urllib.parse import quote, quote_plus, unquote_plus
 
-from sqlalchemy.engine import URL
+import sqlalchemy
+from sqlalchemy.engine import URL, make_url
 
 from ..model.errors import ConfigurationError
 from ..transport.odbc_string import odbc_pairs, odbc_value
@@ -140,3 +141,68 @@ def libpq_option_refusal(key: str, value: str) -> str | None:
     if name == "sslkey" and ":" in value:
         return "names an OpenSSL engine (engine:key), a shared library that libpq loads"
     return None
+
+
+# The parts of a SQLAlchemy URL, by the Airflow connection field each is written from.
+URL_FIELDS = {
+    "host": "Host",
+    "port": "Port",
+    "database": "Schema",
+    "username": "Login",
+    "password": "Password",
+}
+
+
+def reparsed(url: URL) -> URL:
+    """``url`` as whoever reads its text gets it: rendered with its password, as ``get_uri()`` renders it,
+    and parsed by the installed SQLAlchemy's ``make_url``, as ``create_engine(hook.get_uri())``, the Spark
+    jobs (``SQLQUEUE_URL``) and ``open_transport`` of a string parse it."""
+    return make_url(url.render_as_string(hide_password=False))
+
+
+def _changed_parts(url: URL) -> list[str]:
+    back = reparsed(url)
+    return [part for part in (*URL_FIELDS, "query") if getattr(back, part) != getattr(url, part)]
+
+
+def _option_named(key: str) -> str:
+    why = LIBPQ_FILE_OPTIONS.get(key.lower())
+    return f"{key}=" if why is None else f"{key}= (which {why})"
+
+
+def reparse_refusal(url: URL) -> str | None:
+    """Why ``url`` would not come back as it is when its text is parsed again, naming the connection
+    fields responsible but no value; None when host, port, database, login, password and query all come
+    back unchanged.
+
+    SQLAlchemy 2.0 writes a database name as it is, and neither 2.0 nor 2.1 escapes a host, so a ``?`` in
+    the Schema or Host field began the URL's query: Schema ``postgres?passfile=/other.pgpass`` passed every
+    check of the extras and came back from ``get_uri()`` as the libpq option ``passfile``. Asking the
+    installed SQLAlchemy itself, instead of listing characters, keeps the check true to the release that
+    renders the URL."""
+    changed = _changed_parts(url)
+    if not changed:
+        return None
+    # Each field alone in a plain URL, to name the one responsible (a bad Host changes the port, database
+    # and query that follow it too).
+    plain = URL.create(url.drivername, username="u", password="p", host="h", port=1, database="d")
+    culprits = [
+        f"its {name} field"
+        for part, name in URL_FIELDS.items()
+        if getattr(url, part) is not None and _changed_parts(plain.set(**{part: getattr(url, part)}))
+    ]
+    if url.query and _changed_parts(plain.set(query=url.query)):
+        culprits.append("its extras")
+    if not culprits:  # only the fields together fail: name each field that does not come back
+        culprits = [f"its {URL_FIELDS.get(part, 'extras')} field" for part in changed]
+    read_as = ""
+    if "its Password field" not in culprits:  # option names only, and never ones a password made
+        added = sorted(set(reparsed(url).query) - set(url.query))
+        if added:
+            read_as = f", and would set the query option {', '.join(map(_option_named, added))}"
+    return (
+        f"{' and '.join(culprits)} would not come back as written when the URL SQLAlchemy "
+        f"{sqlalchemy.__version__} renders of the connection (get_uri(), the Spark jobs' SQLQUEUE_URL) is "
+        f"parsed again{read_as}. A Host field holds one host name or address and a Schema field one database "
+        "name: SQLAlchemy reads a '?', '/', '@' or ':' in them as the URL's own separators"
+    )

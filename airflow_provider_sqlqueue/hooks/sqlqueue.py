@@ -61,6 +61,7 @@ from ..transport.odbc_string import (
 from .cloud_logins import (
     check_entra_authentication,
     check_iam_extras,
+    check_iam_options,
     entra_authentication,
     is_true,
     rds_iam_token,
@@ -77,6 +78,8 @@ from .connection_url import (
     libpq_option_refusal,
     odbc_string_sqlalchemy_hands_over,
     percent_decoded_forms,
+    reparse_refusal,
+    reparsed,
     secret_forms,
 )
 
@@ -353,15 +356,25 @@ class SqlQueueHook(DbApiHook):
             }
             query |= _options(self.connection_extra.get("connect_options"))
             self._check_libpq_options(query)
-            return SecretHidingURL.create(
+            iam = self._iam_login()
+            if iam:
+                check_iam_options(query, self.get_conn_id())
+            url = SecretHidingURL.create(
                 "postgresql+psycopg",
                 username=conn.login or None,
-                password=None if self._iam_login() else conn.password or None,
+                password=None if iam else conn.password or None,
                 host=conn.host or None,
                 port=conn.port or None,
                 database=conn.schema or None,
                 query=query,
             )
+            # get_uri(), create_engine of it and the Spark jobs parse its text again: the same URL must come
+            # back, with no option the checks above did not see (connection_url.reparse_refusal)
+            why = reparse_refusal(url)
+            if why is not None:
+                raise ConfigurationError(f"connection {self.get_conn_id()!r}: {why}")
+            self._check_libpq_options(reparsed(url).query)
+            return url
         url = SecretHidingURL.create("mssql+pyodbc", query={"odbc_connect": self._odbc_string()})
         # What SQLAlchemy itself makes of the URL, and of its rendering parsed back, is what
         # create_engine(hook.sqlalchemy_url) or create_engine(hook.get_uri()) would hand the driver manager.
