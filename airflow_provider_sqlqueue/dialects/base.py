@@ -25,6 +25,7 @@ from .archive import ArchiveStatements
 from .bridge import BridgeStatements
 from .index_spec import IndexSpec
 from .subscriptions import SubscriptionStatements
+from .transaction_state import TransactionStates
 
 Layout = Literal["clustered", "heap"]
 StorageParameters = tuple[tuple[str, str], ...]
@@ -137,7 +138,7 @@ def short_hash(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
 
 
-class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, ABC):
+class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, TransactionStates, ABC):
     """One database engine's SQL. Subclasses are stateless; the transport caches rendered statements."""
 
     name: ClassVar[str]

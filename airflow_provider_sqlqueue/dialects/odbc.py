@@ -27,6 +27,7 @@ from ..model.errors import (
 )
 from .postgres import _TRANSIENT_SQLSTATES, PostgresDialect
 from .sqlite import _NOW, SqliteDialect
+from .transaction_state import TransactionState
 
 _PLACEHOLDER = re.compile(r"%(%|s)")
 _CONNECTION_SQLSTATES = {"08S01", "08001", "08003", "08004", "08007", "HYT00", "HYT01"}
@@ -53,6 +54,11 @@ class _Pyodbc:
 
     def prepare_connection(self, connection: Any) -> None:
         connection.autocommit = False
+
+    def transaction_state(self, connection: Any) -> TransactionState:
+        """UNKNOWN: pyodbc does not expose the driver's transaction status, and neither psqlODBC nor the
+        SQLite3 driver lets a query tell whether the transaction the statements began in is still open."""
+        return TransactionState.UNKNOWN
 
     def fetch_rows(self, cursor: Any) -> list[Any]:
         while cursor.description is None:

@@ -38,6 +38,7 @@ from .postgres_picks import AFTER_ROW_VERSION, THROUGH_ROW_VERSION, delete_taken
 from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
 from .postgres_subscriptions import PostgresSubscriptions
+from .transaction_state import PostgresTransactionState
 
 _COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _RETURNING = (
@@ -88,7 +89,9 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class PostgresDialect(PostgresArchive, PostgresStorage, PostgresSubscriptions, PostgresBridge):
+class PostgresDialect(
+    PostgresArchive, PostgresStorage, PostgresSubscriptions, PostgresBridge, PostgresTransactionState
+):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"

@@ -28,6 +28,7 @@ from ..model.errors import (
 from .base import Finding, IndexSpec, TableOptions
 from .sqlite_bridge import SqliteBridge
 from .sqlite_subscriptions import SqliteSubscriptions
+from .transaction_state import SqliteTransactionState
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 # A random (version 4) UUID's text, lower case as str(uuid.uuid4()): SQLite has no UUID function.
@@ -53,7 +54,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class SqliteDialect(SqliteSubscriptions, SqliteBridge):
+class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
     name = "sqlite"
     display_name = "SQLite"
     default_schema = None

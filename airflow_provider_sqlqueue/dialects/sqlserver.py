@@ -26,6 +26,7 @@ from .base import Finding, IndexSpec, TableOptions, short_hash
 from .sqlserver_archive import SqlServerArchive
 from .sqlserver_bridge import SqlServerBridge
 from .sqlserver_subscriptions import SqlServerSubscriptions
+from .transaction_state import SqlServerTransactionState
 
 _COLUMNS = "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]"
 _VALUES_ROW = "(?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
@@ -63,7 +64,7 @@ def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
 
 
-class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge):
+class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge, SqlServerTransactionState):
     name = "sqlserver"
     display_name = "SQL Server"
     default_schema = "dbo"

@@ -16,6 +16,7 @@ from .errors import (
     PermissionDenied,
     QueueNotFound,
     SqlQueueError,
+    TransactionEndedError,
     TransientDatabaseError,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "QueueAddress",
     "QueueNotFound",
     "SqlQueueError",
+    "TransactionEndedError",
     "TransientDatabaseError",
 ]

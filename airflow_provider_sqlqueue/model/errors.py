@@ -43,3 +43,9 @@ class TransientDatabaseError(SqlQueueError):
     the server), so its messages are still in the queue. A commit that fails this way leaves the outcome
     unknown to the client: the messages were either delivered once or are still queued, never lost.
     """
+
+
+class TransactionEndedError(SqlQueueError):
+    """A statement run in a transaction that others' work shares ended it (committed or rolled back), left
+    it aborted, or nested another in it, as the driver reported afterwards. The message says which
+    statement, and whether what ran before it may already be committed."""

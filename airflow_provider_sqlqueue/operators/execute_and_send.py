@@ -16,12 +16,16 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..model.errors import ConfigurationError
+from ..transport.transaction_guard import guarded_transaction
 from ._rendered import as_list, as_mapping
 from .send import SendMessageOperator
 
 # A statement that ends, starts or leaves the operator's transaction would commit part of the work alone.
 # Rolling back to a savepoint (ROLLBACK TO, T-SQL's ROLLBACK TRANSACTION <savepoint>) and T-SQL's blocks
-# (BEGIN ... END, BEGIN TRY ... END TRY) stay inside it.
+# (BEGIN ... END, BEGIN TRY ... END TRY) stay inside it. This is only the early, clear refusal of the plain
+# forms, before anything runs: text can hide a commit from it (nested comments, a backslash before a quote,
+# EXEC('COMMIT'), IF 1=1 ROLLBACK). The guard is the transaction's state, read from the driver after each
+# statement (transport/transaction_guard.py).
 TRANSACTION_CONTROL = re.compile(
     r"""^\s*(
         COMMIT\b | ABORT\b | START\s+TRANSACTION\b
@@ -55,7 +59,8 @@ def _commits_inside(statement: str) -> bool:
 
 
 def refuse_transaction_control(statements: Sequence[str]) -> None:
-    """Refuse, before anything runs, a statement that would commit, roll back or leave the transaction."""
+    """Refuse, before anything runs, a statement that plainly commits, rolls back or leaves the transaction:
+    an early error naming it, before any row is written. Not the guard (``transport.transaction_guard``)."""
     for statement in statements:
         for part in DbApiHook.split_sql_string(statement):
             if TRANSACTION_CONTROL.match(part) or _commits_inside(part):
@@ -81,7 +86,14 @@ class ExecuteSqlAndSendOperator(SendMessageOperator):
     """Run ``sql`` on the queue database, send ``body`` or ``messages`` to ``queue_name``, and commit both
     in one transaction; return a count and two Ids.
 
-    If a statement or the send fails, the transaction rolls back: no row changed, no message sent. A retry
+    If a statement or the send fails, the transaction rolls back: no row changed, no message sent. After each
+    statement (and after the sends, before the commit) the operator reads the transaction's state from the
+    driver (psycopg's ``transaction_status``, SQL Server's ``@@TRANCOUNT`` and ``XACT_STATE()``, sqlite3's
+    ``in_transaction``): a statement that committed or rolled back the transaction, however its text hid it
+    (``EXEC('COMMIT')``, ``IF 1=1 ROLLBACK``, a nested comment before ``END``), began one inside it, or left
+    it aborted without an error, fails the task there with ``TransactionEndedError`` naming it; nothing
+    after it runs, what is left rolls back, no message is sent, and where the statements before it may
+    already have committed the error says so. A retry
     of a failed try therefore starts from nothing. A try that failed after its commit (a worker lost at
     that moment) is retried too and runs the SQL again: write it so that a second run changes nothing
     more (``INSERT ... WHERE NOT EXISTS``, ``ON CONFLICT DO NOTHING``, ``MERGE``); its messages repeat the
@@ -92,9 +104,9 @@ class ExecuteSqlAndSendOperator(SendMessageOperator):
 
     :param sql: a statement or a list of statements (templated; a file's statements with
         ``"{% include 'close_day.sql' %}"``: no ``template_ext``, so that a message body or queue name ending
-        in ``.sql`` is not taken for a file). Statements that commit, roll back or start a transaction
-        (``COMMIT`` anywhere, ``ROLLBACK``, ``BEGIN TRANSACTION``, ``END``, ...) are refused before anything
-        runs.
+        in ``.sql`` is not taken for a file). Statements that plainly commit, roll back or start a
+        transaction (``COMMIT`` anywhere, ``ROLLBACK``, ``BEGIN TRANSACTION``, ``END``, ...) are refused
+        before anything runs; any other that does so is stopped by the state check after it.
     :param parameters: bound values for every statement, in the driver's style: a dict for named
         placeholders, a list for positional ones (``?`` on SQLite and SQL Server, ``%s`` on PostgreSQL)
         (templated).
@@ -147,15 +159,21 @@ class ExecuteSqlAndSendOperator(SendMessageOperator):
         outgoing = self.outgoing_messages(context)
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
-            with hook.transaction() as connection:
-                cursor = connection.cursor()
-                for statement in statements:
-                    if parameters is None:
-                        cursor.execute(statement)
-                    else:
-                        cursor.execute(statement, parameters)
-                cursor.close()
-                ids = hook.send_batch(self.queue_name, outgoing, connection=connection)
+            connection = hook.get_conn()
+            try:
+                with guarded_transaction(hook.get_transport().dialect, connection) as guard:
+                    cursor = connection.cursor()
+                    for number, statement in enumerate(statements, 1):
+                        with guard.statement(number, statement, cursor):
+                            if parameters is None:
+                                cursor.execute(statement)
+                            else:
+                                cursor.execute(statement, parameters)
+                    cursor.close()
+                    ids = hook.send_batch(self.queue_name, outgoing, connection=connection)
+                    guard.check("sending the messages", f"statements 1..{len(statements)}")
+            finally:
+                connection.close()
         finally:
             hook.close()
         self.log.info(

@@ -28,6 +28,7 @@ from ..model.errors import (
     PermissionDenied,
     QueueNotFound,
     SqlQueueError,
+    TransactionEndedError,
     TransientDatabaseError,
 )
 from .connection import Transport, open_transport
@@ -97,6 +98,7 @@ __all__ = [
     "TableOptions",
     "TableQueue",
     "TableStorage",
+    "TransactionEndedError",
     "TransactionMode",
     "TransientDatabaseError",
     "Transport",

@@ -1,0 +1,100 @@
+"""The state of a connection's transaction as each engine's driver or server reports it, not as the text of
+the statements suggests.
+
+A guard that reads the statements' text (a regex, a SQL parser) misses what the engine does with it: a
+nested comment before ``END`` on PostgreSQL, a string ending in a backslash, ``EXEC('COMMIT')`` or
+``IF 1=1 ROLLBACK`` in T-SQL. After such a statement the driver knows the transaction is gone; asking it
+is the check. Declared here as a mixin of :class:`~.base.Dialect`, with each engine's way of asking it;
+``transport/transaction_guard.py`` turns the answer into an error.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+
+class TransactionState(Enum):
+    """Where a connection's transaction stands after a statement."""
+
+    OPEN = "open"  # still the one transaction: what ran is uncommitted, a commit or rollback decides it
+    ENDED = "ended"  # committed or rolled back (what ran before may be committed); none open, or a new one
+    FAILED = "failed"  # aborted (PostgreSQL) or doomed (SQL Server XACT_STATE() = -1): it can only roll back
+    NESTED = "nested"  # SQL Server: a BEGIN TRANSACTION inside it, which the driver's commit would not end
+    UNKNOWN = "unknown"  # the driver cannot say (PostgreSQL and SQLite through ODBC)
+
+
+class TransactionStates:
+    """How a dialect reads its connection's transaction state; by default it cannot."""
+
+    def transaction_state(self, connection: Any) -> TransactionState:
+        """The state of ``connection``'s transaction as its driver or server reports it (UNKNOWN where it
+        cannot), read without changing it."""
+        return TransactionState.UNKNOWN
+
+    def discard_results(self, cursor: Any) -> None:
+        """Read past whatever a statement run on ``cursor`` returned, so that the connection can answer
+        :meth:`transaction_state` and the errors of a batch's later statements surface here. psycopg and
+        sqlite3 have done so in ``execute``."""
+
+
+class SqliteTransactionState(TransactionStates):
+    """sqlite3's ``in_transaction``: SQLite itself says whether the connection is outside autocommit mode.
+
+    The transaction of a write is begun explicitly (``begin_write``), so ``False`` after a statement means
+    that statement ended it (``COMMIT``, ``END``, ``ROLLBACK``); SQLite has no aborted-but-open state."""
+
+    def transaction_state(self, connection: Any) -> TransactionState:
+        return TransactionState.OPEN if connection.in_transaction else TransactionState.ENDED
+
+
+class PostgresTransactionState(TransactionStates):
+    """psycopg's ``connection.info.transaction_status``: the server's own transaction status, sent with
+    every ReadyForQuery message, so it costs no round trip and a statement cannot hide from it."""
+
+    def transaction_state(self, connection: Any) -> TransactionState:
+        from psycopg.pq import TransactionStatus
+
+        status = connection.info.transaction_status
+        if status == TransactionStatus.INTRANS:
+            return TransactionState.OPEN
+        if status == TransactionStatus.IDLE:
+            return TransactionState.ENDED
+        if status == TransactionStatus.INERROR:
+            return TransactionState.FAILED
+        return TransactionState.UNKNOWN  # ACTIVE (a command running) or UNKNOWN (the connection is bad)
+
+
+class SqlServerTransactionState(TransactionStates):
+    """``@@TRANCOUNT`` and ``XACT_STATE()`` from the server. The driver's own view does not help: with
+    autocommit off pyodbc (FreeTDS, Microsoft's driver) opens a new transaction, implicitly or at once, after
+    one ends, so only the server's count tells whether the transaction the statements began in is open.
+
+    Observed on Babelfish 4.3 through both drivers: 1 and 1 while open, 0 and 0 after ``IF 1=1 ROLLBACK``,
+    ``EXEC('COMMIT')`` (which also raises "Transaction count after execution indicates a mismatch") or a
+    commented ``COMMIT``, 2 and 1 after a ``BEGIN TRANSACTION`` inside."""
+
+    def transaction_state_query(self) -> str:
+        """The count of open transaction levels and whether the transaction can commit (1), is doomed
+        (-1) or absent (0). A SELECT without a table opens no implicit transaction itself."""
+        return "SELECT @@TRANCOUNT, XACT_STATE()"
+
+    def discard_results(self, cursor: Any) -> None:
+        # Until every result set is read, FreeTDS answers another cursor's query with "Invalid cursor
+        # state"; and an error of a later statement of the batch (EXEC('COMMIT')'s among them) only
+        # arrives with its result set.
+        while cursor.nextset():
+            pass
+
+    def transaction_state(self, connection: Any) -> TransactionState:
+        cursor = connection.cursor()
+        try:
+            cursor.execute(self.transaction_state_query())
+            levels, state = cursor.fetchone()
+        finally:
+            cursor.close()
+        if state == -1:
+            return TransactionState.FAILED
+        if levels == 0:
+            return TransactionState.ENDED
+        return TransactionState.NESTED if levels > 1 else TransactionState.OPEN

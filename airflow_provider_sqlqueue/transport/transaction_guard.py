@@ -1,0 +1,146 @@
+"""A transaction that others' statements run in, checked after each of them by what the driver reports.
+
+``ExecuteSqlAndSendOperator`` runs a user's statements and then sends messages in one transaction: if a
+statement commits or rolls back that transaction, the statements before it commit without the messages,
+and with pyodbc or psycopg the next statement runs in a new transaction or in autocommit. What a statement
+does cannot be read from its text reliably (nested comments, backslashes in strings, ``EXEC('COMMIT')``,
+``IF 1=1 ROLLBACK``), so this module asks the connection instead (``Dialect.transaction_state``) and stops
+at the first statement that changed the state. The message pump's guard is to use the same mechanism
+(issue "Share the mechanism with the pump's guard"), so none of it knows about Airflow or messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..dialects.transaction_state import TransactionState
+from ..model.errors import TransactionEndedError
+
+if TYPE_CHECKING:
+    from ..dialects.base import Dialect
+
+__all__ = ["TransactionGuard", "guarded_transaction", "require_open_transaction"]
+
+log = logging.getLogger(__name__)
+
+
+def require_open_transaction(
+    dialect: Dialect,
+    connection: Any,
+    *,
+    step: str,
+    ran_before: str,
+    shared_with: str = "the messages",
+    cause: BaseException | None = None,
+) -> TransactionState:
+    """Raise :class:`TransactionEndedError` unless ``connection``'s transaction is still the one open
+    transaction after ``step`` (e.g. ``"the statement 2 'IF 1=1 ROLLBACK'"``), as the driver reports it.
+
+    Share the mechanism with the pump's guard: this is the one check, for the operator's statements now and
+    for the pump's handler later, so both say the same thing about the same state. ``ran_before`` names what
+    ran in the transaction up to and including ``step`` (``"statements 1..2"``): after a commit or rollback
+    it may be committed without ``shared_with``, and the error says so. With ``cause`` (``step`` raised),
+    an aborted transaction is that error's ordinary outcome, not a second one: only an ended or nested
+    transaction is raised, chained to it. A driver that cannot tell (UNKNOWN) passes; the state is returned.
+    """
+    state = dialect.transaction_state(connection)
+    if state is TransactionState.ENDED:
+        how = (
+            "ended the transaction (a commit or a rollback)"
+            if cause is None
+            # Babelfish rolls back on some errors (a missing table), SQL Server under XACT_ABORT; but
+            # EXEC('COMMIT') commits, then fails: from the state alone the two cannot be told apart
+            else "failed and ended the transaction (the engine rolled it back on the error, or the statement "
+            "committed before failing)"
+        )
+        error = "" if cause is None else f". The statement's error: {str(cause).strip()[:300]}"
+        raise TransactionEndedError(
+            f"{step} {how}: {ran_before} may have committed without {shared_with}; nothing after it ran, "
+            f"and what was left is rolled back{error}"
+        ) from cause
+    if state is TransactionState.NESTED:
+        raise TransactionEndedError(
+            f"{step} began a transaction inside the one shared with {shared_with}, which its commit would "
+            "not end: everything is rolled back, nothing committed (a savepoint is allowed)"
+        ) from cause
+    if state is TransactionState.FAILED and cause is None:
+        raise TransactionEndedError(
+            f"{step} left the transaction aborted (it can only roll back) without raising an error: "
+            "everything is rolled back, nothing committed"
+        )
+    return state
+
+
+class TransactionGuard:
+    """Checks one connection's transaction after each step run in it (:func:`require_open_transaction`)."""
+
+    def __init__(self, dialect: Dialect, connection: Any, shared_with: str = "the messages") -> None:
+        self.dialect = dialect
+        self.connection = connection
+        self.shared_with = shared_with
+        self.ended = False  # once a check saw the transaction end: rolling back then finds none to end
+
+    def check(self, step: str, ran_before: str, cause: BaseException | None = None) -> None:
+        """Raise unless the transaction is still open after ``step`` (``cause``: the error it raised)."""
+        try:
+            require_open_transaction(
+                self.dialect,
+                self.connection,
+                step=step,
+                ran_before=ran_before,
+                shared_with=self.shared_with,
+                cause=cause,
+            )
+        except TransactionEndedError:
+            self.ended = True
+            raise
+
+    @contextmanager
+    def statement(self, number: int, text: str, cursor: Any) -> Iterator[None]:
+        """Run the block (statement ``number`` of the caller's, ``text``, executed on ``cursor``), read past
+        its results, then check the transaction; if it raised, check it too, so that a statement that ended
+        the transaction and then failed (``EXEC('COMMIT')`` on SQL Server does both) is reported as the end
+        it was."""
+        step = f"the statement {number} {text.strip()[:80]!r}"
+        ran_before = "statement 1" if number == 1 else f"statements 1..{number}"
+        try:
+            yield
+            self.dialect.discard_results(cursor)
+        except Exception as error:
+            self.check(step, ran_before, cause=error)
+            raise
+        self.check(step, ran_before)
+
+
+@contextmanager
+def guarded_transaction(
+    dialect: Dialect, connection: Any, shared_with: str = "the messages"
+) -> Iterator[TransactionGuard]:
+    """Open a transaction on ``connection`` (not in autocommit mode) that is open before the first statement
+    on every driver, yield its guard, commit when the block ends and roll back if it raises.
+
+    SQLite needs ``begin_write`` (else a statement that reads only opens nothing); SQL Server through
+    Microsoft's driver needs ``open_transaction`` (in implicit-transaction mode ``DECLARE`` or ``SELECT 1``
+    opens none, and ``@@TRANCOUNT`` 0 would read as ended); psycopg opens one before the first statement.
+    """
+    cursor = connection.cursor()
+    try:
+        for begin in (dialect.begin_write(), dialect.open_transaction()):
+            if begin:
+                cursor.execute(begin)
+    finally:
+        cursor.close()
+    guard = TransactionGuard(dialect, connection, shared_with)
+    try:
+        yield guard
+        connection.commit()
+    except BaseException:
+        try:
+            connection.rollback()
+        except Exception as error:  # the block's error is the one to report
+            # after a statement ended the transaction SQL Server has none to roll back (error 3903)
+            log.log(logging.DEBUG if guard.ended else logging.WARNING, "rolling back failed too: %s", error)
+        raise
