@@ -265,7 +265,7 @@ def test_an_absolute_sqlite_file_still_works(tmp_path: Path, monkeypatch: pytest
     )
     hook = SqlQueueHook(sqlqueue_conn_id="file")
     try:
-        hook.get_transport().queue("orders").create()
+        hook.provision(["orders"])  # provisioning alone creates the file (tests/test_sqlite_file_creation.py)
         hook.send("orders", b"kept")
         assert hook.depth("orders", "exact") == 1
     finally:

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
 from enum import IntEnum
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -311,22 +310,12 @@ def database_choice(args: argparse.Namespace) -> tuple[str, str] | None:
     return None
 
 
-def _sqlite_file(url: str) -> Path | None:
-    """The file of a native ``sqlite:///`` URL, None for other URLs."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return None
-    if parsed.drivername != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
-    return Path(parsed.database)
-
-
 def open_database(args: argparse.Namespace, *, may_create_file: bool = False) -> Transport:
     """The transport of ``--url`` / ``--conn-id`` (or the environment's), with its passwords registered for
-    masking. Nothing connects here."""
+    masking. Nothing connects here. Only ``may_create_file`` (``sqlqueue create``) lets a SQLite URL or
+    connection create its missing file; otherwise the transport's first connection (``probe``) refuses it,
+    the one check the hook, the Queues page and the triggers share (``create_missing_file`` of
+    ``open_transport``)."""
     from ..transport import open_transport
 
     choice = database_choice(args)
@@ -339,19 +328,12 @@ def open_database(args: argparse.Namespace, *, may_create_file: bool = False) ->
     kind, value = choice
     schema = getattr(args, "schema", None)
     if kind == "conn_id":
-        return _open_airflow_connection(value, schema)
+        return _open_airflow_connection(value, schema, may_create_file)
     SECRETS.add_url(value)
-    path = _sqlite_file(value)
-    if path is not None and not may_create_file and not path.exists():
-        raise CliError(
-            Exit.UNREACHABLE,
-            f"the SQLite database {path} does not exist",
-            "check the path (sqlite:///relative.db, sqlite:////absolute.db); sqlqueue create makes the file",
-        )
-    return open_transport(value, default_schema=schema)
+    return open_transport(value, default_schema=schema, create_missing_file=may_create_file)
 
 
-def _open_airflow_connection(conn_id: str, schema: str | None) -> Transport:
+def _open_airflow_connection(conn_id: str, schema: str | None, may_create_file: bool) -> Transport:
     try:
         from ..hooks.sqlqueue import SqlQueueHook
     except ImportError as error:
@@ -375,13 +357,15 @@ def _open_airflow_connection(conn_id: str, schema: str | None) -> Transport:
     extra = hook.connection_extra or {}
     if extra.get("odbc_connect"):
         SECRETS.add_url(str(extra["odbc_connect"]))
+    if may_create_file:
+        hook.create_database_file()
     transport = hook.get_transport()
     return transport
 
 
 def probe(transport: Transport) -> None:
     """Connect once, so that an unreachable database is told apart from a failing statement."""
-    from ..transport import PermissionDenied
+    from ..transport import ConfigurationError, PermissionDenied
 
     try:
         with transport.connection():
@@ -390,6 +374,8 @@ def probe(transport: Transport) -> None:
         raise CliError(
             Exit.PERMISSION_DENIED, f"cannot connect to {transport.description}: {error}"
         ) from None
+    except ConfigurationError as error:  # e.g. a SQLite file that does not exist: the error names its fix
+        raise CliError(Exit.UNREACHABLE, f"cannot connect to {transport.description}: {error}") from None
     except Exception as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CliError(

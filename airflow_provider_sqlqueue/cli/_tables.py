@@ -161,7 +161,7 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
                 Exit.USAGE,
                 "script needs --engine sqlserver|postgresql|sqlite (no database is used) or a database",
             )
-        transport = open_database(args, may_create_file=True)
+        transport = open_database(args)  # a script creates nothing, not even a SQLite file
         try:
             engine = transport.dialect.display_name
             parts = []

@@ -427,11 +427,22 @@ class SqlQueueHook(DbApiHook):
         For SQL Server each connection comes from the transport's own connect (``creator``): pyodbc gets the
         ODBC string the hook built and checked, exactly; SQLAlchemy parses no connection string, so neither
         its percent-decoding of ``odbc_connect`` (2.0) nor anything else can slip a driver in. PostgreSQL
-        and SQLite engines take :attr:`sqlalchemy_url` (psycopg and sqlite3 load no driver named by it),
-        except a PostgreSQL ``iam`` connection, whose connections come from the transport too (each with a
-        new token).
+        engines take :attr:`sqlalchemy_url` (psycopg loads no driver named by it), except an ``iam``
+        connection, whose connections come from the transport too (each with a new token). A SQLite engine
+        takes the file as a ``mode=rw`` URI, so it opens the file only if it exists, as the transport does:
+        only provisioning creates one.
         """
         options = dict(engine_kwargs or {})
+        if self.engine == "sqlite":
+            from pathlib import Path
+
+            from ..transport.connection import missing_sqlite_file, sqlite_uri
+
+            path = Path(self._sqlite_path())
+            if not path.exists():
+                raise missing_sqlite_file(path)
+            existing_only = URL.create("sqlite", database=sqlite_uri(path, "rw"), query={"uri": "true"})
+            return sqlalchemy.create_engine(existing_only, **options)
         if self.engine != "sqlserver" and not self._iam_login():
             return sqlalchemy.create_engine(self.sqlalchemy_url, **options)
         if "creator" in options:
@@ -449,7 +460,11 @@ class SqlQueueHook(DbApiHook):
         return {"sqlserver": "mssql", "postgresql": "postgresql", "sqlite": "sqlite"}[self.engine]
 
     def get_transport(self) -> Transport:
-        """The transport of this connection, opened once per hook (pooled connections, cached queues)."""
+        """The transport of this connection, opened once per hook (pooled connections, cached queues).
+
+        A SQLite connection opens its file only if it exists: each connection otherwise fails with a
+        ConfigurationError naming the path, since only provisioning (:meth:`create_database_file`) may
+        create one, lest whoever may edit a connection make files wherever the process may write."""
         if self._transport is None:
             extra = self.connection_extra
             error_queue = self._error_queue or extra.get("error_queue") or "error"
@@ -460,8 +475,20 @@ class SqlQueueHook(DbApiHook):
                 lock_mode=extra.get("lock_mode") or "auto",
                 connect=self._iam_connect_arguments if self._iam_login() else None,
                 subscriptions=self._subscription_settings(),
+                create_missing_file=False,
             )
         return self._transport
+
+    def create_database_file(self) -> bool:
+        """Create the SQLite queue file of this connection if it is missing (an empty database in WAL mode);
+        True if this call created it. Only provisioning calls it (:meth:`provision`, so also
+        ``ProvisionQueuesOperator``, and ``sqlqueue create --conn-id``); a server has no file: False."""
+        if self.engine != "sqlite" or os.path.exists(self._sqlite_path()):
+            return False
+        creating = open_transport(self.sqlalchemy_url, pool_size=1, create_missing_file=True)
+        with creating, creating.connection():
+            pass
+        return True
 
     def _subscription_settings(self) -> SubscriptionSettings:
         """Where the subscription table is (extra ``subscription_table``, an address such as
@@ -710,9 +737,12 @@ class SqlQueueHook(DbApiHook):
         ``add_missing_indexes`` (building one blocks the receivers using the table).
 
         Returns ``{"created": [...], "existing": [...], "findings": {queue: [finding, ...]}}``, or
-        ``{"script": text}`` for a dry run.
+        ``{"script": text}`` for a dry run. A SQLite connection's missing file is created here (not by a dry
+        run), the one use of the hook that may create it.
         """
         options = options or TableOptions()
+        if not dry_run:
+            self.create_database_file()
         targets = [self.get_queue(name) for name in dict.fromkeys(queues)]
         if dry_run:
             return {"script": "\n".join(queue.create_script(options) for queue in targets)}

@@ -4,8 +4,9 @@ The auth manager decides, asked as Airflow's own connection routes ask it (``req
 in ``airflow.api_fastapi.core_api.security``): reading a connection (``GET``) to be shown its queues and
 failed messages, editing it (``PUT``) to retry or delete through it. Only connections of this provider's
 type are served: the API server logs in with a connection's credentials, so a ``postgres`` or ``mssql``
-connection (perhaps a superuser's) is never opened here, whoever asks. Retries and deletes go to Airflow's
-audit log.
+connection (perhaps a superuser's) is never opened here, whoever asks. A connection is served under one
+spelling of its id only (:func:`canonical_conn_id`), the one the auth manager is asked about. Retries and
+deletes go to Airflow's audit log.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "QUEUES_VIEW",
     "RETRY_EVENT",
     "audit",
+    "canonical_conn_id",
     "may_edit",
     "may_read",
     "queue_connection_ids",
@@ -70,17 +72,47 @@ def may_edit(user: Any, conn_id: str) -> bool:
     return may_use(user, conn_id, "PUT")
 
 
-def is_queue_connection(conn_id: str) -> bool:
-    """Whether ``conn_id`` names a connection (stored, in a secrets backend or the environment) of type
-    ``sqlqueue``; looking it up opens nothing."""
+def canonical_conn_id(conn_id: str) -> str | None:
+    """The one spelling of ``conn_id`` under which the page serves the connection Airflow finds for it, or
+    None when Airflow finds none; looking it up opens nothing.
+
+    Airflow finds a connection in the environment under any letter case of its id, since it reads
+    ``AIRFLOW_CONN_`` followed by the id upper-cased, and returns it under the id as asked. The auth manager
+    answers for the spelling it is asked about, so a rule about ``secret_env`` says nothing of
+    ``SECRET_ENV``: a connection from the environment is served under its id in lower case only, as
+    Airflow's documentation names them (``AIRFLOW_CONN_MY_DB`` is ``my_db``). Any other connection has the
+    id it comes back with (a metadata database with a case-insensitive collation answers ``MY_DB`` with the
+    stored ``my_db``).
+    """
+    found = _looked_up(conn_id)
+    return None if found is None else found[0]
+
+
+def _looked_up(conn_id: str) -> tuple[str, Any] | None:
+    """:func:`canonical_conn_id` of ``conn_id`` and the connection Airflow finds for it, in one lookup."""
+    from airflow.secrets.environment_variables import EnvironmentVariablesBackend
+
     try:
-        return SqlQueueHook.get_connection(conn_id).conn_type == CONN_TYPE
+        connection = SqlQueueHook.get_connection(conn_id)
     except Exception:
-        return False
+        return None
+    if EnvironmentVariablesBackend().get_conn_value(conn_id) is not None:
+        return conn_id.lower(), connection
+    return str(connection.conn_id), connection
+
+
+def is_queue_connection(conn_id: str) -> bool:
+    """Whether ``conn_id``, spelled as :func:`canonical_conn_id` spells it, names a connection (stored, in a
+    secrets backend or the environment) of type ``sqlqueue``; looking it up opens nothing."""
+    found = _looked_up(conn_id)
+    return found is not None and found[0] == conn_id and found[1].conn_type == CONN_TYPE
 
 
 def may_read(user: Any, conn_id: str) -> bool:
-    return may_use(user, conn_id, "GET") and is_queue_connection(conn_id)
+    """Whether ``user`` may be shown ``conn_id``'s queues: the id is first resolved to the only spelling the
+    page serves (any other is refused, as an unknown id is), so the auth manager is asked about the very id
+    the connection is then looked up and served under, and retries and deletes are checked against it."""
+    return is_queue_connection(conn_id) and may_use(user, conn_id, "GET")
 
 
 def require_view(user: Any) -> None:

@@ -331,7 +331,29 @@ def _check_sqlite_file(connection: Any, path: Path) -> None:
         )
 
 
-def _sqlite_connector(url: URL, factory: ConnectionFactory | None) -> tuple[Callable[[], Any], str]:
+def sqlite_uri(path: Path, mode: str) -> str:
+    """``path`` as a SQLite URI filename with ``mode`` (``rw`` opens an existing file only, ``rwc`` creates
+    it): absolute and percent-quoted, since a ``?``, ``#`` or ``%`` in a file name would otherwise end the
+    path or change it, and after ``file://`` (an empty authority) so that a path beginning ``//`` stays
+    one."""
+    from urllib.parse import quote
+
+    return f"file://{quote(str(path.absolute()), safe='/')}?mode={mode}"
+
+
+def missing_sqlite_file(path: Path) -> ConfigurationError:
+    """The error of opening a SQLite queue file that is not there, where creating it is not allowed."""
+    return ConfigurationError(
+        f"the SQLite queue database {str(path.absolute())!r} does not exist, and only provisioning creates "
+        "it: create the queues first (ProvisionQueuesOperator, SqlQueueHook.provision or `sqlqueue create`; "
+        "without Airflow, open_transport(url, create_missing_file=True) and queue.create()), or correct the "
+        "path"
+    )
+
+
+def _sqlite_connector(
+    url: URL, factory: ConnectionFactory | None, create_missing_file: bool = True
+) -> tuple[Callable[[], Any], str]:
     import sqlite3
 
     database = url.database
@@ -347,6 +369,7 @@ def _sqlite_connector(url: URL, factory: ConnectionFactory | None) -> tuple[Call
     synchronous = str(url.query.get("synchronous", "full")).upper()
     if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ConfigurationError(f"synchronous must be off, normal, full or extra, not {synchronous!r}")
+    uri = sqlite_uri(path, "rwc" if create_missing_file else "rw")
 
     def connect() -> Any:
         arguments, supplied = (
@@ -354,9 +377,14 @@ def _sqlite_connector(url: URL, factory: ConnectionFactory | None) -> tuple[Call
         )
         wait = float((arguments or {}).get("timeout", timeout))
         if supplied is None:
-            connection = sqlite3.connect(
-                str(path), timeout=wait, isolation_level=None, check_same_thread=False
-            )
+            try:
+                connection = sqlite3.connect(
+                    uri, timeout=wait, isolation_level=None, check_same_thread=False, uri=True
+                )
+            except sqlite3.OperationalError:
+                if not create_missing_file and not path.exists():
+                    raise missing_sqlite_file(path) from None
+                raise
         else:
             connection = supplied
         try:
@@ -456,6 +484,7 @@ def open_transport(
     lock_mode: LockMode = "auto",
     connect: ConnectionFactory | None = None,
     subscriptions: SubscriptionSettings | None = None,
+    create_missing_file: bool = True,
 ) -> Transport:
     """Open the database at ``url`` (a string or a SQLAlchemy ``URL``) for queues.
 
@@ -471,6 +500,12 @@ def open_transport(
 
     ``subscriptions`` says where the publish/subscribe table is and how long a publish caches its lookup
     (:class:`~.subscriptions.SubscriptionSettings`; by default ``SubscriptionRouting``, 5 seconds).
+
+    ``create_missing_file`` says whether a SQLite URL naming no existing file creates it (the default: the
+    caller wrote the path, and ``queue.create()`` on this transport is how the core provisions). With False
+    the file is opened only if it exists, else every connection fails with a ConfigurationError naming the
+    path: the Airflow hook opens so except when provisioning, since whoever may edit a connection should not
+    be able to make files wherever a worker or the API server may write. Other engines ignore it.
     """
     if connect is not None and not callable(connect):
         kind = type(connect).__name__
@@ -493,7 +528,9 @@ def open_transport(
                 parsed = make_url(text)
             except ArgumentError as error:
                 raise ConfigurationError(f"cannot parse the transport URL: {error}") from None
-        dialect, driver_connect, database, description = _from_url(parsed, connect_timeout, connect)
+        dialect, driver_connect, database, description = _from_url(
+            parsed, connect_timeout, connect, create_missing_file
+        )
     return Transport(
         dialect,
         driver_connect,
@@ -516,7 +553,7 @@ def _odbc_description(engine: str, odbc: str, database: str | None) -> str:
 
 
 def _from_url(
-    parsed: URL, connect_timeout: int, factory: ConnectionFactory | None
+    parsed: URL, connect_timeout: int, factory: ConnectionFactory | None, create_missing_file: bool = True
 ) -> tuple[Dialect, Callable[[], Any], str | None, str]:
     """The dialect, connection factory, current database and a password-free description of a URL."""
     backend = parsed.get_backend_name()
@@ -529,7 +566,7 @@ def _from_url(
         dialect: Dialect = SqliteOverOdbc() if backend == "sqlite" else PostgresOverOdbc()
         return dialect, connect, database, _odbc_description(dialect.name, odbc, database)
     if backend == "sqlite":
-        connect, database = _sqlite_connector(parsed, factory)
+        connect, database = _sqlite_connector(parsed, factory, create_missing_file)
         return get_dialect("sqlite"), connect, database, parsed.render_as_string(hide_password=True)
     if backend in ("postgresql", "postgres"):
         if driver not in (None, "psycopg"):
