@@ -33,6 +33,7 @@ pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 pytest.importorskip("pyodbc", reason="the mssql extra is not installed")
 
 from conftest import EngineTarget
+from sqlserver_bed import MSODBC_NAME
 
 from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_provider_sqlqueue.transport.connection import odbc_pairs, parse_odbc_string
@@ -255,7 +256,32 @@ def trigger_run(hook):
         async for event in trigger.run():
             return event.payload
 
-    payload = asyncio.run(first_event())
+    said = []  # a real driver's failed login is transient: the trigger polls on; what each poll raised
+    polled = SqlQueueHook.adepth
+
+    async def recorded(self, *args, **kwargs):
+        try:
+            return await polled(self, *args, **kwargs)
+        except Exception as error:
+            said.append(f"{type(error).__name__}: {error}")
+            raise
+
+    async def event_or_first_failure():
+        task = asyncio.ensure_future(first_event())
+        for _ in range(600):
+            if task.done() or said:
+                break
+            await asyncio.sleep(0.1)
+        if not task.done():
+            task.cancel()
+            raise RuntimeError(said[0] if said else "the trigger fired no event in 60 s")
+        return task.result()
+
+    SqlQueueHook.adepth = recorded
+    try:
+        payload = asyncio.run(event_or_first_failure())
+    finally:
+        SqlQueueHook.adepth = polled
     if payload["status"] != "success":
         raise RuntimeError(payload.get("message"))
 
@@ -301,6 +327,19 @@ PATHS = {
 }
 # The paths that make their own hook (the trigger, the CLI) take the deployment's default driver.
 SqlQueueHook.default_odbc_driver = job["driver"]
+if job["listen"]:  # a real driver: a server that hangs up at once, so that each login fails at once
+    import socket, threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def hang_up():
+        while True:
+            server.accept()[0].close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    for attempt in job["attempts"]:
+        if attempt["connection"].get("port") == 1:
+            attempt["connection"]["port"] = server.getsockname()[1]
 results = []
 for number, attempt in enumerate(job["attempts"]):
     conn_id = f"rogue_{number}"
@@ -342,10 +381,33 @@ PERCENT_CONNECTION = {"conn_type": "mssql", **SERVER, "password": PERCENT_PASSWO
 ALLOWED_ATTACK_PATHS = [PATHS[0], "create_engine(get_uri())", "create_engine(sqlalchemy_url)"]
 
 
-def planned_attempts() -> list[tuple[str, bool, str]]:
+# The driver the code chooses: none that exists (every case), or a registered one, FreeTDS or Microsoft's
+# Driver 18 (the driver manager then looks its library up in odbcinst.ini; only the cases that must load
+# no library run there, since a real driver and the test library in one process crashed it).
+DRIVERS = {"no driver": NO_DRIVER, "FreeTDS": "FreeTDS", "Driver 18": MSODBC_NAME}
+
+
+def reading_paths(driver: str, case: str) -> list[str]:
+    """The paths a reading attack runs through with ``driver``. Driver 18 waits out its login timeout
+    (10 s) for a Host it cannot resolve, so the Host case runs through get_conn() alone there."""
+    return ["get_conn()"] if driver == "Driver 18" and case.startswith("host") else PATHS
+
+
+READING_MATRIX = [
+    pytest.param(sqlalchemy, driver, case, path, id=f"{sqlalchemy}-{driver}-{case}-{path}")
+    for sqlalchemy in SQLALCHEMIES
+    for driver in DRIVERS
+    for case in READING_CASES
+    for path in reading_paths(driver, case)
+]
+
+
+def planned_attempts(driver: str = "no driver") -> list[tuple[str, bool, str]]:
     """(case, allowed, path) of every attempt: each attack through each path with the setting off and
     through ALLOWED_ATTACK_PATHS with it on, the direct form through each path with it on (the control),
-    and get_uri() of a legitimate password."""
+    and get_uri() of a legitimate password; with a registered driver, the reading attacks alone."""
+    if driver != "no driver":
+        return [(case, False, path) for case in READING_CASES for path in reading_paths(driver, case)]
     attempts = [(case, False, path) for case in CASES for path in PATHS]
     attempts += [(case, True, path) for case in CASES for path in ALLOWED_ATTACK_PATHS]
     attempts += [("direct", True, path) for path in PATHS]
@@ -368,13 +430,16 @@ class Runs:
         subprocess.run([compiler, "-shared", "-fPIC", "-o", str(self.library), str(source)], check=True)
         self._runs: dict[str, dict[str, Any]] = {}
 
-    def result(self, sqlalchemy: str, case: str, allow: bool, path: str) -> tuple[dict[str, Any], dict]:
+    def result(
+        self, sqlalchemy: str, case: str, allow: bool, path: str, driver: str = "no driver"
+    ) -> tuple[dict[str, Any], dict]:
         """The child's run (its SQLAlchemy) and the outcome of one attempt: what it raised or returned,
         and whether the library was loaded."""
-        if sqlalchemy not in self._runs:
-            self._runs[sqlalchemy] = self._run(sqlalchemy)
-        run = self._runs[sqlalchemy]
-        return run, run["results"][planned_attempts().index((case, allow, path))]
+        key = f"{sqlalchemy}-{driver}"
+        if key not in self._runs:
+            self._runs[key] = self._run(sqlalchemy, driver)
+        run = self._runs[key]
+        return run, run["results"][planned_attempts(driver).index((case, allow, path))]
 
     def _connection(self, tag: str, case: str) -> dict[str, Any]:
         """The attempt's connection, naming a copy of the library of its own where the library may be
@@ -390,16 +455,16 @@ class Runs:
             return reading_attacks(str(library))[case][0]
         return direct(str(library)) if case == "direct" else attacks(str(library))[case]
 
-    def _run(self, sqlalchemy: str) -> dict[str, Any]:
-        results = self.folder / f"results-{sqlalchemy}.json"
+    def _run(self, sqlalchemy: str, driver: str) -> dict[str, Any]:
+        results = self.folder / f"results-{sqlalchemy}-{driver.replace(' ', '-')}.json"
         attempts = []
-        for number, (case, allow, path) in enumerate(planned_attempts()):
-            tag = f"{sqlalchemy}-{number}"
+        for number, (case, allow, path) in enumerate(planned_attempts(driver)):
+            tag = f"{sqlalchemy}-{driver.replace(' ', '-')}-{number}"
             shared = tag
             if not allow and case in CASES:
                 shared = f"{sqlalchemy}-refused-{CASES.index(case)}"
             elif case in READING_CASES:
-                shared = f"{sqlalchemy}-reading-{READING_CASES.index(case)}"
+                shared = f"{sqlalchemy}-{driver.replace(' ', '-')}-reading-{READING_CASES.index(case)}"
             attempts.append(
                 {
                     "path": path,
@@ -412,7 +477,8 @@ class Runs:
         if sqlalchemy == "floor":
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(floor_folder()), env.get("PYTHONPATH")]))
         job = {
-            "driver": NO_DRIVER,
+            "driver": DRIVERS[driver],
+            "listen": driver != "no driver",
             "results": str(results),
             "get_uri_probe": GET_URI_PROBE,
             "attempts": attempts,
@@ -482,19 +548,20 @@ def test_a_percent_encoded_driver_is_refused_on_every_path_and_nothing_is_loaded
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("case", READING_CASES)
-@pytest.mark.parametrize("sqlalchemy", SQLALCHEMIES)
+@pytest.mark.parametrize(("sqlalchemy", "driver", "case", "path"), READING_MATRIX)
 def test_a_value_the_driver_manager_reads_as_a_driver_loads_nothing_on_every_path(
-    sqlalchemy: str, case: str, path: str, runs: Runs
+    sqlalchemy: str, driver: str, case: str, path: str, runs: Runs
 ) -> None:
     """Written cases reach the driver manager braced, so it loads the hook's driver (which does not
     exist here: its error names it); refused ones stop before anything connects, naming the field or the
     setting. test_odbc_driver_manager.py proves that each string the hook used to write loads the library."""
-    run, result = runs.result(sqlalchemy, case, False, path)
+    run, result = runs.result(sqlalchemy, case, False, path, driver)
     assert not result["loaded"], f"SQLAlchemy {run['sqlalchemy']}: {path} loaded the library"
-    if reading_attacks("x")[case][1] == "written":
+    if reading_attacks("x")[case][1] == "written" and driver == "no driver":
         assert "libsqlqueue-no-driver" in result["outcome"], result
+    elif reading_attacks("x")[case][1] == "written":  # the registered driver itself tried port 1
+        assert "Can't open lib" not in result["outcome"], result
+        assert ("[FreeTDS]" if driver == "FreeTDS" else "[Microsoft]") in result["outcome"], result
     else:
         said = result["outcome"]
         assert "unixODBC 2.3.11" in said or "allow_driver_in_extra" in said, result
