@@ -237,3 +237,30 @@ def test_the_command_line_refuses_a_missing_file_except_in_create(cli: Cli, miss
     other = missing.with_name("by-url.db")
     assert cli("create", "--url", f"sqlite:///{other}", "orders", database=False).code == 0
     assert other.is_file()
+
+
+# ---- the Spark jobs, opened from a connection's environment ---------------------------------------------
+
+
+def test_the_spark_jobs_open_the_connections_file_without_creating_it(missing: Path) -> None:
+    """The drain and fill jobs and the data source's reader and writer open the URL the operator hands them
+    (``queue_environment`` of the hook), so they too refuse a file that provisioning did not make."""
+    from airflow_provider_sqlqueue.operators.spark_submit import queue_environment
+    from airflow_provider_sqlqueue.spark.config import url_from_environment
+    from airflow_provider_sqlqueue.spark.drain.config import DrainConfig
+    from airflow_provider_sqlqueue.spark.fill import FillConfig
+
+    hook = SqlQueueHook(sqlqueue_conn_id=CONN_ID)
+    url = url_from_environment(queue_environment(hook))
+    jobs = {
+        "drain": DrainConfig(url=url, input_queue="orders", sink="table:rows", run_id="r-1"),
+        "fill": FillConfig(url=url, queue="orders", run_id="r-1"),
+    }
+    for name, job in jobs.items():
+        with pytest.raises(ConfigurationError) as refused, job.open(pool_size=1) as transport:
+            transport.queue("orders").count()
+        assert_refused(refused.value, missing)
+        assert the_files(missing) == [], name
+    hook.provision(["orders"])
+    with jobs["drain"].open(pool_size=1) as transport:
+        assert transport.queue("orders").count() == 0

@@ -20,6 +20,7 @@ from ..transport import ConfigurationError
 from ..transport.odbc_string import parse_odbc_string, render_odbc
 
 __all__ = [
+    "NO_NEW_FILE",
     "PASSWORD_ENV",
     "RUN_ID_ENV",
     "URL_ENV",
@@ -36,6 +37,11 @@ PASSWORD_ENV = "SQLQUEUE_PASSWORD"
 # A batch read's runId when the read gives none: set by SqlQueueSparkApplicationOperator from the task
 # instance, so every try of the task reads the same staged messages.
 RUN_ID_ENV = "SQLQUEUE_RUN_ID"
+
+# How the jobs and the data source open a queue database: a SQLite URL naming no file fails instead of
+# creating one, since only provisioning creates a queue database (``sqlqueue create``,
+# ``ProvisionQueuesOperator``), and the URL may come from an Airflow connection.
+NO_NEW_FILE = {"create_missing_file": False}
 
 SINK_KINDS = ("table", "queue", "parquet", "json")
 

@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..transport import ConfigurationError, Transport, open_transport
+from .config import NO_NEW_FILE
 from .row_messages import check_message_columns, row_message
 from .tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
 
@@ -57,7 +58,7 @@ class FillConfig:
             raise ConfigurationError(f"batch_size must be a positive int, not {self.batch_size!r}")
 
     def open(self, **options: Any) -> Transport:
-        return open_transport(self.url, default_schema=self.default_schema, **options)
+        return open_transport(self.url, default_schema=self.default_schema, **{**NO_NEW_FILE, **options})
 
 
 def fill_partition(config: FillConfig, index: int, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:

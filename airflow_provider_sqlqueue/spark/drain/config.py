@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...transport import ConfigurationError, Transport, open_transport
-from ..config import Sink
+from ..config import NO_NEW_FILE, Sink
 from ..tables import DEFAULT_PREFIX, check_run_id
 
 __all__ = ["DrainConfig"]
@@ -82,5 +82,8 @@ class DrainConfig:
 
     def open(self, **options: Any) -> Transport:
         return open_transport(
-            self.url, default_schema=self.default_schema, error_queue=self.error_queue, **options
+            self.url,
+            default_schema=self.default_schema,
+            error_queue=self.error_queue,
+            **{**NO_NEW_FILE, **options},
         )

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ...transport import ConfigurationError, Transport, open_transport
-from ..config import RUN_ID_ENV, url_from_option
+from ..config import NO_NEW_FILE, RUN_ID_ENV, url_from_option
 from ..tables import DEFAULT_PREFIX, check_run_id
 
 __all__ = [
@@ -201,5 +201,8 @@ class SourceOptions:
 
     def open(self, **options: Any) -> Transport:
         return open_transport(
-            self.url, default_schema=self.default_schema, error_queue=self.error_queue, **options
+            self.url,
+            default_schema=self.default_schema,
+            error_queue=self.error_queue,
+            **{**NO_NEW_FILE, **options},
         )

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 
 from ...transport import ConfigurationError, PermissionDenied, Transport, open_transport
-from ..config import url_from_option
+from ..config import NO_NEW_FILE, url_from_option
 from ..reading.transactions import table_exists
 from ..row_messages import check_message_columns, row_message
 from ..tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
@@ -113,7 +113,7 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
         return f"SqlQueueDataSourceWriter(queue={self.queue!r}, run_id={self.run_id!r})"
 
     def _open(self, **options: Any) -> Transport:
-        return open_transport(self._url, default_schema=self.default_schema, **options)
+        return open_transport(self._url, default_schema=self.default_schema, **{**NO_NEW_FILE, **options})
 
     def _prepare(self, *, create_tables: bool) -> None:
         """On the driver, before any task: the queue exists and so does the table of partition markers."""
