@@ -575,6 +575,27 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
         """Roll back the connection's transaction (also what the pool runs when a connection returns)."""
         connection.rollback()
 
+    def prepare_handed_out_connection(self, connection: Any) -> None:
+        """Put a new connection the package hands to a caller (``Transport.new_connection``) into the
+        DB-API's ordinary transactional mode, where its statements commit only with ``commit()``: the
+        transport's own connections may run otherwise (SQLite's begin their transactions explicitly).
+        Nothing to do where :meth:`prepare_connection` already turned autocommit off."""
+        return None
+
+    def session_defaults(self, connection: Any) -> Any:
+        """What :meth:`reset_session` restores that only the connection itself can tell (read once, on
+        each new pooled connection after :meth:`prepare_connection`); None where the reset restores fixed
+        values or the session's own defaults."""
+        return None
+
+    def reset_session(self, connection: Any, defaults: Any) -> None:
+        """Restore the session of a pooled connection, just rolled back, to what :meth:`prepare_connection`
+        set up (``defaults`` is what :meth:`session_defaults` read): code the package does not own (a
+        handler) may have changed its isolation level, search path, role, timeouts or ``SET`` options, which
+        would otherwise stay with the connection into every later send and receive. Leaves no transaction
+        open. Nothing here: a dialect with session state restores it."""
+        return None
+
     def server_variant(self, connection: Any) -> str | None:
         """The name of the variant of this dialect the server behind ``connection`` needs, or None for this
         dialect itself (asked once per transport, on its first connection; see

@@ -46,6 +46,22 @@ _RETURNING = (
     f"(Expires IS NOT NULL AND Expires <= {_NOW}) AS Expired, Headers, Body, RowVersion, Expires"
 )
 
+# The per-connection PRAGMAs a returned connection gets back (Dialect.reset_session), each as the new
+# connection had it: what the transport's connector set (synchronous, busy_timeout from the URL's timeout)
+# and what it relies on staying at SQLite's default (query_only off, or every write fails; foreign_keys,
+# recursive_triggers and read_uncommitted as the queue tables were written under; the page cache and where
+# temporary tables live). Each holds an integer, read with "PRAGMA name" and set with "PRAGMA name=value".
+SESSION_PRAGMAS = (
+    "query_only",
+    "foreign_keys",
+    "busy_timeout",
+    "synchronous",
+    "recursive_triggers",
+    "read_uncommitted",
+    "cache_size",
+    "temp_store",
+)
+
 
 def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
     """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
@@ -70,6 +86,53 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
         "them, so the file does not grow; only a VACUUM of the whole file (which holds the write lock "
         "throughout) would shrink it, and the package does not run one"
     )
+
+    def prepare_handed_out_connection(self, connection: Any) -> None:
+        """sqlite3 begins a transaction before the first INSERT, UPDATE or DELETE (``IMMEDIATE``: the write
+        lock at once, not upgraded from a read, which could fail at once with "database is locked"); the
+        transport's own connections are in autocommit mode, beginning theirs explicitly. Over ODBC,
+        prepare_connection already turned autocommit off."""
+        if isinstance(connection, sqlite3.Connection):
+            connection.isolation_level = "IMMEDIATE"
+
+    def session_defaults(self, connection: Any) -> tuple[Any, tuple[tuple[str, int], ...]]:
+        """sqlite3's ``isolation_level`` (None for the transport's own connections) and each of
+        :data:`SESSION_PRAGMAS` as this new connection has it: local reads, once per connection."""
+        cursor = connection.cursor()
+        try:
+            values = []
+            for pragma in SESSION_PRAGMAS:
+                cursor.execute(f"PRAGMA {pragma}")
+                values.append((pragma, int(cursor.fetchall()[0][0])))
+        finally:
+            cursor.close()
+        return getattr(connection, "isolation_level", None), tuple(values)
+
+    def reset_session(self, connection: Any, defaults: Any) -> None:
+        """PRAGMAs last as long as the connection: each of :data:`SESSION_PRAGMAS` that differs is set back
+        to what it was when the connection was new (no round trip: about 2 µs a PRAGMA). Only those that
+        differ: setting a flag PRAGMA expires every prepared statement of the connection, and setting
+        ``temp_store`` drops the temporary schema, so the next statements would be compiled anew. sqlite3's
+        ``isolation_level`` back to the transport's (over ODBC, autocommit back off)."""
+        isolation_level, pragmas = defaults
+        native = isinstance(connection, sqlite3.Connection)
+        if native:
+            if connection.isolation_level != isolation_level:
+                connection.isolation_level = isolation_level
+        else:  # outside a transaction, where PRAGMA foreign_keys takes effect
+            connection.autocommit = True
+        try:
+            cursor = connection.cursor()
+            try:
+                for pragma, value in pragmas:
+                    cursor.execute(f"PRAGMA {pragma}")
+                    if int(cursor.fetchall()[0][0]) != value:
+                        cursor.execute(f"PRAGMA {pragma}={int(value)}")
+            finally:
+                cursor.close()
+        finally:
+            if not native:
+                connection.autocommit = False
 
     def quote(self, identifier: str) -> str:
         return '"' + identifier.replace('"', '""') + '"'

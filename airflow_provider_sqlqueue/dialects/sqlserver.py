@@ -25,6 +25,7 @@ from ..model.errors import (
 from .base import Finding, IndexSpec, TableOptions, short_hash
 from .sqlserver_archive import SqlServerArchive
 from .sqlserver_bridge import SqlServerBridge
+from .sqlserver_session import RESET_SESSION
 from .sqlserver_subscriptions import SqlServerSubscriptions
 from .transaction_state import SqlServerTransactionState
 
@@ -499,6 +500,20 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
         cursor = connection.cursor()
         cursor.execute("SET NOCOUNT ON")
         cursor.close()
+        connection.commit()
+
+    def reset_session(self, connection: Any, defaults: Any) -> None:
+        """There is no ``sp_reset_connection`` over ODBC: :data:`RESET_SESSION` restores, in one batch,
+        each option the transport relies on, then commits (Babelfish keeps a ``SET`` made in a transaction
+        only if that commits)."""
+        connection.autocommit = False
+        cursor = connection.cursor()
+        try:
+            cursor.execute(RESET_SESSION)
+            while cursor.nextset():
+                pass
+        finally:
+            cursor.close()
         connection.commit()
 
     def server_variant(self, connection: Any) -> str | None:

@@ -153,6 +153,8 @@ class Transport:
             size=pool_size,
             overflow=max_overflow,
             timeout=pool_timeout,
+            reset_session=lambda connection, defaults: self.dialect.reset_session(connection, defaults),
+            remember_session=lambda connection: self.dialect.session_defaults(connection),
         )
         self._queues: dict[tuple[str, str | None], Any] = {}
         self._subscriptions: SubscriptionStore | None = None
@@ -175,15 +177,29 @@ class Transport:
         return, since the first connection may switch the dialect to the server's variant)."""
         self.dialect.rollback(connection)
 
+    @property
+    def reset_every_session(self) -> bool:
+        """Whether every returned connection has its session restored, not only those lent to a handler
+        (``PooledConnection.lend_to_user``): a round trip on a server (benchmarks/session_reset_bench.py)."""
+        return self._pool.reset_every_session
+
+    @reset_every_session.setter
+    def reset_every_session(self, value: bool) -> None:
+        self._pool.reset_every_session = bool(value)
+
     def new_connection(self) -> Any:
-        """A new DB-API connection outside the pool, set up as the pool's are; the caller closes it."""
+        """A new DB-API connection outside the pool, as the pool's but in the driver's transactional mode on
+        every engine (SQLite: ``isolation_level="IMMEDIATE"``): what runs on it, and a send given it as
+        ``connection=``, commits only with the caller's ``commit()``. The caller closes it."""
         try:
-            return self._create()
+            connection = self._create()
         except Exception as error:
             translated = self.dialect.classify(error)
             if translated is None:
                 raise
             raise translated from error
+        self.dialect.prepare_handed_out_connection(connection)  # sets attributes: nothing to close after
+        return connection
 
     def _look_up_catalog(self, connection: Any) -> None:
         """Ask a new connection for its current database, once per transport (DB_NAME(),

@@ -17,6 +17,11 @@ What the pool promises:
   "Connection is busy with results for another command");
 - a connection is reset (``reset``, the dialect's rollback) when it comes back, and kept only while fewer
   than ``size`` are idle; one whose reset fails, or that was invalidated, is closed instead;
+- a connection whose loan was marked :meth:`PooledConnection.lend_to_user` (code the package does not own,
+  such as a message handler, ran statements on it) also has its session restored (``reset_session``:
+  isolation level, ``search_path``, role, timeouts, ``SET`` options, PRAGMAs) before it is lent again, since
+  what such code changed in its session would otherwise stay with the connection into every later
+  operation; with ``reset_every_session`` every returned connection is, whoever used it;
 - :meth:`ConnectionPool.dispose` closes the idle connections; those lent before it are closed when they
   come back, so a disposed pool holds nothing once its loans end (it stays usable).
 """
@@ -41,12 +46,15 @@ class PoolExhausted(Exception):
 class _Entry:
     """A driver connection the pool owns, with what stays with it from loan to loan."""
 
-    __slots__ = ("driver", "generation", "info")
+    __slots__ = ("driver", "generation", "info", "lent_to_user", "session_defaults")
 
     def __init__(self, driver: Any, generation: int) -> None:
         self.driver = driver
         self.generation = generation
         self.info: dict[str, Any] = {}
+        # Code the package does not own ran on this connection since it was last reset (lend_to_user).
+        self.lent_to_user = False
+        self.session_defaults: Any = None  # what remember_session said the session's reset restores
 
 
 def _close_quietly(closable: Any) -> None:
@@ -81,6 +89,18 @@ class PooledConnection:
         else:
             self._cursors.append(cursor)
         return cursor
+
+    def lend_to_user(self) -> None:
+        """Say that code the package does not own (a handler given the receive's connection) may run
+        statements on this loan: when it comes back, its session is restored to what the transport set up
+        (``reset_session``) before it is lent again. Call it before handing the connection over."""
+        self._entry.lent_to_user = True
+
+    @property
+    def lent_to_user(self) -> bool:
+        """Whether this connection's session will be restored when it comes back (see
+        :meth:`lend_to_user`)."""
+        return self._entry.lent_to_user
 
     def commit(self) -> None:
         self._driver().commit()
@@ -131,7 +151,12 @@ class PooledConnection:
 
 
 class ConnectionPool:
-    """Up to ``size + overflow`` connections from ``create``; ``size`` of them kept open between loans."""
+    """Up to ``size + overflow`` connections from ``create``; ``size`` of them kept open between loans.
+
+    ``remember_session(driver)`` runs once on each new connection and says what ``reset_session(driver,
+    remembered)`` will restore; ``reset_session`` runs, after ``reset``, on a returned connection that was
+    lent to user code (or on every one with :attr:`reset_every_session`).
+    """
 
     def __init__(
         self,
@@ -141,11 +166,19 @@ class ConnectionPool:
         size: int,
         overflow: int,
         timeout: float,
+        reset_session: Callable[[Any, Any], None] | None = None,
+        remember_session: Callable[[Any], Any] | None = None,
     ) -> None:
         if size < 1 or overflow < 0:
             raise ValueError(f"a pool needs size >= 1 and overflow >= 0, not {size} and {overflow}")
         self._create = create
         self._reset = reset
+        self._reset_session = reset_session
+        self._remember_session = remember_session
+        # Restore the session of every returned connection, not only of those lent to user code: for
+        # callers that run their own statements through Transport.connection() (and for measuring it).
+        self.reset_every_session = False
+        self.session_resets = 0  # sessions restored so far
         self._size = size
         self._limit = size + overflow
         self._timeout = timeout
@@ -187,12 +220,27 @@ class ConnectionPool:
                 self._open -= 1
                 self._freed.notify()
             raise
-        return PooledConnection(self, _Entry(driver, generation))
+        entry = _Entry(driver, generation)
+        if self._remember_session is not None:
+            try:
+                entry.session_defaults = self._remember_session(driver)
+            except BaseException:
+                _close_quietly(driver)
+                with self._lock:
+                    self._open -= 1
+                    self._freed.notify()
+                raise
+        return PooledConnection(self, entry)
 
     def _give_back(self, entry: _Entry, valid: bool) -> None:
+        restored = False
         if valid:
             try:
                 self._reset(entry.driver)
+                if self._reset_session is not None and (entry.lent_to_user or self.reset_every_session):
+                    self._reset_session(entry.driver, entry.session_defaults)
+                    entry.lent_to_user = False
+                    restored = True
             except Exception as error:
                 log.warning("resetting a returned connection failed (%s); it is closed instead", error)
                 _close_quietly(entry.driver)
@@ -204,6 +252,7 @@ class ConnectionPool:
                     self._freed.notify()
                 raise
         with self._lock:
+            self.session_resets += restored
             if valid and entry.generation == self._generation and len(self._idle) < self._size:
                 self._idle.append(entry)
                 self._freed.notify()
