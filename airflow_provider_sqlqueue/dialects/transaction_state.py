@@ -11,7 +11,10 @@ is the check. Declared here as a mixin of :class:`~.base.Dialect`, with each eng
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..model.address import QueueAddress
 
 
 class TransactionState(Enum):
@@ -27,10 +30,38 @@ class TransactionState(Enum):
 class TransactionStates:
     """How a dialect reads its connection's transaction state; by default it cannot."""
 
+    if TYPE_CHECKING:
+        placeholder: str
+
+        # Provided by Dialect, which this class is a mixin of.
+        def qualified_name(self, address: QueueAddress) -> str: ...
+
     def transaction_state(self, connection: Any) -> TransactionState:
         """The state of ``connection``'s transaction as its driver or server reports it (UNKNOWN where it
         cannot), read without changing it."""
         return TransactionState.UNKNOWN
+
+    def transaction_mark(self, connection: Any) -> Any:
+        """Something that names the open transaction itself, so that a transaction ended and begun anew
+        between two reads (``COMMIT; BEGIN``, or a ``ROLLBACK`` followed by a write that opens the next one)
+        is not mistaken for the same one; None where the engine has no such name for it (then only
+        :meth:`transaction_state` and the rows a receive deleted can tell)."""
+        return None
+
+    def transaction_mark_matches(self, connection: Any, mark: Any) -> bool:
+        """Whether the open transaction is still the one :meth:`transaction_mark` named."""
+        return True
+
+    def transaction_committed(self, connection: Any, mark: Any) -> bool | None:
+        """How the transaction :meth:`transaction_mark` named ended: True committed, False rolled back, None
+        where the engine cannot say (then the rows it deleted must tell)."""
+        return None
+
+    def queued_row_versions(self, address: QueueAddress, count: int) -> str:
+        """How many of ``count`` RowVersions (the parameters) are in the queue table, as this transaction
+        sees it: after a receive deleted them, any of them seen again means its DELETE was rolled back."""
+        marks = ", ".join([self.placeholder] * count)
+        return f"SELECT COUNT(*) FROM {self.qualified_name(address)} WHERE RowVersion IN ({marks})"
 
     def discard_results(self, cursor: Any) -> None:
         """Read past whatever a statement run on ``cursor`` returned, so that the connection can answer
@@ -64,6 +95,20 @@ class PostgresTransactionState(TransactionStates):
             return TransactionState.FAILED
         return TransactionState.UNKNOWN  # ACTIVE (a command running) or UNKNOWN (the connection is bad)
 
+    # txid_* rather than pg_current_xact_id() (13+): PostgreSQL 12 is supported. A receive's DELETE has
+    # assigned its transaction an id already, so reading it assigns nothing.
+    def transaction_mark(self, connection: Any) -> Any:
+        return _scalar(connection, "SELECT txid_current_if_assigned()")
+
+    def transaction_mark_matches(self, connection: Any, mark: Any) -> bool:
+        return mark is None or _scalar(connection, "SELECT txid_current_if_assigned()") == mark
+
+    def transaction_committed(self, connection: Any, mark: Any) -> bool | None:
+        if mark is None:
+            return None
+        status = _scalar(connection, f"SELECT txid_status({self.placeholder})", (mark,))
+        return {"committed": True, "aborted": False}.get(status)
+
 
 class SqlServerTransactionState(TransactionStates):
     """``@@TRANCOUNT`` and ``XACT_STATE()`` from the server. The driver's own view does not help: with
@@ -86,6 +131,13 @@ class SqlServerTransactionState(TransactionStates):
         while cursor.nextset():
             pass
 
+    def queued_row_versions(self, address: QueueAddress, count: int) -> str:
+        # READPAST: a row another receiver took after a rollback gave it back is not waited for (Babelfish
+        # ignores the hint and, reading a snapshot, waits for nothing anyway)
+        marks = ", ".join(["?"] * count)
+        table = self.qualified_name(address)
+        return f"SELECT COUNT(*) FROM {table} WITH (READPAST) WHERE RowVersion IN ({marks})"
+
     def transaction_state(self, connection: Any) -> TransactionState:
         cursor = connection.cursor()
         try:
@@ -98,3 +150,13 @@ class SqlServerTransactionState(TransactionStates):
         if levels == 0:
             return TransactionState.ENDED
         return TransactionState.NESTED if levels > 1 else TransactionState.OPEN
+
+
+def _scalar(connection: Any, statement: str, parameters: tuple[Any, ...] = ()) -> Any:
+    cursor = connection.cursor()
+    try:
+        cursor.execute(statement, parameters)
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if row is None else row[0]

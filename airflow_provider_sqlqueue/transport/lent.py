@@ -10,7 +10,11 @@ proxy whose ``commit`` and ``rollback`` refuse, opened already in a transaction 
 bound to it joins instead of committing), and its ``close`` leaves the driver connection alone.
 
 Once the handler's attempt ends the lent connection is withdrawn: a handler that kept it gets an error
-instead of a connection another operation may be using.
+instead of a connection another operation may be using. ``dbapi_connection`` is guarded the same way: a
+stand-in for the driver's connection that passes ``isinstance`` checks for the driver's class and refuses
+``commit``, ``rollback`` and ``close``. What no wrapper can stop (SQL text ``COMMIT``, the driver object
+reached through a cursor's ``connection``) the pump catches afterwards by asking the driver
+(``transaction_guard.TransactionWatch``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from ..model.errors import ConfigurationError
 if TYPE_CHECKING:
     from .roles import EngineTransport
 
-__all__ = ["LentConnection", "ReceiveConnection", "sqlalchemy_engine"]
+__all__ = ["LentConnection", "LentDriverConnection", "ReceiveConnection", "sqlalchemy_engine"]
 
 _REFUSED = (
     "{what} is refused: this connection holds the receive's transaction, which the pump commits with the "
@@ -42,16 +46,18 @@ class LentConnection:
     """The receive's DB-API connection as lent to a handler: the driver connection's own methods, except
     that ``commit``, ``rollback`` and ``close`` are refused and nothing works once the attempt ended.
 
-    ``dbapi_connection`` is the driver's connection object itself (``sqlite3.Connection``,
-    ``psycopg.Connection``, ``pyodbc.Connection``), for libraries that insist on its type: do not commit,
-    roll back or close it either.
+    ``dbapi_connection`` stands for the driver's connection object (``sqlite3.Connection``,
+    ``psycopg.Connection``, ``pyodbc.Connection``) for libraries that insist on its type: it passes their
+    ``isinstance`` checks and forwards everything, except that ``commit``, ``rollback`` and ``close`` are
+    refused there too and it is withdrawn with this connection.
     """
 
-    __slots__ = ("_ended", "_pooled")
+    __slots__ = ("_driver", "_ended", "_pooled")
 
     def __init__(self, pooled: Any) -> None:
         self._pooled = pooled
         self._ended = False
+        self._driver: LentDriverConnection | None = None
 
     def __repr__(self) -> str:
         state = "ended" if self._ended else "lent"
@@ -76,6 +82,16 @@ class LentConnection:
 
     @property
     def dbapi_connection(self) -> Any:
+        """The driver's connection as lent (see the class): guarded, withdrawn when the attempt ends."""
+        self._live()
+        driver = self._driver
+        if driver is None:
+            driver = self._driver = LentDriverConnection(self)
+        return driver
+
+    def driver_connection(self) -> Any:
+        """The driver's connection object itself, unguarded: for the transport's own SQLAlchemy wiring,
+        which calls the driver's methods by type; never handed to a handler as such."""
         pooled = self._live()
         return getattr(pooled, "dbapi_connection", pooled)
 
@@ -114,7 +130,52 @@ class LentConnection:
         self._ended = True
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.dbapi_connection, name)
+        return getattr(self.driver_connection(), name)
+
+
+class LentDriverConnection:
+    """The driver's connection as a handler gets it (``context.connection.dbapi_connection``): every
+    attribute of the driver's object, ``isinstance`` true for its class (``__class__`` answers with it, as
+    ``unittest.mock`` specs do), but ``commit``, ``rollback`` and ``close`` refused and nothing usable once
+    the lent connection is withdrawn. A C function that demands the exact type (``sqlite3.Cursor(con)``)
+    still refuses it; call the connection's own methods instead."""
+
+    __slots__ = ("_lent",)
+
+    def __init__(self, lent: LentConnection) -> None:
+        object.__setattr__(self, "_lent", lent)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self._lent.driver_connection())
+
+    def __repr__(self) -> str:
+        return f"<driver connection lent in the receive's transaction: {self._lent.driver_connection()!r}>"
+
+    def commit(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="commit() of the driver's connection"))
+
+    def rollback(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="rollback() of the driver's connection"))
+
+    def close(self) -> None:
+        raise ConfigurationError(_REFUSED.format(what="close() of the driver's connection"))
+
+    def __enter__(self) -> LentDriverConnection:
+        raise ConfigurationError(
+            _REFUSED.format(what="a with block on the driver's connection (which commits or closes it)")
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lent.driver_connection(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("autocommit", "isolation_level"):  # would end the transaction or commit each statement
+            raise ConfigurationError(_REFUSED.format(what=f"setting {name}"))
+        setattr(self._lent.driver_connection(), name, value)
 
 
 class _LentToSqlAlchemy(PoolProxiedConnection):
@@ -131,11 +192,11 @@ class _LentToSqlAlchemy(PoolProxiedConnection):
 
     @property
     def dbapi_connection(self) -> Any:  # type: ignore[override]
-        return self._lent.dbapi_connection
+        return self._lent.driver_connection()
 
     @property
     def driver_connection(self) -> Any:  # type: ignore[override]
-        return self._lent.dbapi_connection
+        return self._lent.driver_connection()
 
     @property
     def is_valid(self) -> bool:
@@ -173,7 +234,7 @@ class _LentToSqlAlchemy(PoolProxiedConnection):
         return None
 
     def __getattr__(self, key: str) -> Any:
-        return getattr(self._lent.dbapi_connection, key)
+        return getattr(self._lent.driver_connection(), key)
 
 
 class ReceiveConnection(Connection):
@@ -245,7 +306,7 @@ def receive_connection(transport: EngineTransport, lent: LentConnection) -> Rece
     REGEXP), remembered with the connection from loan to loan."""
     engine = sqlalchemy_engine(transport)
     pooled = lent.pooled
-    driver = lent.dbapi_connection
+    driver = lent.driver_connection()
     info = getattr(pooled, "info", None)
     if info is None or info.get(_ON_CONNECT) is not driver:
         on_connect = engine.dialect.on_connect()

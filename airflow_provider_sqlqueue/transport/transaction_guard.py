@@ -5,14 +5,14 @@ statement commits or rolls back that transaction, the statements before it commi
 and with pyodbc or psycopg the next statement runs in a new transaction or in autocommit. What a statement
 does cannot be read from its text reliably (nested comments, backslashes in strings, ``EXEC('COMMIT')``,
 ``IF 1=1 ROLLBACK``), so this module asks the connection instead (``Dialect.transaction_state``) and stops
-at the first statement that changed the state. The message pump's guard is to use the same mechanism
-(issue "Share the mechanism with the pump's guard"), so none of it knows about Airflow or messages.
+at the first statement that changed the state. The message pump checks its handlers with the same
+mechanism (:class:`TransactionWatch`), so none of it knows about Airflow or messages.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from ..model.errors import TransactionEndedError
 if TYPE_CHECKING:
     from ..dialects.base import Dialect
 
-__all__ = ["TransactionGuard", "guarded_transaction", "require_open_transaction"]
+__all__ = ["TransactionGuard", "TransactionWatch", "guarded_transaction", "require_open_transaction"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,76 @@ class TransactionGuard:
             self.check(step, ran_before, cause=error)
             raise
         self.check(step, ran_before)
+
+
+class TransactionWatch:
+    """One receive's transaction, watched across code the caller does not control (a pump's handlers).
+
+    :meth:`arm` names the transaction (PostgreSQL: its id), :meth:`state` says afterwards whether it is
+    still that same transaction: the driver's state (:meth:`Dialect.transaction_state`), then, while that
+    reads OPEN, whether it is the transaction :meth:`arm` named (PostgreSQL) or, where the engine has no
+    name for it (SQL Server, SQLite), whether the rows the receive deleted are still deleted as this
+    connection sees them (a ``ROLLBACK`` followed by a write leaves a new transaction open, with them back).
+    Unarmed, it reads nothing: a pump arms it only once a handler was lent the receive's connection, so
+    handlers that never touch it cost nothing.
+    """
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        connection: Any,
+        rows_check: Callable[[], tuple[str, tuple[Any, ...]]] | None = None,
+    ) -> None:
+        self.dialect = dialect
+        self.connection = connection
+        # what the dialect reads the state from: the driver's object, not the pool's wrapper of it
+        self.driver = getattr(connection, "dbapi_connection", connection)
+        self._rows_check = rows_check  # gives the statement counting the receive's deleted rows, its values
+        self.armed = False
+        self.mark: Any = None
+
+    def arm(self) -> None:
+        """Start watching (once): name the transaction where the engine can."""
+        if self.armed:
+            return
+        self.armed = True
+        if self.dialect.transaction_state(self.driver) is TransactionState.OPEN:
+            self.mark = self.dialect.transaction_mark(self.driver)
+
+    def state(self) -> TransactionState:
+        """Where the watched transaction stands now (OPEN when unarmed: nothing was lent to change it).
+
+        ENDED also for a transaction ended and begun anew, as far as the engine lets that be seen; FAILED,
+        NESTED and UNKNOWN as :meth:`Dialect.transaction_state` reads them."""
+        if not self.armed:
+            return TransactionState.OPEN
+        state = self.dialect.transaction_state(self.driver)
+        if state is not TransactionState.OPEN:
+            return state
+        if self.mark is not None:
+            same = self.dialect.transaction_mark_matches(self.driver, self.mark)
+        else:
+            same = not self.rows_back()
+        return TransactionState.OPEN if same else TransactionState.ENDED
+
+    def rows_back(self) -> bool:
+        """Whether any row the receive deleted is in the queue table again, as this connection sees it."""
+        if self._rows_check is None:
+            return False
+        statement, parameters = self._rows_check()
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(statement, parameters)
+            row = cursor.fetchone()
+            self.dialect.discard_results(cursor)
+        finally:
+            cursor.close()
+        return bool(row and int(row[0]))
+
+    def committed(self) -> bool | None:
+        """After the watched transaction ended: whether it committed, where the engine can tell exactly
+        (PostgreSQL, by its id); None elsewhere."""
+        return self.dialect.transaction_committed(self.driver, self.mark)
 
 
 @contextmanager

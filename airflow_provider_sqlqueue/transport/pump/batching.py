@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..queue import TransactionMode
-from .processing import CONSUMED, EMPTY, MESSAGE, MessageProcessor
+from .ended import HandlerEndedTransaction
+from .processing import CONSUMED, EMPTY, MESSAGE, RETRY, MessageProcessor
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -49,29 +50,42 @@ class BatchReceiver:
         them; return the outcome. The caller reserved one message of the budget; the rest is reserved here.
 
         Counts reach the pump's counters only once the batch committed, so a batch that rolls back is not
-        counted as processed.
+        counted as processed. A handler that ended the batch's transaction ends the batch there
+        (:mod:`.ended` settled it): when that committed, the messages before it and the offender (moved to
+        the error queue) count, and the rest were put back, uncounted.
         """
         pump = self._pump
         extra = pump.budget.reserve_up_to(size - 1) if size > 1 else 0
         handled = 0
+        counters = Counters()
+        after_commit: list[Callable[[], None]] = []
         try:
-            counters = Counters()
-            after_commit: list[Callable[[], None]] = []
             pump.counters.add("receives")
-            with (
-                self._one_writer(),
-                pump.queue.receive(1 + extra, transaction_mode=pump.transaction_mode) as batch,
-            ):
-                received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
-                pump.receive_breaker.success()
-                for message in batch:
-                    self._processor.handle_in_batch(message, batch, after_commit, counters)
-                    handled += 1
+            with self._one_writer():
+                try:
+                    with pump.queue.receive(1 + extra, transaction_mode=pump.transaction_mode) as batch:
+                        received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
+                        pump.receive_breaker.success()
+                        watch = self._processor.watch(batch)
+                        for message in batch:
+                            self._processor.handle_in_batch(message, batch, after_commit, counters, watch)
+                            handled += 1
+                except HandlerEndedTransaction as ended:
+                    if not ended.committed:
+                        raise
+                    handled += 1  # the offender, moved to the error queue
+                    pump.counters.merge(counters)
+                    for action in after_commit:
+                        action()
+                    return MESSAGE
             pump.counters.merge(counters)
             if batch.expired:
                 pump.counters.add("expired", batch.expired)
             if batch.poisoned:
                 pump.counters.add("poisoned", batch.poisoned)
+        except HandlerEndedTransaction:
+            handled = 0  # rolled back by the handler: every message is queued again
+            return RETRY
         except BaseException:
             handled = 0  # rolled back: nothing of the batch was used
             raise

@@ -18,6 +18,7 @@ from ..queue import ReceivedBatch, TableQueue, TransactionMode
 from ..subscriptions import topics_of
 
 if TYPE_CHECKING:
+    from ..transaction_guard import TransactionWatch
     from .roles import ContextPump
 
 __all__ = ["MessageContext"]
@@ -48,6 +49,7 @@ class MessageContext:
         *,
         buffered: bool = False,
         savepoint: str | None = None,
+        watch: TransactionWatch | None = None,
     ):
         self.message = message
         self.queue = pump.queue
@@ -64,13 +66,16 @@ class MessageContext:
         self.savepoint_failed = False
         self._lent: LentConnection | None = None
         self._sqlalchemy: ReceiveConnection | None = None
+        self._watch = watch
+        self._ended = False
 
     @property
     def connection(self) -> LentConnection:
         """The receive's DB-API connection, in the receive's transaction: what the handler runs on it
         commits with the receive and the handler's sends, or rolls back with them (and the message is
         received again). Do not commit, roll back or close it: those are refused. Valid during this
-        handler call only. ``connection.dbapi_connection`` is the driver's own connection object."""
+        handler call only. ``connection.dbapi_connection`` stands for the driver's own connection object
+        (guarded the same way)."""
         return self._lend()
 
     @property
@@ -93,6 +98,11 @@ class MessageContext:
         lent = self._lent
         if lent is not None:
             return lent
+        if self._ended:
+            raise ConfigurationError(
+                "the handler call this context was given to has ended; use its connection only inside "
+                "that call"
+            )
         if self.transaction_mode is TransactionMode.NONE:
             raise ConfigurationError(
                 "transaction mode 'none' commits the receive before the handler runs, so there is no "
@@ -107,11 +117,15 @@ class MessageContext:
                 # connection, a server restart), which the pump must not count against the message.
                 self.savepoint_failed = True
                 raise
+        if self._watch is not None:
+            self._watch.arm()  # names the transaction before the handler can end it
+        self._pump.lends_connection = True  # from now on every handler call of the pump is checked
         lent = self._lent = LentConnection(self._batch.connection)
         return lent
 
     def end(self) -> None:
         """Withdraw the lent connection (the pump calls it when the handler's attempt ends)."""
+        self._ended = True
         if self._lent is not None:
             self._lent.end()
 

@@ -28,6 +28,7 @@ from ..queue.startup import (
 from ..recoverability import CircuitBreaker, FailureStore
 from ..wakeup import WakeUpListener
 from .batching import BatchReceiver
+from .ended import HandlerEndedTransaction
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
@@ -117,6 +118,9 @@ class MessagePump:
             slow_handler_threshold=settings.slow_handler_threshold,
         )
         self.failures = FailureStore()
+        # set by the first handler lent the receive's connection: from then on the pump reads the
+        # transaction after every handler call (a handler may have kept the driver's connection)
+        self.lends_connection = False
         self._processor = MessageProcessor(self)
         self._batches = BatchReceiver(self, self._processor)
         self.counters = Counters()
@@ -513,7 +517,7 @@ class MessagePump:
                 if batch.poisoned:
                     self.counters.add("poisoned", batch.poisoned)
                 if batch:
-                    self._processor.handle(batch[0], batch, after_commit)
+                    self._processor.handle(batch[0], batch, after_commit, self._processor.watch(batch))
                     outcome = MESSAGE
                 elif batch.expired or batch.poisoned:
                     outcome = CONSUMED
@@ -526,6 +530,8 @@ class MessagePump:
         except Rollback:
             self.counters.add("retried")
             return RETRY
+        except HandlerEndedTransaction as ended:  # settled already (pump/ended.py): counted and logged
+            return MESSAGE if ended.committed else RETRY
         except Exception as error:
             # The back-off happens before the monitor hears of this receive, so it throttles the rounds.
             self._database_failure(self.receive_breaker, error)

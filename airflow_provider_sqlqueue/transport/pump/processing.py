@@ -2,7 +2,9 @@
 retries, move it to the error queue once they are spent, audit it.
 
 Everything here runs inside the receive's transaction; raising :class:`Rollback` rolls that transaction
-back so the message is received again.
+back so the message is received again. After every handler call the transaction is read from the driver
+(:class:`~..transaction_guard.TransactionWatch`): one the handler left aborted or nested counts as its
+failure, one it ended is settled by :mod:`.ended`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from ...model.errors import InvalidQueueName
+from ...dialects.transaction_state import TransactionState
+from ...model.errors import InvalidQueueName, TransactionEndedError
 from .. import headers as h
 from ..message import OutgoingMessage, ReceivedMessage
 from ..queue import ReceivedBatch, TransactionMode
 from ..recoverability import FailureInfo, failure_headers_text
+from ..transaction_guard import TransactionWatch
 from .context import MessageContext
+from .ended import EndedReceive, HandlerEndedTransaction, ReceiveRepair
 from .handler import takes_context
 from .stats import Counters
 
@@ -52,15 +57,69 @@ class MessageProcessor:
     def __init__(self, pump: ProcessingPump) -> None:
         self._pump = pump
         self._pass_context = takes_context(pump.handler)
+        self._ended = EndedReceive()
+        self._repair = ReceiveRepair(pump, self._ended)
+
+    def watch(self, batch: ReceivedBatch) -> TransactionWatch:
+        """The watch over ``batch``'s receive transaction, armed at once when a handler of this pump was
+        ever lent the connection (one may have kept its driver object), else by the first lend."""
+        pump = self._pump
+        watch = TransactionWatch(pump.dialect, batch.connection, lambda: _rows_check(pump, batch))
+        if pump.lends_connection and pump.transaction_mode is not TransactionMode.NONE:
+            watch.arm()
+        return watch
+
+    def _after_handler(
+        self,
+        watch: TransactionWatch,
+        message: ReceivedMessage,
+        batch: ReceivedBatch,
+        raised: Exception | None,
+        drop_forward: bool,
+        counters: Counters,
+    ) -> tuple[TransactionState, Exception | None]:
+        """Read the receive's transaction after a handler call (``raised``: its error): settle the receive
+        when the handler ended it (raising :class:`HandlerEndedTransaction`); otherwise its state and the
+        attempt's failure, which is a :class:`TransactionEndedError` for a transaction left aborted or nested
+        by a handler that returned."""
+        state = watch.state()
+        if state is TransactionState.ENDED:
+
+            def move(offender: ReceivedMessage, batch: ReceivedBatch) -> None:
+                info, copy = self._pump.failures.get(offender.id), _copy_text(offender, drop_forward)
+                self._move_to_error_queue(offender, batch, info, copy, counters)
+
+            committed = self._repair.settle(batch, watch, message, raised, move)
+            if not committed and raised is not None:
+                self._pump.failures.record(message.id, raised)  # the engine's rollback on the error
+                raise Rollback from raised
+            raise HandlerEndedTransaction(committed) from raised
+        if raised is None and state is TransactionState.FAILED:
+            raised = TransactionEndedError(
+                "the handler left the receive's transaction aborted (a statement failed and the handler "
+                "carried on) and returned: nothing it did can commit, so it counts as a failure"
+            )
+        elif raised is None and state is TransactionState.NESTED:
+            raised = TransactionEndedError(
+                "the handler began a transaction inside the receive's (BEGIN TRANSACTION), which the pump's "
+                "commit would not end: it counts as a failure and everything is rolled back"
+            )
+        return state, raised
 
     def handle(
-        self, message: ReceivedMessage, batch: ReceivedBatch, after_commit: list[Callable[[], None]]
+        self,
+        message: ReceivedMessage,
+        batch: ReceivedBatch,
+        after_commit: list[Callable[[], None]],
+        watch: TransactionWatch,
     ) -> None:
         """Forward, handle, move to the error queue or audit ``message``; what must wait for the commit
         (delayed-send notifications) goes to ``after_commit``.
 
         A handler failure rolls the receive back for an immediate retry; in transaction mode ``none`` the
         receive has already committed, so the message goes to the error queue after its first failure.
+        So does a handler that returns with the transaction aborted or nested; one that ended it raises
+        :class:`HandlerEndedTransaction` once :mod:`.ended` settled the receive.
         """
         pump = self._pump
         counters = pump.counters
@@ -69,10 +128,15 @@ class MessageProcessor:
             return
         drop_forward, attempt = prepared
         started = datetime.now(timezone.utc)
-        context = MessageContext(pump, message, batch, attempt)
+        context = MessageContext(pump, message, batch, attempt, watch=watch)
+        failure: Exception | None = None
         try:
             self._call_handler(message, context)
         except Exception as error:
+            failure = error
+        _, failure = self._after_handler(watch, message, batch, failure, drop_forward, counters)
+        if failure is not None:
+            error = failure
             pump.failures.record(message.id, error)
             if pump.transaction_mode is TransactionMode.NONE:
                 # The receive already committed and no transaction can put the message back: as the
@@ -104,6 +168,7 @@ class MessageProcessor:
         batch: ReceivedBatch,
         after_commit: list[Callable[[], None]],
         counters: Counters,
+        watch: TransactionWatch,
     ) -> None:
         """Handle one message of a batch inside the batch's transaction, retrying a failing handler in place.
 
@@ -114,8 +179,11 @@ class MessageProcessor:
         error while writing the sends, a savepoint the engine already rolled back with the whole
         transaction, the savepoint that a lost connection could not mark, or :class:`Rollback` when the stop
         gave up on this handler) rolls the whole batch back; the savepoint's failure does not count against
-        the message, whose handler had not run a statement yet.
-        ``counters`` are added to the pump's after the commit.
+        the message, whose handler had not run a statement yet. A handler that returns with the transaction
+        aborted fails like one that raised; one that nested a transaction, or aborted it through a driver
+        object kept from before (no savepoint of this attempt), rolls the whole batch back, counted against
+        it; one that ended the transaction raises :class:`HandlerEndedTransaction` once :mod:`.ended`
+        settled the batch. ``counters`` are added to the pump's after the commit.
         """
         pump = self._pump
         prepared = self._prepare(message, batch, counters)
@@ -127,27 +195,37 @@ class MessageProcessor:
         while True:
             if self._pass_context:
                 context = MessageContext(
-                    pump, message, batch, attempt, buffered=True, savepoint=MESSAGE_SAVEPOINT
+                    pump, message, batch, attempt, buffered=True, savepoint=MESSAGE_SAVEPOINT, watch=watch
                 )
+            failure: Exception | None = None
             try:
                 self._call_handler(message, context)
-                break
             except Exception as error:
                 if context is not None and context.savepoint_failed:
                     raise  # the batch's transaction failed, not this message: the whole batch comes back
-                count = pump.failures.record(message.id, error)
-                if context is not None and context.lent_connection:
-                    batch.rollback_to_savepoint(MESSAGE_SAVEPOINT)
-                if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
-                    info, copy = pump.failures.get(message.id), _copy_text(message, drop_forward)
-                    self._move_to_error_queue(message, batch, info, copy, counters)
-                    return
-                log.warning(
-                    "%s: handler failed on message %s (attempt %d of %d), retrying it in its batch: %s: %s",
-                    pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
-                )  # fmt: skip
-                counters.add("retried")
-                attempt += 1
+                failure = error
+            state, failure = self._after_handler(watch, message, batch, failure, drop_forward, counters)
+            if failure is None:
+                break
+            error = failure
+            count = pump.failures.record(message.id, error)
+            lent = context is not None and context.lent_connection
+            if state is TransactionState.NESTED or (state is TransactionState.FAILED and not lent):
+                # no savepoint of this attempt can undo it (or, nested, undo it alone): the whole
+                # batch rolls back and comes back; the count sends the message on to the error queue
+                raise Rollback from error
+            if lent:
+                batch.rollback_to_savepoint(MESSAGE_SAVEPOINT)
+            if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
+                info, copy = pump.failures.get(message.id), _copy_text(message, drop_forward)
+                self._move_to_error_queue(message, batch, info, copy, counters)
+                return
+            log.warning(
+                "%s: handler failed on message %s (attempt %d of %d), retrying it in its batch: %s: %s",
+                pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
+            )  # fmt: skip
+            counters.add("retried")
+            attempt += 1
             if pump.abandoned:
                 raise Rollback
         if pump.abandoned:
@@ -190,7 +268,13 @@ class MessageProcessor:
         # Delayed delivery moved it here with its header text unchanged; a copy keeping the header would be
         # sent back here by a .NET receiver of the error or audit queue.
         drop_forward = bool(destination) and self._names_this_queue(destination)
+        ended = self._ended.take(message.id)
+        if ended is not None:  # its handler ended a receive that rolled back: not again
+            self._pump.failures.record(message.id, ended)
         info = self._pump.failures.get(message.id)
+        if ended is not None:
+            self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
+            return None
         if info is not None and info.count > self._pump.immediate_retries:
             self._move_to_error_queue(message, batch, info, _copy_text(message, drop_forward), counters)
             return None
@@ -288,6 +372,12 @@ class MessageProcessor:
             pump.audit_queue, [OutgoingMessage(message.body, headers_text=headers_text)]
         )
         counters.add("audited")
+
+
+def _rows_check(pump: ProcessingPump, batch: ReceivedBatch) -> tuple[str, tuple[object, ...]]:
+    """The statement that counts ``batch``'s deleted rows back in the queue table, and its parameters."""
+    versions = tuple(message.row_version for message in batch)
+    return pump.dialect.queued_row_versions(pump.queue.address, len(versions)), versions
 
 
 def _copy_text(message: ReceivedMessage, drop_forward: bool) -> str:

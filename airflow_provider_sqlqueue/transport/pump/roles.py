@@ -30,6 +30,7 @@ class ContextPump(Protocol):
     transaction_mode: TransactionMode
     endpoint: Any  # the Endpoint the pump runs for, or None (typed loosely: endpoint imports the pump)
     delayed: DelayedStore | None
+    lends_connection: bool  # set once a handler was lent the receive's connection: checks start then
 
     def outgoing_headers(self) -> dict[str, str | None]: ...
 
@@ -49,6 +50,9 @@ class ProcessingPump(ContextPump, Protocol):
 
     @property
     def abandoned(self) -> bool: ...
+
+    @property
+    def dialect(self) -> Dialect: ...
 
 
 class BatchingPump(Protocol):
