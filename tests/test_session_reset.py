@@ -253,12 +253,6 @@ def handler_changes(transport: Transport) -> list[str]:
     ]
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="the pump marks the connection it lends (PooledConnection.lend_to_user) once its owner wires it "
-    "in MessageContext._lend; remove this marker then",
-)
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
 def test_what_a_pumps_handler_sets_in_its_session_ends_with_its_receive(target: EngineTarget) -> None:
     from test_pump import FAST

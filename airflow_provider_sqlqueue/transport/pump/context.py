@@ -120,6 +120,9 @@ class MessageContext:
         if self._watch is not None:
             self._watch.arm()  # names the transaction before the handler can end it
         self._pump.lends_connection = True  # from now on every handler call of the pump is checked
+        lend_to_user = getattr(self._batch.connection, "lend_to_user", None)
+        if lend_to_user is not None:  # the pool restores the session the handler may change
+            lend_to_user()
         lent = self._lent = LentConnection(self._batch.connection)
         return lent
 
