@@ -22,7 +22,13 @@ from ..model.errors import TransactionEndedError
 if TYPE_CHECKING:
     from ..dialects.base import Dialect
 
-__all__ = ["TransactionGuard", "TransactionWatch", "guarded_transaction", "require_open_transaction"]
+__all__ = [
+    "TransactionGuard",
+    "TransactionWatch",
+    "guarded_transaction",
+    "open_transaction",
+    "require_open_transaction",
+]
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +191,20 @@ class TransactionWatch:
         return self.dialect.transaction_committed(self.driver, self.mark)
 
 
+def open_transaction(dialect: Dialect, connection: Any) -> None:
+    """Open a transaction on ``connection`` so that it is open before the first statement on every driver:
+    SQLite needs ``begin_write`` (else a statement that reads only opens nothing), SQL Server through
+    Microsoft's driver ``open_transaction`` (in implicit-transaction mode ``DECLARE`` or ``SELECT 1`` opens
+    none, and ``@@TRANCOUNT`` 0 would read as ended); psycopg opens one before the first statement."""
+    cursor = connection.cursor()
+    try:
+        for begin in (dialect.begin_write(), dialect.open_transaction()):
+            if begin:
+                cursor.execute(begin)
+    finally:
+        cursor.close()
+
+
 @contextmanager
 def guarded_transaction(
     dialect: Dialect, connection: Any, shared_with: str = "the messages"
@@ -196,13 +216,7 @@ def guarded_transaction(
     Microsoft's driver needs ``open_transaction`` (in implicit-transaction mode ``DECLARE`` or ``SELECT 1``
     opens none, and ``@@TRANCOUNT`` 0 would read as ended); psycopg opens one before the first statement.
     """
-    cursor = connection.cursor()
-    try:
-        for begin in (dialect.begin_write(), dialect.open_transaction()):
-            if begin:
-                cursor.execute(begin)
-    finally:
-        cursor.close()
+    open_transaction(dialect, connection)
     guard = TransactionGuard(dialect, connection, shared_with)
     try:
         yield guard

@@ -24,11 +24,12 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...model.errors import TransactionEndedError
 from .. import headers as h
 from ..message import OutgoingMessage, ReceivedMessage
+from ..transaction_guard import open_transaction
 
 if TYPE_CHECKING:
     import uuid
@@ -116,7 +117,7 @@ class ReceiveRepair:
                 pump.name, ENDED_REASON, offender.id, len(batch), offender.id, pump.error_queue,
             )  # fmt: skip
             return False
-        self._begin(connection)
+        open_transaction(self._pump.dialect, connection)
         if unhandled:
             batch.send_in_receive_transaction(pump.queue.address, [_put_back(m) for m in unhandled])
             log.error(
@@ -128,17 +129,6 @@ class ReceiveRepair:
         move_to_error_queue(offender, batch)
         connection.commit()
         return True
-
-    def _begin(self, connection: Any) -> None:
-        """Open the repair's transaction the way every driver has it open before its first write."""
-        dialect = self._pump.dialect
-        cursor = connection.cursor()
-        try:
-            for begin in (dialect.begin_write(), dialect.open_transaction()):
-                if begin:
-                    cursor.execute(begin)
-        finally:
-            cursor.close()
 
 
 def _put_back(message: ReceivedMessage) -> OutgoingMessage:
