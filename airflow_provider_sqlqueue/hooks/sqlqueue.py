@@ -4,11 +4,6 @@ The hook owns the connection: it reads an Airflow connection of type ``sqlqueue`
 ``mssql`` or ``odbc``, turns it into the transport core's URL and hands out queue objects. Operators,
 sensors and triggers stay thin and go through it. As a ``DbApiHook`` it also offers ``run``,
 ``get_records`` and the UI's connection test on the same database.
-
-Over 600 lines because it is the one place an Airflow connection becomes a queue database: each connection
-type's URL with the checks its untrusted fields need, the caller's own connection and transaction, the
-OpenLineage names, and the queue operations the operators and triggers delegate to (the URL helpers are in
-``connection_url.py``).
 """
 
 from __future__ import annotations

@@ -16,9 +16,6 @@ header stay as they were; the failure headers are removed as ServiceControl's re
 A message whose ``FailedQ`` is missing or unreadable, or whose source queue does not exist, is refused and
 left where it is; the rest are retried.
 
-Over 600 lines because reading, grouping, retrying and deleting failed messages share one row model, one
-selection and one bounded reading, which split modules would have to reach into each other for.
-
 ::
 
     from airflow_provider_sqlqueue.transport import open_transport
