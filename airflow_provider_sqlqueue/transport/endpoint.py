@@ -10,13 +10,18 @@ An endpoint named ``Sales`` has
 - the names of the shared error and audit queues;
 - the delayed table ``Sales.Delayed`` and its mover (one per endpoint across all instances);
 - its subscriptions (``subscribe_to``): on start it subscribes its primary queue, under its name, to each
-  topic in the transport's subscription table, so that a publish of the topic reaches it.
+  topic in the transport's subscription table, so that a publish of the topic reaches it;
+- its requests waiting for replies (:meth:`Endpoint.request`, see requests.py): the instance queue's pump
+  hands a reply to the request it answers before the handler sees anything.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import threading
+import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -25,9 +30,10 @@ from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
 from . import headers as h
 from .delayed import DEFAULT_DELAYED_SUFFIX, DelayedMover, DelayedStore
-from .message import OutgoingMessage
+from .message import OutgoingMessage, ReceivedMessage
 from .publishing import PublishResult
 from .pump import Handler, MessagePump, PumpSettings, check_pool_size
+from .requests import PendingRequests, RequestTimeout, reply_dispatcher, timeout_seconds
 
 if TYPE_CHECKING:
     from .connection import Transport
@@ -72,6 +78,7 @@ class Endpoint:
         delayed_delivery: bool = True,
         delayed_table_suffix: str = DEFAULT_DELAYED_SUFFIX,
         subscribe_to: Iterable[str | type] = (),
+        reply_settings: PumpSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if error_queue is None:
             raise ConfigurationError("an endpoint needs an error queue")
@@ -95,6 +102,10 @@ class Endpoint:
             self.delayed = DelayedStore(transport, delayed)
         self.pumps: list[MessagePump] = []
         self.mover: DelayedMover | None = None
+        self.pending_requests = PendingRequests()
+        self.reply_settings = PumpSettings.of(reply_settings)
+        self._reply_pump: MessagePump | None = None
+        self._reply_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.address} instance={self.instance_address}>"
@@ -242,7 +253,8 @@ class Endpoint:
         pumps = [MessagePump(self.queue, handler, pump_settings, **wiring)]
         if self.instance_queue is not None:
             instance_settings = PumpSettings.of(pump_settings, max_concurrency=instance_concurrency)
-            pumps.append(MessagePump(self.instance_queue, handler, instance_settings, **wiring))
+            dispatch = reply_dispatcher(self.pending_requests, handler)
+            pumps.append(MessagePump(self.instance_queue, dispatch, instance_settings, **wiring))
         mover = None
         if run_mover and self.delayed is not None:
             mover = DelayedMover(
@@ -260,6 +272,7 @@ class Endpoint:
         check_pool_size(self.transport, needed, f"endpoint {self.address}")
         for topic in self.subscribe_to:
             self.subscribe(topic)
+        self._stop_reply_pump()  # the instance queue's pump takes the replies over
         self.pumps = pumps
         for pump in pumps:
             pump.start()
@@ -287,4 +300,113 @@ class Endpoint:
             clean = self.mover.stop() and clean
             self.mover = None
         self.pumps = []
-        return clean
+        return self._stop_reply_pump(timeout) and clean
+
+    # ---- request and reply (requests.py) ---------------------------------------------------------
+    def request(
+        self,
+        destination: str | QueueAddress,
+        message: bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        timeout: float | timedelta,
+        message_id: uuid.UUID | str | None = None,
+        time_to_be_received: timedelta | None = None,
+    ) -> ReceivedMessage:
+        """Send ``message`` to ``destination`` with this instance's queue as ``NServiceBus.ReplyToAddress``
+        and return the reply (the message on that queue whose ``NServiceBus.CorrelationId`` is the
+        request's ``NServiceBus.MessageId``, intent ``Reply``); raise :class:`RequestTimeout` when none
+        arrives within ``timeout``. A reply arriving later goes to the instance queue's handler, or without
+        one to the error queue with the reason (see requests.py).
+
+        The instance queue is read by the endpoint's pump when it was started, otherwise by a pump that
+        only takes replies, started on the first request and stopped with the endpoint.
+        """
+        seconds = timeout_seconds(timeout)
+        outgoing = self._request_message(message, headers, message_id, time_to_be_received)
+        waiter = self.pending_requests.register(outgoing.headers[h.MESSAGE_ID] or "")
+        try:
+            self._start_reply_pump()
+            self.send(destination, outgoing)
+            waiter.wait(seconds)
+        finally:
+            self.pending_requests.forget(waiter)  # after this no reply can reach the waiter
+        if waiter.reply is None:
+            raise self._timed_out(outgoing, seconds)
+        return waiter.reply
+
+    async def request_async(
+        self,
+        destination: str | QueueAddress,
+        message: bytes | str,
+        headers: Mapping[str, str | None] | None = None,
+        *,
+        timeout: float | timedelta,
+        message_id: uuid.UUID | str | None = None,
+        time_to_be_received: timedelta | None = None,
+    ) -> ReceivedMessage:
+        """:meth:`request` for an event loop: the send runs in a worker thread and the wait holds none."""
+        seconds = timeout_seconds(timeout)
+        outgoing = self._request_message(message, headers, message_id, time_to_be_received)
+        waiter = self.pending_requests.register(outgoing.headers[h.MESSAGE_ID] or "")
+        arrived = waiter.for_loop()
+        try:
+            await asyncio.to_thread(self._start_reply_pump)
+            await asyncio.to_thread(self.send, destination, outgoing)
+            return await asyncio.wait_for(arrived, seconds)
+        except asyncio.TimeoutError:
+            if waiter.reply is not None:
+                return waiter.reply
+            raise self._timed_out(outgoing, seconds) from None
+        finally:
+            self.pending_requests.forget(waiter)
+
+    def _request_message(
+        self,
+        message: bytes | str,
+        headers: Mapping[str, str | None] | None,
+        message_id: uuid.UUID | str | None,
+        time_to_be_received: timedelta | None,
+    ) -> OutgoingMessage:
+        if self.instance_address is None:
+            raise ConfigurationError(
+                f"endpoint {self.address} has no instance-specific queue, so a reply could reach any "
+                "instance; requests need instance_specific_queue=True"
+            )
+        if isinstance(message, OutgoingMessage):
+            raise ConfigurationError("give a request's body and headers, not an OutgoingMessage")
+        merged = self.outgoing_headers()
+        merged.update(headers or {})
+        native_id = uuid.uuid4() if message_id is None else uuid.UUID(str(message_id))
+        merged[h.MESSAGE_ID] = str(native_id)
+        merged.pop(h.CORRELATION_ID, None)  # a request's correlation id is its own message id
+        merged[h.MESSAGE_INTENT] = "Send"
+        return OutgoingMessage(message, merged, time_to_be_received, id=native_id)
+
+    def _timed_out(self, outgoing: OutgoingMessage, seconds: float) -> RequestTimeout:
+        return RequestTimeout(
+            f"no reply to request {outgoing.headers[h.MESSAGE_ID]} reached {self.instance_address} within "
+            f"{seconds:g} s; a reply arriving later goes to the instance queue's handler, or to "
+            f"{self.error_queue} with the reason"
+        )
+
+    def _start_reply_pump(self) -> None:
+        """Read the instance queue for replies when the endpoint's own pumps do not."""
+        with self._reply_lock:
+            if self.pumps or self._reply_pump is not None or self.instance_queue is None:
+                return
+            pump = MessagePump(
+                self.instance_queue,
+                reply_dispatcher(self.pending_requests, None),
+                self.reply_settings,
+                error_queue=str(self.error_queue),
+                endpoint=self,
+                name=f"replies {self.instance_address}",
+            )
+            check_pool_size(self.transport, pump.required_connections() + 1, f"endpoint {self.address}")
+            self._reply_pump = pump.start()
+
+    def _stop_reply_pump(self, timeout: float | None = None) -> bool:
+        with self._reply_lock:
+            pump, self._reply_pump = self._reply_pump, None
+        return True if pump is None else pump.stop(timeout)

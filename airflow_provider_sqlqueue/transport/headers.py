@@ -67,6 +67,9 @@ PROCESSING_STARTED = "NServiceBus.ProcessingStarted"
 PROCESSING_ENDED = "NServiceBus.ProcessingEnded"
 DELAYED_RETRIES = "NServiceBus.Retries"
 IMMEDIATE_RETRIES = "NServiceBus.FLRetries"
+NSERVICEBUS_VERSION = "NServiceBus.Version"
+CONTROL_MESSAGE = "NServiceBus.ControlMessage"
+RETURN_MESSAGE_ERROR_CODE = "NServiceBus.ReturnMessage.ErrorCode"
 
 Headers = dict[str, str | None]
 
