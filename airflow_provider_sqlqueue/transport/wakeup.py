@@ -5,6 +5,10 @@ channel, delivered when its transaction commits), a :class:`WakeUpListener` hold
 outside the pool so it never keeps a connection from a receive, ``LISTEN``s on it and wakes the waiting
 receivers. Polling stays the fallback: a receiver waits at most its idle delay, so a lost listening
 connection only makes wake-ups as late as polling until the listener has reconnected.
+
+One listener may hear several queues on its one connection (:meth:`WakeUpListener.listen`,
+:meth:`WakeUpListener.forget`): the triggers' shared poller (``transport/shared_poll.py``) holds one per
+database for every queue its triggers watch, and is told through ``on_wake`` rather than :meth:`wait`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..model.address import QueueAddress
@@ -31,20 +36,36 @@ LISTEN_SLICE = 0.1  # how often the listening thread checks for the stop
 
 
 class WakeUpListener:
-    """Listens for sends to one queue on a dedicated connection and wakes :meth:`wait`-ing receivers.
+    """Listens for sends to its queues on a dedicated connection and wakes :meth:`wait`-ing receivers (and
+    calls ``on_wake``, from the listening thread, if given).
 
     A wake-up is never lost between a receive that found nothing and the wait that follows it: the event is
     cleared only by the wait that it ended, so a notification arriving in between ends the next wait at once.
+    A queue added by :meth:`listen` is heard from the listening thread's next slice on; one dropped by
+    :meth:`forget` may still wake it until the connection is next opened, which happens once the forgotten
+    channels outnumber the heard ones.
     """
 
-    def __init__(self, transport: Transport, address: QueueAddress, name: str) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        address: QueueAddress | None,
+        name: str,
+        *,
+        on_wake: Callable[[], None] | None = None,
+    ) -> None:
         self.transport = transport
         self.address = address
         self.name = name
         self.connected = threading.Event()
         self.reconnects = 0
         self.notifications = 0
-        self._statement = transport.dialect.listen_statement(address)
+        self._on_wake = on_wake
+        self._wanted: set[str] = set()
+        self._listening: set[str] = set()
+        self._channels_lock = threading.Lock()
+        if address is not None:
+            self.listen(address)
         self._woken = threading.Event()
         self._stopping = threading.Event()
         self._connection: Any = None
@@ -66,8 +87,24 @@ class WakeUpListener:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(LISTEN_SLICE * 20)
 
+    def listen(self, address: QueueAddress) -> None:
+        """Hear sends to ``address`` too (from the listening thread's next slice)."""
+        statement = self.transport.dialect.listen_statement(address)
+        if statement is None:
+            raise ValueError(f"{self.transport.dialect.display_name} has no push notification")
+        with self._channels_lock:
+            self._wanted.add(statement)
+
+    def forget(self, address: QueueAddress) -> None:
+        """Stop waking for ``address`` (see the class's note on when the channel is left)."""
+        statement = self.transport.dialect.listen_statement(address)
+        with self._channels_lock:
+            self._wanted.discard(statement)  # type: ignore[arg-type]
+
     def wake(self) -> None:
         self._woken.set()
+        if self._on_wake is not None:
+            self._on_wake()
 
     def wait(self, timeout: float, halt: threading.Event) -> bool:
         """Wait until a send was heard (True), ``halt`` is set, or ``timeout`` seconds pass."""
@@ -97,13 +134,15 @@ class WakeUpListener:
                 connection = self._connect()
                 if lost_logged:
                     log.info("%s: push wake-up is back (LISTEN on %s)", self.name, self.address)
-                    self._woken.set()  # sends made while it was away were not heard: look once
+                    self.wake()  # sends made while it was away were not heard: look once
                 lost_logged = False
                 delay = RECONNECT_FIRST
                 while not self._stopping.is_set():
+                    if self._channels_changed(connection):
+                        break  # forgotten channels outnumber heard ones: listen afresh
                     if self.transport.dialect.wait_for_notification(connection, LISTEN_SLICE):
                         self.notifications += 1
-                        self._woken.set()
+                        self.wake()
             except Exception as error:
                 self.connected.clear()
                 self._close()
@@ -119,11 +158,30 @@ class WakeUpListener:
                 self._stopping.wait(delay)
                 delay = min(RECONNECT_MOST, delay * 2)
 
+    def _channels_changed(self, connection: Any) -> bool:
+        """LISTEN on channels added since the last slice; True when the connection should be opened again
+        to leave the forgotten ones (they outnumber the heard ones)."""
+        with self._channels_lock:
+            wanted = set(self._wanted)
+        for statement in sorted(wanted - self._listening):
+            connection.execute(statement)
+            self._listening.add(statement)
+        stale = len(self._listening - wanted)
+        if stale and stale >= len(wanted):
+            self._close()
+            return True
+        return False
+
     def _connect(self) -> Any:
         connection = self.transport.new_connection()
         self._connection = connection
+        self._listening = set()
         connection.autocommit = True
-        connection.execute(self._statement)
+        with self._channels_lock:
+            wanted = sorted(self._wanted)
+        for statement in wanted:
+            connection.execute(statement)
+            self._listening.add(statement)
         self.connected.set()
         return connection
 

@@ -1,4 +1,4 @@
-"""Triggers that watch a queue's depth from the triggerer, one query per poll.
+"""Triggers that watch a queue's depth from the triggerer, through one shared poller per database.
 
 - :class:`PendingMessagesTrigger` (deferred tasks): fires once when the depth reaches ``min_messages``.
 - :class:`QueueMessagesEventTrigger` (``AssetWatcher`` / ``MessageQueueTrigger``): re-arms after each event
@@ -8,22 +8,26 @@
   restart or a handover to another triggerer does not fire again for the messages still waiting. Without a
   state store (an older Airflow, a trigger run outside a triggerer) the watermark lives in memory.
 
-Both send the queue's gauges each poll (docs/operating.md, "Metrics") from statements whose cost does not
-grow with the queue: the depth the poll saw, the oldest message's age from that row's headers (not its
-body) and the error queue's peek estimate.
+The triggers of one connection id in one triggerer share one poller (``transport/shared_poll.py``): one
+connection for its reads and, on PostgreSQL, one ``LISTEN`` connection that makes a send to a watched queue
+wake its triggers at once; one statement per poll reads every watched queue's RowVersion bounds, its oldest
+message's headers and its error queue's estimate (``transport/depth_reads.py``), plus one exact count for
+the queues whose estimate reached a threshold. Each trigger checks its own condition on what it is handed,
+and sends the queue's gauges (docs/operating.md, "Metrics"): the depth it saw, the oldest message's age
+and the error queue's estimate.
 
 Transient database failures (a restart, a lost connection) are logged and polled through. Any other
 failure (a missing queue or connection, an unexpected driver error) ends the task trigger with an
-``error`` event that names the cause; the event trigger logs it and keeps watching, backing off to 30 s,
-since an event trigger must stay armed.
+``error`` event that names the cause; the event trigger logs it and keeps watching, served again after
+30 s, since an event trigger must stay armed. One queue's failure reaches only its own triggers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
@@ -31,22 +35,46 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from ..hooks.sqlqueue import SqlQueueHook
 from ..metrics import emit_queue_gauges
 from ..transport import ConfigurationError, TransientDatabaseError
-from ..transport.overview import queue_gauges
+from ..transport.overview import QueueGauges
+from ..transport.shared_poll import SHARED_POLLERS, SharedDatabase, Watch
 
 if TYPE_CHECKING:
-    from ..transport.queue import TableQueue
+    from contextlib import AbstractAsyncContextManager
+
+    from ..transport.depth_reads import QueueLook
 
 COUNT_MODES = ("estimate", "exact")
 
 
-async def emit_gauges(conn_id: str, queue: TableQueue, depth: int, log: logging.Logger) -> None:
-    """``queue``'s gauges for Airflow's metrics, with the depth the poll just saw; the two other reads
-    (oldest message's headers, error queue's estimate) run in a worker thread. Never fails the trigger."""
+def shared_database_key(conn_id: str) -> str:
+    """The key under which the triggers of connection ``conn_id`` share a poller."""
+    return f"airflow-connection:{conn_id}"
+
+
+def shared_watch(
+    conn_id: str, queue_name: str, poll_interval: float, exact_from: int | None
+) -> AbstractAsyncContextManager[Watch]:
+    """A watch on ``queue_name`` through the triggerer's shared poller of connection ``conn_id``."""
+    hook = SqlQueueHook(sqlqueue_conn_id=conn_id)
+
+    async def close(_transport: Any) -> None:
+        await hook.aclose()
+
+    database = SharedDatabase(shared_database_key(conn_id), hook.aget_transport, close)
+    return SHARED_POLLERS.watch(database, queue_name, interval=poll_interval, exact_from=exact_from)
+
+
+def emit_gauges(conn_id: str, look: QueueLook, depth: int, log: logging.Logger) -> None:
+    """The queue's gauges for Airflow's metrics from the shared poll's look, with the depth the trigger
+    counted. Never fails the trigger."""
     try:
-        gauges = await asyncio.to_thread(queue_gauges, queue, depth)
-        emit_queue_gauges(conn_id, gauges)
+        age = None
+        if look.oldest_time_sent is not None:
+            age = round((datetime.now(timezone.utc) - look.oldest_time_sent).total_seconds(), 3)
+        error_queue = None if look.error_queue is None else str(look.error_queue)
+        emit_queue_gauges(conn_id, QueueGauges(str(look.address), depth, age, error_queue, look.failed))
     except Exception as error:
-        log.debug("metrics of %s not sent: %s", queue.address, error)
+        log.debug("metrics of %s not sent: %s", look.address, error)
 
 
 def _check(queue_name: str, min_messages: int, count_mode: str, poll_interval: float) -> None:
@@ -102,36 +130,29 @@ class PendingMessagesTrigger(BaseTrigger):
     def _event(self, status: str, **payload: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "queue": self.queue_name, **payload})
 
-    async def _emit_gauges(self, hook: SqlQueueHook, depth: int) -> None:
-        """The queue's gauges (:func:`emit_gauges`) with the depth this poll saw."""
-        try:
-            queue = hook.get_queue(self.queue_name)
-        except Exception as error:
-            self.log.debug("metrics of %s not sent: %s", self.queue_name, error)
-            return
-        await emit_gauges(self.sqlqueue_conn_id, queue, depth, self.log)
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+        yield await self._wait()  # the watch is left before the event goes out
+
+    async def _wait(self) -> TriggerEvent:
+        # An estimate that reaches the threshold is confirmed by an exact count (it may overcount).
+        exact_from = 0 if self.count_mode == "exact" else self.min_messages
         try:
-            while True:
-                try:
-                    depth = await hook.adepth(self.queue_name, self.count_mode)  # type: ignore[arg-type]
-                    if self.count_mode == "estimate" and depth >= self.min_messages:
-                        depth = await hook.adepth(self.queue_name, "exact")  # the estimate may overcount
-                except TransientDatabaseError as error:
-                    self.log.warning("polling %s failed, will retry: %s", self.queue_name, error)
-                else:
+            async with shared_watch(
+                self.sqlqueue_conn_id, self.queue_name, self.poll_interval, exact_from
+            ) as watch:
+                while True:
+                    try:
+                        look = await watch.next()
+                    except TransientDatabaseError as error:
+                        self.log.warning("polling %s failed, will retry: %s", self.queue_name, error)
+                        continue
+                    depth = look.estimate if look.exact is None else look.exact
                     self.log.debug("%s holds %d message(s) (%s)", self.queue_name, depth, self.count_mode)
-                    await self._emit_gauges(hook, depth)
+                    emit_gauges(self.sqlqueue_conn_id, look, depth, self.log)
                     if depth >= self.min_messages:
-                        yield self._event("success", depth=depth, count_mode=self.count_mode)
-                        return
-                await asyncio.sleep(self.poll_interval)
-        except Exception as error:  # a missing connection, an unclassified driver error: say so, end
-            yield self._event("error", message=f"{type(error).__name__}: {error}")
-        finally:
-            await hook.aclose()
+                        return self._event("success", depth=depth, count_mode=self.count_mode)
+        except Exception as error:  # a missing queue or connection, an unclassified driver error: say so, end
+            return self._event("error", message=f"{type(error).__name__}: {error}")
 
 
 # The Task SDK releases (Airflow 3.3.x) whose AssetStateStoreAccessors keeps one accessor per asset in
@@ -276,7 +297,6 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         watermark = DurableWatermark(
             getattr(self, "asset_state_store", None), self.sqlqueue_conn_id, self.queue_name, self.log
         )
@@ -287,29 +307,23 @@ class QueueMessagesEventTrigger(BaseEventTrigger):
             seen,
             "asset state store" if watermark.durable else "in memory: no asset state store was given",
         )
-        try:
+        async with shared_watch(self.sqlqueue_conn_id, self.queue_name, self.poll_interval, None) as watch:
             while True:
-                delay = self.poll_interval
                 try:
-                    transport = await hook.aget_transport()
-                    queue = transport.queue(self.queue_name)
-                    oldest, newest = await asyncio.to_thread(queue.peek_bounds)
+                    look = await watch.next()
                 except TransientDatabaseError as error:
                     self.log.warning("polling %s failed, will retry: %s", self.queue_name, error)
+                    continue
                 except Exception as error:
-                    # An event trigger must stay armed: report, back off, and look again.
+                    # An event trigger must stay armed: report, and look again (the poller waits 30 s).
                     self.log.error("cannot watch %s: %s: %s", self.queue_name, type(error).__name__, error)
-                    delay = max(self.poll_interval, 30.0)
-                else:
-                    depth = 0 if oldest is None or newest is None else newest - oldest + 1
-                    await emit_gauges(self.sqlqueue_conn_id, queue, depth, self.log)
-                    fresh = newest is not None and (seen is None or newest != seen)
-                    if depth >= self.min_messages and fresh:
-                        yield TriggerEvent(
-                            {"status": "success", "queue": self.queue_name, "depth": depth, "newest": newest}
-                        )
-                        seen = newest
-                        await watermark.save(newest)
-                await asyncio.sleep(delay)
-        finally:
-            await hook.aclose()
+                    continue
+                depth, newest = look.estimate, look.newest
+                emit_gauges(self.sqlqueue_conn_id, look, depth, self.log)
+                fresh = newest is not None and (seen is None or newest != seen)
+                if depth >= self.min_messages and fresh:
+                    yield TriggerEvent(
+                        {"status": "success", "queue": self.queue_name, "depth": depth, "newest": newest}
+                    )
+                    seen = newest
+                    await watermark.save(newest)

@@ -1,0 +1,191 @@
+"""A triggerer full of deferred sensors shares one poller per database (issue 66).
+
+Hundreds of ``PendingMessagesTrigger`` (and some ``QueueMessagesEventTrigger``) run on one asyncio loop, each
+in its own task as Airflow's triggerer runs them, against real engines. Between them they hold one pooled
+connection and, on PostgreSQL, one ``LISTEN`` connection (counted in ``pg_stat_activity`` by this process's
+client ports); a sender still connects; the triggers whose queues get messages fire, and only those; a
+dropped queue table ends only its own triggers, with an error event; each read is one statement for every
+watched queue; the poller closes with its last trigger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Any
+
+import pytest
+from conftest import EngineTarget
+from test_soak import own_tcp_ports
+
+pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+
+from airflow_provider_sqlqueue.transport.shared_poll import SHARED_POLLERS, SharedPoller
+from airflow_provider_sqlqueue.triggers.queue import (
+    PendingMessagesTrigger,
+    QueueMessagesEventTrigger,
+    shared_database_key,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+# Triggers and queues per engine: the issue's 300 on PostgreSQL, fewer where each read costs more here.
+SCALE = {"postgresql": (300, 30), "sqlite": (120, 24), "sqlserver": (36, 12)}
+POLL_INTERVAL = 0.5
+FILLED_TWICE = range(0, 5)  # two messages each: every task trigger of these fires
+FILLED_ONCE = range(5, 10)  # one message each: only the triggers waiting for one fire
+DROPPED = 10  # its table is dropped: its task triggers end with an error event
+EVENT_TRIGGERS_PER_QUEUE = 1
+
+
+def held_connections(target: EngineTarget) -> int:
+    """This process's client connections to the test database (PostgreSQL)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(target.url)
+    ports = ",".join(str(port) for port in own_tcp_ports()) or "0"
+    with psycopg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
+    ) as checker:
+        row = checker.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+            f"AND client_port IN ({ports})"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def until(check: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def more_reads(poller: SharedPoller, count: int) -> None:
+    start = poller.reads
+    await until(lambda: poller.reads >= start + count, f"{count} more shared reads")
+
+
+@pytest.fixture
+def queues(target: EngineTarget, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    for key, value in target.airflow_env().items():
+        monkeypatch.setenv(key, value)
+    names = [f"q{n:02d}" for n in range(SCALE[target.engine][1])]
+    with target.open() as transport:
+        transport.queue("error").create()
+        for name in names:
+            transport.queue(name).create()
+    return names
+
+
+def test_hundreds_of_deferred_sensors_share_one_poller(target: EngineTarget, queues: list[str]) -> None:
+    count, _ = SCALE[target.engine]
+    width = len(queues)
+    tasks_of = [
+        PendingMessagesTrigger(
+            queues[n % width], min_messages=1 + (n // width) % 2, poll_interval=POLL_INTERVAL
+        )
+        for n in range(count)
+    ]
+    watchers = [
+        QueueMessagesEventTrigger(name, poll_interval=POLL_INTERVAL)
+        for name in queues
+        for _ in range(EVENT_TRIGGERS_PER_QUEUE)
+    ]
+    for trigger in [*tasks_of, *watchers]:  # what the triggerer stores and loads back
+        classpath, kwargs = trigger.serialize()
+        module, _, name = classpath.rpartition(".")  # as the triggerer imports it
+        again = getattr(importlib.import_module(module), name)(**kwargs)
+        assert type(again) is type(trigger) and again.serialize() == (classpath, kwargs)
+
+    async def scenario() -> tuple[dict[int, dict], dict[int, dict], dict[str, Any]]:
+        fired: dict[int, dict] = {}
+        watched: dict[int, dict] = {}
+
+        async def run_task(number: int, trigger: PendingMessagesTrigger) -> None:
+            async for event in trigger.run():
+                fired[number] = event.payload
+                return
+
+        async def run_watcher(number: int, trigger: QueueMessagesEventTrigger) -> None:
+            async for event in trigger.run():
+                watched.setdefault(number, event.payload)
+
+        running = [asyncio.create_task(run_task(n, t)) for n, t in enumerate(tasks_of)]
+        running += [asyncio.create_task(run_watcher(n, t)) for n, t in enumerate(watchers)]
+        key = shared_database_key("sqlqueue_default")
+        await until(lambda: SHARED_POLLERS.poller(key) is not None, "the shared poller")
+        poller = SHARED_POLLERS.poller(key)
+        assert poller is not None
+        await until(lambda: len(poller.watches) == len(running), "every trigger to watch")
+        await more_reads(poller, 2)
+        seen: dict[str, Any] = {"reads": poller.reads, "statements": poller.statements}
+        if target.engine == "postgresql":
+            await until(lambda: poller.listener is not None and poller.listener.connected.is_set(), "LISTEN")
+            seen["held"] = await asyncio.to_thread(held_connections, target)
+
+        def send_and_drop() -> None:
+            with target.open() as sender:  # a producer still gets a connection
+                for n in FILLED_TWICE:
+                    sender.queue(queues[n]).send_batch([b"a", b"b"])
+                for n in FILLED_ONCE:
+                    sender.queue(queues[n]).send(b"a")
+                sender.queue(queues[DROPPED]).drop()
+
+        await asyncio.to_thread(send_and_drop)
+        expected = {
+            n
+            for n, t in enumerate(tasks_of)
+            if queues.index(t.queue_name) in [*FILLED_TWICE, DROPPED]
+            or (queues.index(t.queue_name) in FILLED_ONCE and t.min_messages == 1)
+        }
+        await until(lambda: expected <= set(fired), "the triggers of the filled and dropped queues")
+        await until(lambda: len(watched) == len([*FILLED_TWICE, *FILLED_ONCE]), "the event triggers")
+        await more_reads(poller, 3)  # anything else that would fire has had three reads to do so
+        seen["fired_after"] = set(fired)
+        seen["notifications"] = poller.listener.notifications if poller.listener else None
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        seen["closed"] = SHARED_POLLERS.poller(key) is None
+        if target.engine == "postgresql":
+            seen["held_after"] = await asyncio.to_thread(held_connections, target)
+        return fired, watched, seen
+
+    fired, watched, seen = asyncio.run(scenario())
+
+    # One statement per shared read for every watched queue, while no estimate reached a threshold.
+    assert seen["statements"] == seen["reads"]
+    if target.engine == "postgresql":
+        assert seen["held"] <= 2, f"{count} deferred sensors held {seen['held']} connections"
+        assert seen["notifications"] and seen["notifications"] > 0  # the sends were pushed
+        assert seen["held_after"] == 0
+    assert seen["closed"]
+
+    assert set(fired) == seen["fired_after"]
+    for number, trigger in enumerate(tasks_of):
+        position = queues.index(trigger.queue_name)
+        event = fired.get(number)
+        if position in FILLED_TWICE:
+            assert event == {
+                "status": "success",
+                "queue": trigger.queue_name,
+                "depth": 2,
+                "count_mode": "estimate",
+            }
+        elif position in FILLED_ONCE and trigger.min_messages == 1:
+            assert event is not None and event["status"] == "success" and event["depth"] == 1
+        elif position == DROPPED:
+            assert event is not None and event["status"] == "error", event
+            assert "QueueNotFound" in event["message"] or "not exist" in event["message"], event
+        else:
+            assert event is None, (trigger.queue_name, event)
+    filled = {queues[n] for n in [*FILLED_TWICE, *FILLED_ONCE]}
+    assert {watchers[n].queue_name for n in watched} == filled
+    for number, payload in watched.items():
+        want = 2 if queues.index(watchers[number].queue_name) in FILLED_TWICE else 1
+        assert payload["depth"] == want and payload["queue"] == watchers[number].queue_name
