@@ -29,8 +29,9 @@ class QueueSensor(BaseSensorOperator):
     """Succeed when ``queue_name`` holds at least ``min_messages`` messages; the depth becomes the XCom value.
 
     With ``deferrable=True`` it pokes once and, if the queue is not deep enough yet, hands the waiting to
-    :class:`~airflow_provider_sqlqueue.triggers.queue.PendingMessagesTrigger` (one query per
-    ``poke_interval``) and frees its worker slot.
+    :class:`~airflow_provider_sqlqueue.triggers.queue.PendingMessagesTrigger` and frees its worker slot;
+    in the triggerer the sensors of one connection share one poller (one statement per ``poke_interval``
+    for all their queues, see docs/triggers.md, "Shared polling").
 
     :param queue_name: queue address, ``table@[schema]@[catalog]`` (templated). ``queue`` stays Airflow's
         executor queue.
