@@ -48,6 +48,10 @@ POSTGRES_BYPASSES = {
     # standard_conforming_strings is on (the default since 9.1): '\' is a whole string, END runs, -- hides
     # the rest; sqlparse reads \' as an escaped quote and the whole tail as one string
     "backslash-string-then-end": ("SELECT '\\'; END; --'", {"first"}),
+    # ends the transaction and begins the next in one statement: the driver's state reads open again, only
+    # the transaction's id (assigned when the guard named it) tells that it is another one
+    "end-then-begin": ("/* /* */ x */ END; /* /* */ x */ BEGIN", {"first"}),
+    "backslash-string-then-end-then-begin": ("SELECT '\\'; END; BEGIN; --'", {"first"}),
 }
 SQLSERVER_BYPASSES = {
     # commits, then fails: "Transaction count after execution indicates a mismatch" (the row stays committed)
@@ -55,6 +59,10 @@ SQLSERVER_BYPASSES = {
     "if-rollback": ("IF 1=1 ROLLBACK", set()),
     # T-SQL's block comments nest too: to sqlparse the COMMIT is inside a string after a comment
     "commit-after-nested-comment": ("/* /* */ '*/ COMMIT --'", {"first"}),
+    # commits and begins the next transaction: @@TRANCOUNT reads 1 again, only the lock the guard's
+    # transaction owned (sp_getapplock) is gone
+    "commit-then-begin": ("/* /* */ '*/ COMMIT BEGIN TRANSACTION --'", {"first"}),
+    "rollback-then-begin": ("IF 1=1 BEGIN ROLLBACK; BEGIN TRANSACTION END", set()),
 }
 SQLITE_BYPASSES = {
     # SQLite ends an unterminated comment at the end of the text; the regex wants END alone on its line

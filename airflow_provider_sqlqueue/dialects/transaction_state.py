@@ -10,6 +10,7 @@ is the check. Declared here as a mixin of :class:`~.base.Dialect`, with each eng
 
 from __future__ import annotations
 
+import uuid
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -95,13 +96,15 @@ class PostgresTransactionState(TransactionStates):
             return TransactionState.FAILED
         return TransactionState.UNKNOWN  # ACTIVE (a command running) or UNKNOWN (the connection is bad)
 
-    # txid_* rather than pg_current_xact_id() (13+): PostgreSQL 12 is supported. A receive's DELETE has
-    # assigned its transaction an id already, so reading it assigns nothing.
+    # txid_* rather than pg_current_xact_id() (13+): PostgreSQL 12 is supported. txid_current() assigns the
+    # transaction its id if nothing it ran wrote yet (an operator's guard arms before the first statement;
+    # a receive's DELETE has assigned one already); a transaction begun anew afterwards has none until it
+    # writes, and then another, so ``END; BEGIN`` in one statement is seen.
     def transaction_mark(self, connection: Any) -> Any:
-        return _scalar(connection, "SELECT txid_current_if_assigned()")
+        return _scalar(connection, POSTGRES_NAME_THE_TRANSACTION)
 
     def transaction_mark_matches(self, connection: Any, mark: Any) -> bool:
-        return mark is None or _scalar(connection, "SELECT txid_current_if_assigned()") == mark
+        return mark is None or _scalar(connection, POSTGRES_THE_TRANSACTIONS_NAME) == mark
 
     def transaction_committed(self, connection: Any, mark: Any) -> bool | None:
         if mark is None:
@@ -138,6 +141,28 @@ class SqlServerTransactionState(TransactionStates):
         table = self.qualified_name(address)
         return f"SELECT COUNT(*) FROM {table} WITH (READPAST) WHERE RowVersion IN ({marks})"
 
+    def transaction_mark(self, connection: Any) -> Any:
+        """A lock the transaction owns (``sp_getapplock`` with ``@LockOwner = 'Transaction'``) on a name no
+        one else uses: it ends with the transaction, so a ``COMMIT`` followed by a ``BEGIN TRANSACTION``, or
+        the driver's commit after which pyodbc opens the next transaction at once, leaves a transaction that
+        does not hold it. SQL Server has ``CURRENT_TRANSACTION_ID()`` (2016+), Babelfish has neither it nor
+        ``sys.dm_tran_current_transaction``; the lock is read the same on both. Taken in Shared mode, so it
+        blocks nothing. Rolling back to a savepoint begun before it keeps it (SQL Server documents that
+        such a rollback releases no lock; observed on Babelfish 4.3 through both drivers)."""
+        name = f"sqlqueue-transaction-{uuid.uuid4().hex}"
+        cursor = connection.cursor()
+        try:
+            cursor.execute(SQLSERVER_NAME_THE_TRANSACTION, (name,))
+            row = _last_row(cursor)
+        finally:
+            cursor.close()
+        return name if row is not None and row[0] is not None and int(row[0]) >= 0 else None
+
+    def transaction_mark_matches(self, connection: Any, mark: Any) -> bool:
+        if mark is None:
+            return True
+        return _scalar(connection, SQLSERVER_THE_TRANSACTION_HOLDS_ITS_NAME, (mark,)) != "NoLock"
+
     def transaction_state(self, connection: Any) -> TransactionState:
         cursor = connection.cursor()
         try:
@@ -150,6 +175,28 @@ class SqlServerTransactionState(TransactionStates):
         if levels == 0:
             return TransactionState.ENDED
         return TransactionState.NESTED if levels > 1 else TransactionState.OPEN
+
+
+POSTGRES_NAME_THE_TRANSACTION = "SELECT txid_current()"
+POSTGRES_THE_TRANSACTIONS_NAME = "SELECT txid_current_if_assigned()"
+SQLSERVER_NAME_THE_TRANSACTION = (
+    "DECLARE @granted int; "
+    "EXEC @granted = sp_getapplock @Resource = ?, @LockMode = 'Shared', @LockOwner = 'Transaction', "
+    "@LockTimeout = 0; "
+    "SELECT @granted"
+)
+SQLSERVER_THE_TRANSACTION_HOLDS_ITS_NAME = "SELECT APPLOCK_MODE('public', ?, 'Transaction')"
+
+
+def _last_row(cursor: Any) -> Any:
+    """The first row of the last result set a batch returned (FreeTDS reports the EXEC's as one without
+    rows), every result set read past."""
+    row = None
+    while True:
+        if cursor.description is not None:
+            row = cursor.fetchone()
+        if not cursor.nextset():
+            return row
 
 
 def _scalar(connection: Any, statement: str, parameters: tuple[Any, ...] = ()) -> Any:

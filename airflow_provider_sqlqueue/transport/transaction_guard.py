@@ -41,6 +41,7 @@ def require_open_transaction(
     ran_before: str,
     shared_with: str = "the messages",
     cause: BaseException | None = None,
+    state: TransactionState | None = None,
 ) -> TransactionState:
     """Raise :class:`TransactionEndedError` unless ``connection``'s transaction is still the one open
     transaction after ``step`` (e.g. ``"the statement 2 'IF 1=1 ROLLBACK'"``), as the driver reports it.
@@ -51,8 +52,11 @@ def require_open_transaction(
     it may be committed without ``shared_with``, and the error says so. With ``cause`` (``step`` raised),
     an aborted transaction is that error's ordinary outcome, not a second one: only an ended or nested
     transaction is raised, chained to it. A driver that cannot tell (UNKNOWN) passes; the state is returned.
+    ``state``: the state already read (a :class:`TransactionWatch`'s, which also sees a transaction ended
+    and begun anew); by default the driver's.
     """
-    state = dialect.transaction_state(connection)
+    if state is None:
+        state = dialect.transaction_state(connection)
     if state is TransactionState.ENDED:
         how = (
             "ended the transaction (a commit or a rollback)"
@@ -81,13 +85,22 @@ def require_open_transaction(
 
 
 class TransactionGuard:
-    """Checks one connection's transaction after each step run in it (:func:`require_open_transaction`)."""
+    """Checks one connection's transaction after each step run in it (:func:`require_open_transaction`),
+    read by a :class:`TransactionWatch`, so that a step that ended the transaction and began another
+    (``END; BEGIN`` on PostgreSQL, ``COMMIT BEGIN TRANSACTION`` in T-SQL) is caught like one that only
+    ended it. :meth:`arm` names the transaction, before the first step."""
 
     def __init__(self, dialect: Dialect, connection: Any, shared_with: str = "the messages") -> None:
         self.dialect = dialect
         self.connection = connection
         self.shared_with = shared_with
+        self.watch = TransactionWatch(dialect, connection)
         self.ended = False  # once a check saw the transaction end: rolling back then finds none to end
+
+    def arm(self) -> None:
+        """Name the open transaction (see :meth:`TransactionWatch.arm`); until then only the driver's state
+        is read."""
+        self.watch.arm(begins=True)
 
     def check(self, step: str, ran_before: str, cause: BaseException | None = None) -> None:
         """Raise unless the transaction is still open after ``step`` (``cause``: the error it raised)."""
@@ -99,6 +112,7 @@ class TransactionGuard:
                 ran_before=ran_before,
                 shared_with=self.shared_with,
                 cause=cause,
+                state=self.watch.state() if self.watch.armed else None,
             )
         except TransactionEndedError:
             self.ended = True
@@ -147,12 +161,14 @@ class TransactionWatch:
         self.armed = False
         self.mark: Any = None
 
-    def arm(self) -> None:
-        """Start watching (once): name the transaction where the engine can."""
+    def arm(self, begins: bool = False) -> None:
+        """Start watching (once): name the transaction where the engine can. ``begins``: the transaction
+        was just opened for what follows, and naming it may be what begins it (psycopg sends its BEGIN with
+        the first statement); otherwise only an open transaction is named."""
         if self.armed:
             return
         self.armed = True
-        if self.dialect.transaction_state(self.driver) is TransactionState.OPEN:
+        if begins or self.dialect.transaction_state(self.driver) is TransactionState.OPEN:
             self.mark = self.dialect.transaction_mark(self.driver)
 
     def state(self) -> TransactionState:
@@ -219,6 +235,7 @@ def guarded_transaction(
     open_transaction(dialect, connection)
     guard = TransactionGuard(dialect, connection, shared_with)
     try:
+        guard.arm()
         yield guard
         connection.commit()
     except BaseException:
