@@ -63,7 +63,13 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_sqlqueue.sensors.queue"]}
         ],
         "triggers": [
-            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_sqlqueue.triggers.queue"]}
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_provider_sqlqueue.triggers.queue",
+                    "airflow_provider_sqlqueue.triggers.reply",
+                ],
+            }
         ],
         "operators": [
             {
@@ -75,6 +81,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_sqlqueue.operators.provision",
                     "airflow_provider_sqlqueue.operators.publish",
                     "airflow_provider_sqlqueue.operators.purge",
+                    "airflow_provider_sqlqueue.operators.request_reply",
                     "airflow_provider_sqlqueue.operators.send",
                     "airflow_provider_sqlqueue.operators.spark_application",
                     "airflow_provider_sqlqueue.operators.spark_runs",

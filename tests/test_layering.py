@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     # A sensor in poke mode sends the gauges its trigger sends when deferred.
     "sensors": {"model", "dialects", "transport", "hooks", "triggers", "metrics"},
     "queues": {"model", "dialects", "transport", "hooks", "triggers"},
-    "operators": {"model", "dialects", "transport", "handlers", "hooks", "spark", "metrics"},
+    "operators": {"model", "dialects", "transport", "handlers", "hooks", "triggers", "spark", "metrics"},
     # The Airflow plugin (the Queues page): a web app over the hook and the core.
     "plugins": {"model", "dialects", "transport", "hooks"},
     # The package's __init__ and get_provider_info (the Airflow entry point) import nothing below them.

@@ -403,7 +403,11 @@ class SqlQueueHook(DbApiHook):
         ``odbc_connect`` into another string than the one the hook checked and the transport uses (a ``%``
         escape or a ``+`` in a password, say): ``create_engine`` of it would log in with a changed password
         or worse. :meth:`get_sqlalchemy_engine` has no such limit: it connects through the transport.
+        A SQLite file is named as a ``mode=rw`` URI: an engine made from it opens the file only if it
+        exists (only provisioning creates one).
         """
+        if self.engine == "sqlite":
+            return self._sqlite_existing_only_url().render_as_string(hide_password=False)
         url = self.sqlalchemy_url
         odbc = url.query.get("odbc_connect")
         if isinstance(odbc, str) and odbc_string_sqlalchemy_hands_over(url) != odbc:
@@ -431,13 +435,12 @@ class SqlQueueHook(DbApiHook):
         if self.engine == "sqlite":
             from pathlib import Path
 
-            from ..transport.connection import missing_sqlite_file, sqlite_uri
+            from ..transport.connection import missing_sqlite_file
 
             path = Path(self._sqlite_path())
             if not path.exists():
                 raise missing_sqlite_file(path)
-            existing_only = URL.create("sqlite", database=sqlite_uri(path, "rw"), query={"uri": "true"})
-            return sqlalchemy.create_engine(existing_only, **options)
+            return sqlalchemy.create_engine(self._sqlite_existing_only_url(), **options)
         if self.engine != "sqlserver" and not self._iam_login():
             return sqlalchemy.create_engine(self.sqlalchemy_url, **options)
         if "creator" in options:
@@ -448,6 +451,15 @@ class SqlQueueHook(DbApiHook):
         transport = self.get_transport()  # builds and checks the ODBC string now, before any engine exists
         drivername = "mssql+pyodbc" if self.engine == "sqlserver" else "postgresql+psycopg"
         return sqlalchemy.create_engine(URL.create(drivername), creator=transport.new_connection, **options)
+
+    def _sqlite_existing_only_url(self) -> URL:
+        """The SQLite file as SQLAlchemy URL of a ``mode=rw`` URI: opened only if it exists."""
+        from pathlib import Path
+
+        from ..transport.connection import sqlite_uri
+
+        existing_only = sqlite_uri(Path(self._sqlite_path()), "rw")
+        return URL.create("sqlite", database=existing_only, query={"uri": "true"})
 
     @cached_property
     def dialect_name(self) -> str:
