@@ -326,3 +326,24 @@ def test_a_message_that_is_not_a_reply_is_not_taken_for_one() -> None:
     assert correlation_of_reply(old) == "c"
     assert correlation_of_reply({h.MESSAGE_INTENT: "Reply"}) is None
     assert OutgoingMessage(b"").headers[h.CORRELATION_ID]  # sends always carry one
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_the_request_reply_benchmark_runs_both_layouts(target, monkeypatch) -> None:
+    """benchmarks/request_reply_bench.py at a toy size: both layouts read every reply, and what a request
+    opened is closed again (no reply queue, no service or error queue left)."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = __import__("request_reply_bench")
+    try:
+        cost = bench.measure(target.url, requests=4, rounds=1, default_schema=target.schema)
+    finally:
+        sys.modules.pop("request_reply_bench", None)
+    assert cost.requests == 4 and cost.own_queue_round > 0 and cost.ratio > 0
+    assert "4 waiting requests" in cost.line()
+    with target.open() as transport:
+        from airflow_provider_sqlqueue.transport.browse import queue_tables
+
+        assert [a.table for a in queue_tables(transport) if a.table.startswith("bench.")] == []
