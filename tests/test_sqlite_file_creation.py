@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
@@ -136,6 +137,25 @@ def test_an_engine_of_the_hook_opens_the_file_once_it_exists_and_never_makes_ano
             engine.dispose()
 
 
+def test_an_engine_made_by_the_caller_from_get_uri_never_creates_the_file(missing: Path) -> None:
+    """``create_engine(hook.get_uri())`` in user code (pandas, a SQL operator of another provider) opens the
+    file only once provisioning made it: the URI carries ``mode=rw``."""
+    hook = SqlQueueHook(sqlqueue_conn_id=CONN_ID)
+    engine = sqlalchemy.create_engine(hook.get_uri())
+    try:
+        with pytest.raises(Exception, match="unable to open database file"), engine.connect():
+            pass
+        assert the_files(missing) == []
+        hook.provision(["orders"])
+        hook.send("orders", "x")
+        engine.dispose()
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql('SELECT COUNT(*) FROM "orders"').scalar() == 1
+    finally:
+        hook.close()
+        engine.dispose()
+
+
 def test_the_sensor_and_its_trigger_refuse_a_missing_file_and_create_nothing(missing: Path) -> None:
     sensor = QueueSensor(task_id="wait", queue_name="orders", sqlqueue_conn_id=CONN_ID, min_messages=1)
     with pytest.raises(ConfigurationError) as refused:
@@ -180,7 +200,7 @@ def test_the_queues_page_refuses_a_missing_file_and_creates_nothing_on_the_api_s
     assert answer.status_code == 502, answer.text
     assert_refused(answer.json()["detail"], missing)
     shown = page.get("/queues", conn_id=CONN_ID)
-    assert shown.status_code == 200 and FIX in shown.text and 'id="queues"' not in shown.text
+    assert shown.status_code == 502 and FIX in shown.text and 'id="queues"' not in shown.text
     assert the_files(missing) == []
 
 
