@@ -189,3 +189,49 @@ def test_hundreds_of_deferred_sensors_share_one_poller(target: EngineTarget, que
     for number, payload in watched.items():
         want = 2 if queues.index(watchers[number].queue_name) in FILLED_TWICE else 1
         assert payload["depth"] == want and payload["queue"] == watchers[number].queue_name
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_one_listener_hears_many_queues_and_leaves_the_forgotten_ones(target: EngineTarget) -> None:
+    """The pump's wake-up listener, shared: one connection LISTENs for several queues, calls ``on_wake`` for
+    each send, and once the forgotten channels outnumber the heard ones it listens afresh without them
+    (the send to ``a``, committed first, would be heard before the one to ``c``)."""
+    import threading
+
+    from airflow_provider_sqlqueue.transport.wakeup import WakeUpListener
+
+    with target.open() as transport:
+        a, b, c = (transport.queue(name) for name in ("a", "b", "c"))
+        for queue in (a, b, c):
+            queue.create()
+        woken = threading.Semaphore(0)
+        listener = WakeUpListener(transport, None, "test", on_wake=woken.release).start()
+        try:
+            listener.listen(a.address)
+            listener.listen(b.address)
+            assert listener.connected.wait(10)
+            deadline = 10.0
+            b.send(b"x")
+            assert woken.acquire(timeout=deadline)
+            a.send(b"x")
+            assert woken.acquire(timeout=deadline)
+            assert listener.notifications == 2
+
+            listener.forget(a.address)
+            listener.forget(b.address)
+            listener.listen(c.address)  # a and b forgotten, c heard: the connection is opened again
+            only_c = {transport.dialect.listen_statement(c.address)}
+            for _ in range(200):
+                if listener._listening == only_c and listener.connected.is_set():
+                    break
+                threading.Event().wait(0.05)
+            assert listener._listening == only_c
+            heard_before = listener.notifications
+            a.send(b"y")  # committed before c's send: were a still heard, it would arrive first
+            c.send(b"y")
+            assert woken.acquire(timeout=deadline)
+            while woken.acquire(timeout=1.0):
+                pass
+            assert listener.notifications - heard_before == 1
+        finally:
+            listener.stop()
