@@ -267,7 +267,12 @@ def test_an_op_lists_a_group_opens_a_message_retries_and_deletes_and_each_is_aud
     assert table(shown["headers"]["NServiceBus.FailedQ"]) == "payments"
     page = app.get("/message", conn_id=CONN_ID, id=one)
     assert page.status_code == 200 and 'id="stack-trace"' in page.text and 'id="delete-message"' in page.text
-    assert 'id="confirm-delete"' in page.text and "confirm(" not in page.text  # the frame allows no dialogs
+    assert (
+        'id="confirm"' in page.text
+        and 'role="alertdialog"' in page.text
+        and 'id="retry-message"' in page.text
+    )
+    assert "confirm(" not in page.text  # the frame allows no dialogs: the page asks in its own
     absent = str(uuid.uuid4())
     assert app.get("/api/message", conn_id=CONN_ID, id=absent).status_code == 404
     assert app.get("/message", conn_id=CONN_ID, id=absent).status_code == 404
@@ -401,9 +406,10 @@ def test_a_write_must_be_json_from_this_origin_and_nobody_gets_in_without_a_sess
     assert queues.queue("error").count() == 3
 
     app.as_role(None)
-    page = app.get("/queues")
-    assert page.status_code == 303 and "/auth/login" in page.headers["location"]
-    assert app.get("/message", conn_id=CONN_ID, id=message_id).status_code == 303
+    page = app.get("/queues")  # the login page in the whole window, not in the UI's frame
+    assert page.status_code == 401 and 'id="log-in"' in page.text and "/auth/login" in page.text
+    assert "top.document" in page.text and 'id="queues"' not in page.text
+    assert app.get("/message", conn_id=CONN_ID, id=message_id).status_code == 401
     assert app.get("/api/queues", conn_id=CONN_ID).status_code == 401
     assert retry(app, group).status_code == 401
     assert delete(app, group=group).status_code == 401
@@ -526,3 +532,90 @@ def test_the_page_lists_the_spark_data_sources_staged_runs(app: Client, queues: 
     assert end_staged_run(queues, "orders", "nightly-<1>", "release") == 3
     assert 'id="staged"' not in app.get("/queues", conn_id=CONN_ID).text
     assert app.get("/api/queues", conn_id=CONN_ID).json()["staged_runs"] == []
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_the_summary_the_group_totals_pages_and_a_selection_come_from_one_path(
+    app: Client, queues: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page and its /api twin are one read: the summary's failed total is the error queue's exact
+    count (all its rows were grouped), the archive is listed as a table, not a queue; a group's page has
+    its queue and exception as title, its total and pages; a selection of ids is retried as a group is;
+    a malformed address is answered in a sentence, JSON for /api and a page otherwise."""
+    app.as_role("OP")
+    from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
+
+    fail_all(queues, "payments", ["p3", "p4", "p5"], ConnectionError("payment service unreachable"))
+    create_bridge_tables(queues, "orders")
+    seen = app.get("/api/queues", conn_id=CONN_ID).json()
+    kinds = {table(row["queue"]).split(".")[-1]: row["kind"] for row in seen["queues"]}
+    assert kinds["orders"] == "queue" and kinds["error"] == "error queue"
+    assert kinds["sqlqueue_spark_staging"] == "Spark bridge: staging", kinds
+    summary = seen["summary"]
+    assert (summary["failed"], summary["failed_exact"]) == (6, True)
+    assert [(table(q["queue"]), q["messages"]) for q in summary["deepest"]] == [("orders", 3)]
+    assert table(summary["oldest_queue"]) == "orders"
+    from airflow_provider_sqlqueue.plugins import depth_history
+
+    monkeypatch.setattr(depth_history, "MIN_GAP_SECONDS", 0)  # every read a sample
+    orders = next(row["queue"] for row in seen["queues"] if table(row["queue"]) == "orders")
+    with queues.queue("orders").receive(3) as batch:
+        assert len(batch.messages) == 3
+    drained = app.get("/api/queues", conn_id=CONN_ID).json()
+    assert [sample["messages"] for sample in drained["history"][orders]][-2:] == [3, 0]
+    page = app.get("/queues", conn_id=CONN_ID).text
+    chart = page.split(f'data-queue="{orders}">\n<figcaption>')[1].split("</figcaption>")[0]
+    assert "→ 0 messages" in chart, chart
+    summary_html = page.split('id="summary-failed"')[1].split("</div>\n  <div")[0]
+    assert ">6<" in summary_html and 'id="internal"' in page
+    assert 'data-queue="sqlqueue_spark_staging' not in page and "sqlqueue_spark_staging" in page
+
+    payments = next(g for g in seen["failed_groups"] if table(g["failed_queue"]) == "payments")
+    first = app.get("/api/failed", conn_id=CONN_ID, group=payments["group"], limit=2).json()
+    last = app.get("/api/failed", conn_id=CONN_ID, group=payments["group"], limit=2, page=3).json()
+    assert (first["total"], first["total_exact"], first["more"], len(first["messages"])) == (5, True, True, 2)
+    assert (last["page"], last["more"], len(last["messages"])) == (3, False, 1)
+    assert table(first["failed_queue"]) == "payments" and first["exception_type"] == "ConnectionError"
+    shown = app.get("/failed", conn_id=CONN_ID, group=payments["group"], limit=2, page=2).text
+    assert "Failed in" in shown and "ConnectionError</h1>" in shown and 'id="total">5<' in shown
+    assert (
+        'aria-current="page">2<' in shown and 'id="retry-group"' in shown and 'id="retry-selected"' in shown
+    )
+
+    picked = [m["id"] for m in first["messages"]]
+    done = app.post("/api/retry", {"conn_id": CONN_ID, "ids": picked}, Origin="http://airflow.test")
+    assert done.status_code == 200 and sorted(done.json()["done"]) == sorted(picked), done.text
+    again = app.post("/api/retry", {"conn_id": CONN_ID, "ids": picked}, Origin="http://airflow.test")
+    assert again.status_code == 200 and again.json()["done"] == []  # a stale view: nothing left to retry
+    assert app.get("/api/failed", conn_id=CONN_ID, group=payments["group"]).json()["total"] == 3
+
+    short = app.get("/failed", conn_id=CONN_ID, group="abc")
+    assert short.status_code == 422 and "12 hexadecimal digits" in short.text and '"detail"' not in short.text
+    api = app.get("/api/failed", conn_id=CONN_ID, group="abc")
+    assert api.status_code == 422 and "12 hexadecimal digits" in api.json()["detail"]
+
+
+def test_the_depth_history_is_bounded_per_queue_and_per_connection() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_provider_sqlqueue.plugins.depth_history import DepthHistory, sparkline
+
+    history = DepthHistory(samples=3, queues=2, connections=2)
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for n in range(5):
+        history.record("a", start + timedelta(seconds=10 * n), {"q1": (50 - 10 * n, True), "q2": (n, False)})
+    history.record("a", start + timedelta(seconds=40.5), {"q1": (7, True)})  # under a second: replaces
+    assert [s["messages"] for s in history.series("a")["q1"]] == [30, 20, 7]
+    history.record("a", start, {"q3": (1, True)})
+    assert set(history.series("a")) == {"q1", "q3"}  # the queue read least recently goes first
+    history.record("b", start, {"q": (1, True)})
+    history.record("c", start, {"q": (1, True)})
+    assert history.series("a") == {} and set(history.series("c")) == {"q"}
+    line = sparkline(
+        history_points := [
+            {"at": "2026-01-01T00:00:00Z", "messages": 4},
+            {"at": "2026-01-01T00:01:00Z", "messages": 0},
+        ]
+    )
+    assert (line["first"], line["last"], line["high"], line["samples"]) == (4, 0, 4, len(history_points))
+    assert line["points"].startswith("2.0,2.0") and line["points"].endswith("118.0,26.0")

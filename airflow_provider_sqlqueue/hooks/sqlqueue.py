@@ -719,6 +719,19 @@ class SqlQueueHook(DbApiHook):
         runs = staged_runs_beside(self.get_transport(), queue_names, prefix or DEFAULT_PREFIX)
         return [staged.as_dict() for staged in runs]
 
+    def bridge_table_names(self, queue_names: Sequence[str], prefix: str | None = None) -> dict[str, str]:
+        """The Spark bridge's control tables beside ``queue_names`` (name: what it is), which have a queue
+        table's columns but are not queues: what the Queues page lists apart."""
+        from ..spark.tables import DEFAULT_PREFIX, bridge_tables
+
+        found: dict[str, str] = {}
+        for name in queue_names:
+            tables = bridge_tables(self.get_transport(), name, prefix or DEFAULT_PREFIX)
+            found[str(tables.runs)] = "Spark bridge: runs"
+            found[str(tables.staging)] = "Spark bridge: staging"
+            found[str(tables.fill)] = "Spark bridge: fill"
+        return found
+
     def end_staged_run(
         self, queue_name: str, run_id: str, action: Literal["release", "ack"], prefix: str | None = None
     ) -> int:

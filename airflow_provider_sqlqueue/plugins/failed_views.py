@@ -30,27 +30,39 @@ def _stamp(moment: Any) -> str | None:
     return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
-def group_messages(error_queue: TableQueue, group: str, limit: int) -> dict[str, Any]:
-    """The first ``limit`` messages (oldest first) of failed-message group ``group`` among the oldest
+def group_messages(error_queue: TableQueue, group: str, limit: int, page: int = 1) -> dict[str, Any]:
+    """Page ``page`` (``limit`` messages, oldest first) of failed-message group ``group`` among the oldest
     GROUP_SCAN_ROWS rows of the error queue (headers only, in keyset pages): Id, queue, exception and time
-    of failure of each; ``more`` when the group may hold more than those listed (the limit was reached, or
-    rows were left unread), ``read`` how many rows were looked through."""
+    of failure of each; ``total`` the group's messages among the rows read, exact (``total_exact``) when
+    every row of the error queue was read; ``more`` when the group may hold messages after this page (a
+    next page, or rows left unread); ``read`` how many rows were looked through; ``failed_queue``,
+    ``exception_type`` and ``exception_message`` the group's own (from its first message)."""
+    first = (page - 1) * limit
     found: list[Any] = []
+    total = 0
     read = 0
-    more = False
+    sample = None
+    complete = True
     for row in failed_rows(error_queue, up_to=None):
+        if read >= GROUP_SCAN_ROWS:
+            complete = False
+            break
         read += 1
         if row.group_key == group:
-            if len(found) == limit:
-                more = True
-                break
-            found.append(row)
-        if read >= GROUP_SCAN_ROWS:
-            more = True
-            break
+            sample = sample or row
+            if first <= total < first + limit:
+                found.append(row)
+            total += 1
     return {
         "error_queue": str(error_queue.address),
         "group": group,
+        "failed_queue": sample.failed_queue if sample else None,
+        "exception_type": sample.exception_type if sample else None,
+        "exception_message": _clip(sample.exception_message, MAX_HEADER_CHARS) if sample else None,
+        "page": page,
+        "limit": limit,
+        "total": total,
+        "total_exact": complete,
         "messages": [
             {
                 "id": row.id,
@@ -61,7 +73,7 @@ def group_messages(error_queue: TableQueue, group: str, limit: int) -> dict[str,
             }
             for row in found
         ],
-        "more": more,
+        "more": first + limit < total or not complete,
         "read": read,
     }
 

@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, Field
 
 from ..hooks.sqlqueue import SqlQueueHook, secret_forms
 from ..model.errors import ConfigurationError
+from ..transport.archive import archive_address
 from ..transport.failed import (
     FailureFilter,
     FailureOutcome,
@@ -44,19 +46,20 @@ from .access import (
     audit,
     auth_manager,
     may_edit,
-    may_read,
+    may_view,
     queue_connection_ids,
     require_read,
     require_view,
 )
+from .depth_history import REFRESH_SECONDS, DepthHistory, sparkline
 from .failed_views import BODY_PREVIEW_BYTES, GROUP_LIST_LIMIT, MAX_GROUP_LIST, failed_message, group_messages
-from .queues_page import render_group, render_message, render_page
+from .queues_page import render
 from .subscriptions_view import SubscriptionsView, subscriptions_view
 
 if TYPE_CHECKING:
     from ..transport.queue import TableQueue
 
-__all__ = ["NOT_SERVED", "QUEUES_VIEW", "create_app"]
+__all__ = ["NOT_SERVED", "QUEUES_VIEW", "VIEWS", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +67,8 @@ GROUP_PATTERN = r"^[0-9a-f]{12}$"
 MESSAGE_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
-class RetryRequest(BaseModel):
-    """A group to retry, one step at a time: the first request names no ``after``/``up_to``; each answer
-    says whether ``more`` remains and the ``after``/``up_to`` to send for the next step."""
-
-    conn_id: str = Field(min_length=1, max_length=250)
-    group: str = Field(pattern=GROUP_PATTERN)
-    after: int = Field(default=0, ge=0)
-    up_to: int | None = Field(default=None, ge=0)
-
+# What the page's reads saw of each queue's depth, for its sparklines and charts (see .depth_history).
+DEPTH_HISTORY = DepthHistory()
 
 # A retry or delete request reads at most this many error-queue rows (headers only) and takes the group's
 # among them, so no request holds the API server for long however large the group; the page's script
@@ -90,23 +86,21 @@ def _step(outcome: FailureOutcome, after: int) -> dict[str, Any]:
     return {"more": outcome.more, "after": reached, "up_to": outcome.up_to, "left": left}
 
 
+def refresh_seconds() -> int:
+    """How often the open page reads itself again: ``[sqlqueue] page_refresh_seconds``
+    (``AIRFLOW__SQLQUEUE__PAGE_REFRESH_SECONDS``), default :data:`.depth_history.REFRESH_SECONDS`, at
+    least 2."""
+    from airflow.configuration import conf
+
+    return max(conf.getint("sqlqueue", "page_refresh_seconds", fallback=REFRESH_SECONDS), 2)
+
+
 def exact_below() -> int:
     """Below which estimated depth the page counts exactly when asked: ``[sqlqueue] exact_count_below``
     (``AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW``), default :data:`.overview.EXACT_BELOW`."""
     from airflow.configuration import conf
 
     return conf.getint("sqlqueue", "exact_count_below", fallback=EXACT_BELOW)
-
-
-class DeleteRequest(BaseModel):
-    """A group (``group``) or one message (``id``) of a connection's error queue; exactly one of the two.
-    A group is deleted in steps, as :class:`RetryRequest` retries one."""
-
-    conn_id: str = Field(min_length=1, max_length=250)
-    group: str | None = Field(default=None, pattern=GROUP_PATTERN)
-    id: str | None = Field(default=None, pattern=MESSAGE_ID_PATTERN)
-    after: int = Field(default=0, ge=0)
-    up_to: int | None = Field(default=None, ge=0)
 
 
 async def _user(request: Request) -> Any:
@@ -183,6 +177,8 @@ class _Read(NamedTuple):
     subscriptions_error: str | None = None
     staged: list[dict[str, Any]] | None = None
     staged_error: str | None = None
+    internal: dict[str, str] | None = None
+    error_archive: str | None = None
 
 
 def _overview(conn_id: str, exact: bool = False) -> _Read:
@@ -204,7 +200,14 @@ def _overview(conn_id: str, exact: bool = False) -> _Read:
             except Exception as error:
                 log.warning("Queues page: subscriptions of %s: %s", conn_id, type(error).__name__)
                 subscriptions, subscriptions_error = None, _scrubbed(error, hook)
-            staged, staged_error = _staged(hook, conn_id, [state.name for state in overview.queues])
+            names = [state.name for state in overview.queues]
+            staged, staged_error = _staged(hook, conn_id, names)
+            archive = str(archive_address(transport.dialect, transport.resolve(overview.error_queue)))
+            internal = {
+                archive: "archive of the error queue",
+                str(transport.subscriptions.address): "subscriptions",
+            }
+            internal |= hook.bridge_table_names(names)
             return _Read(
                 overview,
                 transport.description,
@@ -213,6 +216,8 @@ def _overview(conn_id: str, exact: bool = False) -> _Read:
                 subscriptions_error,
                 staged,
                 staged_error,
+                internal,
+                archive,
             )
     except Exception as error:
         log.warning("Queues page: connection %s: %s", conn_id, type(error).__name__)
@@ -253,23 +258,61 @@ def _require_change(request: Request, user: Any, conn_id: str, doing: str) -> No
         )
 
 
-def _overview_json(overview: QueuesOverview) -> dict[str, Any]:
+DEEPEST = 3  # queues the summary names
+
+
+def _overview_json(
+    overview: QueuesOverview, internal: dict[str, str] | None = None, error_archive: str | None = None
+) -> dict[str, Any]:
+    """The overview as the page and /api/queues show it: each table with its ``kind`` (a queue, the error
+    queue, or one of the provider's own tables, which are not queues), and a ``summary``: failed messages
+    (exact when every error-queue row was read, as the groups were), the oldest waiting message and the
+    deepest queues."""
+
     def stamp(moment: Any) -> str | None:
         return moment.isoformat().replace("+00:00", "Z") if moment else None
 
-    return {
-        "checked_at": stamp(overview.checked_at),
-        "queues": [
+    internal = internal or {}
+    failed_exact = overview.failed is not None and not overview.failed_more
+    tables = []
+    for state in overview.queues:
+        kind = "error queue" if state.name == overview.error_queue else internal.get(state.name, "queue")
+        messages, exact = state.messages, state.exact
+        if kind == "error queue" and failed_exact:
+            messages, exact = overview.failed_read, True
+        tables.append(
             {
                 "queue": state.name,
-                "messages": state.messages,
-                "messages_exact": state.exact,
+                "kind": kind,
+                "messages": messages,
+                "messages_exact": exact,
                 "oldest_time_sent": stamp(state.oldest_time_sent),
                 "oldest_age_seconds": state.oldest_age_seconds,
             }
-            for state in overview.queues
-        ],
+        )
+    queues = [row for row in tables if row["kind"] == "queue"]
+    error_row = next((row for row in tables if row["kind"] == "error queue"), None)
+    waiting = [row for row in queues if row["oldest_age_seconds"] is not None]
+    oldest = max(waiting, key=lambda row: row["oldest_age_seconds"], default=None)
+    deepest = sorted((row for row in queues if row["messages"]), key=lambda row: -row["messages"])[:DEEPEST]
+    return {
+        "checked_at": stamp(overview.checked_at),
+        "summary": {
+            "failed": None if error_row is None else error_row["messages"],
+            "failed_exact": bool(error_row and error_row["messages_exact"]),
+            "queues": len(queues),
+            "messages": sum(row["messages"] for row in queues),
+            "messages_exact": all(row["messages_exact"] for row in queues),
+            "oldest_queue": oldest["queue"] if oldest else None,
+            "oldest_age_seconds": oldest["oldest_age_seconds"] if oldest else None,
+            "deepest": [
+                {"queue": row["queue"], "messages": row["messages"], "messages_exact": row["messages_exact"]}
+                for row in deepest
+            ],
+        },
+        "queues": tables,
         "error_queue": overview.error_queue,
+        "error_archive": error_archive,
         "failed_read": overview.failed_read,
         "failed_limit": overview.failed_limit,
         "failed_more": overview.failed_more,
@@ -303,209 +346,257 @@ def _on_error_queue(conn_id: str, action: Callable[[TableQueue], Any]) -> Any:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, _scrubbed(error, opened.hook)) from None
 
 
+# ---- one path per view: a page and its /api twin read the same data, with the same errors ---------------
+class View(NamedTuple):
+    """A view of the page: ``read(user, query)`` gives its data (a JSON-ready dict) or raises an
+    HTTPException whose detail is a sentence; ``/api<path>`` answers that data or error as JSON, ``<path>``
+    renders ``template`` with it (the error shown in the page, under the same status)."""
+
+    path: str
+    template: str
+    query: Callable[..., Any]
+    read: Callable[[Any, Any], dict[str, Any]]
+
+
+class QueuesQuery:
+    def __init__(
+        self, conn_id: Annotated[str | None, Query(max_length=250)] = None, exact: bool = False
+    ) -> None:
+        self.conn_id = conn_id or None
+        self.exact = exact
+
+
+class GroupQuery:
+    def __init__(
+        self,
+        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
+        group: Annotated[str, Query(pattern=GROUP_PATTERN)],
+        limit: Annotated[int, Query(ge=1, le=MAX_GROUP_LIST)] = GROUP_LIST_LIMIT,
+        page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+    ) -> None:
+        self.conn_id, self.group, self.limit, self.page = conn_id, group, limit, page
+
+
+class MessageQuery:
+    def __init__(
+        self,
+        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
+        id: Annotated[str, Query(pattern=MESSAGE_ID_PATTERN)],
+    ) -> None:
+        self.conn_id, self.id = conn_id, id
+
+
+def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
+    require_view(user)
+    chosen = query.conn_id
+    if chosen is None:
+        known = queue_connection_ids(user)
+        if not known:
+            return {"conn_id": None, "queues": None}
+        chosen = known[0]
+    require_read(user, chosen)
+    read = _overview(chosen, query.exact)
+    if read.overview is None:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"Cannot read the queues of {chosen}: {read.error}")
+    shown = _overview_json(read.overview, read.internal, read.error_archive)
+    watched = [row for row in shown["queues"] if row["kind"] in ("queue", "error queue")]
+    DEPTH_HISTORY.record(
+        chosen,
+        read.overview.checked_at,
+        {row["queue"]: (row["messages"], row["messages_exact"]) for row in watched},
+    )
+    history = DEPTH_HISTORY.series(chosen)
+    return {
+        "conn_id": chosen,
+        "database": read.description,
+        **shown,
+        "history": {row["queue"]: history.get(row["queue"], []) for row in watched},
+        "refresh_seconds": refresh_seconds(),
+        "subscriptions": None if read.subscriptions is None else read.subscriptions.as_json(),
+        "subscriptions_error": read.subscriptions_error,
+        "staged_runs": read.staged,
+        "staged_runs_error": read.staged_error,
+    }
+
+
+def _read_group(user: Any, query: GroupQuery) -> dict[str, Any]:
+    require_read(user, query.conn_id)
+    listed = _on_error_queue(
+        query.conn_id, lambda queue: group_messages(queue, query.group, query.limit, query.page)
+    )
+    return {"conn_id": query.conn_id, **listed}
+
+
+def _read_message(user: Any, query: MessageQuery) -> dict[str, Any]:
+    require_read(user, query.conn_id)
+    message = _on_error_queue(query.conn_id, lambda queue: failed_message(queue, query.id))
+    if message is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"No failed message {query.id} in the error queue: it was retried or deleted, or the address"
+            " is wrong.",
+        )
+    return {"conn_id": query.conn_id, **message}
+
+
+VIEWS = (
+    View("/queues", "queues.html", QueuesQuery, _read_queues),
+    View("/failed", "group.html", GroupQuery, _read_group),
+    View("/message", "message.html", MessageQuery, _read_message),
+)
+
+
+def _page_context(user: Any, view: View, query: Any, data: dict[str, Any] | None) -> dict[str, Any]:
+    """What a page shows beside its data: the connections to pick from and whether the user may act."""
+    conn_id = (data or {}).get("conn_id") or getattr(query, "conn_id", None)
+    context: dict[str, Any] = {
+        "conn_id": conn_id,
+        "may_retry": data is not None and conn_id is not None and may_edit(user, conn_id),
+        "query": query,
+    }
+    if view.path == "/queues":
+        context["connections"] = queue_connection_ids(user) if may_view(user) else []
+        context["sparkline"] = sparkline
+        context["exact_below"] = exact_below()
+        context["max_group_list"] = MAX_GROUP_LIST
+    if view.path == "/failed":
+        context["max_group_list"] = MAX_GROUP_LIST
+    if view.path == "/message":
+        context["preview_bytes"] = BODY_PREVIEW_BYTES
+    return context
+
+
+def _serve(app: FastAPI, view: View) -> None:
+    asked = Depends(view.query)
+
+    def as_json(user: UserDep, query: Any = asked) -> Any:
+        return view.read(user, query)
+
+    def as_html(request: Request, user: SessionDep, query: Any = asked) -> Any:
+        if user is None:
+            return _log_in_again(request)
+        data, error, code = None, None, status.HTTP_200_OK
+        try:
+            data = view.read(user, query)
+        except HTTPException as failure:
+            error, code = _sentence(failure.detail), failure.status_code
+        html = render(view.template, data=data, error=error, **_page_context(user, view, query, data))
+        return HTMLResponse(html, status_code=code, headers={"Cache-Control": "no-store"})
+
+    app.get(f"/api{view.path}")(as_json)
+    app.get(view.path, response_class=HTMLResponse)(as_html)
+
+
+def _sentence(detail: Any) -> str:
+    return str(detail) if detail else "Something went wrong."
+
+
+def _log_in_again(request: Request) -> HTMLResponse:
+    """An expired session: Airflow's login in the whole window, not in the UI's frame."""
+    return HTMLResponse(
+        render("login.html", login_url=_login_url(request)),
+        status_code=status.HTTP_401_UNAUTHORIZED,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+_FIELD_SENTENCES = {
+    "group": "a group is named by the 12 hexadecimal digits the Queues page links to",
+    "id": "a message is named by its Id, a UUID such as 0b5c… with its 36 characters",
+    "conn_id": "the connection id is missing or longer than 250 characters",
+    "limit": f"limit must be between 1 and {MAX_GROUP_LIST}",
+    "page": "page must be a whole number from 1",
+}
+
+
+def _invalid(request: Request, error: RequestValidationError) -> Any:
+    """A malformed address or request, as a sentence: JSON for /api, a page otherwise."""
+    fields = []
+    for problem in error.errors():
+        name = str(problem.get("loc", ["", "?"])[-1])
+        fields.append(_FIELD_SENTENCES.get(name, f"{name}: {problem.get('msg', 'invalid')}"))
+    sentence = "The request is incomplete or wrong: " + "; ".join(dict.fromkeys(fields)) + "."
+    if request.url.path.rstrip("/").split("/")[-2:-1] == ["api"] or "/api/" in request.url.path:
+        return JSONResponse({"detail": sentence}, status_code=422)
+    html = render(
+        "queues.html", data=None, error=sentence, conn_id=None, may_retry=False, connections=[], query=None
+    )
+    return HTMLResponse(html, status_code=422, headers={"Cache-Control": "no-store"})
+
+
+# ---- actions: retry and delete of a group, one message or a selection ------------------------------------
+class ActionRequest(BaseModel):
+    """A group (``group``), one message (``id``) or a selection (``ids``) of a connection's error queue;
+    exactly one. A group is done in steps: the first request names no ``after``/``up_to``; each answer
+    says whether ``more`` remains and the ``after``/``up_to`` to send for the next step."""
+
+    conn_id: str = Field(min_length=1, max_length=250)
+    group: str | None = Field(default=None, pattern=GROUP_PATTERN)
+    id: str | None = Field(default=None, pattern=MESSAGE_ID_PATTERN)
+    ids: list[Annotated[str, Field(pattern=MESSAGE_ID_PATTERN)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_GROUP_LIST
+    )
+    after: int = Field(default=0, ge=0)
+    up_to: int | None = Field(default=None, ge=0)
+
+    def selection(self) -> tuple[FailureFilter, dict[str, Any]]:
+        named = [value for value in (self.group, self.id, self.ids) if value is not None]
+        if len(named) != 1:
+            raise HTTPException(
+                422, "Name a group, a message id or a list of message ids (ids), one of them."
+            )
+        if self.group is not None:
+            return FailureFilter(group=self.group), {"group": self.group}
+        if self.id is not None:
+            return FailureFilter(ids=[self.id]), {"id": self.id}
+        return FailureFilter(ids=list(self.ids or [])), {"ids": list(self.ids or [])}
+
+
+def _act(request: Request, body: ActionRequest, user: Any, action: str) -> dict[str, Any]:
+    """A retry or delete step on the error queue, checked, audited and logged."""
+    selection, picked = body.selection()
+    _require_change(request, user, body.conn_id, "retrying" if action == "retry" else "deleting")
+    event = RETRY_EVENT if action == "retry" else DELETE_EVENT
+    run = retry_failed if action == "retry" else delete_failed
+    asked = {"conn_id": body.conn_id, **picked, "method": "POST"}
+    try:
+        outcome = _on_error_queue(
+            body.conn_id,
+            lambda queue: run(
+                queue, selection, max_rows=RETRY_ROWS_PER_REQUEST, after=body.after, up_to=body.up_to
+            ),
+        )
+    except HTTPException as failure:
+        audit(user, event, {**asked, "error": failure.detail})
+        raise
+    done = {"done": len(outcome.done)}
+    if action == "retry":
+        done["refused"] = len(outcome.refused)
+    audit(user, event, {**asked, **done})
+    log.info(
+        "Queues page: %s %s %d failed message(s) (%s) on %s",
+        getattr(user, "get_name", lambda: "?")(),
+        "retried" if action == "retry" else "deleted",
+        len(outcome.done),
+        ", ".join(picked),
+        body.conn_id,
+    )
+    return {"conn_id": body.conn_id, **picked, **outcome.as_dict(), **_step(outcome, body.after)}
+
+
 def create_app() -> FastAPI:
     app = FastAPI(title="SQL Queue: Queues", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.get("/queues", response_class=HTMLResponse)
-    def queues_page(
-        request: Request,
-        user: SessionDep,
-        conn_id: Annotated[str | None, Query(max_length=250)] = None,
-        exact: bool = False,
-    ) -> Any:
-        if user is None:
-            return RedirectResponse(_login_url(request), status_code=status.HTTP_303_SEE_OTHER)
-        require_view(user)
-        known = queue_connection_ids(user)
-        chosen = conn_id or (known[0] if known else None)
-        read = _Read(None, None, None)
-        code = status.HTTP_200_OK
-        if chosen is not None and may_read(user, chosen):
-            read = _overview(chosen, exact)
-        elif chosen is not None:
-            read, code = _Read(None, None, NOT_SERVED), status.HTTP_404_NOT_FOUND
-        html = render_page(
-            connections=known,
-            conn_id=chosen,
-            description=read.description,
-            overview=read.overview,
-            error=read.error,
-            subscriptions=read.subscriptions,
-            subscriptions_error=read.subscriptions_error,
-            staged=read.staged,
-            staged_error=read.staged_error,
-            may_retry=code == status.HTTP_200_OK and chosen is not None and may_edit(user, chosen),
-            exact=exact,
-            exact_below=exact_below(),
-        )
-        return HTMLResponse(html, status_code=code, headers={"Cache-Control": "no-store"})
-
-    @app.get("/api/queues")
-    def queues_json(
-        user: UserDep, conn_id: Annotated[str, Query(min_length=1, max_length=250)], exact: bool = False
-    ) -> Any:
-        require_read(user, conn_id)
-        read = _overview(conn_id, exact)
-        if read.overview is None:
-            raise HTTPException(status.HTTP_502_BAD_GATEWAY, read.error)
-        return {
-            "conn_id": conn_id,
-            "database": read.description,
-            **_overview_json(read.overview),
-            "subscriptions": None if read.subscriptions is None else read.subscriptions.as_json(),
-            "subscriptions_error": read.subscriptions_error,
-            "staged_runs": read.staged,
-            "staged_runs_error": read.staged_error,
-        }
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    for view in VIEWS:
+        _serve(app, view)
 
     @app.post("/api/retry")
-    def retry_group(request: Request, body: RetryRequest, user: UserDep) -> Any:
-        _require_change(request, user, body.conn_id, "retrying")
-        asked = {"conn_id": body.conn_id, "group": body.group, "method": "POST"}
-        opened = _Opened(body.conn_id)
-        try:
-            with opened as hook:
-                transport = hook.get_transport()
-                error_queue = transport.queue(transport.error_queue or "error", error_queue=None)
-                outcome = retry_failed(
-                    error_queue,
-                    FailureFilter(group=body.group),
-                    max_rows=RETRY_ROWS_PER_REQUEST,
-                    after=body.after,
-                    up_to=body.up_to,
-                )
-        except ConfigurationError as error:
-            audit(user, RETRY_EVENT, {**asked, "error": _scrubbed(error, opened.hook)})
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, _scrubbed(error, opened.hook)) from None
-        except Exception as error:
-            audit(user, RETRY_EVENT, {**asked, "error": _scrubbed(error, opened.hook)})
-            raise HTTPException(status.HTTP_502_BAD_GATEWAY, _scrubbed(error, opened.hook)) from None
-        audit(user, RETRY_EVENT, {**asked, "done": len(outcome.done), "refused": len(outcome.refused)})
-        log.info(
-            "Queues page: %s retried %d failed message(s) of group %s on %s (%d refused)",
-            getattr(user, "get_name", lambda: "?")(),
-            len(outcome.done),
-            body.group,
-            body.conn_id,
-            len(outcome.refused),
-        )
-        return {
-            "conn_id": body.conn_id,
-            "group": body.group,
-            **outcome.as_dict(),
-            "more": outcome.more,
-            **_step(outcome, body.after),
-        }
-
-    @app.get("/failed", response_class=HTMLResponse)
-    def group_page(
-        request: Request,
-        user: SessionDep,
-        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
-        group: Annotated[str, Query(pattern=GROUP_PATTERN)],
-        limit: Annotated[int, Query(ge=1, le=MAX_GROUP_LIST)] = GROUP_LIST_LIMIT,
-    ) -> Any:
-        if user is None:
-            return RedirectResponse(_login_url(request), status_code=status.HTTP_303_SEE_OTHER)
-        listed, error, code = None, None, status.HTTP_200_OK
-        try:
-            require_read(user, conn_id)
-            listed = _on_error_queue(conn_id, lambda queue: group_messages(queue, group, limit))
-        except HTTPException as failure:
-            if failure.status_code == status.HTTP_403_FORBIDDEN:
-                raise
-            error, code = failure.detail, failure.status_code
-        html = render_group(
-            conn_id=conn_id,
-            group=group,
-            listed=listed,
-            limit=limit,
-            max_limit=MAX_GROUP_LIST,
-            error=error,
-            may_retry=listed is not None and may_edit(user, conn_id),
-        )
-        return HTMLResponse(html, status_code=code, headers={"Cache-Control": "no-store"})
-
-    @app.get("/api/failed")
-    def group_json(
-        user: UserDep,
-        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
-        group: Annotated[str, Query(pattern=GROUP_PATTERN)],
-        limit: Annotated[int, Query(ge=1, le=MAX_GROUP_LIST)] = GROUP_LIST_LIMIT,
-    ) -> Any:
-        require_read(user, conn_id)
-        listed = _on_error_queue(conn_id, lambda queue: group_messages(queue, group, limit))
-        return {"conn_id": conn_id, **listed}
-
-    @app.get("/message", response_class=HTMLResponse)
-    def message_page(
-        request: Request,
-        user: SessionDep,
-        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
-        id: Annotated[str, Query(pattern=MESSAGE_ID_PATTERN)],
-    ) -> Any:
-        if user is None:
-            return RedirectResponse(_login_url(request), status_code=status.HTTP_303_SEE_OTHER)
-        message, error, code = None, None, status.HTTP_200_OK
-        try:
-            require_read(user, conn_id)
-            message = _on_error_queue(conn_id, lambda queue: failed_message(queue, id))
-            if message is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no failed message {id} in the error queue")
-        except HTTPException as failure:
-            if failure.status_code == status.HTTP_403_FORBIDDEN:
-                raise
-            error, code = failure.detail, failure.status_code
-        html = render_message(
-            conn_id=conn_id,
-            message_id=id,
-            message=message,
-            preview_bytes=BODY_PREVIEW_BYTES,
-            error=error,
-            may_retry=message is not None and may_edit(user, conn_id),
-        )
-        return HTMLResponse(html, status_code=code, headers={"Cache-Control": "no-store"})
-
-    @app.get("/api/message")
-    def message_json(
-        user: UserDep,
-        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
-        id: Annotated[str, Query(pattern=MESSAGE_ID_PATTERN)],
-    ) -> Any:
-        require_read(user, conn_id)
-        message = _on_error_queue(conn_id, lambda queue: failed_message(queue, id))
-        if message is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no failed message {id} in the error queue")
-        return {"conn_id": conn_id, **message}
+    def retry_failed_messages(request: Request, body: ActionRequest, user: UserDep) -> Any:
+        return _act(request, body, user, "retry")
 
     @app.post("/api/delete")
-    def delete_messages(request: Request, body: DeleteRequest, user: UserDep) -> Any:
-        """Delete a group or one message from the error queue: ``delete_failed``'s default, which moves
-        them to the archive beside the error queue."""
-        if (body.group is None) == (body.id is None):
-            raise HTTPException(422, "name a group or a message id")
-        _require_change(request, user, body.conn_id, "deleting")
-        selection = FailureFilter(group=body.group) if body.group else FailureFilter(ids=[str(body.id)])
-        picked = {"group": body.group} if body.group else {"id": body.id}
-        asked = {"conn_id": body.conn_id, **picked, "method": "POST"}
-        try:
-            outcome = _on_error_queue(
-                body.conn_id,
-                lambda queue: delete_failed(
-                    queue, selection, max_rows=RETRY_ROWS_PER_REQUEST, after=body.after, up_to=body.up_to
-                ),
-            )
-        except HTTPException as failure:
-            audit(user, DELETE_EVENT, {**asked, "error": failure.detail})
-            raise
-        audit(user, DELETE_EVENT, {**asked, "done": len(outcome.done)})
-        log.info(
-            "Queues page: %s deleted %d failed message(s) (%s) on %s",
-            user.get_name(),
-            len(outcome.done),
-            picked,
-            body.conn_id,
-        )
-        return {"conn_id": body.conn_id, **picked, **outcome.as_dict(), **_step(outcome, body.after)}
+    def delete_failed_messages(request: Request, body: ActionRequest, user: UserDep) -> Any:
+        """Moves them to the archive beside the error queue (``delete_failed``'s default)."""
+        return _act(request, body, user, "delete")
 
     return app

@@ -1,23 +1,65 @@
-"""The HTML of the Queues page (``templates/queues.html``) and of its views of a failed-message group
-(``group.html``) and of one failed message (``message.html``): self-contained documents (no external
-script, font or style), shown by Airflow's UI in its frame. Jinja2 escapes every value; the only scripts
-post a retry or a delete (after a confirmation on the page) and reload."""
+"""The HTML of the Queues page's views (``templates/``): the queues of a connection (``queues.html``), a
+failed-message group (``group.html``) and one failed message (``message.html``), each rendered from the
+same data its ``/api`` twin answers (see :data:`.queues_app.VIEWS`). Self-contained documents (no external
+script, font or style) in Airflow's look, shown by Airflow's UI in its frame; Jinja2 escapes every value.
+
+Times are written in Airflow's ``[core] default_timezone``, in one format (``YYYY-MM-DD HH:MM:SS``); the
+page's script rewrites them into the timezone the user picked in Airflow's UI, when they picked one."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jinja2 import Environment, PackageLoader
+from markupsafe import Markup, escape
 
-from ..transport.overview import QueuesOverview, human_age
-from .subscriptions_view import SubscriptionsView
+from ..transport.overview import human_age
 
-__all__ = ["render_group", "render_message", "render_page"]
+__all__ = ["TIME_FORMAT", "render"]
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
-def _stamp(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
+def airflow_timezone() -> str:
+    """Airflow's ``[core] default_timezone`` as an IANA name (``utc`` and ``system`` read as Airflow does)."""
+    try:
+        from airflow.configuration import conf
+
+        name = conf.get("core", "default_timezone", fallback="utc") or "utc"
+    except Exception:
+        name = "utc"
+    if name.lower() == "utc":
+        return "UTC"
+    if name.lower() == "system":
+        local = datetime.now().astimezone().tzname()
+        return local or "UTC"
+    return name
+
+
+def _zone(name: str) -> Any:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return timezone.utc
+
+
+def _when(iso: str | None, zone_name: str) -> Markup:
+    """A moment as ``<time>``: its ISO text for the script, shown in ``zone_name``."""
+    if not iso:
+        return Markup("—")
+    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    shown = moment.astimezone(_zone(zone_name)).strftime(TIME_FORMAT)
+    return Markup('<time datetime="{}">{}</time>').format(escape(iso), escape(shown))
+
+
+def _number(value: int | None, exact: bool = True) -> str:
+    if value is None:
+        return "—"
+    return ("" if exact else "≈ ") + f"{value:,}"
 
 
 _environment = Environment(
@@ -28,79 +70,13 @@ _environment = Environment(
 )
 
 
-def render_page(
-    *,
-    connections: list[str],
-    conn_id: str | None,
-    description: str | None,
-    overview: QueuesOverview | None,
-    error: str | None,
-    may_retry: bool,
-    exact: bool = False,
-    exact_below: int = 0,
-    subscriptions: SubscriptionsView | None = None,
-    subscriptions_error: str | None = None,
-    staged: list[dict[str, Any]] | None = None,
-    staged_error: str | None = None,
-) -> str:
-    """The page; ``exact``: depths were counted where the estimate is below ``exact_below``;
-    ``subscriptions``: the subscription table by topic (or ``subscriptions_error``, why it was not read);
-    ``staged``: the Spark data source's staged runs (or ``staged_error``)."""
-    return _environment.get_template("queues.html").render(
-        connections=connections,
-        conn_id=conn_id,
-        database=description,
-        overview=overview,
-        error=error,
-        may_retry=may_retry,
-        exact=exact,
-        exact_below=exact_below,
-        subscriptions=subscriptions,
-        subscriptions_error=subscriptions_error,
-        staged=staged or [],
-        staged_error=staged_error,
+def render(template: str, **context: Any) -> str:
+    """``template`` with ``context`` (a view's ``data`` or ``error`` and what the page shows beside them)."""
+    zone_name = airflow_timezone()
+    return _environment.get_template(template).render(
         age=human_age,
-        stamp=_stamp,
-    )
-
-
-def render_group(
-    *,
-    conn_id: str,
-    group: str,
-    listed: dict[str, Any] | None,
-    limit: int,
-    max_limit: int,
-    error: str | None,
-    may_retry: bool,
-) -> str:
-    """A group's messages as :func:`.queues_app.group_messages` lists them."""
-    return _environment.get_template("group.html").render(
-        conn_id=conn_id,
-        group=group,
-        listed=listed,
-        limit=limit,
-        max_limit=max_limit,
-        error=error,
-        may_retry=may_retry,
-    )
-
-
-def render_message(
-    *,
-    conn_id: str,
-    message_id: str,
-    message: dict[str, Any] | None,
-    preview_bytes: int,
-    error: str | None,
-    may_retry: bool,
-) -> str:
-    """One message as :func:`.queues_app.failed_message` gives it (its body cut at ``preview_bytes``)."""
-    return _environment.get_template("message.html").render(
-        conn_id=conn_id,
-        message_id=message_id,
-        message=message,
-        preview_bytes=preview_bytes,
-        error=error,
-        may_retry=may_retry,
+        when=lambda iso: _when(iso, zone_name),
+        number=_number,
+        timezone_name=zone_name,
+        **context,
     )

@@ -1,0 +1,96 @@
+"""Each queue's depth over time, as the Queues page's reads saw it, for its sparklines and charts.
+
+The store is the API server's memory, bounded: at most :data:`SAMPLES` samples a queue (the oldest
+dropped first), of at most :data:`QUEUES` queues a connection and :data:`CONNECTIONS` connections, one
+sample a queue per read of the page or of ``/api/queues`` (its auto-refresh reads it every
+:data:`REFRESH_SECONDS` while it is open), reads less than :data:`MIN_GAP_SECONDS` apart kept as one.
+Why not a table: the page reads with SELECT alone (a monitoring role may run it) and never writes to the
+queue database, and Airflow's metadata database has no place for a plugin's rows; the history therefore
+starts when the API server does and covers the times someone looked, which the page says. For history
+that outlives the API server, the triggers' and pumps' gauges go to the metrics backend
+(:mod:`airflow_provider_sqlqueue.metrics`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = ["MIN_GAP_SECONDS", "REFRESH_SECONDS", "SAMPLES", "DepthHistory", "sparkline"]
+
+SAMPLES = 180  # per queue: an hour at the page's refresh of 20 s
+QUEUES = 500  # per connection
+CONNECTIONS = 50
+MIN_GAP_SECONDS = 1.0
+REFRESH_SECONDS = 20  # the page's auto-refresh, which a user can switch off
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: datetime
+    messages: int
+    exact: bool
+
+
+class DepthHistory:
+    """The samples of every connection's queues, safe to share between the API server's threads."""
+
+    def __init__(self, samples: int = SAMPLES, queues: int = QUEUES, connections: int = CONNECTIONS) -> None:
+        self._samples, self._queues, self._connections = samples, queues, connections
+        self._lock = threading.Lock()
+        self._by_connection: OrderedDict[str, OrderedDict[str, deque[Sample]]] = OrderedDict()
+
+    def record(self, conn_id: str, at: datetime, depths: dict[str, tuple[int, bool]]) -> None:
+        """One read of ``conn_id``'s queues at ``at``: {queue: (messages, exact)}."""
+        with self._lock:
+            queues = self._by_connection.setdefault(conn_id, OrderedDict())
+            self._by_connection.move_to_end(conn_id)
+            while len(self._by_connection) > self._connections:
+                self._by_connection.popitem(last=False)
+            for name, (messages, exact) in depths.items():
+                samples = queues.setdefault(name, deque(maxlen=self._samples))
+                queues.move_to_end(name)
+                if samples and (at - samples[-1].at).total_seconds() < MIN_GAP_SECONDS:
+                    samples.pop()
+                samples.append(Sample(at, messages, exact))
+            while len(queues) > self._queues:
+                queues.popitem(last=False)
+
+    def series(self, conn_id: str) -> dict[str, list[dict[str, Any]]]:
+        """{queue: [{at, messages, exact}, ...]} oldest first, as JSON."""
+        with self._lock:
+            queues = self._by_connection.get(conn_id, OrderedDict())
+            return {
+                name: [
+                    {"at": s.at.isoformat().replace("+00:00", "Z"), "messages": s.messages, "exact": s.exact}
+                    for s in samples
+                ]
+                for name, samples in queues.items()
+            }
+
+
+def sparkline(points: list[dict[str, Any]], width: int = 120, height: int = 28) -> dict[str, Any]:
+    """SVG polyline points of a series (time across, messages up, the axis from 0 to its highest), with its
+    first, last and highest values; an empty ``points`` text for fewer than two samples."""
+    if len(points) < 2:
+        return {"points": "", "high": points[0]["messages"] if points else 0, "samples": len(points)}
+    times = [datetime.fromisoformat(p["at"].replace("Z", "+00:00")).timestamp() for p in points]
+    values = [p["messages"] for p in points]
+    start, span = times[0], max(times[-1] - times[0], 1e-6)
+    high = max(max(values), 1)
+    pad = 2
+    xy = [
+        (pad + (t - start) / span * (width - 2 * pad), pad + (1 - v / high) * (height - 2 * pad))
+        for t, v in zip(times, values, strict=True)
+    ]
+    return {
+        "points": " ".join(f"{x:.1f},{y:.1f}" for x, y in xy),
+        "high": max(values),
+        "first": values[0],
+        "last": values[-1],
+        "samples": len(points),
+        "seconds": times[-1] - times[0],
+    }
