@@ -147,7 +147,7 @@ def test_on_kill_stops_the_pump_and_loses_nothing(conn, kill_from: str) -> None:
     pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
     import threading
 
-    from airflow.sdk.exceptions import AirflowException
+    from airflow.providers.common.compat.sdk import AirflowException
 
     from airflow_provider_sqlqueue.operators.consume import ConsumeMessagesOperator
 
@@ -225,6 +225,8 @@ def test_every_way_of_running_a_pump_refuses_a_misspelt_setting_and_moves_nothin
     names = "the settings are: max_concurrency, batch_size"
     with pytest.raises(ConfigurationError, match=f"max_concurency; {names}"):
         MessagePump(orders, consume_handlers.record, max_concurency=2)
+    with pytest.raises(ConfigurationError, match=f"max_concurency; {names}"):
+        PumpSettings(max_concurency=2)
     with pytest.raises(ConfigurationError, match="batch_sise"):
         Endpoint(conn, "orders").start(consume_handlers.record, batch_sise=10)
     with pytest.raises(ConfigurationError, match="idle_dealy"):

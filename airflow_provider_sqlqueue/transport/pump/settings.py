@@ -79,6 +79,11 @@ class PumpSettings:
     purge_expired_on_start: bool = False
     purge_batch_size: int = DEFAULT_PURGE_BATCH_SIZE
 
+    def __new__(cls, *args: Any, **settings: Any) -> PumpSettings:
+        """``PumpSettings(batchsize=5)`` is refused with the names there are, as :meth:`of` refuses it."""
+        cls.refuse_unknown(settings)
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         strategy, mode = check_pump_arguments(
             max_concurrency=self.max_concurrency,
@@ -102,6 +107,15 @@ class PumpSettings:
         return tuple(field.name for field in fields(cls))
 
     @classmethod
+    def refuse_unknown(cls, settings: Mapping[str, Any]) -> None:
+        """Raise :class:`ConfigurationError` naming every key of ``settings`` that is not a setting."""
+        unknown = sorted(set(settings) - set(cls.names()))
+        if unknown:
+            raise ConfigurationError(
+                f"unknown pump setting(s) {', '.join(unknown)}; the settings are: {', '.join(cls.names())}"
+            )
+
+    @classmethod
     def of(cls, settings: PumpSettings | Mapping[str, Any] | None = None, **options: Any) -> PumpSettings:
         """``settings`` (an object, a mapping of setting names, or None for the defaults) with ``options``
         over it. An unknown name is refused with the names there are, so a typo never runs as a default."""
@@ -111,9 +125,5 @@ class PumpSettings:
             base, given = None, {**(settings or {}), **options}
         else:
             raise ConfigurationError(f"pump settings must be a PumpSettings or a mapping, not {settings!r}")
-        unknown = sorted(set(given) - set(cls.names()))
-        if unknown:
-            raise ConfigurationError(
-                f"unknown pump setting(s) {', '.join(unknown)}; the settings are: {', '.join(cls.names())}"
-            )
+        cls.refuse_unknown(given)
         return cls(**given) if base is None else replace(base, **given)
