@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from ...dialects.base import TableOptions
 from ...model.errors import ConfigurationError
-from .provisioning import first_value
 
 if TYPE_CHECKING:
     from .table_queue import TableQueue
@@ -70,7 +69,8 @@ def inspect_at_start(queue: TableQueue, *, purging: bool) -> None:
     Logged as warnings: a missing RowVersion index and ``varchar`` Headers, and a missing Expires index when
     ``purging`` (only the purge reads it). As information: the Expires index otherwise, SQL Server's
     clustered RowVersion index (this package's default layout; the heap is the reference's advice for many
-    competing receivers) and the legacy Recoverable column.
+    competing receivers). Not the legacy Recoverable column: ``create()`` makes it, as the reference's own
+    table script does, and sends adapt to a table without it, so there is nothing to act on.
     """
     dialect, address = queue.dialect, queue.address
     try:
@@ -78,8 +78,6 @@ def inspect_at_start(queue: TableQueue, *, purging: bool) -> None:
             cursor = connection.cursor()
             findings = dialect.inspect(cursor, address, TableOptions())
             clustered = dialect.rowversion_index_is_clustered(cursor, address)
-            cursor.execute(*dialect.column_exists(address, "Recoverable"))
-            recoverable = first_value(cursor, dialect) is not None
             connection.commit()
     except Exception as error:
         log.warning("checking the schema of queue %s failed; starting anyway: %s", address, error)
@@ -94,11 +92,5 @@ def inspect_at_start(queue: TableQueue, *, purging: bool) -> None:
             "queue %s keeps RowVersion in a clustered index (the clustered layout). With many competing "
             "receivers and page-latch waits on the table, the heap layout avoids its hot head; see "
             "'Migrating a table from clustered to heap' in the DBA guide",
-            address,
-        )
-    if recoverable:
-        log.info(
-            "queue %s has the legacy Recoverable column, which the reference transport is removing; sends "
-            "fill it with 1 while it is there and leave it out once it is dropped",
             address,
         )
