@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
@@ -32,7 +33,7 @@ from ..model.errors import ConfigurationError
 if TYPE_CHECKING:
     from .roles import EngineTransport
 
-__all__ = ["LentConnection", "LentDriverConnection", "ReceiveConnection", "sqlalchemy_engine"]
+__all__ = ["LentConnection", "LentDriverConnection", "Prelude", "ReceiveConnection", "sqlalchemy_engine"]
 
 _REFUSED = (
     "{what} is refused: this connection holds the receive's transaction, which the pump commits with the "
@@ -52,12 +53,13 @@ class LentConnection:
     refused there too and it is withdrawn with this connection.
     """
 
-    __slots__ = ("_driver", "_ended", "_pooled")
+    __slots__ = ("_driver", "_ended", "_pooled", "_prelude")
 
-    def __init__(self, pooled: Any) -> None:
+    def __init__(self, pooled: Any, prelude: Prelude | None = None) -> None:
         self._pooled = pooled
         self._ended = False
         self._driver: LentDriverConnection | None = None
+        self._prelude = prelude  # what must run before the handler's first statement (a savepoint)
 
     def __repr__(self) -> str:
         state = "ended" if self._ended else "lent"
@@ -71,6 +73,20 @@ class LentConnection:
             )
         return self._pooled
 
+    def _bare(self) -> Any:
+        """The loan, for a use the prelude cannot ride along with: the prelude runs first, at once."""
+        pooled = self._live()
+        prelude, self._prelude = self._prelude, None
+        if prelude is not None:
+            prelude.mark_now()
+        return pooled
+
+    def _first(self, statement: Callable[[], Any]) -> Any:
+        """Run ``statement`` (on a cursor of the loan), with the prelude before it if it has not run."""
+        self._live()
+        prelude, self._prelude = self._prelude, None
+        return statement() if prelude is None else prelude.run_first(statement)
+
     @property
     def is_open(self) -> bool:
         return not self._ended and getattr(self._pooled, "is_valid", True)
@@ -78,12 +94,12 @@ class LentConnection:
     @property
     def pooled(self) -> Any:
         """The transport's loan of the connection (cursors from it close when the receive ends)."""
-        return self._live()
+        return self._bare()
 
     @property
     def dbapi_connection(self) -> Any:
         """The driver's connection as lent (see the class): guarded, withdrawn when the attempt ends."""
-        self._live()
+        self._bare()
         driver = self._driver
         if driver is None:
             driver = self._driver = LentDriverConnection(self)
@@ -92,11 +108,15 @@ class LentConnection:
     def driver_connection(self) -> Any:
         """The driver's connection object itself, unguarded: for the transport's own SQLAlchemy wiring,
         which calls the driver's methods by type; never handed to a handler as such."""
-        pooled = self._live()
+        pooled = self._bare()
         return getattr(pooled, "dbapi_connection", pooled)
 
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
-        return self._live().cursor(*args, **kwargs)
+        """A cursor of the loan; while the prelude waits, one whose first statement carries it (a cursor
+        with arguments, e.g. a server-side one, gets the prelude run at once)."""
+        if self._prelude is None or args or kwargs:
+            return self._bare().cursor(*args, **kwargs)
+        return _PreludeCursor(self._live().cursor(), self)
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         """The drivers' shortcut (a new cursor that runs one statement), with a cursor of the loan."""
@@ -131,6 +151,57 @@ class LentConnection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.driver_connection(), name)
+
+
+class Prelude(Protocol):
+    """What must run on a lent connection before the handler's first statement (a batching pump's
+    savepoint, ``pump/savepoints.py``): with that statement where the driver can send both at once."""
+
+    def run_first(self, statement: Callable[[], Any]) -> Any: ...
+
+    def mark_now(self) -> None: ...
+
+
+class _PreludeCursor:
+    """A cursor of a lent connection whose prelude has not run: ``execute`` and ``executemany`` run it
+    with the statement; anything else of the cursor runs it at once, then answers as the driver's cursor
+    (``isinstance`` included)."""
+
+    __slots__ = ("_cursor", "_lent")
+
+    def __init__(self, cursor: Any, lent: LentConnection) -> None:
+        object.__setattr__(self, "_cursor", cursor)
+        object.__setattr__(self, "_lent", lent)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self._cursor)
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        cursor = self._cursor
+        return self._lent._first(lambda: cursor.execute(*args, **kwargs))
+
+    def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        cursor = self._cursor
+        return self._lent._first(lambda: cursor.executemany(*args, **kwargs))
+
+    def __iter__(self) -> Any:
+        return iter(self._cursor)
+
+    def __enter__(self) -> Any:
+        self._cursor.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._cursor.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        self._lent._bare()
+        return getattr(self._cursor, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._lent._bare()
+        setattr(self._cursor, name, value)
 
 
 class LentDriverConnection:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..queue import TransactionMode
 from .ended import HandlerEndedTransaction
 from .processing import CONSUMED, EMPTY, MESSAGE, RETRY, MessageProcessor
+from .savepoints import BatchSavepoints
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -67,8 +68,11 @@ class BatchReceiver:
                         received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
                         pump.receive_breaker.success()
                         watch = self._processor.watch(batch)
+                        savepoints = BatchSavepoints(batch)
                         for message in batch:
-                            self._processor.handle_in_batch(message, batch, after_commit, counters, watch)
+                            self._processor.handle_in_batch(
+                                message, batch, after_commit, counters, watch, savepoints
+                            )
                             handled += 1
                 except HandlerEndedTransaction as ended:
                     if not ended.committed:

@@ -20,6 +20,7 @@ from ..subscriptions import topics_of
 if TYPE_CHECKING:
     from ..transaction_guard import TransactionWatch
     from .roles import ContextPump
+    from .savepoints import MessageSavepoint
 
 __all__ = ["MessageContext"]
 
@@ -36,8 +37,9 @@ class MessageContext:
 
     :attr:`connection` and :attr:`sqlalchemy_connection` lend the handler the receive's connection and
     transaction for its own statements (not in mode ``none``, whose receive committed before the handler
-    ran). With ``savepoint`` (a batching pump) the first of them marks that savepoint before lending, so
-    the pump can undo a failed attempt's statements alone.
+    ran). With ``savepoint`` (a batching pump) the handler's first statement on them is preceded by that
+    savepoint, sent with it where the driver allows (``savepoints.py``), so the pump can undo a failed
+    attempt's statements alone.
     """
 
     def __init__(
@@ -48,7 +50,7 @@ class MessageContext:
         attempt: int,
         *,
         buffered: bool = False,
-        savepoint: str | None = None,
+        savepoint: MessageSavepoint | None = None,
         watch: TransactionWatch | None = None,
     ):
         self.message = message
@@ -63,7 +65,7 @@ class MessageContext:
         self._pending_sends: dict[QueueAddress, tuple[TableQueue, list[OutgoingMessage]]] = {}
         self._pending_delayed: list[Callable[[], None]] = []
         self._savepoint = savepoint
-        self.savepoint_failed = False
+        self._lend_failed = False
         self._lent: LentConnection | None = None
         self._sqlalchemy: ReceiveConnection | None = None
         self._watch = watch
@@ -94,6 +96,19 @@ class MessageContext:
         """Whether the handler was lent the receive's connection in this attempt."""
         return self._lent is not None
 
+    @property
+    def savepoint_marked(self) -> bool:
+        """Whether this attempt's savepoint was marked (the handler ran a statement on the connection, or
+        took something of it the pump cannot follow): only then is there a savepoint to roll back to."""
+        return self._savepoint is not None and self._savepoint.marked
+
+    @property
+    def savepoint_failed(self) -> bool:
+        """Whether lending the connection (naming its transaction) or marking this attempt's savepoint
+        failed: the batch's transaction or connection is gone, which the pump must not count against the
+        message, whose handler had not run a statement yet."""
+        return self._lend_failed or (self._savepoint is not None and self._savepoint.failed)
+
     def _lend(self) -> LentConnection:
         lent = self._lent
         if lent is not None:
@@ -109,21 +124,17 @@ class MessageContext:
                 "receive transaction to write in; use transaction_mode='sends_atomic_with_receive' (or "
                 "'receive_only') for the handler's statements to commit or roll back with the message"
             )
-        if self._savepoint is not None:
-            try:
-                self._batch.savepoint(self._savepoint)
-            except Exception:
-                # Nothing of the handler's ran yet: the receive's connection or transaction is gone (a lost
-                # connection, a server restart), which the pump must not count against the message.
-                self.savepoint_failed = True
-                raise
         if self._watch is not None:
-            self._watch.arm()  # names the transaction before the handler can end it
+            try:
+                self._watch.arm()  # names the transaction before the handler can end it
+            except Exception:
+                self._lend_failed = True  # a lost connection or a server restart, not the handler's doing
+                raise
         self._pump.lends_connection = True  # from now on every handler call of the pump is checked
         lend_to_user = getattr(self._batch.connection, "lend_to_user", None)
         if lend_to_user is not None:  # the pool restores the session the handler may change
             lend_to_user()
-        lent = self._lent = LentConnection(self._batch.connection)
+        lent = self._lent = LentConnection(self._batch.connection, prelude=self._savepoint)
         return lent
 
     def end(self) -> None:

@@ -24,6 +24,7 @@ from ..transaction_guard import TransactionWatch
 from .context import MessageContext
 from .ended import EndedReceive, HandlerEndedTransaction, ReceiveRepair
 from .handler import takes_context
+from .savepoints import BatchSavepoints
 from .stats import Counters
 
 if TYPE_CHECKING:
@@ -41,10 +42,6 @@ RETRY = "retry"  # the handler failed; the receive rolled back
 EMPTY = "empty"
 ERROR = "error"  # the database failed
 SKIPPED = "skipped"  # the pump was stopping; nothing was received
-
-
-# The savepoint each message of a batch runs under once its handler uses the receive's connection.
-MESSAGE_SAVEPOINT = "sqlqueue_message"
 
 
 class Rollback(Exception):
@@ -169,11 +166,13 @@ class MessageProcessor:
         after_commit: list[Callable[[], None]],
         counters: Counters,
         watch: TransactionWatch,
+        savepoints: BatchSavepoints,
     ) -> None:
         """Handle one message of a batch inside the batch's transaction, retrying a failing handler in place.
 
         A failed attempt's sends were buffered and are dropped with it; so are its own statements, run
-        under a savepoint that the first use of the lent connection marks (:data:`MESSAGE_SAVEPOINT`). After
+        under a savepoint marked with the handler's first statement on the lent connection
+        (:mod:`.savepoints`; ``savepoints`` are the batch's). After
         ``immediate_retries`` more attempts the message goes to the error queue in the same transaction
         (after the rollback to the savepoint), so the rest of the batch still commits. Raising (a database
         error while writing the sends, a savepoint the engine already rolled back with the whole
@@ -194,8 +193,9 @@ class MessageProcessor:
         context: MessageContext | None = None
         while True:
             if self._pass_context:
+                savepoint = savepoints.attempt()
                 context = MessageContext(
-                    pump, message, batch, attempt, buffered=True, savepoint=MESSAGE_SAVEPOINT, watch=watch
+                    pump, message, batch, attempt, buffered=True, savepoint=savepoint, watch=watch
                 )
             failure: Exception | None = None
             try:
@@ -209,13 +209,13 @@ class MessageProcessor:
                 break
             error = failure
             count = pump.failures.record(message.id, error)
-            lent = context is not None and context.lent_connection
-            if state is TransactionState.NESTED or (state is TransactionState.FAILED and not lent):
+            marked = context is not None and context.savepoint_marked
+            if state is TransactionState.NESTED or (state is TransactionState.FAILED and not marked):
                 # no savepoint of this attempt can undo it (or, nested, undo it alone): the whole
                 # batch rolls back and comes back; the count sends the message on to the error queue
                 raise Rollback from error
-            if lent:
-                batch.rollback_to_savepoint(MESSAGE_SAVEPOINT)
+            if marked:
+                savepoints.rollback(savepoint)
             if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
                 info, copy = pump.failures.get(message.id), _copy_text(message, drop_forward)
                 self._move_to_error_queue(message, batch, info, copy, counters)
@@ -236,8 +236,7 @@ class MessageProcessor:
             except Exception as error:
                 pump.failures.record(message.id, error)  # a message whose sends always fail gets moved
                 raise
-            if context.lent_connection:
-                batch.release_savepoint(MESSAGE_SAVEPOINT)
+            savepoints.finished(savepoint)  # released with the next message's mark, or by the commit
             after_commit.extend(context.after_commit)
         if started is not None:
             self._audit(message, batch, started, _copy_text(message, drop_forward), counters)

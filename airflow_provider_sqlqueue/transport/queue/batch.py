@@ -98,26 +98,16 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
             )
         return target.send_batch(messages)
 
-    def savepoint(self, name: str) -> None:
-        """Mark a savepoint in this receive's transaction (a batching pump's message: see processing.py)."""
-        shared_cursor(self._connection).execute(self.queue.dialect.savepoint(name), ())
-
     def rollback_to_savepoint(self, name: str) -> None:
-        """Undo what ran since :meth:`savepoint` and forget the savepoint, keeping the receive. Raises where
-        the engine already ended the transaction (the savepoint is gone): the whole receive must then
-        roll back."""
+        """Undo what ran since the savepoint ``name`` (a batching pump's message: see pump/savepoints.py)
+        and forget the savepoint, keeping the receive. Raises where the engine already ended the
+        transaction (the savepoint is gone): the whole receive must then roll back."""
         dialect = self.queue.dialect
         cursor = shared_cursor(self._connection)
         cursor.execute(dialect.rollback_to_savepoint(name), ())
         release = dialect.release_savepoint(name)
         if release is not None:
             cursor.execute(release, ())
-
-    def release_savepoint(self, name: str) -> None:
-        """Keep what ran since :meth:`savepoint` in the receive's transaction and forget the savepoint."""
-        release = self.queue.dialect.release_savepoint(name)
-        if release is not None:
-            shared_cursor(self._connection).execute(release, ())
 
     def send_in_receive_transaction(
         self,

@@ -1,0 +1,135 @@
+"""The savepoint each message of a batch runs under, sent with the handler's first statement.
+
+A batching pump handles every message of a batch inside the batch's one transaction, each under a
+savepoint, so that a failed attempt's statements roll back alone (see ``processing.py``). Marked when the
+connection is lent and released when the message is done, that savepoint cost two round trips of its own
+per message on a server, twice what the handler's own ``INSERT`` costs. Here it costs none where the
+driver can send several statements before waiting (psycopg's pipeline mode): the savepoint is marked only
+when the handler's first statement runs, in one pipeline with it, and the previous message's savepoint is
+not released on its own but in that same pipeline, before the new one is marked. So at most one savepoint
+is established between two messages, and one while a handler runs. Drivers without a pipeline (sqlite3,
+pyodbc) run the same statements one after another just before the handler's first statement: in-process
+on SQLite; SQL Server has no release, so one round trip, as before.
+
+A handler that takes the driver's own connection, a cursor's attributes or the SQLAlchemy connection gets
+the savepoint marked at once, since what it does next is out of sight (:class:`~..lent.LentConnection`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..lease import shared_cursor
+
+if TYPE_CHECKING:
+    from ..queue import ReceivedBatch
+
+__all__ = ["MESSAGE_SAVEPOINT", "BatchSavepoints", "MessageSavepoint"]
+
+# The savepoint each message of a batch runs under once its handler uses the receive's connection.
+MESSAGE_SAVEPOINT = "sqlqueue_message"
+
+T = TypeVar("T")
+
+
+class BatchSavepoints:
+    """The savepoints of one batch's messages, all under one name. A finished message's savepoint stays
+    established (its work is the batch's either way) until the next message's is marked, which releases
+    it in the same round trip; the batch's commit ends the last one."""
+
+    def __init__(self, batch: ReceivedBatch, name: str = MESSAGE_SAVEPOINT) -> None:
+        self.batch = batch
+        self.name = name
+        self._finished = False  # a finished message's savepoint is still established
+
+    def attempt(self) -> MessageSavepoint:
+        """The savepoint of one handler call, not yet marked."""
+        return MessageSavepoint(self)
+
+    def finished(self, savepoint: MessageSavepoint) -> None:
+        """A handler call whose savepoint was marked succeeded: keep its work, release it with the next."""
+        if savepoint.marked:
+            self._finished = True
+
+    def rollback(self, savepoint: MessageSavepoint) -> None:
+        """Undo the failed attempt's statements (and forget its savepoint), keeping the batch. Raises where
+        the engine already ended the transaction: the whole batch must then roll back."""
+        self.batch.rollback_to_savepoint(self.name)
+        savepoint.marked = False
+
+    def mark(self, savepoint: MessageSavepoint, first_statement: Callable[[], T] | None) -> T | None:
+        """Release the previous message's savepoint, mark this one, then run ``first_statement`` (the
+        handler's, or nothing): in one round trip where the driver has a pipeline. An error before the
+        savepoint was marked sets ``savepoint.failed`` (the batch's transaction or connection failed, not
+        the handler); one of the handler's statement leaves the savepoint marked, to roll back to."""
+        dialect = self.batch.queue.dialect
+        release = dialect.release_savepoint(self.name) if self._finished else None
+        statements = ([release] if release else []) + [dialect.savepoint(self.name)]
+        cursor = shared_cursor(self.batch.connection)
+        pipeline = _pipeline(self.batch.connection)
+        if pipeline is None:
+            try:
+                for statement in statements:
+                    cursor.execute(statement, ())
+            except Exception:
+                savepoint.failed = True
+                raise
+            self._marked(savepoint)
+            return None if first_statement is None else first_statement()
+        try:
+            with pipeline:
+                for statement in statements:
+                    # not prepared: preparing one inside a pipeline makes psycopg wait for it there
+                    cursor.execute(statement, (), prepare=False)
+                result = None if first_statement is None else first_statement()
+        except Exception:
+            if cursor.statusmessage == "SAVEPOINT":  # the handler's statement failed, after the mark
+                self._marked(savepoint)
+            else:
+                savepoint.failed = True
+            raise
+        self._marked(savepoint)
+        return result
+
+    def _marked(self, savepoint: MessageSavepoint) -> None:
+        self._finished = False  # released (or, without a release, nested below the new one)
+        savepoint.marked = True
+
+
+class MessageSavepoint:
+    """One handler call's savepoint, marked with its first statement (or at once: :meth:`mark_now`)."""
+
+    def __init__(self, savepoints: BatchSavepoints) -> None:
+        self._savepoints = savepoints
+        self.marked = False
+        self.failed = False  # marking it failed: the batch's transaction or connection is gone
+
+    def mark_now(self) -> None:
+        """Mark it before anything the pump cannot see runs (the driver's connection handed out)."""
+        if not self.marked:
+            self._savepoints.mark(self, None)
+
+    def run_first(self, statement: Callable[[], T]) -> T:
+        """Run the handler's first statement on the lent connection, with the savepoint marked before it."""
+        if self.marked:
+            return statement()
+        return self._savepoints.mark(self, statement)  # type: ignore[return-value]
+
+
+def _pipeline(connection: Any) -> Any:
+    """A pipeline on ``connection``'s driver that sends the statements run inside it together and waits
+    once when it ends (psycopg 3's ``Connection.pipeline()``, where its libpq supports it); None for a
+    driver without one."""
+    driver = getattr(connection, "dbapi_connection", connection)
+    if getattr(driver, "pipeline", None) is None or not _psycopg_pipelines():
+        return None
+    return driver.pipeline()
+
+
+@functools.cache
+def _psycopg_pipelines() -> bool:
+    import psycopg  # the only driver the transport uses that has a pipeline
+
+    return bool(psycopg.Pipeline.is_supported())
