@@ -249,6 +249,7 @@ def tested_connection(hook):
 
 
 def trigger_run(hook):
+    from airflow_provider_sqlqueue.transport.shared_poll import Watch
     from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger
 
     async def first_event():
@@ -257,11 +258,11 @@ def trigger_run(hook):
             return event.payload
 
     said = []  # a real driver's failed login is transient: the trigger polls on; what each poll raised
-    polled = SqlQueueHook.adepth
+    polled = Watch.next
 
-    async def recorded(self, *args, **kwargs):
+    async def recorded(self):
         try:
-            return await polled(self, *args, **kwargs)
+            return await polled(self)
         except Exception as error:
             said.append(f"{type(error).__name__}: {error}")
             raise
@@ -277,11 +278,11 @@ def trigger_run(hook):
             raise RuntimeError(said[0] if said else "the trigger fired no event in 60 s")
         return task.result()
 
-    SqlQueueHook.adepth = recorded
+    Watch.next = recorded
     try:
         payload = asyncio.run(event_or_first_failure())
     finally:
-        SqlQueueHook.adepth = polled
+        Watch.next = polled
     if payload["status"] != "success":
         raise RuntimeError(payload.get("message"))
 

@@ -9,10 +9,13 @@ queue, and, where the engine pushes notifications (PostgreSQL), one :class:`~.wa
 connection that makes a send to any watched queue start a read at once. Each watcher gets every look at
 its queue and checks its own condition.
 
-A poller starts with its first watcher and closes, transport and listener, when its last one leaves. Its
-cadence is its watchers': a queue is read when one of its watchers is due (each at its own interval), and
-all of them are read when a push arrives. An error reading one queue reaches only that queue's watchers;
-after one that is not transient, they are next served :data:`ERROR_BACKOFF` seconds later.
+A poller starts with its first watcher and closes, transport and listener, when its last one leaves. It reads
+when one of its watchers is due (each at its own interval) or a push arrives, and then reads every watched
+queue: the statement's text stays the same while the watched queues do, so the driver may prepare it and
+the server plan it once (psycopg does from its sixth run). For the same reason a queue whose last watcher
+left stays in the statement until such queues are as many as the watched ones. An error reading one queue
+reaches only that queue's watchers; after one that is not transient, they are next served
+:data:`ERROR_BACKOFF` seconds later, and their queue is left out of the reads until then.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Watch:
         self.interval = interval
         self.exact_from = exact_from
         self.due = 0.0
+        self.failing = False  # the last look was an error that is not transient
         self._latest: QueueLook | BaseException | None = None
         self._ready = asyncio.Event()
 
@@ -77,6 +81,7 @@ class Watch:
 
     def deliver(self, look: QueueLook | BaseException, now: float) -> None:
         lasting = isinstance(look, BaseException) and not isinstance(look, TransientDatabaseError)
+        self.failing = lasting
         self.due = now + (max(self.interval, ERROR_BACKOFF) if lasting else self.interval)
         self._latest = look
         self._ready.set()
@@ -94,6 +99,8 @@ class SharedPoller:
         self._reader: DepthReader | None = None
         self._listener: WakeUpListener | None = None
         self._targets: dict[str, Target | BaseException] = {}
+        self._read_set: dict[str, None] = {}  # the queues each read reads, in the statement's order
+        self._erring: set[str] = set()  # the queues whose last read failed other than transiently
         self._heard: set[QueueAddress] = set()
         self._changed = asyncio.Event()
         self._pushed = False
@@ -151,17 +158,37 @@ class SharedPoller:
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def _serve(self, due: list[Watch]) -> None:
-        names = {w.queue_name for w in due}
-        served = [w for w in self.watches if w.queue_name in names]
+        names = self._names_to_read(due)
+        now_due = set(due)
+        served = [w for w in self.watches if w.queue_name in names and (w in now_due or not w.failing)]
         try:
             looks = await self._read(names, served)
         except Exception as error:  # the transport cannot be opened: every watcher of these queues hears
             looks = dict.fromkeys(names, error)
+        self._erring = {
+            name
+            for name, look in looks.items()
+            if isinstance(look, BaseException) and not isinstance(look, TransientDatabaseError)
+        }
         now = time.monotonic()
         for watch in served:
             watch.deliver(looks[watch.queue_name], now)
 
-    async def _read(self, names: set[str], served: list[Watch]) -> dict[str, QueueLook | BaseException]:
+    def _names_to_read(self, due: list[Watch]) -> list[str]:
+        """Every watched queue, in a stable order, but those whose watchers all wait out an error."""
+        live = {w.queue_name for w in self.watches}
+        for name in sorted(live - self._read_set.keys()):
+            self._read_set[name] = None
+        stale = [name for name in self._read_set if name not in live]
+        if len(stale) >= len(live):
+            for name in stale:
+                del self._read_set[name]
+        waiting = {w.queue_name for w in self.watches if w.failing and w not in due}
+        waiting -= {w.queue_name for w in self.watches if not w.failing or w in due}
+        unwatched_errors = self._erring - live
+        return [name for name in self._read_set if name not in waiting and name not in unwatched_errors]
+
+    async def _read(self, names: list[str], served: list[Watch]) -> dict[str, QueueLook | BaseException]:
         if self.transport is None:
             self.transport = await self.database.open()
             self._reader = DepthReader(self.transport)
@@ -171,7 +198,7 @@ class SharedPoller:
                 exact_from[watch.queue_name] = min(
                     exact_from.get(watch.queue_name, watch.exact_from), watch.exact_from
                 )
-        looks = await asyncio.to_thread(self._read_in_thread, sorted(names), exact_from)
+        looks = await asyncio.to_thread(self._read_in_thread, names, exact_from)
         self.reads += 1
         self._hear()
         return looks
