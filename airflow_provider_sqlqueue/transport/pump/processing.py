@@ -61,7 +61,7 @@ class MessageProcessor:
         """The watch over ``batch``'s receive transaction, armed at once when a handler of this pump was
         ever lent the connection (one may have kept its driver object), else by the first lend."""
         pump = self._pump
-        watch = TransactionWatch(pump.dialect, batch.connection, lambda: _rows_check(pump, batch))
+        watch = TransactionWatch(pump.dialect, batch.connection, _RowsCheck(pump, batch))
         if pump.lends_connection and pump.transaction_mode is not TransactionMode.NONE:
             watch.arm()
         return watch
@@ -373,10 +373,22 @@ class MessageProcessor:
         counters.add("audited")
 
 
-def _rows_check(pump: ProcessingPump, batch: ReceivedBatch) -> tuple[str, tuple[object, ...]]:
-    """The statement that counts ``batch``'s deleted rows back in the queue table, and its parameters."""
-    versions = tuple(message.row_version for message in batch)
-    return pump.dialect.queued_row_versions(pump.queue.address, len(versions)), versions
+class _RowsCheck:
+    """The statement that counts ``batch``'s deleted rows back in the queue table, and its parameters:
+    built at the first check and kept for the batch's others (one per handler call)."""
+
+    def __init__(self, pump: ProcessingPump, batch: ReceivedBatch) -> None:
+        self._pump = pump
+        self._batch = batch
+        self._built: tuple[str, tuple[object, ...]] | None = None
+
+    def __call__(self) -> tuple[str, tuple[object, ...]]:
+        built = self._built
+        if built is None:
+            versions = tuple(message.row_version for message in self._batch)
+            statement = self._pump.dialect.queued_row_versions(self._pump.queue.address, len(versions))
+            built = self._built = (statement, versions)
+        return built
 
 
 def _copy_text(message: ReceivedMessage, drop_forward: bool) -> str:

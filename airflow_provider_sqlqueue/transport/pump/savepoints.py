@@ -43,6 +43,10 @@ class BatchSavepoints:
         self.batch = batch
         self.name = name
         self._finished = False  # a finished message's savepoint is still established
+        dialect = batch.queue.dialect
+        self._mark = dialect.savepoint(name)
+        self._release = dialect.release_savepoint(name)
+        self._pipelines: bool | None = None  # whether the driver has a pipeline, once asked
 
     def attempt(self) -> MessageSavepoint:
         """The savepoint of one handler call, not yet marked."""
@@ -64,12 +68,13 @@ class BatchSavepoints:
         handler's, or nothing): in one round trip where the driver has a pipeline. An error before the
         savepoint was marked sets ``savepoint.failed`` (the batch's transaction or connection failed, not
         the handler); one of the handler's statement leaves the savepoint marked, to roll back to."""
-        dialect = self.batch.queue.dialect
-        release = dialect.release_savepoint(self.name) if self._finished else None
-        statements = ([release] if release else []) + [dialect.savepoint(self.name)]
-        cursor = shared_cursor(self.batch.connection)
-        pipeline = _pipeline(self.batch.connection)
-        if pipeline is None:
+        release = self._release if self._finished else None
+        statements = [release, self._mark] if release else [self._mark]
+        connection = self.batch.connection
+        cursor = shared_cursor(connection)
+        if self._pipelines is None:
+            self._pipelines = _has_pipeline(connection)
+        if not self._pipelines:
             try:
                 for statement in statements:
                     cursor.execute(statement, ())
@@ -79,7 +84,7 @@ class BatchSavepoints:
             self._marked(savepoint)
             return None if first_statement is None else first_statement()
         try:
-            with pipeline:
+            with _driver(connection).pipeline():
                 for statement in statements:
                     # not prepared: preparing one inside a pipeline makes psycopg wait for it there
                     cursor.execute(statement, (), prepare=False)
@@ -118,14 +123,14 @@ class MessageSavepoint:
         return self._savepoints.mark(self, statement)  # type: ignore[return-value]
 
 
-def _pipeline(connection: Any) -> Any:
-    """A pipeline on ``connection``'s driver that sends the statements run inside it together and waits
-    once when it ends (psycopg 3's ``Connection.pipeline()``, where its libpq supports it); None for a
-    driver without one."""
-    driver = getattr(connection, "dbapi_connection", connection)
-    if getattr(driver, "pipeline", None) is None or not _psycopg_pipelines():
-        return None
-    return driver.pipeline()
+def _driver(connection: Any) -> Any:
+    return getattr(connection, "dbapi_connection", connection)
+
+
+def _has_pipeline(connection: Any) -> bool:
+    """Whether ``connection``'s driver has a pipeline that sends the statements run inside it together and
+    waits once when it ends (psycopg 3's ``Connection.pipeline()``, where its libpq supports it)."""
+    return hasattr(_driver(connection), "pipeline") and _psycopg_pipelines()
 
 
 @functools.cache
