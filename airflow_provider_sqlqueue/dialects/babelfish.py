@@ -15,15 +15,46 @@ from typing import Any
 
 from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, PermissionDenied, QueueNotFound, SqlQueueError
+from .sqlserver import STATEMENTS as SQLSERVER_STATEMENTS
 from .sqlserver import SqlServerDialect, native_errors
+from .statements import StatementTable
 
 _BABELFISH_MISSING_RELATION = re.compile(r'(relation|schema) "[^"]*" does not exist \(33557097\)')
 _BABELFISH_PERMISSION_DENIED = re.compile(r"permission denied for \w+ [^(]*\(33557097\)")
 _PARAMETER_MARKER = re.compile(r"\?")
-_BABELFISH_OUTPUT = (
-    "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], GETUTCDATE() AS [Now], "
-    "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
-)
+
+# The statements Babelfish refuses or misreads, each replaced by a form that is also valid T-SQL (see
+# BabelfishDialect); every other statement is SQL Server's own.
+STATEMENTS: StatementTable = {
+    **SQLSERVER_STATEMENTS,
+    "receive_batch": (
+        "DELETE FROM {table} OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], "
+        "GETUTCDATE() AS [Now], deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires] "
+        "WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "ORDER BY [RowVersion])"
+    ),
+    # MERGE is refused ("'MERGE' is not currently supported in Babelfish"): an UPDATE of a changed queue,
+    # then an INSERT unless the row exists, in one batch and transaction. SQL Server would hold the key
+    # range from the UPDATE to the commit; Babelfish ignores the hints, so two first subscribers of one key
+    # can both insert: the primary key refuses the second, whose subscribe then runs again
+    # (SubscriptionStore) and finds the row.
+    "subscribe": (
+        "UPDATE {table} WITH (UPDLOCK, SERIALIZABLE) SET [QueueAddress] = ? "
+        "WHERE [Endpoint] = ? AND [Topic] = ? AND [QueueAddress] <> ?; "
+        "INSERT INTO {table} ([QueueAddress], [Topic], [Endpoint]) SELECT ?, ?, ? WHERE NOT EXISTS ("
+        "SELECT 1 FROM {table} WITH (UPDLOCK, SERIALIZABLE) WHERE [Endpoint] = ? AND [Topic] = ?)"
+    ),
+    # OBJECT_ID answers from a cache that still holds a table another session dropped, until this session's
+    # next transaction; the catalog views are read afresh by every statement.
+    "table_exists": (
+        "SELECT t.object_id FROM {catalog}sys.tables t JOIN {catalog}sys.schemas s "
+        "ON s.schema_id = t.schema_id WHERE s.name = ? AND t.name = ?"
+    ),
+    # Index names are stored rewritten (lower case, the table name and a hash appended): found as a prefix.
+    "index_exists": (
+        "SELECT index_id FROM {catalog}sys.indexes WHERE object_id = OBJECT_ID(?) AND name LIKE ?"
+    ),
+}
 
 
 class BabelfishDialect(SqlServerDialect):
@@ -59,6 +90,7 @@ class BabelfishDialect(SqlServerDialect):
     name = "sqlserver"
     display_name = "SQL Server (Babelfish)"
     variant = "babelfish"
+    statements = STATEMENTS
     storage_note = (
         "not applicable through Babelfish's TDS port: the table is a PostgreSQL table, whose autovacuum "
         "gives deleted rows' storage back with the server's settings; inspect it through PostgreSQL"
@@ -107,14 +139,6 @@ class BabelfishDialect(SqlServerDialect):
                 high = middle - 1
         return min(fitting, rows)
 
-    def receive_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} {_BABELFISH_OUTPUT} WHERE [RowVersion] IN ("
-            f"SELECT TOP(?) [RowVersion] FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
-            "ORDER BY [RowVersion])"
-        )
-
     def receive_rows(
         self,
         cursor: Any,
@@ -128,20 +152,6 @@ class BabelfishDialect(SqlServerDialect):
             (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
             for row in self.fetch_rows(cursor)
         ]
-
-    def subscribe(self, address: QueueAddress) -> str:
-        # MERGE is refused ("'MERGE' is not currently supported in Babelfish"): an UPDATE of a changed
-        # queue, then an INSERT unless the row exists, in one batch and transaction. SQL Server would hold
-        # the key range from the UPDATE to the commit; Babelfish ignores the hints, so two first
-        # subscribers of one key can both insert: the primary key refuses the second, whose subscribe
-        # then runs again (SubscriptionStore) and finds the row.
-        table = self.qualified_name(address)
-        return (
-            f"UPDATE {table} WITH (UPDLOCK, SERIALIZABLE) SET [QueueAddress] = ? "
-            "WHERE [Endpoint] = ? AND [Topic] = ? AND [QueueAddress] <> ?; "
-            f"INSERT INTO {table} ([QueueAddress], [Topic], [Endpoint]) SELECT ?, ?, ? WHERE NOT EXISTS ("
-            f"SELECT 1 FROM {table} WITH (UPDLOCK, SERIALIZABLE) WHERE [Endpoint] = ? AND [Topic] = ?)"
-        )
 
     def subscribe_params(self, endpoint: str, topic: str, queue_address: str) -> tuple[Any, ...]:
         return (
@@ -183,13 +193,9 @@ class BabelfishDialect(SqlServerDialect):
                 raise
 
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        # OBJECT_ID answers from a cache that still holds a table another session dropped, until this
-        # session's next transaction; the catalog views are read afresh by every statement.
-        prefix = self._catalog_prefix(address)
-        return (
-            f"SELECT t.object_id FROM {prefix}sys.tables t JOIN {prefix}sys.schemas s "
-            "ON s.schema_id = t.schema_id WHERE s.name = ? AND t.name = ?",
-            (address.schema, address.table),
+        return self.sql("table_exists", catalog=self._catalog_prefix(address)), (
+            address.schema,
+            address.table,
         )
 
     def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
@@ -198,10 +204,9 @@ class BabelfishDialect(SqlServerDialect):
 
     def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
         pattern = index_name.replace("[", "[[]").replace("_", "[_]").replace("%", "[%]") + "%"
-        return (
-            f"SELECT index_id FROM {self._catalog_prefix(address)}sys.indexes "
-            "WHERE object_id = OBJECT_ID(?) AND name LIKE ?",
-            (self.qualified_name(address), pattern),
+        return self.sql("index_exists", catalog=self._catalog_prefix(address)), (
+            self.qualified_name(address),
+            pattern,
         )
 
 

@@ -4,9 +4,8 @@ A dialect holds all SQL text of its engine, named by what each statement does. I
 transport above it except the error types and the address value, so the transport composes dialects and
 never the other way round. Statements use the parameter style of the engine's DB-API driver.
 
-Over 600 lines because the base class declares every statement a dialect renders, each with what it must
-do, so that one page says what an engine has to provide; the archive's statements are in ``archive.py``, the
-subscriptions' in ``subscriptions.py`` and the Spark bridge's in ``bridge.py``.
+The text of the statements is data (``statements.py`` and each engine's table); here is what each one must
+do, so that one page says what an engine has to provide. The Spark bridge's are declared in ``bridge.py``.
 """
 
 from __future__ import annotations
@@ -21,14 +20,17 @@ from typing import Any, ClassVar, Literal
 
 from ..model.address import QueueAddress
 from ..model.errors import InvalidQueueName, SqlQueueError
-from .archive import ArchiveStatements
 from .bridge import BridgeStatements
 from .index_spec import IndexSpec
-from .subscriptions import SubscriptionStatements
+from .statements import StatementTable, marks
 from .transaction_state import TransactionStates
 
 Layout = Literal["clustered", "heap"]
 StorageParameters = tuple[tuple[str, str], ...]
+
+# The subscription table's column width, the reference's: longer values would fail its INSERT, so they are
+# refused up front.
+SUBSCRIPTION_COLUMN_LENGTH = 200
 
 _STORAGE_PARAMETER_NAME = re.compile(r"(toast\.)?[a-z][a-z0-9_]*")
 _STORAGE_PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")
@@ -138,7 +140,7 @@ def short_hash(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
 
 
-class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, TransactionStates, ABC):
+class Dialect(BridgeStatements, TransactionStates, ABC):
     """One database engine's SQL. Subclasses are stateless; the transport caches rendered statements."""
 
     name: ClassVar[str]
@@ -220,6 +222,47 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
                 return candidate
             head = head[:-1]
 
+    # ---- statements as data (statements.py) -----------------------------------------------------
+    # This engine's named statements, the fragments they share, and its clock as the queue tables keep
+    # time: what the placeholders of statements.py are filled with.
+    statements: ClassVar[StatementTable]
+    fragments: ClassVar[Mapping[str, str]] = {}
+    clock: ClassVar[str]
+
+    def sql(
+        self, name: str, address: QueueAddress | None = None, /, rows: int | None = None, **values: str
+    ) -> str:
+        """Statement ``name`` of this engine, its placeholders filled: ``{table}`` from ``address``,
+        ``{marks}`` as ``rows`` parameter markers, the rest from ``values`` and :attr:`fragments`."""
+        texts = self.sql_list(name, address, rows, **values)
+        if len(texts) != 1:
+            raise TypeError(f"{self.display_name}'s {name} is {len(texts)} statements: use sql_list")
+        return texts[0]
+
+    def sql_list(
+        self, name: str, address: QueueAddress | None = None, /, rows: int | None = None, **values: str
+    ) -> list[str]:
+        """Statement ``name`` as :meth:`sql` renders it, as a list: some are several statements where the
+        engine cannot do in one what others do (SQLite cannot insert what a DELETE returns)."""
+        template = self.statements.get(name)
+        if template is None:
+            raise NotImplementedError(f"{self.display_name} has no statement {name!r}")
+        filled = {"p": self.placeholder, "now": self.clock}
+        filled.update({key: text.format_map(filled) for key, text in self.fragments.items()}, **values)
+        if address is not None:
+            filled["table"] = self.qualified_name(address)
+        if rows is not None:
+            filled["marks"] = marks(self.placeholder, rows)
+        return [text.format_map(filled) for text in ((template,) if isinstance(template, str) else template)]
+
+    def fragment(self, name: str) -> str:
+        """Fragment ``name`` of this engine's statements, its parameter marker and clock filled."""
+        return self.fragments[name].format(p=self.placeholder, now=self.clock)
+
+    def optional_sql(self, name: str, address: QueueAddress | None = None) -> str | None:
+        """:meth:`sql`, or None where this engine has no statement ``name``."""
+        return self.sql(name, address) if name in self.statements else None
+
     # ---- provisioning --------------------------------------------------------------------------
     @abstractmethod
     def create_table(self, address: QueueAddress, options: TableOptions) -> str: ...
@@ -227,11 +270,11 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     @abstractmethod
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]: ...
 
-    @abstractmethod
-    def add_body_string(self, address: QueueAddress) -> str: ...
+    def add_body_string(self, address: QueueAddress) -> str:
+        return self.sql("add_body_string", address)
 
-    @abstractmethod
-    def drop_table(self, address: QueueAddress) -> str: ...
+    def drop_table(self, address: QueueAddress) -> str:
+        return self.sql("drop_table", address)
 
     @abstractmethod
     def lock_for_create(
@@ -246,12 +289,12 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     def open_transaction(self) -> str | None:
         """A batch without parameters that makes sure a transaction is open, for locks owned by it, where
         the driver may not have opened one yet."""
-        return None
+        return self.optional_sql("open_transaction")
 
     def current_catalog(self) -> str | None:
         """A query (no parameters, no privilege needed) for the connection's current database, or None
         where the engine has no catalog; a transport runs it at most once (Transport.current_catalog)."""
-        return None
+        return self.optional_sql("current_catalog")
 
     @abstractmethod
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
@@ -273,13 +316,15 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
         return None
 
     # ---- runtime -------------------------------------------------------------------------------
-    @abstractmethod
     def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         """INSERT of one message; parameters from :meth:`send_params`."""
+        return self.send_batch(address, 1, with_recoverable)
 
-    @abstractmethod
     def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
-        """A multi-row INSERT of ``rows`` messages; parameters are the rows' :meth:`send_params` chained."""
+        """A multi-row INSERT of ``rows`` messages; parameters are the rows' :meth:`send_params` chained.
+        Tables from newer NServiceBus versions lack Recoverable: the fragments ``*_without_recoverable``."""
+        shape = "" if with_recoverable else "_without_recoverable"
+        return self._insert(address, shape, ", ".join([self.fragment("send_row" + shape)] * rows))
 
     @abstractmethod
     def send_params(
@@ -303,32 +348,38 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
         transaction; False, having written nothing, where this engine, driver or batch has no such way."""
         return False
 
-    @abstractmethod
     def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
         """INSERT of a row exactly as it was read (poison rows to the error queue); see :meth:`raw_params`."""
+        shape = "" if with_recoverable else "_without_recoverable"
+        return self._insert(address, shape, self.fragment("raw_row" + shape))
+
+    def _insert(self, address: QueueAddress, shape: str, values: str) -> str:
+        columns = self.fragment("columns" + shape)
+        channel = self.wake_up_channel(address) or ""
+        return self.sql("insert", address, columns=columns, values=values, channel=channel)
 
     def raw_params(self, row: Row) -> tuple[Any, ...]:
         return (row.id, row.correlation_id, row.reply_to_address, row.headers, row.body)
 
-    @abstractmethod
     def receive_batch(self, address: QueueAddress) -> str:
         """DELETE of the oldest unlocked rows (one parameter: how many), returning them as :class:`Row`."""
+        return self.sql("receive_batch", address)
 
     def receive_batch_after(self, address: QueueAddress) -> str | None:
         """:meth:`receive_batch` that picks only rows after a RowVersion (parameters: that RowVersion, how
         many), for engines whose deleted rows linger in the index (see ``transport/queue/low_water.py``);
         None where a receive never walks deleted rows."""
-        return None
+        return self.optional_sql("receive_batch_after", address)
 
     def receive_batch_through(self, address: QueueAddress) -> str | None:
         """:meth:`receive_batch` that picks only rows up to a RowVersion (parameters: that RowVersion, how
         many), for code that receives what was queued before a moment, as a Spark stream under
         Trigger.AvailableNow does; None where no caller needs it."""
-        return None
+        return self.optional_sql("receive_batch_through", address)
 
     def receive_batch_through_without_row_locks(self, address: QueueAddress) -> str | None:
         """:meth:`receive_batch_through` for a role that competes through advisory locks."""
-        return None
+        return self.optional_sql("receive_batch_through_without_row_locks", address)
 
     def receive_rows(
         self,
@@ -343,32 +394,32 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
         cursor.execute(statement, (max_messages,) if after is None else (after, max_messages))
         return self.fetch_rows(cursor)
 
-    @abstractmethod
     def peek_estimate(self, address: QueueAddress) -> str:
         """Upper bound of the unlocked rows (max - min + 1 of RowVersion); cost independent of length."""
+        return self.sql("peek_estimate", address)
 
-    @abstractmethod
     def peek_bounds(self, address: QueueAddress) -> str:
         """Oldest and newest RowVersion of the unlocked rows (NULLs when empty), with the peek's hints."""
+        return self.sql("peek_bounds", address)
 
-    @abstractmethod
     def count_exact(self, address: QueueAddress) -> str:
         """Exact number of committed, unexpired rows."""
+        return self.sql("count_exact", address)
 
     # Read-only browsing for tools (``sqlqueue peek`` and ``stats``): plain SELECTs that delete nothing.
     def browse(self, address: QueueAddress) -> str:
         """SELECT of the oldest N unexpired committed rows in RowVersion order (one parameter: N), as
         Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires; takes no lasting locks."""
-        raise NotImplementedError(f"{self.display_name} cannot browse queues")
+        return self.sql("browse", address)
 
     def oldest_headers(self, address: QueueAddress) -> str:
         """SELECT of RowVersion and Headers of the oldest unexpired committed row (no parameter; no row when
         none): what a gauge needs for the oldest message's age, without its body. Takes no lasting locks."""
-        raise NotImplementedError(f"{self.display_name} cannot read the oldest message's headers")
+        return self.sql("oldest_headers", address)
 
     def count_expired(self, address: QueueAddress) -> str:
         """Number of rows whose Expires has passed by the database clock (what a purge would delete)."""
-        raise NotImplementedError(f"{self.display_name} cannot count expired messages")
+        return self.sql("count_expired", address)
 
     def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
         """Query listing (schema, table) of the tables in ``schema`` shaped like queue tables."""
@@ -378,7 +429,7 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     def failed_page(self, address: QueueAddress) -> str:
         """SELECT of RowVersion, Id and Headers of the rows after a RowVersion, in RowVersion order, at most
         N of them; parameters from :meth:`failed_page_params`. Read-only, no lasting locks."""
-        raise NotImplementedError(f"{self.display_name} cannot page through failed messages")
+        return self.sql("failed_page", address)
 
     def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
         return (after, size)
@@ -386,43 +437,47 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     def failed_newest(self, address: QueueAddress) -> str:
         """SELECT of RowVersion, Id and Headers of the newest N rows (one parameter: N), newest first: the
         bounded sample the Queues page groups. Read-only, no lasting locks."""
-        raise NotImplementedError(f"{self.display_name} cannot read the newest failed messages")
+        return self.sql("failed_newest", address)
 
     def failed_messages(self, address: QueueAddress) -> str:
         """SELECT of the rows whose Id is the parameter (an error queue may hold a message more than
         once), as Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires, oldest first."""
-        raise NotImplementedError(f"{self.display_name} cannot read failed messages")
+        return self.sql("failed_messages", address)
 
     def take_failed_row(self, address: QueueAddress) -> str:
         """DELETE of the row whose RowVersion is the parameter, returning its Id, CorrelationId,
         ReplyToAddress, Headers and Body (no row when another session took it first)."""
-        raise NotImplementedError(f"{self.display_name} cannot take failed messages")
+        return self.sql("take_failed_row", address)
 
-    @abstractmethod
     def purge_expired_batch(self, address: QueueAddress) -> str:
         """DELETE of up to N expired rows that no receiver holds (one parameter: N)."""
+        return self.sql("purge_expired_batch", address)
 
     def purge_returns_count(self) -> bool:
         """True when the purge statement returns its count as a row instead of through rowcount."""
         return False
 
-    # Engines whose row locks ask for more than the runtime rights (PostgreSQL wants UPDATE) also render
-    # these: the same work with locks that need no table privilege. Elsewhere they are the plain ones.
+    # Engines whose row locks ask for more than the runtime rights (PostgreSQL wants UPDATE) also have
+    # ``<statement>_without_row_locks``: the same work with locks that need no table privilege.
     def row_lock_probe(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """Query answering whether this role may take row locks on the table (NULL when it is missing)."""
         return None
 
+    def _without_row_locks(self, name: str, address: QueueAddress) -> str:
+        own = f"{name}_without_row_locks"
+        return self.sql(own if own in self.statements else name, address)
+
     def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
-        return self.receive_batch(address)
+        return self._without_row_locks("receive_batch", address)
 
     def peek_estimate_without_row_locks(self, address: QueueAddress) -> str:
-        return self.peek_estimate(address)
+        return self._without_row_locks("peek_estimate", address)
 
     def peek_bounds_without_row_locks(self, address: QueueAddress) -> str:
-        return self.peek_bounds(address)
+        return self._without_row_locks("peek_bounds", address)
 
     def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
-        return self.purge_expired_batch(address)
+        return self._without_row_locks("purge_expired_batch", address)
 
     @abstractmethod
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
@@ -440,7 +495,7 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     def vacuum_table(self, address: QueueAddress) -> str | None:
         """The plain (not FULL) vacuum of one table, run outside a transaction; None where the engine
         gives deleted rows' storage back by itself."""
-        return None
+        return self.optional_sql("vacuum_table", address)
 
     def vacuum_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """Query returning (may this role vacuum the table, its size in bytes with indexes); None where
@@ -453,20 +508,20 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
         return None
 
     # ---- delayed delivery (the ``<endpoint>.Delayed`` table) -----------------------------------
-    @abstractmethod
     def create_delayed_table(self, address: QueueAddress) -> str:
         """DDL of a delayed-message table: Headers, Body, Due (UTC, database clock) and RowVersion."""
+        return self.sql("create_delayed_table", address)
 
-    @abstractmethod
     def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
         """The index on Due that the mover and the next-due query read through."""
+        return [self.index_spec(address, "Due", "create_delayed_index")]
 
-    @abstractmethod
     def store_delayed(self, address: QueueAddress) -> str:
         """INSERT of one delayed message; parameters from :meth:`store_delayed_params`.
 
         Due is the given absolute time, or the database clock plus the given delay.
         """
+        return self.sql("store_delayed", address)
 
     @abstractmethod
     def store_delayed_params(
@@ -474,13 +529,12 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     ) -> tuple[Any, ...]:
         """Parameters of :meth:`store_delayed`; exactly one of ``deliver_at`` (aware UTC) and ``delay``."""
 
-    @abstractmethod
     def select_due_delayed(self, address: QueueAddress) -> str:
         """Up to N rows (one parameter: N) whose Due has passed by the database clock, oldest Due first:
         RowVersion and Headers only, so the mover learns each row's destination while the bodies stay on
         the server. Where another mover could run (SQL Server's hints) the rows are locked until commit."""
+        return self.sql("select_due_delayed", address)
 
-    @abstractmethod
     def move_delayed_rows(
         self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
     ) -> list[str]:
@@ -490,23 +544,32 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
         Expires NULL, inserted in Due order where the engine keeps an INSERT's order. More than one
         statement only where the engine cannot insert what a DELETE returns; their row counts must
         then agree, or another writer took some of the rows."""
+        shape = "" if with_recoverable else "_without_recoverable"
+        return self.sql_list(
+            "move_delayed_rows",
+            address,
+            rows,
+            destination=self.qualified_name(destination),
+            columns=self.fragment("columns" + shape),
+            recoverable=self.fragment("true") + ", " if with_recoverable else "",
+        )
 
-    @abstractmethod
     def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
         """Headers, Body and RowVersion of the delayed rows whose RowVersions are the ``rows`` parameters
         (the rows the mover sends to the error queue instead of moving)."""
+        return self.sql("select_delayed_rows", address, rows)
 
-    @abstractmethod
     def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
         """DELETE of the delayed rows whose RowVersions are the ``rows`` parameters."""
+        return self.sql("delete_delayed_rows", address, rows)
 
-    @abstractmethod
     def next_due_delayed(self, address: QueueAddress) -> str:
         """The database clock and the earliest Due (NULL when empty), so the wait is skew-free."""
+        return self.sql("next_due_delayed", address)
 
-    @abstractmethod
     def count_delayed(self, address: QueueAddress) -> str:
         """Number of messages waiting in a delayed table."""
+        return self.sql("count_delayed", address)
 
     @abstractmethod
     def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
@@ -517,6 +580,103 @@ class Dialect(ArchiveStatements, SubscriptionStatements, BridgeStatements, Trans
     @abstractmethod
     def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """Release the lock of :meth:`try_lock_delayed_mover` (closing the session releases it too)."""
+
+    def index_spec(self, address: QueueAddress, column: str, statement: str) -> IndexSpec:
+        """The index on ``column`` that ``statement`` creates: named from the table (within the engine's
+        identifier limit) unless the engine's name for it is fixed (fragment ``<column>_index``)."""
+        name = self.fragments.get(f"{column}_index") or self.object_name(address, column)
+        index, on = self.index_names(address, name)
+        return IndexSpec(name, self.sql(statement, index=index, on=on))
+
+    def index_names(self, address: QueueAddress, name: str) -> tuple[str, str]:
+        """``{index}`` and ``{on}`` of an index's DDL: its quoted name and its table (SQLite names the
+        schema with the index instead)."""
+        return self.quote(name), self.qualified_name(address)
+
+    # ---- the archive beside an error queue (``transport/archive.py``) ----------------------------
+    def create_archive_table(self, address: QueueAddress) -> str:
+        """DDL of an error queue's archive table: the queue's columns (``Recoverable`` nullable, as tables
+        of later NServiceBus versions have none), ``ErrorRowVersion`` (the row's RowVersion in the error
+        queue; named so that the archive is not listed as a queue) and ``ArchivedAt`` (UTC, the database
+        clock, its default)."""
+        return self.sql("create_archive_table", address)
+
+    def archive_indexes(self, address: QueueAddress) -> list[IndexSpec]:
+        """The index on ArchivedAt that the purge by age reads through."""
+        return [self.index_spec(address, "ArchivedAt", "create_archive_index")]
+
+    def archive_failed_row(
+        self, address: QueueAddress, archive: QueueAddress, with_recoverable: bool = True
+    ) -> list[str]:
+        """Statements that move the error-queue row whose RowVersion is the parameter (each statement takes
+        it) into ``archive`` without leaving the server, in the caller's transaction. The last one returns
+        how many rows it moved as :meth:`purge_returns_count` says: one row holding the count, or (where
+        that is False) one row per row moved. Nothing moves when another session took the row first."""
+        shape = "" if with_recoverable else "_without_recoverable"
+        return self.sql_list(
+            "archive_failed_row",
+            address,
+            archive=self.qualified_name(archive),
+            recoverable=self.fragment("archived_recoverable" + shape),
+        )
+
+    def purge_archive_batch(self, archive: QueueAddress) -> str:
+        """DELETE of up to N archived rows archived before a number of seconds ago by the database clock;
+        parameters from :meth:`purge_archive_params`; its count as :meth:`purge_expired_batch`'s."""
+        return self.sql("purge_archive_batch", archive)
+
+    def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
+        return (older_than_seconds, size)
+
+    def count_archive(self, archive: QueueAddress) -> str:
+        """Number of rows in an archive table."""
+        return self.sql("count_archive", archive)
+
+    # ---- native publish/subscribe (``transport/subscriptions.py``) -------------------------------
+    # The subscription table has the reference's three columns, QueueAddress, Endpoint and Topic
+    # (SUBSCRIPTION_COLUMN_LENGTH characters each, all NOT NULL), keyed by (Endpoint, Topic): one row per
+    # subscribing endpoint and topic, naming the queue that endpoint receives the topic's events in.
+    def create_subscription_table(self, address: QueueAddress) -> str:
+        """DDL of the subscription table: QueueAddress, Endpoint, Topic, primary key (Endpoint, Topic)."""
+        return self.sql("create_subscription_table", address, width=str(SUBSCRIPTION_COLUMN_LENGTH))
+
+    def subscribe(self, address: QueueAddress) -> str:
+        """The upsert of one subscription: insert (Endpoint, Topic) -> QueueAddress, or set QueueAddress
+        where the row exists with another one; parameters from :meth:`subscribe_params`. Where it can race
+        with a concurrent subscriber of the same key (an engine that ignores the statement's locking
+        hints), the loser fails with a duplicate key (:meth:`is_duplicate_key`) and is run again."""
+        return self.sql("subscribe", address)
+
+    def subscribe_params(self, endpoint: str, topic: str, queue_address: str) -> tuple[Any, ...]:
+        return (endpoint, topic, queue_address)
+
+    def unsubscribe(self, address: QueueAddress) -> str:
+        """DELETE of the row of an endpoint (first parameter) and topic (second); its count as
+        :meth:`purge_expired_batch`'s (a row holding it where :meth:`purge_returns_count`, else rowcount)."""
+        return self.sql("unsubscribe", address)
+
+    def select_subscribers(self, address: QueueAddress, topics: int) -> str:
+        """``SELECT DISTINCT QueueAddress`` of the rows whose Topic is one of the ``topics`` parameters."""
+        return self.sql("select_subscribers", address, topics)
+
+    def select_subscriptions(
+        self, address: QueueAddress, by_topic: bool, by_endpoint: bool, limited: bool = False
+    ) -> str:
+        """QueueAddress, Endpoint, Topic of every row (or of one topic, one endpoint), ordered by Topic then
+        Endpoint; with ``limited`` the first N only. Parameters from :meth:`select_subscriptions_params`."""
+        wanted = ((self.fragment("by_topic"), by_topic), (self.fragment("by_endpoint"), by_endpoint))
+        conditions = [text for text, given in wanted if given]
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        limit = self.fragment("limit") if limited else ""
+        return self.sql("select_subscriptions", address, where=where, limit=limit)
+
+    def select_subscriptions_params(self, filters: tuple[str, ...], limit: int | None) -> tuple[Any, ...]:
+        """The listing's parameters: the topic and endpoint filtered on (those given), then the limit."""
+        return filters if limit is None else (*filters, limit)
+
+    def is_duplicate_key(self, error: BaseException) -> bool:
+        """True when a statement failed on a primary key or unique index (a concurrent subscriber won)."""
+        return False
 
     # ---- push wake-up -------------------------------------------------------------------------
     def wake_up_channel(self, address: QueueAddress) -> str | None:

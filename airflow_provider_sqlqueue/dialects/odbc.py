@@ -26,7 +26,7 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .postgres import _TRANSIENT_SQLSTATES, PostgresDialect
-from .sqlite import _NOW, SqliteDialect
+from .sqlite import SqliteDialect
 from .transaction_state import TransactionState
 
 _PLACEHOLDER = re.compile(r"%(%|s)")
@@ -158,15 +158,10 @@ class SqliteOverOdbc(_Pyodbc, SqliteDialect):
         return None  # the driver opens a transaction before the first statement itself
 
     def select_oldest(self, address: QueueAddress) -> str:
-        return (
-            "SELECT Id, CorrelationId, ReplyToAddress, "
-            f"(Expires IS NOT NULL AND Expires <= {_NOW}) AS Expired, Headers, Body, RowVersion, Expires "
-            f"FROM {self.qualified_name(address)} ORDER BY RowVersion LIMIT ?"
-        )
+        return self.sql("select_oldest", address)
 
     def delete_row_versions(self, address: QueueAddress, count: int) -> str:
-        marks = ", ".join(["?"] * count)
-        return f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion IN ({marks})"
+        return self.sql("delete_row_versions", address, count)
 
     def receive_rows(
         self, cursor: Any, address: QueueAddress, statement: str, max_messages: int

@@ -11,9 +11,8 @@ different layout, so .NET PostgreSQL endpoints cannot share these tables). Colum
 unquoted and fold to lower case. Times come from ``statement_timestamp()``, so a send inside a long
 receive transaction still computes Expires from the moment it runs.
 
-Over 600 lines because every statement of a PostgreSQL queue is here, in one place (the archive, the storage
-parameters, the session settings, the receive plans and the Spark bridge's tables have modules of their
-own).
+Every statement of a PostgreSQL queue is in :data:`STATEMENTS` (with the archive's, the delayed table's and
+the subscription table's); the rest of the module is code.
 """
 
 from __future__ import annotations
@@ -33,31 +32,214 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
-from .postgres_archive import PostgresArchive
 from .postgres_bridge import PostgresBridge
 from .postgres_picks import AFTER_ROW_VERSION, THROUGH_ROW_VERSION, delete_taken
 from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
-from .postgres_subscriptions import PostgresSubscriptions
+from .statements import PORTABLE, PORTABLE_FRAGMENTS, StatementTable
 from .transaction_state import PostgresTransactionState
 
-_COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
 _RETURNING = (
     "RETURNING Id, CorrelationId, ReplyToAddress, "
     "(Expires IS NOT NULL AND Expires <= statement_timestamp()) AS Expired, "
     "Headers, Body, RowVersion, Expires"
 )
-_VALUES_ROW = "(%s, %s, %s, true, statement_timestamp() + %s::interval, %s, %s)"
-_COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
 _COPY_COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Headers, Body"
 _COPY_COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Headers, Body"
 _COPY_TYPES = ["uuid", "varchar", "varchar", "bool", "text", "bytea"]
 _COPY_TYPES_WITHOUT_RECOVERABLE = ["uuid", "varchar", "varchar", "text", "bytea"]
-_VALUES_ROW_WITHOUT_RECOVERABLE = "(%s, %s, %s, statement_timestamp() + %s::interval, %s, %s)"
-
 # One advisory lock per row for the transaction: table oid in the high 32 bits, RowVersion in the low ones.
+# ``OFFSET 0`` keeps the lock out of the inner scan, so only rows taken in RowVersion order are tried and a
+# batch holds at most its own size in locks, whatever plan the inner ORDER BY gets.
 _ADVISORY_ROW_LOCK = "pg_try_advisory_xact_lock((tableoid::int8 << 32) | (RowVersion & 4294967295))"
+_OLDEST_UNHELD = "SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 1 FOR KEY SHARE SKIP LOCKED"
+_NEWEST_UNHELD = "SELECT RowVersion FROM {table} ORDER BY RowVersion DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED"
+_SKIP_LOCKED = "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED"
+_BY_ADVISORY_LOCK = "ORDER BY RowVersion OFFSET 0) AS oldest WHERE " + _ADVISORY_ROW_LOCK + " LIMIT %s"
+_PG_CATALOG_TABLE = (
+    "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = %s AND c.relname = %s"
+)
 
+FRAGMENTS = {
+    **PORTABLE_FRAGMENTS,
+    "send_row": "(%s, %s, %s, true, statement_timestamp() + %s::interval, %s, %s)",
+    "send_row_without_recoverable": "(%s, %s, %s, statement_timestamp() + %s::interval, %s, %s)",
+    "raw_row": "(%s, %s, %s, true, NULL, %s, %s)",
+    "raw_row_without_recoverable": "(%s, %s, %s, NULL, %s, %s)",
+    "true": "true",
+    "archived_recoverable": "Recoverable",
+    "archived_recoverable_without_recoverable": "NULL::boolean",
+    "after": AFTER_ROW_VERSION,
+}
+
+STATEMENTS: StatementTable = {
+    **PORTABLE,
+    "create_table": (
+        "CREATE TABLE {table} (\n"
+        "    Id uuid NOT NULL,\n"
+        "    CorrelationId varchar(255) NULL,\n"
+        "    ReplyToAddress varchar(255) NULL,\n"
+        "    Recoverable boolean NOT NULL,\n"
+        "    Expires timestamptz NULL,\n"
+        "    Headers text NOT NULL,\n"
+        "    Body bytea NULL,\n"
+        "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL{body_string}\n){storage}"
+    ),
+    "body_string_column": "BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED",
+    "add_body_string": (
+        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
+        "BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED"
+    ),
+    "create_rowversion_index": "CREATE UNIQUE INDEX {index} ON {on} (RowVersion)",
+    "create_expires_index": "CREATE INDEX {index} ON {on} (Expires) WHERE Expires IS NOT NULL",
+    # A send queues one NOTIFY on the table's channel when it inserted a row: delivered when the
+    # transaction commits, and never for one that rolls back.
+    "insert": (
+        "WITH sent AS (INSERT INTO {table} ({columns}) VALUES {values} RETURNING 1) "
+        "SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM sent LIMIT 1) AS any_sent"
+    ),
+    "receive_batch": delete_taken("{table}", f"SELECT RowVersion FROM {{table}} {_SKIP_LOCKED}", _RETURNING),
+    "receive_batch_after": delete_taken(
+        "{table}", f"SELECT RowVersion FROM {{table}} WHERE {AFTER_ROW_VERSION} {_SKIP_LOCKED}", _RETURNING
+    ),
+    "receive_batch_through": delete_taken(
+        "{table}", f"SELECT RowVersion FROM {{table}} WHERE {THROUGH_ROW_VERSION} {_SKIP_LOCKED}", _RETURNING
+    ),
+    "peek_estimate": f"SELECT COALESCE(({_NEWEST_UNHELD}) - ({_OLDEST_UNHELD}) + 1, 0)",
+    "peek_bounds": f"SELECT ({_OLDEST_UNHELD}), ({_NEWEST_UNHELD})",
+    "purge_expired_batch": delete_taken(
+        "{table}",
+        "SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() LIMIT %s FOR UPDATE SKIP "
+        "LOCKED",
+    ),
+    # For roles without the UPDATE privilege: advisory locks instead of row locks.
+    "receive_batch_without_row_locks": delete_taken(
+        "{table}",
+        f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {{table}} {_BY_ADVISORY_LOCK}",
+        _RETURNING,
+    ),
+    "receive_batch_through_without_row_locks": delete_taken(
+        "{table}",
+        f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {{table}} WHERE {THROUGH_ROW_VERSION} "
+        + _BY_ADVISORY_LOCK,
+        _RETURNING,
+    ),
+    "peek_estimate_without_row_locks": (
+        "SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {table}"
+    ),
+    "peek_bounds_without_row_locks": "SELECT min(RowVersion), max(RowVersion) FROM {table}",
+    "purge_expired_batch_without_row_locks": delete_taken(
+        "{table}",
+        "SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} "
+        f"WHERE Expires < statement_timestamp() OFFSET 0) AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
+    ),
+    "row_lock_probe": (
+        "SELECT CASE WHEN to_regclass(%s) IS NULL THEN NULL "
+        "ELSE has_any_column_privilege(to_regclass(%s), 'UPDATE') END"
+    ),
+    "lock_for_create": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+    "table_exists": _PG_CATALOG_TABLE + " AND c.relkind IN ('r', 'p')",
+    "index_exists": _PG_CATALOG_TABLE + " AND c.relkind = 'i'",
+    "column_exists": (
+        "SELECT a.attnum FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped"
+    ),
+    # The binary COPY of bulk_send sends each value in its column type's wire format, so the table must
+    # have the types this dialect creates (a table made elsewhere may not).
+    "bulk_send_check": (
+        "SELECT count(*) FILTER (WHERE (lower(a.attname), format_type(a.atttypid, NULL)) IN ("
+        "('id', 'uuid'), ('correlationid', 'character varying'), "
+        "('replytoaddress', 'character varying'), ('headers', 'text'), ('body', 'bytea'))) = 5 "
+        "AND count(*) FILTER (WHERE lower(a.attname) = "
+        "'recoverable' AND format_type(a.atttypid, NULL) <> 'boolean') = 0 "
+        "FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped"
+    ),
+    "queue_tables": (
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
+        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
+        "AND NOT a.attisdropped "
+        "AND lower(a.attname) IN ('id', 'headers', 'body', 'rowversion', 'expires')) = 5 "
+        "ORDER BY c.relname"
+    ),
+    "inspect_indexes": (
+        "SELECT a.attname, i.indpred IS NOT NULL FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] "
+        "WHERE n.nspname = %s AND c.relname = %s"
+    ),
+    # ---- the delayed table
+    "create_delayed_table": (
+        "CREATE TABLE {table} (\n"
+        "    Headers text NOT NULL,\n"
+        "    Body bytea NULL,\n"
+        "    Due timestamptz NOT NULL,\n"
+        "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL\n)"
+    ),
+    "create_delayed_index": "CREATE INDEX {index} ON {on} (Due)",
+    "store_delayed": (
+        "INSERT INTO {table} (Headers, Body, Due) "
+        "VALUES (%s, %s, COALESCE(%s::timestamptz, statement_timestamp() + %s::interval))"
+    ),
+    # select_due_delayed takes no FOR UPDATE SKIP LOCKED: the election leaves one mover, and row locks would
+    # ask the runtime role for UPDATE on the delayed table. The move's DELETE inserts only the rows it
+    # deleted, so a second mover's statement would find them gone and move nothing twice.
+    "move_delayed_rows": (
+        "WITH moved AS (DELETE FROM {table} "
+        "WHERE RowVersion IN ({marks}) RETURNING Headers, Body, Due, RowVersion) "
+        "INSERT INTO {destination} ({columns}) "
+        "SELECT gen_random_uuid(), NULL, NULL, {recoverable}NULL, Headers, Body FROM moved "
+        "ORDER BY Due, RowVersion"
+    ),
+    "try_lock_delayed_mover": (
+        "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended(%s, 0)) THEN 0 ELSE -1 END"
+    ),
+    "unlock_delayed_mover": "SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+    # ---- the archive beside an error queue: the move is one statement, a DELETE whose returned row the
+    # INSERT takes
+    "create_archive_table": (
+        "CREATE TABLE {table} (\n"
+        "    Id uuid NOT NULL,\n"
+        "    CorrelationId varchar(255) NULL,\n"
+        "    ReplyToAddress varchar(255) NULL,\n"
+        "    Recoverable boolean NULL,\n"
+        "    Expires timestamptz NULL,\n"
+        "    Headers text NOT NULL,\n"
+        "    Body bytea NULL,\n"
+        "    ErrorRowVersion bigint NOT NULL,\n"
+        "    ArchivedAt timestamptz NOT NULL DEFAULT statement_timestamp()\n)"
+    ),
+    "create_archive_index": "CREATE INDEX {index} ON {on} (ArchivedAt)",
+    "archive_failed_row": (
+        "WITH taken AS (DELETE FROM {table} WHERE RowVersion = %s "
+        "RETURNING Id, CorrelationId, ReplyToAddress, {recoverable} AS Recoverable, Expires, Headers, "
+        "Body, RowVersion) INSERT INTO {archive} (Id, CorrelationId, "
+        "ReplyToAddress, Recoverable, Expires, Headers, Body, ErrorRowVersion) "
+        "SELECT Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body, RowVersion "
+        "FROM taken RETURNING ErrorRowVersion"
+    ),
+    # The archive has no key of its own (nothing updates its rows, so a ctid stays the row's).
+    "purge_archive_batch": (
+        "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
+        "WHERE ArchivedAt < statement_timestamp() - %s * interval '1 second' LIMIT %s))"
+    ),
+    # ---- the subscription table, as the reference's PostgreSQL transport creates it ("SubscriptionRouting"
+    # quoted, its columns unquoted and so folded to lower case, fillfactor=100)
+    "create_subscription_table": (
+        "CREATE TABLE {table} (\n"
+        "    QueueAddress varchar({width}) NOT NULL,\n"
+        "    Endpoint varchar({width}) NOT NULL,\n"
+        "    Topic varchar({width}) NOT NULL,\n"
+        "    PRIMARY KEY (Endpoint, Topic)\n) WITH (fillfactor=100)"
+    ),
+    # ---- storage: what deleted rows leave behind
+    # INDEX_CLEANUP ON: with few dead rows on a large table a vacuum would otherwise skip the indexes and
+    # leave the rows' line pointers behind, and pages holding them cannot be given back.
+    "vacuum_table": "VACUUM (INDEX_CLEANUP ON) {table}",
+    "set_storage_parameters": "ALTER TABLE {table} SET ({settings})",
+}
 
 # What a returned connection's session is brought back to (Dialect.reset_session): the session user and
 # role it logged in with, then every parameter at its session default (what the server, database, role and
@@ -89,25 +271,7 @@ _TRANSIENT_SQLSTATES = {
 }
 
 
-def _notifying(insert: str, channel: str) -> str:
-    """``insert`` as one statement that also queues one NOTIFY on ``channel`` when it inserted a row: the
-    notification is delivered when the transaction commits, and never for one that rolls back."""
-    return (
-        f"WITH sent AS ({insert} RETURNING 1) "
-        f"SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM sent LIMIT 1) AS any_sent"
-    )
-
-
-def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
-    """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
-    if with_recoverable:
-        return _COLUMNS, _VALUES_ROW
-    return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
-
-
-class PostgresDialect(
-    PostgresArchive, PostgresStorage, PostgresSubscriptions, PostgresBridge, PostgresTransactionState
-):
+class PostgresDialect(PostgresStorage, PostgresBridge, PostgresTransactionState):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"
@@ -116,6 +280,9 @@ class PostgresDialect(
     max_body_bytes = 1024**3 - 1024**2  # bytea is capped at 1 GiB; leave room for the protocol message
     send_batch_rows = 1000
     placeholder = "%s"
+    clock = "statement_timestamp()"
+    statements = STATEMENTS
+    fragments = FRAGMENTS
     driver_connection_class = "psycopg.Connection"
     sqlalchemy_dialect = "postgresql+psycopg"
     # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
@@ -163,23 +330,8 @@ class PostgresDialect(
 
     # ---- provisioning --------------------------------------------------------------------------
     def create_table(self, address: QueueAddress, options: TableOptions) -> str:
-        body_string = (
-            ",\n    BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED"
-            if options.body_string
-            else ""
-        )
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    Id uuid NOT NULL,\n"
-            "    CorrelationId varchar(255) NULL,\n"
-            "    ReplyToAddress varchar(255) NULL,\n"
-            "    Recoverable boolean NOT NULL,\n"
-            "    Expires timestamptz NULL,\n"
-            "    Headers text NOT NULL,\n"
-            "    Body bytea NULL,\n"
-            "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL"
-            f"{body_string}\n){self._with_storage(options)}"
-        )
+        body_string = ",\n    " + self.sql("body_string_column") if options.body_string else ""
+        return self.sql("create_table", address, body_string=body_string, storage=self._with_storage(options))
 
     def storage_parameters_of(self, options: TableOptions) -> StorageParameters:
         """The storage parameters a new table gets: the options' own, else this engine's defaults."""
@@ -194,67 +346,27 @@ class PostgresDialect(
         return " WITH (\n" + ",\n".join(f"    {name} = {value}" for name, value in parameters) + "\n)"
 
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
-        table = self.qualified_name(address)
-        row_version = self.object_name(address, "RowVersion")
-        expires = self.object_name(address, "Expires")
         return [
-            IndexSpec(row_version, f"CREATE UNIQUE INDEX {self.quote(row_version)} ON {table} (RowVersion)"),
-            IndexSpec(
-                expires,
-                f"CREATE INDEX {self.quote(expires)} ON {table} (Expires) WHERE Expires IS NOT NULL",
-            ),
+            self.index_spec(address, "RowVersion", "create_rowversion_index"),
+            self.index_spec(address, "Expires", "create_expires_index"),
         ]
-
-    def add_body_string(self, address: QueueAddress) -> str:
-        return (
-            f"ALTER TABLE {self.qualified_name(address)} ADD COLUMN IF NOT EXISTS "
-            "BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED"
-        )
-
-    def drop_table(self, address: QueueAddress) -> str:
-        return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
 
     def lock_for_create(
         self, address: QueueAddress, current_catalog: str | None = None
     ) -> tuple[str, Sequence[Any]]:
         # Advisory locks belong to one database, so the catalog needs no place in the key.
-        return "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (
-            f"sqlqueue:{self.qualified_name(address)}",
-        )
+        return self.sql("lock_for_create"), (f"sqlqueue:{self.qualified_name(address)}",)
 
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-            (address.schema, address.table),
-        )
+        return self.sql("table_exists"), (address.schema, address.table)
 
     def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind = 'i'",
-            (address.schema, index_name),
-        )
+        return self.sql("index_exists"), (address.schema, index_name)
 
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT a.attnum FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped",
-            (address.schema, address.table, column.lower()),
-        )
+        return self.sql("column_exists"), (address.schema, address.table, column.lower())
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
-        columns, row = _insert_shape(with_recoverable)
-        insert = f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
-        return _notifying(insert, self.wake_up_channel(address))
-
-    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
-        columns, row = _insert_shape(with_recoverable)
-        insert = f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
-        return _notifying(insert, self.wake_up_channel(address))
-
     def wake_up_channel(self, address: QueueAddress) -> str:
         # A hash of the qualified table name: at most 63 bytes for any name, and only [a-z0-9_], so it is
         # safe as a literal and as an identifier.
@@ -284,17 +396,7 @@ class PostgresDialect(
         return (message_id, correlation_id, reply_to_address, time_to_be_received, headers, body)
 
     def bulk_send_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        # The binary COPY below sends each value in its column type's wire format, so the table must have
-        # the types this dialect creates (a table made elsewhere may not).
-        return (
-            "SELECT count(*) FILTER (WHERE (lower(a.attname), format_type(a.atttypid, NULL)) IN ("
-            "('id', 'uuid'), ('correlationid', 'character varying'), "
-            "('replytoaddress', 'character varying'), ('headers', 'text'), ('body', 'bytea'))) = 5 "
-            "AND count(*) FILTER (WHERE lower(a.attname) = "
-            "'recoverable' AND format_type(a.atttypid, NULL) <> 'boolean') = 0 "
-            "FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
-            (self.display_sql(self.qualified_name(address)),),
-        )
+        return self.sql("bulk_send_check"), (self.display_sql(self.qualified_name(address)),)
 
     def bulk_send(
         self, cursor: Any, address: QueueAddress, rows: Sequence[Sequence[Any]], with_recoverable: bool
@@ -320,172 +422,14 @@ class PostgresDialect(
         cursor.execute(self.notify_statement(address))
         return True
 
-    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
-        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
-        values = "(%s, %s, %s, true, NULL, %s, %s)" if with_recoverable else "(%s, %s, %s, NULL, %s, %s)"
-        insert = f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
-        return _notifying(insert, self.wake_up_channel(address))
-
-    def receive_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
-            _RETURNING,
-        )
-
-    def receive_batch_after(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM {table} WHERE {AFTER_ROW_VERSION} "
-            "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
-            _RETURNING,
-        )
-
-    def receive_batch_through(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM {table} WHERE {THROUGH_ROW_VERSION} "
-            "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
-            _RETURNING,
-        )
-
-    def peek_estimate(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            "SELECT COALESCE("
-            f"(SELECT RowVersion FROM {table} ORDER BY RowVersion DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED)"
-            f" - (SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 1 FOR KEY SHARE SKIP LOCKED)"
-            " + 1, 0)"
-        )
-
-    def peek_bounds(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"SELECT (SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT 1 FOR KEY SHARE SKIP LOCKED), "
-            f"(SELECT RowVersion FROM {table} ORDER BY RowVersion DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED)"
-        )
-
-    def count_exact(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT count(*) FROM {self.qualified_name(address)} "
-            "WHERE Expires IS NULL OR Expires > statement_timestamp()"
-        )
-
-    def browse(self, address: QueueAddress) -> str:
-        # A plain MVCC read: no row locks (so only SELECT is needed), never waits for receivers; rows a
-        # receiver has deleted but not yet committed still show until its transaction commits.
-        return (
-            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
-            f"FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > statement_timestamp() "
-            "ORDER BY RowVersion LIMIT %s"
-        )
-
-    def oldest_headers(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
-            "WHERE Expires IS NULL OR Expires > statement_timestamp() ORDER BY RowVersion LIMIT 1"
-        )
-
-    def failed_newest(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
-            "ORDER BY RowVersion DESC LIMIT %s"
-        )
-
-    def failed_page(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
-            f"WHERE {AFTER_ROW_VERSION} ORDER BY RowVersion LIMIT %s"
-        )
-
-    def failed_messages(self, address: QueueAddress) -> str:
-        return (
-            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
-            f"FROM {self.qualified_name(address)} WHERE Id = %s ORDER BY RowVersion"
-        )
-
-    def take_failed_row(self, address: QueueAddress) -> str:
-        return (
-            f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion = %s "
-            "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body"
-        )
-
-    def count_expired(self, address: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires <= statement_timestamp()"
-
     def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
-            "SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
-            "AND NOT a.attisdropped "
-            "AND lower(a.attname) IN ('id', 'headers', 'body', 'rowversion', 'expires')) = 5 "
-            "ORDER BY c.relname",
-            (schema or self.default_schema,),
-        )
+        return self.sql("queue_tables"), (schema or self.default_schema,)
 
-    def purge_expired_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() "
-            "LIMIT %s FOR UPDATE SKIP LOCKED",
-        )
-
-    # ---- for roles without the UPDATE privilege: advisory locks instead of row locks ------------------
-    # ``OFFSET 0`` keeps the lock out of the inner scan, so only rows taken in RowVersion order are tried
-    # and a batch holds at most its own size in locks, whatever plan the inner ORDER BY gets.
     def row_lock_probe(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT CASE WHEN to_regclass(%s) IS NULL THEN NULL "
-            "ELSE has_any_column_privilege(to_regclass(%s), 'UPDATE') END",
-            (self.display_sql(self.qualified_name(address)),) * 2,
-        )
-
-    def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} ORDER BY RowVersion OFFSET 0) "
-            f"AS oldest WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
-            _RETURNING,
-        )
-
-    def receive_batch_through_without_row_locks(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} WHERE {THROUGH_ROW_VERSION} "
-            f"ORDER BY RowVersion OFFSET 0) AS oldest WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
-            _RETURNING,
-        )
-
-    def peek_estimate_without_row_locks(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return f"SELECT COALESCE(max(RowVersion) - min(RowVersion) + 1, 0) FROM {table}"
-
-    def peek_bounds_without_row_locks(self, address: QueueAddress) -> str:
-        return f"SELECT min(RowVersion), max(RowVersion) FROM {self.qualified_name(address)}"
-
-    def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return delete_taken(
-            table,
-            f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} "
-            f"WHERE Expires < statement_timestamp() OFFSET 0) AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
-        )
+        return self.sql("row_lock_probe"), (self.display_sql(self.qualified_name(address)),) * 2
 
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
-        cursor.execute(
-            "SELECT a.attname, i.indpred IS NOT NULL FROM pg_index i "
-            "JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] "
-            "WHERE n.nspname = %s AND c.relname = %s",
-            (address.schema, address.table),
-        )
+        cursor.execute(self.sql("inspect_indexes"), (address.schema, address.table))
         first_columns = {name for name, _partial in cursor.fetchall()}
         findings = []
         table = str(address)
@@ -507,78 +451,19 @@ class PostgresDialect(
         return findings
 
     # ---- delayed delivery ----------------------------------------------------------------------
-    def create_delayed_table(self, address: QueueAddress) -> str:
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    Headers text NOT NULL,\n"
-            "    Body bytea NULL,\n"
-            "    Due timestamptz NOT NULL,\n"
-            "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL\n)"
-        )
-
-    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
-        due = self.object_name(address, "Due")
-        return [IndexSpec(due, f"CREATE INDEX {self.quote(due)} ON {self.qualified_name(address)} (Due)")]
-
-    def store_delayed(self, address: QueueAddress) -> str:
-        return (
-            f"INSERT INTO {self.qualified_name(address)} (Headers, Body, Due) "
-            "VALUES (%s, %s, COALESCE(%s::timestamptz, statement_timestamp() + %s::interval))"
-        )
-
     def store_delayed_params(
         self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
     ) -> tuple[Any, ...]:
         return (headers, body, deliver_at, delay)
 
-    def select_due_delayed(self, address: QueueAddress) -> str:
-        # No FOR UPDATE SKIP LOCKED: the election leaves one mover, and row locks would ask the runtime role
-        # for UPDATE on the delayed table. The move's DELETE inserts only the rows it deleted, so a second
-        # mover's statement would find them gone and move nothing twice.
-        return (
-            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
-            "WHERE Due <= statement_timestamp() ORDER BY Due LIMIT %s"
-        )
-
-    def move_delayed_rows(
-        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
-    ) -> list[str]:
-        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
-        recoverable = "true, " if with_recoverable else ""
-        return [
-            f"WITH moved AS (DELETE FROM {self.qualified_name(address)} "
-            f"WHERE RowVersion IN ({', '.join(['%s'] * rows)}) RETURNING Headers, Body, Due, RowVersion) "
-            f"INSERT INTO {self.qualified_name(destination)} ({columns}) "
-            f"SELECT gen_random_uuid(), NULL, NULL, {recoverable}NULL, Headers, Body FROM moved "
-            "ORDER BY Due, RowVersion"
-        ]
-
-    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        return (
-            f"SELECT Headers, Body, RowVersion FROM {self.qualified_name(address)} "
-            f"WHERE RowVersion IN ({', '.join(['%s'] * rows)})"
-        )
-
-    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        return f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion IN ({', '.join(['%s'] * rows)})"
-
-    def next_due_delayed(self, address: QueueAddress) -> str:
-        return f"SELECT statement_timestamp(), min(Due) FROM {self.qualified_name(address)}"
-
-    def count_delayed(self, address: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(address)}"
-
     def _mover_lock_key(self, address: QueueAddress) -> str:
         return f"sqlqueue-mover:{self.qualified_name(address)}"
 
     def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended(%s, 0)) THEN 0 ELSE -1 END",
-            (self._mover_lock_key(address),),
-        )
+        return self.sql("try_lock_delayed_mover"), (self._mover_lock_key(address),)
 
     def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (self._mover_lock_key(address),)
+        return self.sql("unlock_delayed_mover"), (self._mover_lock_key(address),)
 
     # ---- driver glue ---------------------------------------------------------------------------
     def receive_rows(

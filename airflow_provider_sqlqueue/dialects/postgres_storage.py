@@ -47,12 +47,7 @@ class PostgresStorage(Dialect):
         """``ALTER TABLE ... SET (...)``: gives an existing table the storage parameters (no rewrite; the
         autovacuum ones take only a brief SHARE UPDATE EXCLUSIVE lock)."""
         settings = ", ".join(f"{name} = {value}" for name, value in parameters)
-        return f"ALTER TABLE {self.qualified_name(address)} SET ({settings})"
-
-    def vacuum_table(self, address: QueueAddress) -> str | None:
-        # INDEX_CLEANUP ON: with few dead rows on a large table a vacuum would otherwise skip the indexes and
-        # leave the rows' line pointers behind, and pages holding them cannot be given back.
-        return f"VACUUM (INDEX_CLEANUP ON) {self.qualified_name(address)}"
+        return self.sql("set_storage_parameters", address, settings=settings)
 
     def vacuum_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         # VACUUM skips, with only a warning, a table the role does not own (PostgreSQL 17: or lacks MAINTAIN

@@ -27,7 +27,7 @@ from ..model.errors import (
 )
 from .base import Finding, IndexSpec, TableOptions
 from .sqlite_bridge import SqliteBridge
-from .sqlite_subscriptions import SqliteSubscriptions
+from .statements import PORTABLE, PORTABLE_FRAGMENTS, StatementTable
 from .transaction_state import SqliteTransactionState
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
@@ -37,14 +37,140 @@ _NEW_UUID = (
     "|| substr('89AB', 1 + (abs(random()) % 4), 1) || substr(hex(randomblob(2)), 2) || '-' "
     "|| hex(randomblob(6)))"
 )
-_COLUMNS = "Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body"
-_VALUES_ROW = "(?, ?, ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)"
-_COLUMNS_WITHOUT_RECOVERABLE = "Id, CorrelationId, ReplyToAddress, Expires, Headers, Body"
-_VALUES_ROW_WITHOUT_RECOVERABLE = "(?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)"
 _RETURNING = (
     "RETURNING Id, CorrelationId, ReplyToAddress, "
     f"(Expires IS NOT NULL AND Expires <= {_NOW}) AS Expired, Headers, Body, RowVersion, Expires"
 )
+
+FRAGMENTS = {
+    **PORTABLE_FRAGMENTS,
+    "send_row": "(?, ?, ?, 1, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)",
+    "send_row_without_recoverable": "(?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?), ?, ?)",
+    "raw_row": "(?, ?, ?, 1, NULL, ?, ?)",
+    "raw_row_without_recoverable": "(?, ?, ?, NULL, ?, ?)",
+    "true": "1",
+    "archived_recoverable": "Recoverable",
+    "archived_recoverable_without_recoverable": "NULL",
+    "after": "RowVersion > ?",
+}
+
+STATEMENTS: StatementTable = {
+    **PORTABLE,
+    "create_table": (
+        "CREATE TABLE {table} (\n"
+        "    Id TEXT NOT NULL,\n"
+        "    CorrelationId TEXT NULL,\n"
+        "    ReplyToAddress TEXT NULL,\n"
+        "    Recoverable INTEGER NOT NULL,\n"
+        "    Expires TEXT NULL,\n"
+        "    Headers TEXT NOT NULL,\n"
+        "    Body BLOB NULL,\n"
+        "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL{body_string}\n)"
+    ),
+    "body_string_column": "BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL",
+    "add_body_string": (
+        "ALTER TABLE {table} ADD COLUMN BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL"
+    ),
+    "create_expires_index": "CREATE INDEX {index} ON {on} (Expires) WHERE Expires IS NOT NULL",
+    "create_rowversion_index": "CREATE UNIQUE INDEX {index} ON {on} (RowVersion)",
+    "table_exists": "SELECT 1 FROM {schema}sqlite_master WHERE type = 'table' AND name = ?",
+    "index_exists": "SELECT 1 FROM {schema}sqlite_master WHERE type = 'index' AND name = ?",
+    "column_exists": "SELECT 1 FROM pragma_table_xinfo(?, ?) WHERE lower(name) = lower(?)",
+    "queue_tables": (
+        "SELECT ?, m.name FROM {schema}sqlite_master m WHERE m.type = 'table' AND ("
+        "SELECT count(*) FROM pragma_table_info(m.name, ?) p WHERE lower(p.name) IN "
+        "('id', 'headers', 'body', 'rowversion', 'expires')) = 5 ORDER BY m.name"
+    ),
+    "inspect_rowversion": (
+        "SELECT lower(type), pk FROM pragma_table_info(?, ?) WHERE lower(name) = 'rowversion'"
+    ),
+    "inspect_expires_index": (
+        "SELECT il.name FROM pragma_index_list(?, ?) il "
+        "JOIN pragma_index_info(il.name, ?) ii ON ii.seqno = 0 WHERE lower(ii.name) = 'expires'"
+    ),
+    "insert": "INSERT INTO {table} ({columns}) VALUES {values}",
+    "receive_batch": (
+        "DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT "
+        "?) " + _RETURNING
+    ),
+    # SQLite reads min() or max() of the rowid from the b-tree's edge only when it is the query's single
+    # aggregate; both in one SELECT scan the whole table (300 ms at 1,000,000 rows). Two scalar subqueries
+    # keep each one a single seek.
+    "peek_estimate": (
+        "SELECT COALESCE((SELECT max(RowVersion) FROM {table}) - (SELECT min(RowVersion) FROM {table}) + "
+        "1, 0)"
+    ),
+    "peek_bounds": "SELECT (SELECT min(RowVersion) FROM {table}), (SELECT max(RowVersion) FROM {table})",
+    "purge_expired_batch": (
+        "DELETE FROM {table} WHERE RowVersion IN (SELECT RowVersion FROM {table} WHERE Expires < {now} "
+        "LIMIT ?)"
+    ),
+    # Over ODBC, where the driver loses what DELETE ... RETURNING returns (see odbc.py)
+    "select_oldest": (
+        "SELECT Id, CorrelationId, ReplyToAddress, "
+        "(Expires IS NOT NULL AND Expires <= {now}) AS Expired, Headers, Body, RowVersion, Expires "
+        "FROM {table} ORDER BY RowVersion LIMIT ?"
+    ),
+    "delete_row_versions": "DELETE FROM {table} WHERE RowVersion IN ({marks})",
+    # ---- the delayed table
+    "create_delayed_table": (
+        "CREATE TABLE {table} (\n"
+        "    Headers TEXT NOT NULL,\n"
+        "    Body BLOB NULL,\n"
+        "    Due TEXT NOT NULL,\n"
+        "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL\n)"
+    ),
+    "create_delayed_index": "CREATE INDEX {index} ON {on} (Due)",
+    "store_delayed": (
+        "INSERT INTO {table} (Headers, Body, Due) VALUES (?, ?, COALESCE(?, strftime('%Y-%m-%d %H:%M:%f', "
+        "'now', ?)))"
+    ),
+    # SQLite cannot insert what a DELETE returns: the copy and the DELETE run under the move's write lock
+    # (BEGIN IMMEDIATE), so no other writer comes between them.
+    "move_delayed_rows": (
+        "INSERT INTO {destination} ({columns}) "
+        f"SELECT {_NEW_UUID}, NULL, NULL, {{recoverable}}NULL, Headers, Body FROM {{table}} "
+        "WHERE RowVersion IN ({marks}) ORDER BY Due, RowVersion",
+        "DELETE FROM {table} WHERE RowVersion IN ({marks})",
+    ),
+    # ---- the archive beside an error queue
+    "create_archive_table": (
+        "CREATE TABLE {table} (\n"
+        "    Id TEXT NOT NULL,\n"
+        "    CorrelationId TEXT NULL,\n"
+        "    ReplyToAddress TEXT NULL,\n"
+        "    Recoverable INTEGER NULL,\n"
+        "    Expires TEXT NULL,\n"
+        "    Headers TEXT NOT NULL,\n"
+        "    Body BLOB NULL,\n"
+        "    ErrorRowVersion INTEGER NOT NULL,\n"
+        "    ArchivedAt TEXT NOT NULL DEFAULT ({now})\n)"
+    ),
+    "create_archive_index": "CREATE INDEX {index} ON {on} (ArchivedAt)",
+    # As the delayed move, under the caller's write lock. The last statement answers with a row when the
+    # DELETE took one (changes()), not through RETURNING, which the SQLite ODBC driver loses
+    # (tests/test_pyodbc_layer.py); it takes the RowVersion as every statement here does.
+    "archive_failed_row": (
+        "INSERT INTO {archive} (Id, CorrelationId, ReplyToAddress, Recoverable, "
+        "Expires, Headers, Body, ErrorRowVersion) "
+        "SELECT Id, CorrelationId, ReplyToAddress, {recoverable}, Expires, Headers, Body, RowVersion "
+        "FROM {table} WHERE RowVersion = ?",
+        "DELETE FROM {table} WHERE RowVersion = ?",
+        "SELECT 1 WHERE changes() > 0 AND ? IS NOT NULL",
+    ),
+    "purge_archive_batch": (
+        "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+        "WHERE ArchivedAt < strftime('%Y-%m-%d %H:%M:%f', 'now', ?) LIMIT ?)"
+    ),
+    # ---- the subscription table (the reference's columns and key); one writer at a time, so no upsert races
+    "create_subscription_table": (
+        "CREATE TABLE {table} (\n"
+        "    QueueAddress VARCHAR({width}) NOT NULL,\n"
+        "    Endpoint VARCHAR({width}) NOT NULL,\n"
+        "    Topic VARCHAR({width}) NOT NULL,\n"
+        "    PRIMARY KEY (Endpoint, Topic)\n)"
+    ),
+}
 
 # The per-connection PRAGMAs a returned connection gets back (Dialect.reset_session), each as the new
 # connection had it: what the transport's connector set (synchronous, busy_timeout from the URL's timeout)
@@ -63,14 +189,7 @@ SESSION_PRAGMAS = (
 )
 
 
-def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
-    """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
-    if with_recoverable:
-        return _COLUMNS, _VALUES_ROW
-    return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
-
-
-class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
+class SqliteDialect(SqliteBridge, SqliteTransactionState):
     name = "sqlite"
     display_name = "SQLite"
     default_schema = None
@@ -78,6 +197,9 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
     max_body_bytes = 1_000_000_000  # SQLITE_MAX_LENGTH as compiled by default
     send_batch_rows = 500  # 6 parameters a row, well under SQLITE_MAX_VARIABLE_NUMBER
     placeholder = "?"
+    clock = _NOW
+    statements = STATEMENTS
+    fragments = FRAGMENTS
     single_writer = True
     driver_connection_class = "sqlite3.Connection"
     sqlalchemy_dialect = "sqlite+pysqlite"
@@ -156,44 +278,16 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
     def qualified_name(self, address: QueueAddress) -> str:
         return self._schema_prefix(address) + self.quote(address.table)
 
+    def index_names(self, address: QueueAddress, name: str) -> tuple[str, str]:
+        return self._schema_prefix(address) + self.quote(name), self.quote(address.table)
+
     # ---- provisioning --------------------------------------------------------------------------
     def create_table(self, address: QueueAddress, options: TableOptions) -> str:
-        body_string = (
-            ",\n    BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL"
-            if options.body_string
-            else ""
-        )
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    Id TEXT NOT NULL,\n"
-            "    CorrelationId TEXT NULL,\n"
-            "    ReplyToAddress TEXT NULL,\n"
-            "    Recoverable INTEGER NOT NULL,\n"
-            "    Expires TEXT NULL,\n"
-            "    Headers TEXT NOT NULL,\n"
-            "    Body BLOB NULL,\n"
-            "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL"
-            f"{body_string}\n)"
-        )
+        body_string = ",\n    " + self.sql("body_string_column") if options.body_string else ""
+        return self.sql("create_table", address, body_string=body_string)
 
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
-        expires = self.object_name(address, "Expires")
-        return [
-            IndexSpec(
-                expires,
-                f"CREATE INDEX {self._schema_prefix(address)}{self.quote(expires)} "
-                f"ON {self.quote(address.table)} (Expires) WHERE Expires IS NOT NULL",
-            )
-        ]
-
-    def add_body_string(self, address: QueueAddress) -> str:
-        return (
-            f"ALTER TABLE {self.qualified_name(address)} "
-            "ADD COLUMN BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL"
-        )
-
-    def drop_table(self, address: QueueAddress) -> str:
-        return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
+        return [self.index_spec(address, "Expires", "create_expires_index")]
 
     def current_catalog(self) -> None:
         """SQLite has no catalog (a schema part names an attached database): nothing to look up."""
@@ -209,33 +303,15 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
         return "BEGIN"  # deferred: the first read takes the snapshot the transaction's reads share
 
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return (
-            f"SELECT 1 FROM {self._schema_prefix(address)}sqlite_master WHERE type = 'table' AND name = ?",
-            (address.table,),
-        )
+        return self.sql("table_exists", schema=self._schema_prefix(address)), (address.table,)
 
     def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
-        return (
-            f"SELECT 1 FROM {self._schema_prefix(address)}sqlite_master WHERE type = 'index' AND name = ?",
-            (index_name,),
-        )
+        return self.sql("index_exists", schema=self._schema_prefix(address)), (index_name,)
 
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
-        schema = address.schema or "main"
-        return (
-            "SELECT 1 FROM pragma_table_xinfo(?, ?) WHERE lower(name) = lower(?)",
-            (address.table, schema, column),
-        )
+        return self.sql("column_exists"), (address.table, address.schema or "main", column)
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
-        columns, row = _insert_shape(with_recoverable)
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
-
-    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
-        columns, row = _insert_shape(with_recoverable)
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
-
     def send_params(
         self,
         message_id: Any,
@@ -250,175 +326,28 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
             modifier = f"{time_to_be_received.total_seconds():+.3f} seconds"
         return (message_id, correlation_id, reply_to_address, modifier, headers, body)
 
-    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
-        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
-        values = "(?, ?, ?, 1, NULL, ?, ?)" if with_recoverable else "(?, ?, ?, NULL, ?, ?)"
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
-
-    def receive_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN ("
-            f"SELECT RowVersion FROM {table} ORDER BY RowVersion LIMIT ?) {_RETURNING}"
-        )
-
-    # SQLite reads min() or max() of the rowid from the b-tree's edge only when it is the query's single
-    # aggregate; both in one SELECT scan the whole table (300 ms at 1,000,000 rows). Two scalar subqueries
-    # keep each one a single seek.
-    def peek_estimate(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"SELECT COALESCE((SELECT max(RowVersion) FROM {table}) - (SELECT min(RowVersion) FROM {table})"
-            " + 1, 0)"
-        )
-
-    def peek_bounds(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return f"SELECT (SELECT min(RowVersion) FROM {table}), (SELECT max(RowVersion) FROM {table})"
-
-    def count_exact(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > {_NOW}"
-        )
-
-    def browse(self, address: QueueAddress) -> str:
-        # A WAL reader: it sees the last committed state and neither waits for nor blocks a writer, so
-        # messages a receiver has deleted but not yet committed still show.
-        return (
-            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
-            f"FROM {self.qualified_name(address)} WHERE Expires IS NULL OR Expires > {_NOW} "
-            "ORDER BY RowVersion LIMIT ?"
-        )
-
-    def oldest_headers(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
-            f"WHERE Expires IS NULL OR Expires > {_NOW} ORDER BY RowVersion LIMIT 1"
-        )
-
-    def count_expired(self, address: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(address)} WHERE Expires <= {_NOW}"
-
     def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
         prefix = f"{self.quote(schema)}." if schema else ""
-        return (
-            f"SELECT ?, m.name FROM {prefix}sqlite_master m WHERE m.type = 'table' AND ("
-            "SELECT count(*) FROM pragma_table_info(m.name, ?) p WHERE lower(p.name) IN "
-            "('id', 'headers', 'body', 'rowversion', 'expires')) = 5 ORDER BY m.name",
-            (schema, schema or "main"),
-        )
-
-    def failed_page(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
-            "WHERE RowVersion > ? ORDER BY RowVersion LIMIT ?"
-        )
-
-    def failed_newest(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Id, Headers FROM {self.qualified_name(address)} "
-            "ORDER BY RowVersion DESC LIMIT ?"
-        )
-
-    def failed_messages(self, address: QueueAddress) -> str:
-        return (
-            "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires "
-            f"FROM {self.qualified_name(address)} WHERE Id = ? ORDER BY RowVersion"
-        )
-
-    def take_failed_row(self, address: QueueAddress) -> str:
-        return (
-            f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion = ? "
-            "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body"
-        )
-
-    def purge_expired_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE RowVersion IN ("
-            f"SELECT RowVersion FROM {table} WHERE Expires < {_NOW} LIMIT ?)"
-        )
-
-    # ---- the archive beside an error queue -----------------------------------------------------
-    def create_archive_table(self, address: QueueAddress) -> str:
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    Id TEXT NOT NULL,\n"
-            "    CorrelationId TEXT NULL,\n"
-            "    ReplyToAddress TEXT NULL,\n"
-            "    Recoverable INTEGER NULL,\n"
-            "    Expires TEXT NULL,\n"
-            "    Headers TEXT NOT NULL,\n"
-            "    Body BLOB NULL,\n"
-            "    ErrorRowVersion INTEGER NOT NULL,\n"
-            f"    ArchivedAt TEXT NOT NULL DEFAULT ({_NOW})\n)"
-        )
-
-    def archive_indexes(self, address: QueueAddress) -> list[IndexSpec]:
-        archived_at = self.object_name(address, "ArchivedAt")
-        return [
-            IndexSpec(
-                archived_at,
-                f"CREATE INDEX {self._schema_prefix(address)}{self.quote(archived_at)} "
-                f"ON {self.quote(address.table)} (ArchivedAt)",
-            )
-        ]
-
-    def archive_failed_row(
-        self, address: QueueAddress, archive: QueueAddress, with_recoverable: bool = True
-    ) -> list[str]:
-        # SQLite cannot insert what a DELETE returns: the copy and the DELETE run under the caller's write
-        # lock (BEGIN IMMEDIATE), so no other writer comes between them. The last statement answers with
-        # a row when the DELETE took one (changes()), not through RETURNING, which the SQLite ODBC driver
-        # loses (tests/test_pyodbc_layer.py); it takes the RowVersion as every statement here does.
-        recoverable = "Recoverable" if with_recoverable else "NULL"
-        table = self.qualified_name(address)
-        return [
-            f"INSERT INTO {self.qualified_name(archive)} (Id, CorrelationId, ReplyToAddress, Recoverable, "
-            "Expires, Headers, Body, ErrorRowVersion) "
-            f"SELECT Id, CorrelationId, ReplyToAddress, {recoverable}, Expires, Headers, Body, RowVersion "
-            f"FROM {table} WHERE RowVersion = ?",
-            f"DELETE FROM {table} WHERE RowVersion = ?",
-            "SELECT 1 WHERE changes() > 0 AND ? IS NOT NULL",
-        ]
-
-    def purge_archive_batch(self, archive: QueueAddress) -> str:
-        table = self.qualified_name(archive)
-        return (
-            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
-            "WHERE ArchivedAt < strftime('%Y-%m-%d %H:%M:%f', 'now', ?) LIMIT ?)"
-        )
+        return self.sql("queue_tables", schema=prefix), (schema, schema or "main")
 
     def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
         return (f"-{older_than_seconds} seconds", size)
 
-    def count_archive(self, archive: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(archive)}"
-
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         schema = address.schema or "main"
         findings = []
-        cursor.execute(
-            "SELECT lower(type), pk FROM pragma_table_info(?, ?) WHERE lower(name) = 'rowversion'",
-            (address.table, schema),
-        )
+        cursor.execute(self.sql("inspect_rowversion"), (address.table, schema))
         row = cursor.fetchone()
         if row is None or row[0] != "integer" or row[1] != 1:
-            name = self.object_name(address, "RowVersion")
             findings.append(
                 Finding(
                     "missing_rowversion_index",
                     f"Queue table {address} does not have RowVersion as its INTEGER PRIMARY KEY, so "
                     "receives scan for the oldest rows.",
-                    f"CREATE UNIQUE INDEX {self._schema_prefix(address)}{self.quote(name)} "
-                    f"ON {self.quote(address.table)} (RowVersion)",
+                    self.index_spec(address, "RowVersion", "create_rowversion_index").create,
                 )
             )
-        cursor.execute(
-            "SELECT il.name FROM pragma_index_list(?, ?) il "
-            "JOIN pragma_index_info(il.name, ?) ii ON ii.seqno = 0 WHERE lower(ii.name) = 'expires'",
-            (address.table, schema, schema),
-        )
+        cursor.execute(self.sql("inspect_expires_index"), (address.table, schema, schema))
         if cursor.fetchone() is None:
             spec = self.indexes(address, options)[0]
             findings.append(
@@ -432,31 +361,6 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
         return findings
 
     # ---- delayed delivery ----------------------------------------------------------------------
-    def create_delayed_table(self, address: QueueAddress) -> str:
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    Headers TEXT NOT NULL,\n"
-            "    Body BLOB NULL,\n"
-            "    Due TEXT NOT NULL,\n"
-            "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL\n)"
-        )
-
-    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
-        due = self.object_name(address, "Due")
-        return [
-            IndexSpec(
-                due,
-                f"CREATE INDEX {self._schema_prefix(address)}{self.quote(due)} "
-                f"ON {self.quote(address.table)} (Due)",
-            )
-        ]
-
-    def store_delayed(self, address: QueueAddress) -> str:
-        return (
-            f"INSERT INTO {self.qualified_name(address)} (Headers, Body, Due) "
-            "VALUES (?, ?, COALESCE(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)))"
-        )
-
     def store_delayed_params(
         self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
     ) -> tuple[Any, ...]:
@@ -470,43 +374,6 @@ class SqliteDialect(SqliteSubscriptions, SqliteBridge, SqliteTransactionState):
         elif delay is not None:
             modifier = f"{math.ceil(delay.total_seconds() * 1000) / 1000:+.3f} seconds"
         return (headers, body, at, modifier)
-
-    def select_due_delayed(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT RowVersion, Headers FROM {self.qualified_name(address)} "
-            f"WHERE Due <= {_NOW} ORDER BY Due LIMIT ?"
-        )
-
-    def move_delayed_rows(
-        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
-    ) -> list[str]:
-        # SQLite cannot insert what a DELETE returns: the copy and the DELETE run under the move's write
-        # lock (BEGIN IMMEDIATE), so no other writer comes between them.
-        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
-        recoverable = "1, " if with_recoverable else ""
-        marks = ", ".join(["?"] * rows)
-        table = self.qualified_name(address)
-        return [
-            f"INSERT INTO {self.qualified_name(destination)} ({columns}) "
-            f"SELECT {_NEW_UUID}, NULL, NULL, {recoverable}NULL, Headers, Body FROM {table} "
-            f"WHERE RowVersion IN ({marks}) ORDER BY Due, RowVersion",
-            f"DELETE FROM {table} WHERE RowVersion IN ({marks})",
-        ]
-
-    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        return (
-            f"SELECT Headers, Body, RowVersion FROM {self.qualified_name(address)} "
-            f"WHERE RowVersion IN ({', '.join(['?'] * rows)})"
-        )
-
-    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        return f"DELETE FROM {self.qualified_name(address)} WHERE RowVersion IN ({', '.join(['?'] * rows)})"
-
-    def next_due_delayed(self, address: QueueAddress) -> str:
-        return f"SELECT {_NOW}, min(Due) FROM {self.qualified_name(address)}"
-
-    def count_delayed(self, address: QueueAddress) -> str:
-        return f"SELECT count(*) FROM {self.qualified_name(address)}"
 
     def try_lock_delayed_mover(self, address: QueueAddress) -> None:
         return None  # each move holds the database's single write lock (BEGIN IMMEDIATE)

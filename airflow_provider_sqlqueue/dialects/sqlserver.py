@@ -23,21 +23,266 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .base import Finding, IndexSpec, TableOptions, short_hash
-from .sqlserver_archive import SqlServerArchive
 from .sqlserver_bridge import SqlServerBridge
-from .sqlserver_session import RESET_SESSION
-from .sqlserver_subscriptions import SqlServerSubscriptions
+from .statements import StatementTable
 from .transaction_state import SqlServerTransactionState
 
-_COLUMNS = "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]"
-_VALUES_ROW = "(?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
-_COLUMNS_WITHOUT_RECOVERABLE = "[Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]"
-_VALUES_ROW_WITHOUT_RECOVERABLE = "(?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
 _OUTPUT = (
     "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], "
     "CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() THEN 0 ELSE 1 END AS [Expired], "
     "deleted.[Headers], deleted.[Body], deleted.[RowVersion], deleted.[Expires]"
 )
+# READPAST skips the rows receivers hold (their messages are in flight) and uncommitted sends instead of
+# waiting for them; READCOMMITTEDLOCK keeps that true on READ_COMMITTED_SNAPSHOT databases. The shared locks
+# last for the read of each row only. NOLOCK is not used: it would show uncommitted sends that may roll back
+# and can skip or repeat rows while pages split.
+_BROWSING = "WITH (READPAST, READCOMMITTEDLOCK)"
+_UNEXPIRED = "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()"
+_ROW_LOCKS = "WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)"
+_APPLOCK = (
+    "DECLARE @result int; "
+    "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
+    "@LockOwner = '{owner}', @LockTimeout = {timeout}; "
+    "SELECT @result"
+)
+
+FRAGMENTS = {
+    "columns": "[Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]",
+    "columns_without_recoverable": "[Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]",
+    "send_row": "(?, ?, ?, 1, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)",
+    "send_row_without_recoverable": (
+        "(?, ?, ?, DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE())), ?, ?)"
+    ),
+    "raw_row": "(?, ?, ?, 1, NULL, ?, ?)",
+    "raw_row_without_recoverable": "(?, ?, ?, NULL, ?, ?)",
+    "true": "1",
+    "archived_recoverable": "deleted.[Recoverable]",
+    "archived_recoverable_without_recoverable": "NULL",
+    "by_topic": "[Topic] = ?",
+    "by_endpoint": "[Endpoint] = ?",
+    "limit": "TOP (?) ",
+    # The reference's index names, the same on every table.
+    "RowVersion_index": "Index_RowVersion",
+    "Expires_index": "Index_Expires",
+    "Due_index": "Index_Due",
+    "ArchivedAt_index": "Index_ArchivedAt",
+}
+
+STATEMENTS: StatementTable = {
+    "create_table": (
+        "CREATE TABLE {table} (\n"
+        "    [Id] uniqueidentifier NOT NULL,\n"
+        "    [CorrelationId] varchar(255) NULL,\n"
+        "    [ReplyToAddress] varchar(255) NULL,\n"
+        "    [Recoverable] bit NOT NULL,\n"
+        "    [Expires] datetime NULL,\n"
+        "    [Headers] {headers_type} NOT NULL,\n"
+        "    [Body] varbinary(max) NULL,\n"
+        "    [RowVersion] bigint IDENTITY(1,1) NOT NULL{body_string}\n)"
+    ),
+    "body_string_column": "[BodyString] AS CAST([Body] AS nvarchar(max))",
+    "add_body_string": "ALTER TABLE {table} ADD [BodyString] AS CAST([Body] AS nvarchar(max))",
+    "drop_table": "DROP TABLE IF EXISTS {table}",
+    # The seeds' clustered layout, and the reference's later heap with a filtered Expires index.
+    "create_rowversion_index": "CREATE CLUSTERED INDEX {index} ON {on} ([RowVersion] ASC) " + _ROW_LOCKS,
+    "create_expires_index": (
+        "CREATE NONCLUSTERED INDEX {index} ON {on} ([Expires] ASC) INCLUDE ([Id], [RowVersion]) " + _ROW_LOCKS
+    ),
+    "create_rowversion_index_heap": "CREATE NONCLUSTERED INDEX {index} ON {on} ([RowVersion] ASC)",
+    "create_expires_index_heap": (
+        "CREATE NONCLUSTERED INDEX {index} ON {on} ([Expires] ASC) "
+        "INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL"
+    ),
+    # The reference names the lock '[catalog].[schema].[table]_lock', so that this package and .NET
+    # installers creating the same table wait for each other. It is owned by the transaction that
+    # open_transaction made sure of.
+    "lock_for_create": _APPLOCK.format(owner="Transaction", timeout=60000),
+    # A transaction-owned app-lock needs an open transaction, and drivers differ: FreeTDS opens one at once;
+    # Microsoft's driver in manual-commit mode switches on implicit transactions, where DECLARE and EXEC
+    # open none (sp_getapplock would answer -999). In implicit-transaction mode BEGIN opens two nested
+    # levels, so the batch closes the inner one at once, leaving exactly one for the caller's COMMIT or
+    # ROLLBACK. It takes no parameters, so drivers send it as a plain batch: inside a parameterised call
+    # (an RPC), ending with another @@TRANCOUNT than it started with is error 266.
+    "open_transaction": (
+        "DECLARE @opened bit = 0; "
+        "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
+        "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION"
+    ),
+    "current_catalog": "SELECT DB_NAME()",
+    "table_exists": "SELECT OBJECT_ID(?, 'U')",
+    "index_exists": "SELECT index_id FROM {catalog}sys.indexes WHERE object_id = OBJECT_ID(?) AND name = ?",
+    "column_exists": "SELECT COL_LENGTH(?, ?)",
+    "insert": "INSERT INTO {table} ({columns}) VALUES {values}",
+    "receive_batch": (
+        "WITH message AS (SELECT TOP(?) * FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+        "ORDER BY [RowVersion]) DELETE FROM message " + _OUTPUT
+    ),
+    "peek_estimate": (
+        "SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) FROM {table} "
+        + _BROWSING
+    ),
+    "peek_bounds": "SELECT min([RowVersion]), max([RowVersion]) FROM {table} " + _BROWSING,
+    "count_exact": "SELECT count_big(*) FROM {table} WITH (READPAST) " + _UNEXPIRED,
+    "browse": (
+        "SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] "
+        f"FROM {{table}} {_BROWSING} {_UNEXPIRED} ORDER BY [RowVersion]"
+    ),
+    "oldest_headers": (
+        f"SELECT TOP (1) [RowVersion], [Headers] FROM {{table}} {_BROWSING} {_UNEXPIRED} "
+        "ORDER BY [RowVersion]"
+    ),
+    "failed_newest": (
+        f"SELECT TOP (?) [RowVersion], [Id], [Headers] FROM {{table}} {_BROWSING} ORDER BY [RowVersion] DESC"
+    ),
+    "failed_page": (
+        "SELECT TOP (?) [RowVersion], [Id], [Headers] "
+        f"FROM {{table}} {_BROWSING} WHERE [RowVersion] > ? ORDER BY [RowVersion]"
+    ),
+    "failed_messages": (
+        "SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] "
+        f"FROM {{table}} {_BROWSING} WHERE [Id] = ? ORDER BY [RowVersion]"
+    ),
+    "take_failed_row": (
+        "DELETE FROM {table} WITH (ROWLOCK) "
+        "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Headers], "
+        "deleted.[Body] WHERE [RowVersion] = ?"
+    ),
+    "count_expired": "SELECT count_big(*) FROM {table} WITH (READPAST) WHERE [Expires] <= GETUTCDATE()",
+    "queue_tables": (
+        "SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
+        "WHERE s.name = ? AND (SELECT count(*) FROM sys.columns c WHERE c.object_id = t.object_id "
+        "AND c.name IN ('Id', 'Headers', 'Body', 'RowVersion', 'Expires')) = 5 ORDER BY t.name"
+    ),
+    "purge_expired_batch": (
+        "DELETE FROM {table} WHERE [RowVersion] IN ("
+        "SELECT TOP (?) [RowVersion] FROM {table} WITH (READPAST) WHERE [Expires] < GETUTCDATE()); "
+        "SELECT @@ROWCOUNT"
+    ),
+    "index_first_columns": (
+        "SELECT c.name, i.type FROM {catalog}sys.indexes i "
+        "JOIN {catalog}sys.index_columns ic ON ic.object_id = i.object_id "
+        "AND ic.index_id = i.index_id AND ic.key_ordinal = 1 "
+        "JOIN {catalog}sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id "
+        "WHERE i.object_id = OBJECT_ID(?)"
+    ),
+    "headers_column_type": (
+        "SELECT t.name FROM {catalog}sys.columns c "
+        "JOIN {catalog}sys.types t ON t.user_type_id = c.user_type_id "
+        "WHERE c.object_id = OBJECT_ID(?) AND c.name = 'Headers'"
+    ),
+    # ---- the delayed table
+    "create_delayed_table": (
+        "CREATE TABLE {table} (\n"
+        "    [Headers] nvarchar(max) NOT NULL,\n"
+        "    [Body] varbinary(max) NULL,\n"
+        "    [Due] datetime NOT NULL,\n"
+        "    [RowVersion] bigint IDENTITY(1,1) NOT NULL\n)"
+    ),
+    "create_delayed_index": "CREATE NONCLUSTERED INDEX {index} ON {on} ([Due] ASC)",
+    "store_delayed": (
+        "INSERT INTO {table} ([Headers], [Body], [Due]) VALUES (?, ?, "
+        "COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE()))))"
+    ),
+    "select_due_delayed": (
+        "SELECT TOP(?) [RowVersion], [Headers] FROM {table} "
+        "WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]"
+    ),
+    # The reference's move (DELETE ... OUTPUT NEWID(), NULL, NULL, 1, NULL, deleted.Headers, deleted.Body
+    # INTO the queue), aimed at the row's destination instead of the endpoint's input queue.
+    "move_delayed_rows": (
+        "DELETE FROM {table} "
+        "OUTPUT NEWID(), NULL, NULL, {recoverable}NULL, deleted.[Headers], deleted.[Body] "
+        "INTO {destination} ({columns}) WHERE [RowVersion] IN ({marks})"
+    ),
+    "select_delayed_rows": (
+        "SELECT [Headers], [Body], [RowVersion] FROM {table} WHERE [RowVersion] IN ({marks})"
+    ),
+    "delete_delayed_rows": "DELETE FROM {table} WHERE [RowVersion] IN ({marks})",
+    "next_due_delayed": "SELECT GETUTCDATE(), min([Due]) FROM {table} WITH (READPAST)",
+    "count_delayed": "SELECT count_big(*) FROM {table} WITH (READPAST)",
+    "try_lock_delayed_mover": _APPLOCK.format(owner="Session", timeout=0),
+    "unlock_delayed_mover": "EXEC sp_releaseapplock @Resource = ?, @LockOwner = 'Session'",
+    # ---- the archive beside an error queue (GETUTCDATE() the only clock, as the reference's); the move is
+    # the delayed mover's form (DELETE ... OUTPUT deleted.* INTO), ArchivedAt from its default
+    "create_archive_table": (
+        "CREATE TABLE {table} (\n"
+        "    [Id] uniqueidentifier NOT NULL,\n"
+        "    [CorrelationId] varchar(255) NULL,\n"
+        "    [ReplyToAddress] varchar(255) NULL,\n"
+        "    [Recoverable] bit NULL,\n"
+        "    [Expires] datetime NULL,\n"
+        "    [Headers] nvarchar(max) NOT NULL,\n"
+        "    [Body] varbinary(max) NULL,\n"
+        "    [ErrorRowVersion] bigint NOT NULL,\n"
+        "    [ArchivedAt] datetime NOT NULL DEFAULT GETUTCDATE()\n)"
+    ),
+    "create_archive_index": "CREATE NONCLUSTERED INDEX {index} ON {on} ([ArchivedAt] ASC)",
+    "archive_failed_row": (
+        "DELETE FROM {table} "
+        "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], "
+        "{recoverable}, deleted.[Expires], deleted.[Headers], deleted.[Body], deleted.[RowVersion] "
+        "INTO {archive} ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], "
+        "[Expires], [Headers], [Body], [ErrorRowVersion]) "
+        "WHERE [RowVersion] = ?; SELECT @@ROWCOUNT"
+    ),
+    # The archive has no key of its own: the oldest N by ErrorRowVersion, and only rows old enough (an error
+    # queue made again restarts its RowVersions, so a number may stand for an old and a new row).
+    "purge_archive_batch": (
+        "DELETE FROM {table} WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE()) AND [ErrorRowVersion] IN ("
+        "SELECT TOP (?) [ErrorRowVersion] FROM {table} WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE()) "
+        "ORDER BY [ArchivedAt]); SELECT @@ROWCOUNT"
+    ),
+    "count_archive": "SELECT count_big(*) FROM {table}",
+    # ---- the subscription table, as the reference creates it. The reference writes PRIMARY KEY CLUSTERED; a
+    # primary key is clustered by default on a table without a clustered index, so this is the same table,
+    # in a form both test grammars read.
+    "create_subscription_table": (
+        "CREATE TABLE {table} (\n"
+        "    [QueueAddress] nvarchar({width}) NOT NULL,\n"
+        "    [Endpoint] nvarchar({width}) NOT NULL,\n"
+        "    [Topic] nvarchar({width}) NOT NULL,\n"
+        "    PRIMARY KEY ([Endpoint], [Topic])\n)"
+    ),
+    # The reference's upsert: the table lock held to the end of the statement serialises subscribers.
+    "subscribe": (
+        "MERGE {table} WITH (HOLDLOCK, TABLOCK) AS target "
+        "USING (SELECT ? AS [Endpoint], ? AS [Topic], ? AS [QueueAddress]) AS source "
+        "ON target.[Endpoint] = source.[Endpoint] AND target.[Topic] = source.[Topic] "
+        "WHEN MATCHED AND target.[QueueAddress] <> source.[QueueAddress] THEN "
+        "UPDATE SET [QueueAddress] = source.[QueueAddress] "
+        "WHEN NOT MATCHED THEN INSERT ([QueueAddress], [Topic], [Endpoint]) "
+        "VALUES (source.[QueueAddress], source.[Topic], source.[Endpoint]);"
+    ),
+    "unsubscribe": "DELETE FROM {table} WHERE [Endpoint] = ? AND [Topic] = ?; SELECT @@ROWCOUNT",
+    "select_subscribers": "SELECT DISTINCT [QueueAddress] FROM {table} WHERE [Topic] IN ({marks})",
+    "select_subscriptions": (
+        "SELECT {limit}[QueueAddress], [Endpoint], [Topic] FROM {table}{where} ORDER BY [Topic], [Endpoint]"
+    ),
+    # ---- sessions
+    "prepare_connection": "SET NOCOUNT ON",
+    # What a returned connection's session is brought back to (Dialect.reset_session): there is no
+    # sp_reset_connection over ODBC (a flag of the TDS protocol the drivers set for their own pooling, which
+    # pyodbc has no call for), so one batch restores each SET the transport relies on: READ COMMITTED
+    # (receivers' READPAST is refused under SNAPSHOT and READ UNCOMMITTED, and Babelfish runs SNAPSHOT as
+    # repeatable read), waiting for locks without limit (LOCK_TIMEOUT -1, the server's default: Babelfish's
+    # receivers wait for each other), a failed statement that leaves its transaction for the transport to
+    # end (XACT_ABORT OFF, the drivers' default), no row counts (NOCOUNT ON, as prepare_connection sets),
+    # the normal deadlock priority, and the options SQL Server requires for writing a table with a filtered
+    # index, as the queue tables' Expires index is. The isolation level comes first: Babelfish refuses to
+    # change it after a statement of the transaction has run. IMPLICIT_TRANSACTIONS is left alone: FreeTDS
+    # runs pyodbc's manual commit with it (SET IMPLICIT_TRANSACTIONS ON), Driver 18 does not. Babelfish
+    # accepts every one of them.
+    "reset_session": (
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET LOCK_TIMEOUT -1; SET XACT_ABORT OFF; "
+        "SET NOCOUNT ON; SET DEADLOCK_PRIORITY NORMAL; SET ANSI_NULLS ON; SET ANSI_PADDING ON; "
+        "SET ANSI_WARNINGS ON; SET CONCAT_NULL_YIELDS_NULL ON; SET QUOTED_IDENTIFIER ON; "
+        "SET NUMERIC_ROUNDABORT OFF"
+    ),
+    # SERVERPROPERTY('Babelfish') is 1 there and NULL on SQL Server (an unknown property), so one statement
+    # that both run decides it. The cast spares drivers the sql_variant type.
+    "server_variant": "SELECT CAST(SERVERPROPERTY('Babelfish') AS int)",
+}
+
 _NATIVE_ERROR = re.compile(r"\((\d{3,6})\)")
 _TRANSIENT_ERRORS = {
     1205: "deadlock victim",
@@ -58,14 +303,7 @@ def native_errors(error: BaseException) -> set[int]:
     return {int(number) for number in _NATIVE_ERROR.findall(text)}
 
 
-def _insert_shape(with_recoverable: bool) -> tuple[str, str]:
-    """Column list and one VALUES row of a send; tables from newer NServiceBus versions lack Recoverable."""
-    if with_recoverable:
-        return _COLUMNS, _VALUES_ROW
-    return _COLUMNS_WITHOUT_RECOVERABLE, _VALUES_ROW_WITHOUT_RECOVERABLE
-
-
-class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge, SqlServerTransactionState):
+class SqlServerDialect(SqlServerBridge, SqlServerTransactionState):
     name = "sqlserver"
     display_name = "SQL Server"
     default_schema = "dbo"
@@ -74,6 +312,9 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
     max_body_bytes = 2**31 - 1  # varbinary(max)
     send_batch_rows = 250  # 7 parameters a row, under the 2,100-parameter limit of one statement
     placeholder = "?"
+    clock = "GETUTCDATE()"
+    statements = STATEMENTS
+    fragments = FRAGMENTS
     driver_connection_class = "pyodbc.Connection"
     odbc_dbms_name = "Microsoft SQL Server"  # Babelfish reports the same
     sqlalchemy_dialect = "mssql+pyodbc"
@@ -95,83 +336,24 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
     # ---- provisioning --------------------------------------------------------------------------
     def create_table(self, address: QueueAddress, options: TableOptions) -> str:
         headers_type = "nvarchar(max)" if options.unicode_headers else "varchar(max)"
-        body_string = ",\n    [BodyString] AS CAST([Body] AS nvarchar(max))" if options.body_string else ""
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    [Id] uniqueidentifier NOT NULL,\n"
-            "    [CorrelationId] varchar(255) NULL,\n"
-            "    [ReplyToAddress] varchar(255) NULL,\n"
-            "    [Recoverable] bit NOT NULL,\n"
-            "    [Expires] datetime NULL,\n"
-            f"    [Headers] {headers_type} NOT NULL,\n"
-            "    [Body] varbinary(max) NULL,\n"
-            "    [RowVersion] bigint IDENTITY(1,1) NOT NULL"
-            f"{body_string}\n)"
-        )
+        body_string = ",\n    " + self.sql("body_string_column") if options.body_string else ""
+        return self.sql("create_table", address, headers_type=headers_type, body_string=body_string)
 
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
-        table = self.qualified_name(address)
-        if options.layout == "heap":
-            return [
-                IndexSpec(
-                    "Index_RowVersion",
-                    f"CREATE NONCLUSTERED INDEX [Index_RowVersion] ON {table} ([RowVersion] ASC)",
-                ),
-                IndexSpec(
-                    "Index_Expires",
-                    f"CREATE NONCLUSTERED INDEX [Index_Expires] ON {table} ([Expires] ASC) "
-                    "INCLUDE ([Id], [RowVersion]) WHERE [Expires] IS NOT NULL",
-                ),
-            ]
+        layout = "_heap" if options.layout == "heap" else ""
         return [
-            IndexSpec(
-                "Index_RowVersion",
-                f"CREATE CLUSTERED INDEX [Index_RowVersion] ON {table} ([RowVersion] ASC) "
-                "WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)",
-            ),
-            IndexSpec(
-                "Index_Expires",
-                f"CREATE NONCLUSTERED INDEX [Index_Expires] ON {table} ([Expires] ASC) "
-                "INCLUDE ([Id], [RowVersion]) WITH (ALLOW_ROW_LOCKS = ON, ALLOW_PAGE_LOCKS = ON)",
-            ),
+            self.index_spec(address, "RowVersion", "create_rowversion_index" + layout),
+            self.index_spec(address, "Expires", "create_expires_index" + layout),
         ]
-
-    def add_body_string(self, address: QueueAddress) -> str:
-        return f"ALTER TABLE {self.qualified_name(address)} ADD [BodyString] AS CAST([Body] AS nvarchar(max))"
-
-    def drop_table(self, address: QueueAddress) -> str:
-        return f"DROP TABLE IF EXISTS {self.qualified_name(address)}"
 
     def lock_for_create(
         self, address: QueueAddress, current_catalog: str | None = None
     ) -> tuple[str, Sequence[Any]]:
-        # The reference names the lock '[catalog].[schema].[table]_lock', so that this package and .NET
-        # installers creating the same table wait for each other. It is owned by the transaction that
-        # open_transaction() made sure of.
         named = address if address.catalog else QueueAddress(address.table, address.schema, current_catalog)
         resource = f"{self.qualified_name(named)}_lock"
         if len(resource) > 255:
             resource = f"sqlqueue_{short_hash(resource)}_lock"
-        return (
-            "DECLARE @result int; "
-            "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
-            "@LockOwner = 'Transaction', @LockTimeout = 60000; "
-            "SELECT @result",
-            (resource,),
-        )
-
-    def open_transaction(self) -> str:
-        # A transaction-owned app-lock needs an open transaction, and drivers differ: FreeTDS opens one at
-        # once; Microsoft's driver in manual-commit mode switches on implicit transactions, where DECLARE
-        # and EXEC open none (sp_getapplock would answer -999). In implicit-transaction mode BEGIN opens two
-        # nested levels, so the batch closes the inner one at once, leaving exactly one for the caller's
-        # COMMIT or ROLLBACK. It takes no parameters, so drivers send it as a plain batch: inside a
-        # parameterised call (an RPC), ending with another @@TRANCOUNT than it started with is error 266.
-        return (
-            "DECLARE @opened bit = 0; "
-            "IF @@TRANCOUNT = 0 BEGIN BEGIN TRANSACTION; SET @opened = 1; END; "
-            "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION"
-        )
+        return self.sql("lock_for_create"), (resource,)
 
     def savepoint(self, name: str) -> str:
         return f"SAVE TRANSACTION {self.quote(name)}"
@@ -184,31 +366,19 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
     def release_savepoint(self, name: str) -> None:
         return None  # T-SQL has no RELEASE: the savepoint ends with the transaction
 
-    def current_catalog(self) -> str:
-        return "SELECT DB_NAME()"
-
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return "SELECT OBJECT_ID(?, 'U')", (self.qualified_name(address),)
+        return self.sql("table_exists"), (self.qualified_name(address),)
 
     def index_exists(self, address: QueueAddress, index_name: str) -> tuple[str, Sequence[Any]]:
-        return (
-            f"SELECT index_id FROM {self._catalog_prefix(address)}sys.indexes "
-            "WHERE object_id = OBJECT_ID(?) AND name = ?",
-            (self.qualified_name(address), index_name),
+        return self.sql("index_exists", catalog=self._catalog_prefix(address)), (
+            self.qualified_name(address),
+            index_name,
         )
 
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
-        return "SELECT COL_LENGTH(?, ?)", (self.qualified_name(address), column)
+        return self.sql("column_exists"), (self.qualified_name(address), column)
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send(self, address: QueueAddress, with_recoverable: bool = True) -> str:
-        columns, row = _insert_shape(with_recoverable)
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {row}"
-
-    def send_batch(self, address: QueueAddress, rows: int, with_recoverable: bool = True) -> str:
-        columns, row = _insert_shape(with_recoverable)
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {', '.join([row] * rows)}"
-
     def send_params(
         self,
         message_id: Any,
@@ -225,130 +395,26 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
             milliseconds = rest // timedelta(milliseconds=1)
         return (message_id, correlation_id, reply_to_address, milliseconds, seconds, headers, body)
 
-    def insert_raw(self, address: QueueAddress, with_recoverable: bool = True) -> str:
-        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
-        values = "(?, ?, ?, 1, NULL, ?, ?)" if with_recoverable else "(?, ?, ?, NULL, ?, ?)"
-        return f"INSERT INTO {self.qualified_name(address)} ({columns}) VALUES {values}"
-
-    def receive_batch(self, address: QueueAddress) -> str:
-        return (
-            "WITH message AS ("
-            f"SELECT TOP(?) * FROM {self.qualified_name(address)} WITH (UPDLOCK, READPAST, ROWLOCK) "
-            f"ORDER BY [RowVersion]) DELETE FROM message {_OUTPUT}"
-        )
-
-    def peek_estimate(self, address: QueueAddress) -> str:
-        return (
-            "SELECT isnull(cast(max([RowVersion]) - min([RowVersion]) + 1 AS bigint), 0) "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK)"
-        )
-
-    def peek_bounds(self, address: QueueAddress) -> str:
-        return (
-            "SELECT min([RowVersion]), max([RowVersion]) "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK)"
-        )
-
-    def count_exact(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST) "
-            "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE()"
-        )
-
-    def browse(self, address: QueueAddress) -> str:
-        # READPAST skips the rows receivers hold (their messages are in flight) and uncommitted sends
-        # instead of waiting for them; READCOMMITTEDLOCK keeps that true on READ_COMMITTED_SNAPSHOT
-        # databases. The shared locks last for the read of each row only. NOLOCK is not used: it would
-        # show uncommitted sends that may roll back and can skip or repeat rows while pages split.
-        return (
-            "SELECT TOP (?) [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], "
-            "[Expires] "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
-            "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]"
-        )
-
-    def oldest_headers(self, address: QueueAddress) -> str:
-        # As browse (READPAST: rows in flight are skipped), one row and no Body.
-        return (
-            "SELECT TOP (1) [RowVersion], [Headers] "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
-            "WHERE [Expires] IS NULL OR [Expires] > GETUTCDATE() ORDER BY [RowVersion]"
-        )
-
-    def failed_newest(self, address: QueueAddress) -> str:
-        return (
-            "SELECT TOP (?) [RowVersion], [Id], [Headers] "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
-            "ORDER BY [RowVersion] DESC"
-        )
-
-    def failed_page(self, address: QueueAddress) -> str:
-        # As browse: READPAST skips rows another session holds (a retry in flight) instead of waiting.
-        return (
-            "SELECT TOP (?) [RowVersion], [Id], [Headers] "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
-            "WHERE [RowVersion] > ? ORDER BY [RowVersion]"
-        )
-
     def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
         return (size, after)
 
-    def failed_messages(self, address: QueueAddress) -> str:
-        return (
-            "SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] "
-            f"FROM {self.qualified_name(address)} WITH (READPAST, READCOMMITTEDLOCK) "
-            "WHERE [Id] = ? ORDER BY [RowVersion]"
-        )
-
-    def take_failed_row(self, address: QueueAddress) -> str:
-        return (
-            f"DELETE FROM {self.qualified_name(address)} WITH (ROWLOCK) "
-            "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Headers], "
-            "deleted.[Body] WHERE [RowVersion] = ?"
-        )
-
-    def count_expired(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST) "
-            "WHERE [Expires] <= GETUTCDATE()"
-        )
-
     def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
-        return (
-            "SELECT s.name, t.name FROM sys.tables t JOIN sys.schemas s ON s.schema_id = t.schema_id "
-            "WHERE s.name = ? AND (SELECT count(*) FROM sys.columns c WHERE c.object_id = t.object_id "
-            "AND c.name IN ('Id', 'Headers', 'Body', 'RowVersion', 'Expires')) = 5 ORDER BY t.name",
-            (schema or self.default_schema,),
-        )
-
-    def purge_expired_batch(self, address: QueueAddress) -> str:
-        table = self.qualified_name(address)
-        return (
-            f"DELETE FROM {table} WHERE [RowVersion] IN ("
-            f"SELECT TOP (?) [RowVersion] FROM {table} WITH (READPAST) WHERE [Expires] < GETUTCDATE()); "
-            "SELECT @@ROWCOUNT"
-        )
+        return self.sql("queue_tables"), (schema or self.default_schema,)
 
     def purge_returns_count(self) -> bool:
         return True
 
+    def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
+        return (-older_than_seconds, size, -older_than_seconds)
+
+    def select_subscriptions_params(self, filters: tuple[str, ...], limit: int | None) -> tuple[Any, ...]:
+        return filters if limit is None else (limit, *filters)
+
     def index_first_columns(self, address: QueueAddress) -> str:
-        prefix = self._catalog_prefix(address)
-        return (
-            f"SELECT c.name, i.type FROM {prefix}sys.indexes i "
-            f"JOIN {prefix}sys.index_columns ic ON ic.object_id = i.object_id "
-            "AND ic.index_id = i.index_id AND ic.key_ordinal = 1 "
-            f"JOIN {prefix}sys.columns c ON c.object_id = ic.object_id AND c.column_id = ic.column_id "
-            "WHERE i.object_id = OBJECT_ID(?)"
-        )
+        return self.sql("index_first_columns", catalog=self._catalog_prefix(address))
 
     def headers_column_type(self, address: QueueAddress) -> str:
-        prefix = self._catalog_prefix(address)
-        return (
-            f"SELECT t.name FROM {prefix}sys.columns c "
-            f"JOIN {prefix}sys.types t ON t.user_type_id = c.user_type_id "
-            "WHERE c.object_id = OBJECT_ID(?) AND c.name = 'Headers'"
-        )
+        return self.sql("headers_column_type", catalog=self._catalog_prefix(address))
 
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         table = self.qualified_name(address)
@@ -402,29 +468,6 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
         return any(str(name).lower() == "rowversion" and int(kind) == 1 for name, kind in cursor.fetchall())
 
     # ---- delayed delivery ----------------------------------------------------------------------
-    def create_delayed_table(self, address: QueueAddress) -> str:
-        return (
-            f"CREATE TABLE {self.qualified_name(address)} (\n"
-            "    [Headers] nvarchar(max) NOT NULL,\n"
-            "    [Body] varbinary(max) NULL,\n"
-            "    [Due] datetime NOT NULL,\n"
-            "    [RowVersion] bigint IDENTITY(1,1) NOT NULL\n)"
-        )
-
-    def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
-        return [
-            IndexSpec(
-                "Index_Due",
-                f"CREATE NONCLUSTERED INDEX [Index_Due] ON {self.qualified_name(address)} ([Due] ASC)",
-            )
-        ]
-
-    def store_delayed(self, address: QueueAddress) -> str:
-        return (
-            f"INSERT INTO {self.qualified_name(address)} ([Headers], [Body], [Due]) VALUES (?, ?, "
-            "COALESCE(CAST(? AS datetime2), DATEADD(millisecond, ?, DATEADD(second, ?, GETUTCDATE()))))"
-        )
-
     def store_delayed_params(
         self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
     ) -> tuple[Any, ...]:
@@ -437,59 +480,15 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
             milliseconds = -(-rest // timedelta(milliseconds=1))  # round up: never early
         return (headers, body, at, milliseconds, seconds)
 
-    def select_due_delayed(self, address: QueueAddress) -> str:
-        return (
-            f"SELECT TOP(?) [RowVersion], [Headers] FROM {self.qualified_name(address)} "
-            "WITH (UPDLOCK, READPAST, ROWLOCK) WHERE [Due] <= GETUTCDATE() ORDER BY [Due]"
-        )
-
-    def move_delayed_rows(
-        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
-    ) -> list[str]:
-        # The reference's move (DELETE ... OUTPUT NEWID(), NULL, NULL, 1, NULL, deleted.Headers,
-        # deleted.Body INTO the queue), aimed at the row's destination instead of the endpoint's input queue.
-        columns = _COLUMNS if with_recoverable else _COLUMNS_WITHOUT_RECOVERABLE
-        recoverable = "1, " if with_recoverable else ""
-        return [
-            f"DELETE FROM {self.qualified_name(address)} "
-            f"OUTPUT NEWID(), NULL, NULL, {recoverable}NULL, deleted.[Headers], deleted.[Body] "
-            f"INTO {self.qualified_name(destination)} ({columns}) "
-            f"WHERE [RowVersion] IN ({', '.join(['?'] * rows)})"
-        ]
-
-    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        return (
-            f"SELECT [Headers], [Body], [RowVersion] FROM {self.qualified_name(address)} "
-            f"WHERE [RowVersion] IN ({', '.join(['?'] * rows)})"
-        )
-
-    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        return f"DELETE FROM {self.qualified_name(address)} WHERE [RowVersion] IN ({', '.join(['?'] * rows)})"
-
-    def next_due_delayed(self, address: QueueAddress) -> str:
-        return f"SELECT GETUTCDATE(), min([Due]) FROM {self.qualified_name(address)} WITH (READPAST)"
-
-    def count_delayed(self, address: QueueAddress) -> str:
-        return f"SELECT count_big(*) FROM {self.qualified_name(address)} WITH (READPAST)"
-
     def _mover_lock_resource(self, address: QueueAddress) -> str:
         resource = f"{self.qualified_name(address)}_mover"
         return resource if len(resource) <= 255 else f"sqlqueue_{short_hash(resource)}_mover"
 
     def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return (
-            "DECLARE @result int; "
-            "EXEC @result = sp_getapplock @Resource = ?, @LockMode = 'Exclusive', "
-            "@LockOwner = 'Session', @LockTimeout = 0; "
-            "SELECT @result",
-            (self._mover_lock_resource(address),),
-        )
+        return self.sql("try_lock_delayed_mover"), (self._mover_lock_resource(address),)
 
     def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return (
-            "EXEC sp_releaseapplock @Resource = ?, @LockOwner = 'Session'",
-            (self._mover_lock_resource(address),),
-        )
+        return self.sql("unlock_delayed_mover"), (self._mover_lock_resource(address),)
 
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:
@@ -498,18 +497,18 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
     def prepare_connection(self, connection: Any) -> None:
         connection.autocommit = False
         cursor = connection.cursor()
-        cursor.execute("SET NOCOUNT ON")
+        cursor.execute(self.sql("prepare_connection"))
         cursor.close()
         connection.commit()
 
     def reset_session(self, connection: Any, defaults: Any) -> None:
-        """There is no ``sp_reset_connection`` over ODBC: :data:`RESET_SESSION` restores, in one batch,
-        each option the transport relies on, then commits (Babelfish keeps a ``SET`` made in a transaction
-        only if that commits)."""
+        """There is no ``sp_reset_connection`` over ODBC: the ``reset_session`` statement restores, in one
+        batch, each option the transport relies on, then commits (Babelfish keeps a ``SET`` made in a
+        transaction only if that commits)."""
         connection.autocommit = False
         cursor = connection.cursor()
         try:
-            cursor.execute(RESET_SESSION)
+            cursor.execute(self.sql("reset_session"))
             while cursor.nextset():
                 pass
         finally:
@@ -517,14 +516,10 @@ class SqlServerDialect(SqlServerArchive, SqlServerSubscriptions, SqlServerBridge
         connection.commit()
 
     def server_variant(self, connection: Any) -> str | None:
-        """``"babelfish"`` when the server is Babelfish for PostgreSQL, else None (SQL Server itself).
-
-        ``SERVERPROPERTY('Babelfish')`` is 1 there and NULL on SQL Server (an unknown property), so one
-        statement that both run decides it. The cast spares drivers the sql_variant type.
-        """
+        """``"babelfish"`` when the server is Babelfish for PostgreSQL, else None (SQL Server itself)."""
         cursor = connection.cursor()
         try:
-            cursor.execute("SELECT CAST(SERVERPROPERTY('Babelfish') AS int)")
+            cursor.execute(self.sql("server_variant"))
             rows = self.fetch_rows(cursor)
         finally:
             cursor.close()

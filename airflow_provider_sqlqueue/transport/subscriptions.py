@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..dialects.subscriptions import SUBSCRIPTION_COLUMN_LENGTH
+from ..dialects.base import SUBSCRIPTION_COLUMN_LENGTH
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
 from .callers import write_in_callers_transaction
