@@ -6,6 +6,9 @@ the end of the queue and ``ack`` deletes them, on SQLite, PostgreSQL and Babelfi
 from __future__ import annotations
 
 import json
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,9 +21,10 @@ from test_spark_jobs import send_orders
 from airflow_provider_sqlqueue import cli
 from airflow_provider_sqlqueue.cli._support import Exit
 from airflow_provider_sqlqueue.spark.config import split_credentials
+from airflow_provider_sqlqueue.spark.runs import RunRow, Runs
 from airflow_provider_sqlqueue.spark.source import SourceOptions
 from airflow_provider_sqlqueue.spark.staged_runs import end_staged_run, staged_runs
-from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables, create_bridge_tables
+from airflow_provider_sqlqueue.spark.tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError
 
 ENGINES = ["sqlite", "postgresql", "sqlserver-freetds", "sqlserver-msodbc"]
@@ -128,6 +132,33 @@ def test_an_acknowledged_batch_read_is_committed_and_a_drain_run_is_not_ended_by
         end_staged_run(queues, "orders", "drain-7", "release")
     with pytest.raises(ConfigurationError, match="unknown"):
         end_staged_run(queues, "orders", "never-ran", "release")
+
+
+@pytest.mark.parametrize("target", ENGINES, indirect=True)
+def test_two_starts_of_one_run_id_at_once_make_one_run_and_both_resume_it(target, queues) -> None:
+    """Two drivers of one run id (two tries of one Airflow task) start it at the same moment: one inserts
+    the run's row; the other's insert fails on the key, a driver error the transport does not translate, and
+    it takes the row as it is. The drain, the batch read and the stream all start runs this one way."""
+    runs = Runs(queues, BridgeSql(queues, bridge_tables(queues, "orders")))
+    name = queues.queue("orders").name
+    for round_ in range(3):
+
+        def start(run_id: str, barrier: threading.Barrier) -> tuple[RunRow, bool]:
+            barrier.wait()
+            return runs.start(run_id, name, "spark.read")
+
+        with ThreadPoolExecutor(2) as pool:
+            barrier = threading.Barrier(2)
+            futures = [pool.submit(start, f"raced-{round_}", barrier) for _ in range(2)]
+            started = [future.result() for future in futures]
+        assert sorted(created for _row, created in started) == [False, True]
+        assert [row[:3] for row, _created in started] == [(RECEIVING, 1, name)] * 2
+        assert runs.row(f"raced-{round_}") == RunRow(RECEIVING, 1, name, None)
+    with pytest.raises(ConfigurationError, match=re.escape(f"belongs to queue {name}")):
+        runs.start("raced-0", queues.queue("error").name, "spark.read")
+    send_orders(queues, 4)
+    stage_a_batch_read(target, "raced-1")  # the batch read resumes the run a racing start made
+    assert end_staged_run(queues, "orders", "raced-1", "release") == 4
 
 
 def test_a_queue_without_the_bridge_tables_has_no_staged_runs(tmp_path, capsys) -> None:

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ..transport import ConfigurationError, Transport
-from .reading.transactions import begin_write, execute, rows_changed, table_exists
+from .reading.transactions import execute, table_exists
+from .runs import Runs
 from .tables import (
     ABORTED,
     COMMITTED,
@@ -156,14 +157,13 @@ def end_staged_run(
         raise ConfigurationError(
             f"queue {address.name} has no Spark bridge tables (prefix {prefix}): nothing staged"
         )
-    rows = execute(transport, sql.get_run(), (run_id,), write=False)
-    if not rows:
+    runs = Runs(transport, sql)
+    row = runs.row(run_id)
+    if row is None:
         raise ConfigurationError(f"run {run_id} is unknown on {address.name}")
-    state, _attempt, input_queue, _summary = rows[0]
-    if input_queue != address.name:
-        raise ConfigurationError(f"run {run_id} belongs to queue {input_queue}, not {address.name}")
-    sink = str(execute(transport, sql.run_sink(), (run_id,), write=False)[0][0])
-    kind = _kind(sink, str(state))
+    if row.queue != address.name:
+        raise ConfigurationError(f"run {run_id} belongs to queue {row.queue}, not {address.name}")
+    state, kind = row.state, _kind(runs.sink(run_id), row.state)
     if kind == "drain":
         raise ConfigurationError(
             f"run {run_id} is a drain job's run ({state}): re-run the drain with that run id to finish it; a "
@@ -176,23 +176,12 @@ def end_staged_run(
         raise ConfigurationError(
             f"run {run_id} is {state}: it cannot be {'acknowledged' if action == 'ack' else 'released'}"
         )
-    with transport.connection() as connection:
-        cursor = connection.cursor()
-        begin_write(transport, cursor)
-        if kind == "stream":
-            cursor.execute(sql.run_state_shared("takeover"), (run_id,))  # after the reads under way
-            transport.dialect.fetch_rows(cursor)
-            claim, params = sql.touch_run((STREAMING,)), (run_id,)
-        else:
-            to_state = COMMITTED if action == "ack" else ABORTED
-            claim, params = sql.set_state((READ, RECEIVING)), (to_state, run_id)
-        if rows_changed(transport, cursor, sql.counted(claim), params) != 1:
-            connection.rollback()
-            return end_staged_run(transport, queue, run_id, action, prefix)  # its state changed meanwhile
-        cursor.execute(sql.staged_stats(), (run_id,))
-        count = int(transport.dialect.fetch_rows(cursor)[0][0] or 0)
-        if action == "release":
-            cursor.execute(sql.restore(address.address), (run_id,))
-        cursor.execute(sql.delete_staging(), (run_id,))
-        connection.commit()
+    if kind == "stream":  # the stream keeps its row and position; the claim waits for its reads under way
+        claim, params = sql.touch_run((STREAMING,)), (run_id,)
+    else:
+        claim, params = sql.set_state((READ, RECEIVING)), (COMMITTED if action == "ack" else ABORTED, run_id)
+    restore_to = address.address if action == "release" else None
+    count = runs.end(run_id, claim, params, restore_to=restore_to, takeover=kind == "stream")
+    if count is None:
+        return end_staged_run(transport, queue, run_id, action, prefix)  # its state changed meanwhile
     return count

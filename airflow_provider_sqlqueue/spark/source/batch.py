@@ -23,9 +23,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ...transport import ConfigurationError, SqlQueueError, Transport
+from ...transport import ConfigurationError, Transport
 from ..reading.heartbeat import Heartbeat
-from ..reading.transactions import begin_write, execute, execute_counted, rows_changed
+from ..reading.transactions import execute, execute_counted
+from ..runs import Runs
 from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged, stage_batch
@@ -56,35 +57,18 @@ def _run_id(options: SourceOptions) -> str:
     return options.run_id
 
 
-def _run_row(transport: Transport, sql: BridgeSql, run_id: str) -> tuple | None:
-    rows = execute(transport, sql.get_run(), (run_id,), write=False)
-    return tuple(rows[0]) if rows else None
-
-
-def _start(transport: Transport, sql: BridgeSql, queue: Any, run_id: str) -> str:
+def _start(runs: Runs, queue: Any, run_id: str) -> str:
     """Register the run, or resume it; return its state (``receiving`` or ``read``)."""
-    row = _run_row(transport, sql, run_id)
-    if row is None:
-        try:
-            execute(transport, sql.insert_run(), (run_id, queue.name, READ_SINK))
-            return RECEIVING
-        except SqlQueueError:
-            row = _run_row(transport, sql, run_id)  # inserted by a concurrent read
-            if row is None:
-                raise
-    state, _, input_queue, _ = row
-    if input_queue != queue.name:
-        raise ConfigurationError(f"run id {run_id} belongs to queue {input_queue}, not {queue.name}")
-    if state == COMMITTED:
+    row, _created = runs.start(run_id, queue.name, READ_SINK)
+    if row.state == COMMITTED:
         raise ConfigurationError(
             f"run id {run_id} was acknowledged: its messages were read and deleted. Use a new run id"
         )
-    if state == ABORTED:
-        changed = execute_counted(transport, sql.counted(sql.restart_run()), (READ_SINK, run_id))
-        return RECEIVING if changed else _start(transport, sql, queue, run_id)
-    if state not in (RECEIVING, READ):
-        raise ConfigurationError(f"run id {run_id} is a {state} run of the drain job, not a batch read")
-    return state
+    if row.state == ABORTED:
+        return RECEIVING if runs.restart(run_id, READ_SINK) else _start(runs, queue, run_id)
+    if row.state not in (RECEIVING, READ):
+        raise ConfigurationError(f"run id {run_id} is a {row.state} run of the drain job, not a batch read")
+    return row.state
 
 
 def _receive(transport: Transport, sql: BridgeSql, queue: Any, options: SourceOptions, run_id: str) -> None:
@@ -151,7 +135,7 @@ class SqlQueueBatchReader(DataSourceReader):
             queue = transport.queue(options.queue)
             if not queue.exists():
                 raise ConfigurationError(f"queue {queue.name} does not exist")
-            if _start(transport, sql, queue, run_id) == RECEIVING:
+            if _start(Runs(transport, sql), queue, run_id) == RECEIVING:
                 _receive(transport, sql, queue, options, run_id)
             count, low, high = execute(transport, sql.staged_stats(), (run_id,), write=False)[0]
         count = int(count or 0)
@@ -169,39 +153,22 @@ class SqlQueueBatchReader(DataSourceReader):
 
 
 def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
+    """Move a receiving or read run to ``to_state``, its staged messages put back (``aborted``) or deleted,
+    in one transaction; 0 when it ended so before (the call is idempotent)."""
     parsed = options if isinstance(options, SourceOptions) else SourceOptions.parse(options)
     run_id = _run_id(parsed)
     with parsed.open(pool_size=1, max_overflow=0) as transport:
         sql = bridge_sql(transport, parsed)
-        queue = transport.queue(parsed.queue)
-        count = _end_run_in_one_transaction(transport, sql, queue, run_id, to_state)
+        runs = Runs(transport, sql)
+        restore_to = transport.queue(parsed.queue).address if to_state == ABORTED else None
+        claim = sql.set_state((READ, RECEIVING))
+        count = runs.end(run_id, claim, (to_state, run_id), restore_to=restore_to)
         if count is None:
-            row = _run_row(transport, sql, run_id)
-            if row is not None and row[0] == to_state:
-                return 0  # ended before: the call is idempotent
-            state = "unknown" if row is None else row[0]
+            row = runs.row(run_id)
+            if row is not None and row.state == to_state:
+                return 0
+            state = "unknown" if row is None else row.state
             raise ConfigurationError(f"run {run_id} is {state}: it cannot become {to_state}")
-    return count
-
-
-def _end_run_in_one_transaction(
-    transport: Transport, sql: BridgeSql, queue: Any, run_id: str, to_state: str
-) -> int | None:
-    """Change the run's state, put back (release) its staged messages and delete them, in one transaction;
-    None if the run was not receiving or read."""
-    with transport.connection() as connection:
-        cursor = connection.cursor()
-        begin_write(transport, cursor)
-        params = (to_state, run_id)
-        if rows_changed(transport, cursor, sql.counted(sql.set_state((READ, RECEIVING))), params) != 1:
-            connection.rollback()
-            return None
-        cursor.execute(sql.staged_stats(), (run_id,))
-        count = int(transport.dialect.fetch_rows(cursor)[0][0] or 0)
-        if to_state == ABORTED:
-            cursor.execute(sql.restore(queue.address), (run_id,))
-        cursor.execute(sql.delete_staging(), (run_id,))
-        connection.commit()
     return count
 
 
