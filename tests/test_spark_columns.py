@@ -1,5 +1,5 @@
 """The executors' column-by-column build of staged messages (drain reader and data source) gives, row for
-row, what the one-row reference functions give, whichever path the TimeSent parse takes."""
+row, what the one-row reference function gives, whichever path the TimeSent parse takes."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from hypothesis import strategies as st
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from airflow_provider_sqlqueue.model.errors import HeaderFormatError
-from airflow_provider_sqlqueue.spark.drain.messages import _arrow_schema, message_row
 from airflow_provider_sqlqueue.spark.reading.columns import (
+    message_row,
     parse_time_sent,
     record_batch,
     staged_columns,
     times_sent_array,
 )
+from airflow_provider_sqlqueue.spark.reading.schema import arrow_schema, read_schema
 from airflow_provider_sqlqueue.spark.source.returned_rows import (
     source_arrow_schema,
-    source_row,
     source_schema,
     staged_batches,
 )
@@ -93,9 +93,9 @@ def _rows(times: list[str | None]) -> list[tuple]:
 )
 def test_staged_columns_match_the_one_row_reference(times: list[str | None]) -> None:
     rows = _rows(times)
-    schema = _arrow_schema()
+    schema = arrow_schema(read_schema())
     built = record_batch(staged_columns(rows), schema).to_pylist()
-    expected = [dict(zip(schema.names, message_row(*row), strict=True)) for row in rows]
+    expected = [{name: message_row(*row)[name] for name in schema.names} for row in rows]
     for row in expected:
         row["headers"] = list(row["headers"].items())
     assert built == expected
@@ -131,7 +131,7 @@ def test_unreadable_headers_of_held_rows_are_left_out_and_reported_by_row_versio
     ]
     mixed = [broken[0], *rows[:3], broken[1], broken[2], *rows[3:], broken[3]]
     unreadable: list[int] = []
-    schema = _arrow_schema()
+    schema = arrow_schema(read_schema())
     built = record_batch(staged_columns(mixed, unreadable), schema).to_pylist()
     assert unreadable == [7001, 7002, 7003, 7004]
     assert built == record_batch(staged_columns(rows), schema).to_pylist()
@@ -159,10 +159,10 @@ def test_the_sources_batches_match_its_one_row_reference_through_a_real_cursor()
     statement = "SELECT RowVersion, Id, Headers, Body, Expires FROM staged WHERE RowVersion >= ? ORDER BY 1"
     batches = list(staged_batches(connection.cursor(), statement, (0,), rows_per_batch=4))
     assert [batch.num_rows for batch in batches] == [4, 4, 1]
-    schema = source_arrow_schema()
+    assert all(batch.schema == source_arrow_schema() for batch in batches)
     built = [row for batch in batches for row in batch.to_pylist()]
     stored = connection.execute(statement, (0,)).fetchall()
-    expected = [dict(zip(schema.names, source_row(*row), strict=True)) for row in stored]
+    expected = [message_row(*row) for row in stored]
     for row in expected:
         row["headers"] = list(row["headers"].items())
     assert built == expected
@@ -181,10 +181,10 @@ def _staged_cursor(rows: list[tuple]) -> sqlite3.Cursor:
 
 
 def _reference(cursor: sqlite3.Cursor, names: list[str]) -> list[dict]:
-    """Each stored row as :func:`source_row` makes it, only ``names``, the headers as item pairs."""
+    """Each stored row as :func:`message_row` makes it, only ``names``, the headers as item pairs."""
     rows = []
     for stored in cursor.execute(_STAGED, (0,)).fetchall():
-        row = dict(zip(source_schema().names, source_row(*stored), strict=True))
+        row = message_row(*stored)
         row["headers"] = list(row["headers"].items())
         rows.append({name: row[name] for name in names})
     return rows
@@ -222,7 +222,7 @@ def test_the_sources_batches_equal_its_one_row_reference_on_odd_rows_for_any_col
     data: st.DataObject,
 ) -> None:
     """Whatever the rows hold, every column (the default) and any columns a ``.schema`` names are, value for
-    value, what :func:`source_row` gives: the batch-wide paths (headers decoded in one pass, body_text read
+    value, what :func:`message_row` gives: the batch-wide paths (headers decoded in one pass, body_text read
     from the body's own bytes) fall back, or agree, wherever a row is odd."""
     rows = [data.draw(_odd_staged_row(version)) for version in range(1, data.draw(st.integers(1, 7)) + 1)]
     cursor = _staged_cursor(rows)

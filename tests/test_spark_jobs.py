@@ -264,11 +264,14 @@ def test_message_row_decodes_headers_text_and_times() -> None:
         }
     )
     row = message_row(7, "0b5e...", headers, b'{"a": "\xc3\xa9"}', "2026-11-21 08:00:01.500")
-    assert row[0] == "m-1" and row[2] == 7 and row[5].startswith("application/json")
-    assert row[6] == "Sales.OrderPlaced" and row[4] == '{"a": "é"}'.encode()
-    assert row[7].year == 2026 and row[7].tzinfo is not None and row[8].microsecond == 500_000
+    assert row["message_id"] == "m-1" and row["row_version"] == 7
+    assert row["content_type"].startswith("application/json") and row["message_type"] == "Sales.OrderPlaced"
+    assert row["body"] == '{"a": "é"}'.encode() and row["body_text"] == '{"a": "é"}'
+    assert row["time_sent"].year == 2026 and row["time_sent"].tzinfo is not None
+    assert row["expires"].microsecond == 500_000
     binary = message_row(8, "id-2", "{}", b"\xff\x00", None)
-    assert binary[0] == "id-2" and binary[5] is None and binary[4] == b"\xff\x00"
+    assert binary["message_id"] == "id-2" and binary["content_type"] is None and binary["body"] == b"\xff\x00"
+    assert binary["body_text"] is None
 
 
 def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
@@ -294,11 +297,12 @@ def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
 def test_headers_arrow_column_matches_the_item_pairs_form() -> None:
     import pyarrow as pa
 
-    from airflow_provider_sqlqueue.spark.drain.messages import _arrow_schema, headers_array
+    from airflow_provider_sqlqueue.spark.drain.messages import headers_array
+    from airflow_provider_sqlqueue.spark.reading.schema import arrow_schema, read_schema
 
     maps = [{"a": "1", "b": None}, {}, {"NServiceBus.MessageId": "m", "é": "\u2028"}, {"only": ""}]
     built = headers_array(maps)
-    assert built.type == _arrow_schema().field("headers").type
+    assert built.type == arrow_schema(read_schema()).field("headers").type
     assert built.equals(pa.array([list(m.items()) for m in maps], type=built.type))
     assert built.to_pylist() == [list(m.items()) for m in maps]
 

@@ -761,14 +761,17 @@ def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(targe
 
 
 def test_body_text_is_the_body_decoded_for_text_content_types_and_replaces_bytes_that_are_not_utf8() -> None:
-    """What source_row() gives for each body: decoded by Arrow, by Python when a text body is not UTF-8."""
-    from airflow_provider_sqlqueue.spark.source.returned_rows import body_columns, source_row
+    """What message_row() gives for each body: decoded by Arrow, by Python when a text body is not UTF-8."""
+    from airflow_provider_sqlqueue.spark.reading.columns import message_row
+    from airflow_provider_sqlqueue.spark.source.returned_rows import body_columns
 
     bodies = [b'{"a":1}', None, b"\xff\xfe", b"hi", b"", "\u00e9".encode()]
     for first in ("application/octet-stream", "text/plain"):
         types = ["application/JSON", "text/plain", first, None, "Text/CSV", "application/xml"]
         expected = [
-            source_row(1, "n", json.dumps({"NServiceBus.ContentType": kind} if kind else {}), body, None)[9]
+            message_row(1, "n", json.dumps({"NServiceBus.ContentType": kind} if kind else {}), body, None)[
+                "body_text"
+            ]
             for body, kind in zip(bodies, types, strict=True)
         ]
         body, text = body_columns(bodies, types)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..reading.columns import headers_array, message_row, record_batch, staged_columns
 from ..reading.row_batches import row_batches
-from ..reading.schema import TEXT_TYPES_PATTERN, messages_schema, read_schema
+from ..reading.schema import TEXT_TYPES_PATTERN, arrow_schema, messages_schema, read_schema
 from ..tables import BridgeSql, bridge_tables
 from .config import DrainConfig
 from .headers_check import HeadersCheck
@@ -51,25 +51,6 @@ def slice_bounds(ranges: list[tuple[int, int]], rows_per_slice: int) -> list[tup
     return bounds
 
 
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    moment = pa.timestamp("us", tz="UTC")
-    return pa.schema(
-        [
-            ("message_id", pa.string()),
-            ("native_id", pa.string()),
-            ("row_version", pa.int64()),
-            ("headers", pa.map_(pa.string(), pa.string())),
-            ("body", pa.binary()),
-            ("content_type", pa.string()),
-            ("message_type", pa.string()),
-            ("time_sent", moment),
-            ("expires", moment),
-        ]
-    )
-
-
 def read_slices_arrow(
     config: DrainConfig,
     bounds: Iterable[Any],
@@ -82,7 +63,7 @@ def read_slices_arrow(
     (held rows, whose headers nobody read yet), rows with unreadable headers are left out and reported
     through it with each slice read to its end.
     """
-    schema = _arrow_schema()
+    schema = arrow_schema(read_schema())
     for slices in bounds:
         for start, end in zip(slices.column(0).to_pylist(), slices.column(1).to_pylist(), strict=True):
             unreadable: list[int] | None = None if check is None else []

@@ -10,6 +10,7 @@ call. Rows in any other form are parsed exactly as :func:`parse_time_sent` parse
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import itemgetter
@@ -18,14 +19,17 @@ from typing import Any
 from ...model.errors import HeaderFormatError
 from ...transport.headers import (
     CONTENT_TYPE,
+    CORRELATION_ID,
     ENCLOSED_MESSAGE_TYPES,
     MESSAGE_ID,
+    REPLY_TO_ADDRESS,
     TIME_SENT,
     decode_headers,
     parse_timestamp,
     read_header_map,
 )
 from ...transport.queue import as_utc
+from .schema import TEXT_TYPES_PATTERN
 
 __all__ = [
     "headers_array",
@@ -222,24 +226,32 @@ def record_batch(columns: dict[str, Any], schema: Any) -> Any:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def message_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
-    """One staged row as the columns of :func:`~.schema.read_schema` (``body_text`` is derived in Spark): the
-    reference the column-by-column builders are held to."""
+def message_row(
+    row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any
+) -> dict[str, Any]:
+    """One staged row (RowVersion, Id, Headers, Body, Expires) as every column of the one schema
+    (:func:`~.schema.source_schema`), by name, one value at a time: the reference the column-by-column
+    builders are held to."""
     if isinstance(headers_text, bytes | bytearray | memoryview):
         headers_text = bytes(headers_text).decode("utf-8")
     headers = decode_headers(headers_text)
     body_bytes = None if body is None else bytes(body)
     content_type = headers.get(CONTENT_TYPE)
-    time_sent = parse_time_sent(headers.get(TIME_SENT))
     native = str(native_id)
-    return (
-        headers.get("NServiceBus.MessageId") or native,
-        native,
-        int(row_version),
-        headers,
-        body_bytes,
-        content_type,
-        headers.get(ENCLOSED_MESSAGE_TYPES),
-        time_sent,
-        as_utc(expires),
-    )
+    body_text = None
+    if body_bytes is not None and re.search(TEXT_TYPES_PATTERN, (content_type or "").lower()):
+        body_text = body_bytes.decode("utf-8", errors="replace")
+    return {
+        "message_id": headers.get(MESSAGE_ID) or native,
+        "native_id": native,
+        "row_version": int(row_version),
+        "correlation_id": headers.get(CORRELATION_ID),
+        "reply_to_address": headers.get(REPLY_TO_ADDRESS),
+        "headers": headers,
+        "body": body_bytes,
+        "content_type": content_type,
+        "message_type": headers.get(ENCLOSED_MESSAGE_TYPES),
+        "body_text": body_text,
+        "time_sent": parse_time_sent(headers.get(TIME_SENT)),
+        "expires": as_utc(expires),
+    }

@@ -1,21 +1,29 @@
-"""The messages' columns as Spark sees them: the drain's DataFrame and the data source's rows share the names
-and meaning. PySpark's types only: Spark's planning processes ask a data source for its schema, and this
-module imports nothing of the transport, so they do not pay for importing it."""
+"""The one schema of the messages as Spark sees them: the data source's rows, and the drain's DataFrame as a
+part of them (same names, same meaning). PySpark's types only: Spark's planning processes ask a data source
+for its schema, and this module imports nothing of the transport, so they do not pay for importing it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["TEXT_TYPES_PATTERN", "messages_schema", "read_schema", "source_schema"]
+__all__ = [
+    "HEADER_COLUMNS",
+    "TEXT_TYPES_PATTERN",
+    "arrow_schema",
+    "messages_schema",
+    "read_schema",
+    "source_schema",
+]
 
 TEXT_TYPES_PATTERN = "text/|json|xml|csv|yaml"
+HEADER_COLUMNS = ("correlation_id", "reply_to_address")  # the source's, not the drain's: one header each
 
 
-def messages_schema() -> StructType:
-    """The columns of the messages DataFrame a transform receives (``body_json`` is added after)."""
+def source_schema() -> StructType:
+    """Every column: the ``sqlqueue`` data source's rows."""
     from pyspark.sql.types import (
         BinaryType,
         LongType,
@@ -31,6 +39,8 @@ def messages_schema() -> StructType:
             StructField("message_id", StringType(), False),
             StructField("native_id", StringType(), False),
             StructField("row_version", LongType(), False),
+            StructField("correlation_id", StringType(), True),
+            StructField("reply_to_address", StringType(), True),
             StructField("headers", MapType(StringType(), StringType(), True), False),
             StructField("body", BinaryType(), True),
             StructField("content_type", StringType(), True),
@@ -42,21 +52,22 @@ def messages_schema() -> StructType:
     )
 
 
+def messages_schema() -> StructType:
+    """The columns of the messages DataFrame a drain's transform receives (``body_json`` is added after)."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in source_schema().fields if f.name not in HEADER_COLUMNS])
+
+
 def read_schema() -> StructType:
-    """What the executors read from staging: the messages' columns but ``body_text``."""
+    """What the drain's executors read: the messages' columns but ``body_text`` (decoded in Spark)."""
     from pyspark.sql.types import StructType
 
     return StructType([f for f in messages_schema().fields if f.name != "body_text"])
 
 
-def source_schema() -> StructType:
-    """The ``sqlqueue`` data source's columns: :func:`messages_schema` with ``correlation_id`` and
-    ``reply_to_address`` (each one header) after ``row_version``."""
-    from pyspark.sql.types import StringType, StructField, StructType
+def arrow_schema(schema: StructType) -> Any:
+    """``schema`` as the Arrow schema Spark checks the executors' record batches against."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    fields = list(messages_schema().fields)
-    extra = [
-        StructField("correlation_id", StringType(), True),
-        StructField("reply_to_address", StringType(), True),
-    ]
-    return StructType(fields[:3] + extra + fields[3:])
+    return to_arrow_schema(schema, timezone="UTC")

@@ -4,15 +4,14 @@ Spark as Arrow record batches (column by column, as the drain's reader does: far
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
-from ..reading.columns import message_row, record_batch, staged_columns
+from ..reading.columns import record_batch, staged_columns
 from ..reading.row_batches import row_batches
-from ..reading.schema import TEXT_TYPES_PATTERN, source_schema
+from ..reading.schema import TEXT_TYPES_PATTERN, arrow_schema, source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -21,41 +20,14 @@ __all__ = [
     "selected_columns",
     "source_arrow_schema",
     "source_columns",
-    "source_row",
     "source_schema",
     "staged_batches",
 ]
 
 ROWS_PER_BATCH = 2000
 
-_TEXT = re.compile(TEXT_TYPES_PATTERN)
-
 # the source's columns beyond the drain's, each one header
 _HEADER_COLUMNS = {"correlation_id": CORRELATION_ID, "reply_to_address": REPLY_TO_ADDRESS}
-
-
-def source_row(row_version: Any, native_id: Any, headers_text: Any, body: Any, expires: Any) -> tuple:
-    """One staged row (RowVersion, Id, Headers, Body, Expires) as the columns of :func:`source_schema`."""
-    (message_id, native, position, headers, body_bytes, content_type, message_type, time_sent, expiry) = (
-        message_row(row_version, native_id, headers_text, body, expires)
-    )
-    body_text = None
-    if body_bytes is not None and _TEXT.search((content_type or "").lower()):
-        body_text = body_bytes.decode("utf-8", errors="replace")
-    return (
-        message_id,
-        native,
-        position,
-        headers.get(CORRELATION_ID),
-        headers.get(REPLY_TO_ADDRESS),
-        headers,
-        body_bytes,
-        content_type,
-        message_type,
-        body_text,
-        time_sent,
-        expiry,
-    )
 
 
 def source_columns(*names: str) -> StructType:
@@ -75,7 +47,6 @@ def source_columns(*names: str) -> StructType:
 def source_arrow_schema(columns: Sequence[tuple[str, bool]] | None = None) -> Any:
     """:func:`source_schema` (or the ``columns`` a read selects: name and whether it may be null, in that
     order) as the Arrow schema Spark checks a data source's record batches against."""
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
     schema = source_schema()
@@ -83,7 +54,7 @@ def source_arrow_schema(columns: Sequence[tuple[str, bool]] | None = None) -> An
         schema = StructType(
             [StructField(name, schema[name].dataType, nullable) for name, nullable in columns]
         )
-    return to_arrow_schema(schema, timezone="UTC")
+    return arrow_schema(schema)
 
 
 def staged_batches(
@@ -95,10 +66,10 @@ def staged_batches(
     columns: Sequence[tuple[str, bool]] | None = None,
 ) -> Iterator[Any]:
     """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`,
-    each row what :func:`source_row` makes of it, built column by column; with ``columns`` (a ``.schema``
-    naming some of the source's columns), only those are built and handed to Spark. With ``unreadable``
-    (rows held in place, whose headers nobody read yet), rows whose headers are not a header map are left
-    out and their RowVersions appended to it."""
+    each row what :func:`~..reading.columns.message_row` makes of it, built column by column; with
+    ``columns`` (a ``.schema`` naming some of the source's columns), only those are built and handed to
+    Spark. With ``unreadable`` (rows held in place, whose headers nobody read yet), rows whose headers are
+    not a header map are left out and their RowVersions appended to it."""
     schema = source_arrow_schema(columns)
     wanted = set(schema.names)
     if "body_text" in wanted:
@@ -155,7 +126,7 @@ def selected_columns(given: StructType) -> tuple[tuple[str, bool], ...] | None:
 def body_columns(bodies: list[bytes | None], content_types: list[str | None]) -> tuple[Any, Any]:
     """The ``body`` and ``body_text`` Arrow arrays: the text where the content type is a text type, decoded
     by Arrow when every such body is UTF-8, else body by body with replacement characters (as
-    :func:`source_row` does).
+    :func:`~..reading.columns.message_row` does).
 
     When every body there is has a text type (the usual batch), ``body_text`` is the ``body`` column's own
     offsets and bytes read as text, its nulls where the body is null: Arrow checks the bytes are UTF-8 and
