@@ -13,10 +13,9 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ...transport import Transport
-from ..moves import move_batch
+from ..moves import stage_batch
 from ..reading.errors import InjectedFault
-from ..tables import RECEIVING, BridgeSql, bridge_tables
+from ..tables import BridgeSql, bridge_tables
 from .config import DrainConfig
 
 if TYPE_CHECKING:
@@ -45,12 +44,6 @@ def receive_into_staging(
     return rdd.mapPartitionsWithIndex(function).collect()
 
 
-class _RunNotReceiving(Exception):
-    def __init__(self, state: str | None) -> None:
-        super().__init__(state)
-        self.state = state
-
-
 def receive_partition(
     config: DrainConfig, job_attempt: int, quotas: list[int | None], index: int, _: Iterable[Any]
 ) -> Iterator[dict[str, Any]]:
@@ -72,16 +65,17 @@ def receive_partition(
                 cursor.execute(sql.count_part(), (config.run_id, job_attempt, index))
                 remaining -= int(transport.dialect.fetch_rows(cursor)[0][0])
                 connection.commit()
-        step = _move_into_staging if sql.can_move_server_side else _receive_into_staging
         while remaining is None or remaining > 0:
             size = config.batch_size if remaining is None else min(config.batch_size, remaining)
-            try:
-                received, expired, poisoned = step(
-                    transport, queue, sql, config, job_attempt, index, size, attempt, stats["batches"]
-                )
-            except _RunNotReceiving as stop:
-                stop_reason = f"run is {stop.state}"
+            drill = partial(_drill, config, attempt, stats["batches"], index)
+            run_id = config.run_id
+            moved = stage_batch(
+                transport, queue, sql, run_id, size, index, job_attempt=job_attempt, before_commit=drill
+            )
+            if moved is None:
+                stop_reason = "run is no longer receiving"
                 break
+            received, expired, poisoned = moved.staged, moved.expired, moved.poisoned
             stats["received"] += received
             stats["expired"] += expired
             stats["poisoned"] += poisoned
@@ -97,68 +91,9 @@ def receive_partition(
     yield stats
 
 
-def _check_state(transport: Transport, cursor: Any, sql: BridgeSql, run_id: str) -> None:
-    cursor.execute(sql.run_state_shared(), (run_id,))
-    rows = transport.dialect.fetch_rows(cursor)
-    state = rows[0][0] if rows else None
-    if state != RECEIVING:
-        raise _RunNotReceiving(state)
-
-
 def _drill(config: DrainConfig, attempt: int, batches: int, index: int) -> None:
     if config.fail_receive_batch is not None and attempt == 0 and batches + 1 == config.fail_receive_batch:
         raise InjectedFault(
             f"drill: the first attempt of partition {index} fails inside its receive "
             f"{config.fail_receive_batch}, before the commit"
         )
-
-
-def _receive_into_staging(
-    transport: Transport,
-    queue: Any,
-    sql: BridgeSql,
-    config: DrainConfig,
-    job_attempt: int,
-    index: int,
-    size: int,
-    attempt: int,
-    batches: int,
-) -> tuple[int, int, int]:
-    """One batch through the transport's receive: the messages pass through Python (every engine)."""
-    with queue.receive(size) as batch:
-        cursor = batch.connection.cursor()
-        _check_state(transport, cursor, sql, config.run_id)
-        params = [sql.stage_params(config.run_id, job_attempt, index, m) for m in batch]
-        chunk = sql.stage_rows_per_statement
-        for start in range(0, len(params), chunk):
-            part = params[start : start + chunk]
-            cursor.execute(sql.stage_rows(len(part)), [value for row in part for value in row])
-        _drill(config, attempt, batches, index)
-    return len(batch), batch.expired, batch.poisoned
-
-
-def _move_into_staging(
-    transport: Transport,
-    queue: Any,
-    sql: BridgeSql,
-    config: DrainConfig,
-    job_attempt: int,
-    index: int,
-    size: int,
-    attempt: int,
-    batches: int,
-) -> tuple[int, int, int]:
-    """One batch moved by the server (``spark/moves.py``): same semantics as :func:`_receive_into_staging`,
-    without the bodies' round trip through Python."""
-    with transport.connection(queue.address) as connection:
-        cursor = connection.cursor()
-        _check_state(transport, cursor, sql, config.run_id)
-        statement = sql.move_to_staging(queue.receive_statement(cursor))
-
-        def params(rows: int, _: int) -> tuple:
-            return (rows, config.run_id, job_attempt, index)
-
-        moved = move_batch(transport, queue, sql, cursor, statement, params, size, config.run_id)
-        _drill(config, attempt, batches, index)
-        connection.commit()
-    return moved.staged, moved.expired, moved.poisoned

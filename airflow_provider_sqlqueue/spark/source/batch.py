@@ -24,12 +24,13 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ...transport import ConfigurationError, Transport
+from ..moves import stage_batch
 from ..reading.heartbeat import Heartbeat
 from ..reading.transactions import execute, execute_counted
 from ..runs import Runs
 from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
 from .options import SourceOptions
-from .staging import bridge_sql, read_staged, stage_batch
+from .staging import bridge_sql, read_staged
 
 __all__ = ["SqlQueueBatchReader", "StagedSlice", "ack_read", "release_read"]
 
@@ -100,8 +101,9 @@ def _receive(transport: Transport, sql: BridgeSql, queue: Any, options: SourceOp
             size = take(options.batch_size)
             if size == 0:
                 return
-            taken = stage_batch(transport, queue, sql, run_id, size, part)
-            if taken is None or taken == 0:
+            moved = stage_batch(transport, queue, sql, run_id, size, part)
+            taken = 0 if moved is None else moved.taken
+            if taken == 0:
                 give_back(size)
                 return
             give_back(size - taken)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...transport import ConfigurationError, Transport
-from ..moves import move_batch
+from ..moves import move_batch, stage_rows
 from ..reading.transactions import begin_write, rows_changed, table_exists
-from ..tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
+from ..tables import BridgeSql, bridge_tables, create_bridge_tables
 from .options import SourceOptions
 from .returned_rows import staged_batches
 
@@ -37,7 +37,6 @@ __all__ = [
     "claim_stream",
     "commit_stream",
     "read_staged",
-    "stage_batch",
     "stage_stream_batch",
     "taken_over",
 ]
@@ -125,58 +124,6 @@ def bridge_sql(transport: Transport, options: SourceOptions, *, check: bool = Fa
     return BridgeSql(transport, tables)
 
 
-def _stage(cursor: Any, sql: BridgeSql, params: list[tuple]) -> None:
-    chunk = sql.stage_rows_per_statement
-    for start in range(0, len(params), chunk):
-        part = params[start : start + chunk]
-        cursor.execute(sql.stage_rows(len(part)), [value for row in part for value in row])
-
-
-class _Stopped(Exception):
-    """The run left ``receiving`` (released by another process): the open batch rolls back."""
-
-
-def stage_batch(
-    transport: Transport, queue: Any, sql: BridgeSql, run_id: str, size: int, part: int
-) -> int | None:
-    """One receive of a batch read into staging; None when the run is no longer receiving (that batch
-    rolled back: its messages are still queued).
-
-    Expired messages are dropped and unreadable ones moved to the error queue, as every receive does; they
-    count as taken (the return value is how many the receive took, staged or not: 0 means empty). Where the
-    engine can, the server moves the rows (``spark/moves.py``).
-    """
-    if sql.can_move_server_side:
-        with transport.connection(queue.address) as connection:
-            cursor = connection.cursor()
-            if not _receiving(transport, cursor, sql, run_id):
-                connection.rollback()
-                return None
-            statement = sql.move_to_staging(queue.receive_statement(cursor))
-
-            def params(rows: int, _: int) -> tuple:
-                return (rows, run_id, 1, part)
-
-            moved = move_batch(transport, queue, sql, cursor, statement, params, size, run_id)
-            connection.commit()
-        return moved.taken
-    try:
-        with queue.receive(size) as batch:
-            cursor = batch.connection.cursor()
-            if not _receiving(transport, cursor, sql, run_id):
-                raise _Stopped()
-            _stage(cursor, sql, [sql.stage_params(run_id, 1, part, message) for message in batch])
-    except _Stopped:
-        return None
-    return len(batch) + batch.expired + batch.poisoned
-
-
-def _receiving(transport: Transport, cursor: Any, sql: BridgeSql, run_id: str) -> bool:
-    cursor.execute(sql.run_state_shared(), (run_id,))
-    rows = transport.dialect.fetch_rows(cursor)
-    return bool(rows) and rows[0][0] == RECEIVING
-
-
 def stage_stream_batch(
     transport: Transport,
     queue: Any,
@@ -208,7 +155,7 @@ def stage_stream_batch(
                 row = list(sql.stage_params(stream_id, 1, 0, message))
                 row[1] = last + offset
                 params.append(tuple(row))
-            _stage(cursor, sql, params)
+            stage_rows(cursor, sql, params)
     return len(batch) + batch.expired + batch.poisoned, moved
 
 
