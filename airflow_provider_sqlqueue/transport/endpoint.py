@@ -355,6 +355,7 @@ class Endpoint:
             await asyncio.to_thread(self.send, destination, outgoing)
             return await asyncio.wait_for(arrived, seconds)
         except asyncio.TimeoutError:
+            self.pending_requests.forget(waiter)  # first: after this no reply can reach the waiter
             if waiter.reply is not None:
                 return waiter.reply
             raise self._timed_out(outgoing, seconds) from None

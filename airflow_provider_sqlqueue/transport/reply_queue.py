@@ -38,12 +38,19 @@ if TYPE_CHECKING:
     from .connection import Transport
     from .queue import TableQueue
 
-__all__ = ["REQUEST_MARKER", "ReplyQueue"]
+__all__ = ["REQUEST_MARKER", "ReplyQueue", "reply_queue_name"]
 
 REQUEST_MARKER = "SqlQueue.RequestSent"
 """The header of the marker sent with a request into its reply queue: its value is the request's id."""
 UNCLAIMED_REPLY = "airflow_provider_sqlqueue.transport.requests.UnclaimedReply"
 READ_AT_ONCE = 20
+
+
+def reply_queue_name(prefix: str, request_id: uuid.UUID) -> str:
+    """The address of request ``request_id``'s reply queue: ``prefix``'s with the id appended to its table
+    name (schema and catalog kept; the transport resolves what the prefix leaves out)."""
+    base = QueueAddress.parse(prefix)
+    return str(base.with_table(f"{base.table}.{request_id.hex}"))
 
 
 @dataclass(frozen=True)
@@ -57,8 +64,7 @@ class ReplyQueue:
 
     @property
     def address(self) -> QueueAddress:
-        base = QueueAddress.parse(self.prefix)
-        return self.transport.resolve(base.with_table(f"{base.table}.{self.request_id.hex}"))
+        return self.transport.resolve(reply_queue_name(self.prefix, self.request_id))
 
     @property
     def queue(self) -> TableQueue:

@@ -1,9 +1,12 @@
 """ReplyTrigger: wait in the triggerer for the reply to one durable request (transport/reply_queue.py).
 
-Each poll reads the oldest few messages of the request's own reply queue (two, normally: the marker and,
-once it came, the reply) and leaves them there, so a reply that came before the trigger started, or
-while a triggerer restarted, is found on the next poll, and the task that resumes takes it from the queue
-itself: the event carries only the reply's Id, not its body.
+The request's own reply queue holds its marker until the reply comes. The trigger watches that queue's
+depth through the triggerer's shared poller of its connection (``transport/shared_poll.py``, as the
+queue sensors do: one statement per poll for every watched queue, on one connection, however many
+requests wait). When the queue holds more than the marker, one read of its oldest few messages confirms
+that the reply is there, and leaves it there: a reply that came before the trigger started, or while a
+triggerer restarted, is found on the next poll, and the task that resumes takes it from the queue itself
+(the event carries only the reply's Id, not its body).
 
 Transient database failures are logged and polled through; any other failure ends the trigger with an
 ``error`` event naming it. At ``deadline`` (an absolute UTC time, so a restarted trigger keeps it) the
@@ -22,7 +25,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import ConfigurationError, TransientDatabaseError
-from ..transport.reply_queue import ReplyQueue
+from ..transport.reply_queue import ReplyQueue, reply_queue_name
+from .queue import shared_watch
+
+WITH_REPLY = 2  # the marker and the reply
 
 
 class ReplyTrigger(BaseTrigger):
@@ -79,25 +85,39 @@ class ReplyTrigger(BaseTrigger):
         return TriggerEvent({"status": status, "request_id": self.request_id, **payload})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+        yield await self._wait()  # the shared watch is left before the event goes out
+
+    async def _wait(self) -> TriggerEvent:
         deadline = datetime.fromisoformat(self.deadline)
+        request_id = uuid.UUID(self.request_id)
+        name = reply_queue_name(self.reply_queue_prefix, request_id)
         try:
-            transport = await hook.aget_transport()
-            replies = ReplyQueue(transport, self.reply_queue_prefix, uuid.UUID(self.request_id))
-            while True:
-                try:
-                    reply = await asyncio.to_thread(replies.find_reply)
-                except TransientDatabaseError as error:
-                    self.log.warning("reading %s failed, will retry: %s", replies.address, error)
-                else:
-                    if reply is not None:
-                        yield self._event("success", reply_id=reply.id, reply_queue=str(replies.address))
-                        return
-                if datetime.now(timezone.utc) >= deadline:
-                    yield self._event("timeout", reply_queue=str(replies.address), deadline=self.deadline)
-                    return
-                await asyncio.sleep(self.poll_interval)
+            async with shared_watch(self.sqlqueue_conn_id, name, self.poll_interval, WITH_REPLY) as watch:
+                while True:
+                    left = (deadline - datetime.now(timezone.utc)).total_seconds()
+                    if left <= 0:
+                        return self._event("timeout", reply_queue=name, deadline=self.deadline)
+                    try:
+                        look = await asyncio.wait_for(watch.next(), left)
+                    except asyncio.TimeoutError:
+                        continue  # the deadline passed: said above
+                    except TransientDatabaseError as error:
+                        self.log.warning("polling %s failed, will retry: %s", name, error)
+                        continue
+                    depth = look.estimate if look.exact is None else look.exact
+                    if depth >= WITH_REPLY:
+                        reply_id = await self._reply_id(request_id)
+                        if reply_id is not None:
+                            return self._event("success", reply_id=reply_id, reply_queue=name)
         except Exception as error:  # a missing queue or connection, an unclassified driver error: say so
-            yield self._event("error", message=f"{type(error).__name__}: {error}")
+            return self._event("error", message=f"{type(error).__name__}: {error}")
+
+    async def _reply_id(self, request_id: uuid.UUID) -> str | None:
+        """The reply's Id when it is in the reply queue (one read of its oldest messages), else None."""
+        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+        try:
+            replies = ReplyQueue(await hook.aget_transport(), self.reply_queue_prefix, request_id)
+            reply = await asyncio.to_thread(replies.find_reply)
         finally:
             await hook.aclose()
+        return None if reply is None else reply.id
