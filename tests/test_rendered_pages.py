@@ -41,6 +41,7 @@ def test_every_page_matches_its_data(render) -> None:
         "history/delayed-delivery.md",
         "operating.md",
         "history/operating.md",
+        "exactly-once.md",
     )
     pages = {ROOT / "docs" / name for name in names}
     pages.add(BENCHMARKS / "README.md")
