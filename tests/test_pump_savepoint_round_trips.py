@@ -9,10 +9,12 @@ receive at a time on a pool of one connection, so the traced connection is the o
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EngineTarget, odbc_target
 from test_pump import FAST
 
 from airflow_provider_sqlqueue.transport import MessagePump, Transport
@@ -174,6 +176,22 @@ def test_a_handler_whose_first_statement_fails_rolls_back_alone_however_it_reach
     travels with the savepoint (in one pipeline on PostgreSQL), through the driver's own connection the
     savepoint is marked before it; either way the attempt rolls back to its savepoint, is retried, then
     moved to the error queue, and the batch's other rows commit once."""
+    _first_statement_fails(target, reach)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"], ids=["postgresql-odbc", "sqlite-odbc"])
+def odbc(request: pytest.FixtureRequest, tmp_path) -> Iterator[EngineTarget]:
+    pytest.importorskip("pyodbc", reason="pyodbc (the mssql extra) is not installed")
+    yield from odbc_target(request, request.param, tmp_path)
+
+
+def test_through_odbc_the_release_and_the_savepoint_run_before_the_handlers_first_statement(odbc) -> None:
+    """pyodbc has no pipeline: the previous message's release and the savepoint run one after another
+    just before the handler's first statement, with the same outcome."""
+    _first_statement_fails(odbc, "cursor")
+
+
+def _first_statement_fails(target: Any, reach: str) -> None:
     with target.open() as transport:
         for name in ("error", "orders"):
             transport.queue(name).create()
