@@ -36,6 +36,7 @@ from pages import (
     spark_drain,
     spark_source,
     transcribed_text,
+    trigger_polling,
 )
 from pages.blocks import ROOT, replace_blocks
 from pages.chart import chart_available
@@ -65,6 +66,7 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "docs" / "operating.md": queues_cost.operating_blocks,
     ROOT / "docs" / "history" / "operating.md": queues_cost.history_blocks,
     ROOT / "README.md": reliability_page.readme_blocks,
+    ROOT / "docs" / "sensor.md": trigger_polling.sensor_blocks,
 }
 
 
