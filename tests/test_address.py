@@ -129,10 +129,71 @@ _table = st.text(_name_chars, min_size=1, max_size=30).filter(lambda t: t.strip(
 _part = st.one_of(st.none(), st.text(_name_chars, min_size=1, max_size=30).filter(lambda t: t.strip()))
 
 
+# The reference's PostgreSQL transport (214c4e8f, Addressing/QueueAddress.cs): split at the first dot outside
+# double quotes, each part unquoted ('""' -> '"'), an empty part meaning the default schema.
+QUOTED_CASES = [
+    ('"public"."billing"', "billing", "public"),
+    ('"billing"', "billing", None),
+    ('"my ""odd"" schema"."my.table"', "my.table", 'my "odd" schema'),
+    ('"s.x"."t"', "t", "s.x"),
+    ('""."billing"', "billing", None),
+    ('"sch@ma"."Billing"', "Billing", "sch@ma"),
+]
+
+
+@pytest.mark.parametrize(("text", "table", "schema"), QUOTED_CASES)
+def test_the_reference_postgresql_form_is_read(text: str, table: str, schema: str | None) -> None:
+    address = QueueAddress.parse(text)
+    assert (address.table, address.schema, address.catalog) == (table, schema, None)
+    assert address == QueueAddress(table, schema)  # the same queue as in this package's form
+    assert QueueAddress.parse(str(address)) == address
+
+
+@pytest.mark.parametrize(
+    ("parts", "text"),
+    [
+        (("billing", "public"), '"public"."billing"'),
+        (("billing", None), '"billing"'),
+        (('a "b".c', 'x"y'), '"x""y"."a ""b"".c"'),
+    ],
+)
+def test_the_quoted_form_is_written_as_the_reference_writes_it(
+    parts: tuple[str, str | None], text: str
+) -> None:
+    address = QueueAddress(*parts).in_quoted_form()
+    assert str(address) == text
+    assert str(address.with_table("other")).endswith('"other"')
+
+
+@pytest.mark.parametrize(
+    ("text", "table", "schema"),
+    [
+        ("public.billing", "public.billing", None),  # unquoted: a dot belongs to the table, as on SQL Server
+        ('public."billing"', 'public."billing"', None),
+        ('"a"."b"."c"', '"a"."b"."c"', None),
+        ('"x"@[dbo]', '"x"', "dbo"),
+        ('"x"@[]', '"x"', None),
+    ],
+)
+def test_text_not_exactly_in_the_quoted_form_is_this_packages_form(
+    text: str, table: str, schema: str | None
+) -> None:
+    address = QueueAddress.parse(text)
+    assert (address.table, address.schema) == (table, schema)
+    assert QueueAddress.parse(str(address)) == address
+
+
+def test_a_table_named_like_the_quoted_form_is_written_so_that_it_reads_back() -> None:
+    address = QueueAddress('"public"."billing"')
+    assert str(address) == '"public"."billing"@[]'
+    assert QueueAddress.parse(str(address)) == address
+
+
 @given(_table, _part, _part)
 def test_format_then_parse_round_trips(table: str, schema: str | None, catalog: str | None) -> None:
     address = QueueAddress(table, schema, catalog)
     assert QueueAddress.parse(str(address)) == address
+    assert QueueAddress.parse(str(address.in_quoted_form())) == address
 
 
 @given(st.text(max_size=60))

@@ -109,7 +109,10 @@ def database_of(target) -> str | None:
 
 
 def header_address(target, table: str) -> str:
-    """How the reference writes a queue's address in headers: with the catalog on SQL Server only."""
+    """How the reference writes a queue's address in headers: with the catalog on SQL Server only, as
+    ``"schema"."table"`` on PostgreSQL (NServiceBus.Transport.PostgreSql's form)."""
+    if target.engine == "postgresql":
+        return f'"{target.schema}"."{table}"'
     catalog = database_of(target) if target.engine == "sqlserver" else None
     return str(QueueAddress(table, target.schema, catalog))
 
@@ -193,9 +196,12 @@ def test_the_catalog_is_looked_up_at_most_once_per_transport(target, monkeypatch
         for _ in range(3):
             transport.new_connection().close()
         assert transport.current_catalog() == expected
-        assert str(transport.canonical("q")) == str(
-            QueueAddress("q", target.schema, expected if target.engine == "sqlserver" else None)
+        written = (
+            f'"{target.schema}"."q"'
+            if target.engine == "postgresql"
+            else str(QueueAddress("q", target.schema, expected if target.engine == "sqlserver" else None))
         )
+        assert str(transport.canonical("q")) == written
         if expected is not None:
             assert transport.resolve(QueueAddress("q", target.schema, expected)) == transport.resolve("q")
         assert transport.catalog_lookups == (0 if target.engine == "sqlite" else 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -129,7 +130,8 @@ def test_a_publish_failing_half_way_leaves_nothing(transport: Transport) -> None
         transport.queue(name).create()
     for endpoint, queue in (("A", "a_first"), ("B", "b_missing"), ("C", "c_last")):
         transport.subscriptions.subscribe(endpoint, "Sales.Events.OrderPlaced", queue)
-    with pytest.raises(QueueNotFound):
+    missing = str(transport.canonical("b_missing"))
+    with pytest.raises(QueueNotFound, match=re.escape(f"subscription row with QueueAddress {missing!r}")):
         transport.publish("Sales.Events.OrderPlaced", b"x")
     assert drain(transport, "a_first") == [] and drain(transport, "c_last") == []
     transport.queue("b_missing").create()
@@ -444,3 +446,58 @@ def test_a_handler_publish_in_receive_only_mode_commits_at_once(transport: Trans
         assert copies == [] and "single writer" in outcomes[0]
     else:
         assert outcomes == ["published", "published"] and copies == [b"placed", b"placed"]
+
+
+@pytest.mark.parametrize("target", ["postgresql", "sqlserver-msodbc"], indirect=True)
+def test_topic_length_is_counted_as_the_column_counts(transport: Transport) -> None:
+    """SQL Server's nvarchar(200) holds 200 UTF-16 code units (a character outside the Basic Multilingual
+    Plane takes two), PostgreSQL's varchar(200) 200 characters: 150 such characters are refused before any
+    statement on SQL Server, whose column refuses them too, and subscribe and publish on PostgreSQL."""
+    store = transport.subscriptions
+    store.create()
+    transport.queue("billing").create()
+    fits, wide = "\U0001f600" * 100, "\U0001f600" * 150
+    assert store.subscribe("Billing", fits, "billing").topic == fits
+    if transport.dialect.name == "sqlserver":
+        for attempt in (
+            lambda: store.subscribe("Billing", wide, "billing"),
+            lambda: transport.publish(wide, b"x"),
+        ):
+            with pytest.raises(ConfigurationError, match="300 UTF-16 code units"):
+                attempt()
+        p = rawsql.param(transport)
+        table = transport.dialect.qualified_name(store.address)
+        with pytest.raises(Exception, match=COLUMN_REFUSES_LONG_VALUE):
+            rawsql.execute(
+                transport,
+                f"INSERT INTO {table} (QueueAddress, Endpoint, Topic) VALUES ({p}, {p}, {p})",
+                ("billing", "Raw", wide),
+            )
+        assert [row.topic for row in store.list()] == [fits]
+    else:
+        assert store.subscribe("Billing", wide, "billing").topic == wide
+        assert transport.publish(wide, b"x").queues == (str(transport.canonical("billing")),)
+
+
+COLUMN_REFUSES_LONG_VALUE = "truncated|too long"
+
+
+@pytest.mark.parametrize("target", ["postgresql", "sqlserver-msodbc"], indirect=True)
+def test_a_subscribe_differing_only_in_case_reports_the_row_as_the_table_holds_it(
+    transport: Transport,
+) -> None:
+    """Under SQL Server's case-insensitive default collation a second subscribe that differs only in case is
+    the same row, which keeps its first spelling and takes the new queue; PostgreSQL compares exactly."""
+    store = transport.subscriptions
+    store.create()
+    for name in ("billing", "shipping"):
+        transport.queue(name).create()
+    store.subscribe("Billing", "Sales.OrderPlaced", "billing")
+    again = store.subscribe("billing", "SALES.ORDERPLACED", "shipping")
+    shipping = str(transport.canonical("shipping"))
+    if transport.dialect.name == "sqlserver":
+        assert again == Subscription(shipping, "Billing", "Sales.OrderPlaced")
+        assert store.list() == [again]
+    else:
+        assert again == Subscription(shipping, "billing", "SALES.ORDERPLACED")
+        assert len(store.list()) == 2

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from test_airflow_dags import airflow_db  # noqa: F401  (a fixture)
 
 from airflow_provider_sqlqueue.model.errors import ConfigurationError
-from airflow_provider_sqlqueue.transport import Transport
+from airflow_provider_sqlqueue.transport import QueueAddress, Transport
 from airflow_provider_sqlqueue.transport.browse import browse, preview_body
 from airflow_provider_sqlqueue.transport.failed import failed_rows
 from airflow_provider_sqlqueue.transport.overview import human_age, queues_overview
@@ -33,8 +33,9 @@ HOSTILE = "<script>alert('x')</script> & more"
 
 
 def table(queue: str | None) -> str:
-    """The table of a queue name as FailedQ spells it (``payments@[schema]`` on a server)."""
-    return (queue or "").split("@")[0]
+    """The table of a queue name as FailedQ spells it (``payments@[schema]@[db]`` on SQL Server,
+    ``"schema"."payments"`` on PostgreSQL)."""
+    return QueueAddress.parse(queue).table if queue else ""
 
 
 def fail_all(transport: Transport, name: str, bodies: list[str], error: Exception) -> set[str]:

@@ -11,7 +11,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import rawsql
 
-from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage, QueueAddress, Subscription
+from airflow_provider_sqlqueue import cli
+from airflow_provider_sqlqueue.transport import (
+    MessagePump,
+    OutgoingMessage,
+    QueueAddress,
+    QueueNotFound,
+    Subscription,
+)
+from airflow_provider_sqlqueue.transport.failed import retry_failed
 from airflow_provider_sqlqueue.transport.headers import decode_headers, encode_headers
 
 MESSAGE_ID = "6b7c9d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"
@@ -410,6 +418,17 @@ WHERE
 BABELFISH_REFUSES_MERGE = "'MERGE' is not currently supported in Babelfish"
 
 
+def reference_address(transport, table: str) -> str:
+    """The address the reference writes for ``table`` in the transport's default schema, built here by its
+    own rule (214c4e8f, ``CanonicalQueueAddress.cs`` of each transport), not by this package: PostgreSQL
+    ``"schema"."table"`` with ``"`` doubled; SQL Server ``table@[schema]@[catalog]`` with ``]`` doubled."""
+    schema = transport.default_schema or transport.dialect.default_schema
+    if transport.dialect.name == "postgresql":
+        return '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
+    catalog = transport.current_catalog()
+    return f"{table}@[{schema.replace(']', ']]')}]@[{catalog.replace(']', ']]')}]"
+
+
 class ReferenceSubscriptions:
     """The reference's statements, run on ``transport``'s database against its subscription table."""
 
@@ -459,10 +478,11 @@ class ReferenceSubscriptions:
 )
 def test_the_reference_and_this_package_share_the_subscription_table(transport, created_by: str) -> None:
     """On the table the reference's installer creates (or this package's, which the reference's installer
-    then leaves as it is): a subscription its statement writes is honoured by this package's publish, one
-    this package writes is found by its lookup, and its unsubscribe removes it. Babelfish refuses the
-    reference's MERGE, so a .NET endpoint cannot subscribe there at all; that refusal is what this asserts
-    on Babelfish, where the rest still holds."""
+    then leaves as it is), with the reference's own address forms: a subscription its statement writes
+    (``"schema"."billing"`` on PostgreSQL) is honoured by this package's publish, one this package writes is
+    found by its lookup in the form the reference writes (so a .NET publisher parses it), and its
+    unsubscribe removes it. Babelfish refuses the reference's MERGE, so a .NET endpoint cannot subscribe
+    there at all; that refusal is what this asserts on Babelfish, where the rest still holds."""
     reference = ReferenceSubscriptions(transport)
     store = transport.subscriptions
     if created_by == "reference":
@@ -473,7 +493,7 @@ def test_the_reference_and_this_package_share_the_subscription_table(transport, 
         reference.run("create", {})  # finds it and creates nothing
     for name in ("billing", "shipping"):
         transport.queue(name).create()
-    billing, shipping = (str(transport.canonical(name)) for name in ("billing", "shipping"))
+    billing, shipping = (reference_address(transport, name) for name in ("billing", "shipping"))
     topic = "Sales.Events.OrderPlaced"
 
     store.subscribe("Billing", topic, "shipping")  # to be moved by the reference's upsert
@@ -499,3 +519,63 @@ def test_the_reference_and_this_package_share_the_subscription_table(transport, 
     reference.run("unsubscribe", {"Endpoint": "Shipping", "Topic": "Sales.Events.IOrderEvent"})
     assert [row.endpoint for row in store.list()] == ["Billing"]
     assert transport.publish("Sales.Events.IOrderEvent", b"none").queues == ()
+
+
+@pytest.mark.parametrize("target", ["postgresql", "sqlserver-msodbc"], indirect=True)
+def test_a_reference_subscription_row_naming_no_table_fails_the_publish_naming_the_row(transport) -> None:
+    """As the reference's dispatch fails on a subscriber queue that does not exist, the publish fails, names
+    the row's QueueAddress as stored, and sends nobody a copy; the other subscribers' rows still work once
+    the row is gone."""
+    reference = ReferenceSubscriptions(transport)
+    store = transport.subscriptions
+    store.create()
+    transport.queue("billing").create()
+    store.subscribe("Billing", "T", "billing")
+    nowhere = reference_address(transport, "nowhere")
+    p = rawsql.param(transport)
+    rawsql.execute(
+        transport,
+        f"INSERT INTO {reference.table} (QueueAddress, Endpoint, Topic) VALUES ({p}, {p}, {p})",
+        (nowhere, "Gone", "T"),
+    )
+    with pytest.raises(QueueNotFound, match=re.escape(f"QueueAddress {nowhere!r} (a subscriber of T)")):
+        transport.publish("T", b"x")
+    assert rawsql.all_rows(transport.queue("billing")) == []
+    store.unsubscribe("Gone", "T")
+    assert transport.publish("T", b"y").queues == (reference_address(transport, "billing"),)
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_reference_postgresql_addresses_in_headers_and_arguments(transport, target, capsys) -> None:
+    """A .NET PostgreSQL endpoint writes ReplyToAddress as ``"schema"."table"``: a handler's reply reaches
+    that queue. The FailedQ this package writes is in that form (what ServiceControl and .NET retries
+    parse), and a retry reads it back. The command line takes the form as a queue argument."""
+    for name in ("orders", "sales", "error", "billing"):
+        transport.queue(name).create()
+    orders = transport.queue("orders")
+    sales = reference_address(transport, "sales")
+    dotnet = encode_headers({**DOTNET_HEADERS, "NServiceBus.ReplyToAddress": sales})
+    rawsql.insert_foreign_row(orders, dotnet, b"order")
+    rawsql.insert_foreign_row(orders, dotnet, b"fail")
+
+    def handle(message, context) -> None:
+        if message.body == b"fail":
+            raise ValueError("no")
+        context.reply(b"ack")
+
+    MessagePump(orders, handle, immediate_retries=0, idle_delay=0.1).run(until_empty=True, timeout=30)
+    with transport.queue("sales").receive() as batch:
+        [reply] = batch
+    assert reply.body == b"ack" and reply.headers["NServiceBus.CorrelationId"] == MESSAGE_ID
+    [(_, failed_text, _)] = rawsql.all_rows(transport.queue("error"))
+    assert decode_headers(failed_text)["NServiceBus.FailedQ"] == reference_address(transport, "orders")
+    outcome = retry_failed(transport.queue("error"))
+    assert len(outcome.done) == 1 and outcome.refused == []
+    assert [body for _, _, body in rawsql.all_rows(orders)] == [b"fail"]
+
+    database = ["--url", target.url, "--schema", target.schema]
+    transport.subscriptions.create()
+    billing = reference_address(transport, "billing")
+    assert cli.main(["subscribe", billing, "T", *database, "--json"]) == cli.Exit.OK
+    assert json.loads(capsys.readouterr().out)["queue"] == billing
+    assert transport.subscriptions.list("T") == [Subscription(billing, "billing", "T")]

@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 DEFAULT_ODBC_DRIVER = "ODBC Driver 18 for SQL Server"
+# Engines whose reference transport writes addresses "schema"."table" (NServiceBus.Transport.PostgreSql).
+_QUOTED_ADDRESS_ENGINES = frozenset({"postgresql"})
 
 
 def odbc_connection_string(url: URL) -> str:
@@ -244,10 +246,14 @@ class Transport:
         return resolved
 
     def canonical(self, address: str | QueueAddress) -> QueueAddress:
-        """The address as the headers carry it (ReplyToAddress, FailedQ, ForwardDestination): on SQL
-        Server always with its catalog (``q@[dbo]@[sales]``), as the reference writes and .NET endpoints
-        in other catalogs need; on PostgreSQL without one, as the reference's PostgreSQL transport writes."""
+        """The address as the headers and subscription rows carry it (ReplyToAddress, FailedQ,
+        ForwardDestination, QueueAddress), in the form a .NET endpoint on the engine parses: on SQL Server
+        always with its catalog (``q@[dbo]@[sales]``), as the reference writes and .NET endpoints in other
+        catalogs need; on PostgreSQL ``"public"."q"``, as the reference's PostgreSQL transport writes
+        (its parser would take ``q@[public]`` for a table of that name)."""
         resolved = self.resolve(address)
+        if self.dialect.name in _QUOTED_ADDRESS_ENGINES:
+            return resolved.in_quoted_form()
         if not self.dialect.addresses_carry_catalog or resolved.catalog is not None:
             return resolved
         catalog = self.current_catalog()

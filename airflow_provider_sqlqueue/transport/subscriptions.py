@@ -52,6 +52,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TOPIC_ATTRIBUTE = "__sqlqueue_topic__"
+# Engines whose subscription columns are nvarchar, counted in UTF-16 code units (the reference's SQL Server
+# table and this package's on SQL Server and Babelfish).
+_UTF16_COLUMN_ENGINES = frozenset({"sqlserver"})
 # How often a subscribe that lost a race for a new row (an engine that ignores locking hints) runs again.
 _SUBSCRIBE_ATTEMPTS = 3
 
@@ -128,10 +131,16 @@ def _checked_topic(topic: Any) -> str:
     return _fits("topic", topic)
 
 
-def _fits(kind: str, value: str) -> str:
-    if len(value) > SUBSCRIPTION_COLUMN_LENGTH:
+def _fits(kind: str, value: str, engine: str | None = None) -> str:
+    """``value`` if the subscription table's column holds it on ``engine`` (None: any engine), as that
+    engine counts: SQL Server's ``nvarchar`` counts UTF-16 code units, so a character outside the Basic
+    Multilingual Plane takes two; PostgreSQL's ``varchar`` and SQLite count characters."""
+    length, unit = len(value), "characters"
+    if engine in _UTF16_COLUMN_ENGINES:
+        length, unit = len(value.encode("utf-16-le")) // 2, "UTF-16 code units (nvarchar's count)"
+    if length > SUBSCRIPTION_COLUMN_LENGTH:
         raise ConfigurationError(
-            f"{kind} {value[:40]!r}... is {len(value)} characters long; the subscription table (as the "
+            f"{kind} {value[:40]!r}... is {length} {unit} long; the subscription table (as the "
             f"reference's) holds at most {SUBSCRIPTION_COLUMN_LENGTH}"
         )
     return value
@@ -218,30 +227,53 @@ class SubscriptionStore:
     ) -> Subscription:
         """Record that ``endpoint`` receives ``topic``'s events in ``queue_address``, replacing the queue
         of an earlier subscription of the same endpoint and topic (a class topic is one row, its own
-        name, as the reference subscribes a type). The address is stored as message headers carry it
-        (on SQL Server with its catalog), which .NET publishers read.
+        name, as the reference subscribes a type). The address is stored as message headers carry it, in
+        the form .NET publishers on the engine parse (SQL Server ``q@[dbo]@[sales]``, PostgreSQL
+        ``"public"."q"``). The subscription returned is the row as the table holds it: under a
+        case-insensitive collation a subscribe differing only in case keeps the row's first spelling.
 
         With ``connection`` (as :meth:`TableQueue.send`'s) it joins that connection's transaction and
         commits nothing. There a subscribe that loses the race for a new row to a concurrent first
         subscriber of the same endpoint and topic (Babelfish only, which ignores the locking hints) raises
         the driver's duplicate-key error: roll back and subscribe again.
         """
-        endpoint_name = _fits("endpoint name", _non_empty("endpoint", endpoint))
+        engine = self.transport.dialect.name
+        endpoint_name = _fits("endpoint name", _non_empty("endpoint", endpoint), engine)
         topic_text = topic_name(topic) if isinstance(topic, type) else _checked_topic(topic)
-        queue = _fits("queue address", str(self.transport.canonical(queue_address)))
+        _fits("topic", topic_text, engine)
+        queue = _fits("queue address", str(self.transport.canonical(queue_address)), engine)
         address = self.address
+        held: builtins.list[Subscription] = []
+
+        def subscribe_on(cursor: Any, table: QueueAddress, values: tuple[str, str, str]) -> int:
+            held[:] = [self._subscribe_on(cursor, table, values)]
+            return 1
+
         try:
-            self._write(address, self._subscribe_on, (endpoint_name, topic_text, queue), connection)
+            self._write(address, subscribe_on, (endpoint_name, topic_text, queue), connection)
         finally:
             self._forget(topic_text)
-        log.info("endpoint %s subscribed to %s in queue %s", endpoint_name, topic_text, queue)
-        return Subscription(queue, endpoint_name, topic_text)
+        [row] = held
+        if row.topic != topic_text:
+            self._forget(row.topic)
+        log.info("endpoint %s subscribed to %s in queue %s", row.endpoint, row.topic, row.queue_address)
+        return row
 
-    def _subscribe_on(self, cursor: Any, address: QueueAddress, values: tuple[str, str, str]) -> int:
+    def _subscribe_on(self, cursor: Any, address: QueueAddress, values: tuple[str, str, str]) -> Subscription:
+        """The upsert, then the row as it is held: under a case-insensitive collation (SQL Server's
+        default) a subscribe differing only in case updates the row, which keeps its first spelling."""
         dialect = self.transport.dialect
+        endpoint, topic, queue = values
         cursor.execute(dialect.subscribe(address), dialect.subscribe_params(*values))
         dialect.fetch_rows(cursor)  # surfaces an error of a later statement of the batch
-        return 1
+        cursor.execute(
+            dialect.select_subscriptions(address, True, True),
+            dialect.select_subscriptions_params((topic, endpoint), None),
+        )
+        rows = dialect.fetch_rows(cursor)
+        if len(rows) != 1:
+            return Subscription(queue, endpoint, topic)  # a collation that ignores more than case: as given
+        return Subscription(str(rows[0][0]), str(rows[0][1]), str(rows[0][2]))
 
     def unsubscribe(self, endpoint: str, topic: str | type, *, connection: Any = None) -> bool:
         """Remove ``endpoint``'s subscription to ``topic``; True when there was one. With ``connection``
@@ -323,7 +355,8 @@ class SubscriptionStore:
         """The distinct queues subscribed to any of ``topics`` (sorted), through the cache: a lookup of the
         same topics less than ``cache_seconds`` ago is reused. With ``connection`` a lookup reads on it
         (inside the caller's transaction) instead of on a pooled connection."""
-        key = tuple(dict.fromkeys(_checked_topic(topic) for topic in topics))
+        engine = self.transport.dialect.name
+        key = tuple(dict.fromkeys(_fits("topic", _checked_topic(topic), engine) for topic in topics))
         if not key:
             raise ConfigurationError("a subscriber lookup needs at least one topic")
         seconds = self.settings.cache_seconds
