@@ -550,10 +550,10 @@ def test_reference_postgresql_addresses_in_headers_and_arguments(transport, targ
     """A .NET PostgreSQL endpoint writes ReplyToAddress as ``"schema"."table"``: a handler's reply reaches
     that queue. The FailedQ this package writes is in that form (what ServiceControl and .NET retries
     parse), and a retry reads it back. The command line takes the form as a queue argument."""
-    for name in ("orders", "sales", "error", "billing"):
+    for name in ("orders", "Sales.WEB01", "error", "billing"):
         transport.queue(name).create()
     orders = transport.queue("orders")
-    sales = reference_address(transport, "sales")
+    sales = reference_address(transport, "Sales.WEB01")  # an instance queue: a dot inside the quotes
     dotnet = encode_headers({**DOTNET_HEADERS, "NServiceBus.ReplyToAddress": sales})
     rawsql.insert_foreign_row(orders, dotnet, b"order")
     rawsql.insert_foreign_row(orders, dotnet, b"fail")
@@ -564,7 +564,7 @@ def test_reference_postgresql_addresses_in_headers_and_arguments(transport, targ
         context.reply(b"ack")
 
     MessagePump(orders, handle, immediate_retries=0, idle_delay=0.1).run(until_empty=True, timeout=30)
-    with transport.queue("sales").receive() as batch:
+    with transport.queue("Sales.WEB01").receive() as batch:
         [reply] = batch
     assert reply.body == b"ack" and reply.headers["NServiceBus.CorrelationId"] == MESSAGE_ID
     [(_, failed_text, _)] = rawsql.all_rows(transport.queue("error"))
