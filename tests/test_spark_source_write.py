@@ -172,9 +172,14 @@ def test_a_partition_failing_midway_sends_none_of_its_rows_and_a_rerun_sends_onl
     assert sorted(json.loads(m.body)["order_id"] for m in messages) == list(range(5000))
 
 
-def test_a_task_failing_in_its_first_attempt_is_retried_without_duplicates(sqlqueue, target, bridge) -> None:
+@pytest.mark.parametrize("batch_size", [None, "1000"])
+def test_a_task_failing_in_its_first_attempt_is_retried_without_duplicates(
+    sqlqueue, target, bridge, batch_size
+) -> None:
     """A UDF fails the first attempt of partition 1 after 2200 of its rows (Arrow batches of 500 reach the
-    writer, so two chunks are sent in the open transaction first); the retry sends the partition once."""
+    writer, so two chunks are sent in the open transaction first); the retry sends the partition once. With
+    ``batchSize`` 1000 the first attempt committed batches 0 and 1 of partition 1, and the retry sends only
+    batch 2."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
     from sqlqueue_write_source import order_id_failing_in_first_attempt
@@ -183,12 +188,14 @@ def test_a_task_failing_in_its_first_attempt_is_retried_without_duplicates(sqlqu
     failing = F.udf(order_id_failing_in_first_attempt, LongType())
     frame = sqlqueue.range(0, 5000, numPartitions=2).select(failing(F.col("id")).alias("order_id"))
     sqlqueue.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    options = {"batchSize": batch_size} if batch_size else {}
     try:
-        write(frame, target, queue="results", runId="w-4")
+        write(frame, target, queue="results", runId="w-4", **options)
     finally:
         sqlqueue.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert "write_failed_once" in FAULT_LOG.read_text()
-    assert markers(bridge, "w-4") == [(0, 2500), (1, 2500)]
+    per_partition = [1000, 1000, 500] if batch_size else [2500]
+    assert markers(bridge, "w-4") == sorted((part, count) for part in (0, 1) for count in per_partition)
     messages = receive_all(bridge)
     assert len({m.id for m in messages}) == len(messages) == 5000
     assert sorted(json.loads(m.body)["order_id"] for m in messages) == list(range(5000))
@@ -259,7 +266,9 @@ def test_bad_options_and_frames_are_refused_before_anything_is_sent(target, brid
 
     refused("need option\\('queue'", queue="")
     refused("nowhere.* does not exist", queue="nowhere")
-    refused("unknown option 'batchsize'", batchsize="10")
+    refused("unknown option 'batchsizes'", batchsizes="10")
+    refused("batchSize must be a positive integer, not '0'", batchSize="0")
+    refused("batchSize must be a positive integer, not 'ten'", batchSize="ten")
     refused("createTables must be true or false", createTables="yes")
     refused("a run id is at most 200 characters", runId="r" * 201)
     body_long = T.StructType([T.StructField("body", T.LongType())])

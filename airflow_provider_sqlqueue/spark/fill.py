@@ -1,29 +1,26 @@
-"""Fill a queue from a DataFrame with Spark: batched sends, each batch exactly once per run id.
+"""Fill a queue from a DataFrame with Spark: an application of the ``sqlqueue`` data source's writer.
 
-Every partition sends its rows in batches of ``batch_size``. A batch's INSERTs and a marker row
-(run id, partition, batch) commit in one transaction, so a retried or speculative task skips the batches an
-earlier attempt committed, and a re-run of the same run id sends only what is missing. That needs every
-attempt to see the same rows in the same order: the source is checkpointed first (``checkpoint=True``),
-unless it is known to be deterministic (files, tables read without a shuffle).
-
-Rows become messages as :mod:`.row_messages` maps them (shared with the ``sqlqueue`` data source's writer): a
-``body`` column or the row as JSON, optional ``headers``, ``message_id`` and ``time_to_be_received_seconds``;
-without a ``message_id`` the Id is derived from (run id, partition, position).
+The writer (``source/writer.py``) sends every partition in batches of ``batch_size``, each batch's messages
+and its marker row (run id, partition, batch) in one transaction, so a retried or speculative task skips
+the batches an earlier attempt committed and a re-run of the same run id sends only what is missing. That
+needs every attempt to see the same rows in the same order, which is the part this job adds: the source is
+checkpointed first (``checkpoint=True``), unless it is known to be deterministic (files, tables read
+without a shuffle). It also drives the writer's partitions itself, so that its summary can say what each
+task sent and skipped.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..transport import ConfigurationError, Transport, open_transport
-from .config import NO_NEW_FILE
-from .row_messages import check_message_columns, row_message
-from .tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
+from .config import NO_NEW_FILE, split_credentials
+from .source.writer import DRILL_OPTION, InjectedFault, SqlQueueDataSourceWriter
+from .tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,10 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_sqlqueue.spark.fill")
 
 __all__ = ["FillConfig", "InjectedFault", "fill_queue", "read_source"]
-
-
-class InjectedFault(RuntimeError):
-    """Raised by ``fail_after_batch`` drills."""
 
 
 @dataclass(frozen=True)
@@ -60,75 +53,22 @@ class FillConfig:
     def open(self, **options: Any) -> Transport:
         return open_transport(self.url, default_schema=self.default_schema, **{**NO_NEW_FILE, **options})
 
-
-def fill_partition(config: FillConfig, index: int, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """Executor side: send this partition's rows in batches, skipping batches already marked sent."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    attempt = context.attemptNumber() if context is not None else 0
-    started = time.monotonic()
-    stats = {"partition": index, "attempt": attempt, "sent": 0, "skipped": 0, "batches": 0}
-    with config.open(pool_size=1, max_overflow=0) as transport:
-        target = transport.queue(config.queue)
-        sql = BridgeSql(transport, bridge_tables(transport, config.queue, config.prefix))
-        with transport.connection() as connection:
-            cursor = connection.cursor()
-            cursor.execute(sql.fill_batches_done(), (config.run_id, index))
-            done = {int(row[0]) for row in transport.dialect.fetch_rows(cursor)}
-            connection.commit()
-
-        def send(batch_number: int, items: list[tuple[int, Any]]) -> None:
-            if batch_number in done:
-                stats["skipped"] += len(items)
-                return
-            messages = [
-                row_message(
-                    config.run_id, index, pos, row.asDict(recursive=True), message_type=config.message_type
-                )
-                for pos, row in items
-            ]
-            try:
-                with transport.connection(target.address) as connection:
-                    cursor = connection.cursor()
-                    begin = transport.dialect.begin_write()
-                    if begin:
-                        cursor.execute(begin, ())
-                    target.send_on(connection, messages, commit=False)
-                    cursor.execute(sql.insert_fill_marker(), (config.run_id, index, batch_number, len(items)))
-                    connection.commit()
-            except Exception:
-                # a concurrent (speculative) attempt may have committed this batch first: its marker
-                # made ours fail and our sends rolled back with it
-                with transport.connection() as connection:
-                    cursor = connection.cursor()
-                    cursor.execute(sql.fill_batches_done(), (config.run_id, index))
-                    now_done = {int(row[0]) for row in transport.dialect.fetch_rows(cursor)}
-                    connection.commit()
-                if batch_number not in now_done:
-                    raise
-                stats["skipped"] += len(items)
-                return
-            stats["sent"] += len(items)
-            stats["batches"] += 1
-            if attempt == 0 and config.fail_after_batch == stats["batches"]:
-                raise InjectedFault(
-                    f"drill: the first attempt of partition {index} fails after committing "
-                    f"{stats['batches']} batch(es)"
-                )
-
-        pending: list[tuple[int, Any]] = []
-        batch_number = 0
-        for position, row in enumerate(rows):
-            pending.append((position, row))
-            if len(pending) == config.batch_size:
-                send(batch_number, pending)
-                pending = []
-                batch_number += 1
-        if pending:
-            send(batch_number, pending)
-    stats["seconds"] = round(time.monotonic() - started, 3)
-    yield stats
+    def write_options(self) -> dict[str, str]:
+        """The same write as ``df.write.format("sqlqueue")`` options."""
+        url, password = split_credentials(self.url)
+        given = {
+            "url": url,
+            "password": password,
+            "queue": self.queue,
+            "runId": self.run_id,
+            "defaultSchema": self.default_schema,
+            "messageType": self.message_type,
+            "prefix": self.prefix,
+            "createTables": "true" if self.create_tables else "false",
+            "batchSize": str(self.batch_size),
+            DRILL_OPTION: None if self.fail_after_batch is None else str(self.fail_after_batch),
+        }
+        return {key: value for key, value in given.items() if value is not None}
 
 
 def read_source(spark: SparkSession, source: str) -> DataFrame:
@@ -156,22 +96,15 @@ def fill_queue(
     """Send every row of ``frame`` to the queue, each batch exactly once per run id; return a summary."""
     say = echo or (lambda text: log.info("%s", text))
     started = time.monotonic()
-    check_message_columns(frame.schema)
-    with config.open(pool_size=1, max_overflow=1) as transport:
+    writer = SqlQueueDataSourceWriter(config.write_options(), frame.schema)  # checks all, sends nothing
+    source = frame.repartition(config.partitions) if config.partitions else frame
+    if config.checkpoint:
+        source = source.localCheckpoint(eager=True)
+    with config.open(pool_size=1, max_overflow=0) as transport:
         target = transport.queue(config.queue)
-        if not target.exists():
-            raise ConfigurationError(f"queue {target.name} does not exist; provision it first")
-        tables = (
-            create_bridge_tables(transport, config.queue, config.prefix)
-            if config.create_tables
-            else bridge_tables(transport, config.queue, config.prefix)
-        )
-        sql = BridgeSql(transport, tables)
-        source = frame.repartition(config.partitions) if config.partitions else frame
-        if config.checkpoint:
-            source = source.localCheckpoint(eager=True)
+        sql = BridgeSql(transport, bridge_tables(transport, config.queue, config.prefix))
         say(f"filling {target.name} from {source.rdd.getNumPartitions()} partition(s), run {config.run_id}")
-        tasks = source.rdd.mapPartitionsWithIndex(partial(fill_partition, config)).collect()
+        tasks = source.rdd.mapPartitions(lambda rows: [asdict(writer.write(rows))]).collect()
         with transport.connection() as connection:
             cursor = connection.cursor()
             cursor.execute(sql.fill_totals(), (config.run_id,))

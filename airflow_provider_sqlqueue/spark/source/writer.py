@@ -5,13 +5,14 @@
 Rows become messages as the fill job maps them (:mod:`..row_messages`): a ``body`` column or the row as JSON,
 optional ``headers``, ``message_id`` and ``time_to_be_received_seconds``.
 
-Each partition is one transaction: its messages and a marker row (run id, partition) in the bridge's
-``<prefix>_fill`` table commit together. A task that fails sent nothing; a retried or speculative attempt
-of a partition that already committed finds the marker and sends nothing; and a re-run with the same
-``runId`` sends only the partitions that did not commit (when the frame is partitioned the same way, as a
-re-run of the same job is). Without ``runId`` each write gets a fresh one, so the guarantee holds across
-task attempts of that write. Ids not given in a ``message_id`` column are derived from (run id, partition,
-position), the same in every attempt.
+Each batch of a partition (the whole partition unless ``batchSize`` is set) is one transaction: its
+messages and a marker row (run id, partition, batch) in the bridge's ``<prefix>_fill`` table commit
+together. A task that fails rolled back only its open batch; a retried or speculative attempt skips the
+batches an earlier attempt committed; and a re-run with the same ``runId`` sends only what did not commit.
+That needs every attempt to see the same rows in the same order: a frame of a non-deterministic source is
+checkpointed first (the fill job does, ``fill.py``). Without ``runId`` each write gets a fresh one, so the
+guarantee holds across task attempts of that write. Ids not given in a ``message_id`` column are derived
+from (run id, partition, position), the same in every attempt.
 
 The writer is built where the write is planned (on the driver): the options are checked, the password is
 taken from the ``password`` option or ``SQLQUEUE_PASSWORD`` there, and the queue and the marker table must
@@ -21,6 +22,7 @@ own connection.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Row
     from pyspark.sql.types import StructType
 
-__all__ = ["WRITE_OPTIONS", "PartitionSent", "SqlQueueDataSourceWriter"]
+__all__ = ["WRITE_OPTIONS", "InjectedFault", "PartitionSent", "SqlQueueDataSourceWriter"]
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark.source.writer")
 
@@ -53,10 +55,15 @@ WRITE_OPTIONS = {
     "messageType": "NServiceBus.EnclosedMessageTypes of every message",
     "prefix": f"name prefix of the bridge's tables (default {DEFAULT_PREFIX})",
     "createTables": "true: create the bridge's tables if missing (needs DDL rights)",
+    "batchSize": "messages per transaction, each committed with its marker (default: the whole partition)",
 }
+DRILL_OPTION = "failafterbatch"  # the failure drills: a task's first attempt fails after its N-th batch
 _KEYS = {name.lower(): name for name in WRITE_OPTIONS}
 SEND_CHUNK = 1000
-MARKER_BATCH = 0  # the writer's marker is batch 0 of its partition in the fill table
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the ``failAfterBatch`` drill, right after a batch committed."""
 
 
 def _option_key(key: str) -> str:
@@ -71,6 +78,16 @@ def _flag(name: str, text: str) -> bool:
     return value == "true"
 
 
+def _positive(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigurationError(f"option {name} must be a positive integer, not {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class PartitionSent(WriterCommitMessage):
     """What one task did: sent its partition's rows, or found them sent by an earlier attempt or run."""
@@ -78,8 +95,15 @@ class PartitionSent(WriterCommitMessage):
     partition: int
     attempt: int
     sent: int
-    already_sent: bool
+    skipped: int
+    batches: int
+    batches_skipped: int
     seconds: float
+
+    @property
+    def already_sent(self) -> bool:
+        """Every batch of the partition was committed before (by an earlier attempt or run)."""
+        return self.batches == 0 and self.batches_skipped > 0
 
 
 class SqlQueueDataSourceWriter(DataSourceWriter):
@@ -91,7 +115,7 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
         given: dict[str, str] = {}
         for key, value in options.items():
             name = _option_key(key)
-            if name != "path" and name not in _KEYS:
+            if name not in ("path", DRILL_OPTION) and name not in _KEYS:
                 raise ConfigurationError(
                     f"unknown option {key!r} for format('sqlqueue') writes; known: {', '.join(WRITE_OPTIONS)}"
                 )
@@ -105,6 +129,9 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
         self.default_schema = given.get("defaultschema") or None
         self.message_type = given.get("messagetype") or None
         self.prefix = given.get("prefix") or DEFAULT_PREFIX
+        self.batch_size = _positive("batchSize", given["batchsize"]) if given.get("batchsize") else None
+        drill = given.get(DRILL_OPTION)
+        self.fail_after_batch = _positive("failAfterBatch", drill) if drill else None
         self._url = url_from_option(given.get("url"), given.get("password"))
         check_message_columns(schema)
         self._prepare(create_tables=_flag("createTables", given.get("createtables", "false")))
@@ -140,59 +167,80 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
 
     # ---- executors ---------------------------------------------------------------------------------
     def write(self, iterator: Iterator[Row]) -> PartitionSent:
+        """Send the partition's rows batch by batch, skipping the batches whose marker is there already."""
         from pyspark import TaskContext
 
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
         attempt = context.attemptNumber() if context is not None else 0
         started = time.monotonic()
+        counts = {"sent": 0, "skipped": 0, "batches": 0, "batches_skipped": 0}
         with self._open(pool_size=1, max_overflow=0) as transport:
             sql = BridgeSql(transport, bridge_tables(transport, self.queue, self.prefix))
-            if self._committed(transport, sql, part):
-                return PartitionSent(part, attempt, 0, True, round(time.monotonic() - started, 3))
-            try:
-                sent = self._send_partition(transport, sql, part, iterator)
-            except Exception:
-                # a concurrent (speculative) attempt may have committed this partition first: its marker
-                # made ours fail, and our sends rolled back with it
-                if not self._committed(transport, sql, part):
-                    raise
-                return PartitionSent(part, attempt, 0, True, round(time.monotonic() - started, 3))
-        return PartitionSent(part, attempt, sent, False, round(time.monotonic() - started, 3))
+            target = transport.queue(self.queue)
+            done = self._done(transport, sql, part)
+            rows = enumerate(iterator)
+            for number in itertools.count():
+                batch = itertools.islice(rows, self.batch_size)
+                first = next(batch, None)
+                if first is None and number > 0:
+                    break
+                items = _Counted(itertools.chain([first], batch) if first is not None else iter(()))
+                if number not in done:
+                    try:
+                        self._send_batch(transport, target, sql, part, number, items)
+                    except Exception:
+                        # a concurrent (speculative) attempt may have committed this batch first: its
+                        # marker made ours fail, and our sends rolled back with it
+                        if number not in self._done(transport, sql, part):
+                            raise
+                        done.add(number)
+                if number in done:
+                    counts["skipped"] += items.drain()
+                    counts["batches_skipped"] += 1
+                else:
+                    counts["sent"] += items.count
+                    counts["batches"] += 1
+                    if attempt == 0 and self.fail_after_batch == counts["batches"]:
+                        raise InjectedFault(
+                            f"drill: the first attempt of partition {part} fails after committing "
+                            f"{counts['batches']} batch(es)"
+                        )
+                if first is None:
+                    break
+        return PartitionSent(part, attempt, **counts, seconds=round(time.monotonic() - started, 3))
 
-    def _committed(self, transport: Transport, sql: BridgeSql, part: int) -> bool:
+    def _done(self, transport: Transport, sql: BridgeSql, part: int) -> set[int]:
+        """The batches of this partition whose marker was committed, by this run id."""
         with transport.connection() as connection:
             cursor = connection.cursor()
             cursor.execute(sql.fill_batches_done(), (self.run_id, part))
-            done = bool(transport.dialect.fetch_rows(cursor))
+            done = {int(row[0]) for row in transport.dialect.fetch_rows(cursor)}
             connection.commit()
         return done
 
-    def _send_partition(self, transport: Transport, sql: BridgeSql, part: int, rows: Iterator[Row]) -> int:
-        """All of the partition's messages and its marker in one transaction; return how many were sent."""
-        target = transport.queue(self.queue)
-        sent = 0
+    def _send_batch(
+        self, transport: Transport, target: Any, sql: BridgeSql, part: int, number: int, rows: _Counted
+    ) -> None:
+        """The batch's messages and its marker in one transaction."""
         with transport.connection(target.address) as connection:
             cursor = connection.cursor()
             begin = transport.dialect.begin_write()
             if begin:
                 cursor.execute(begin, ())
             chunk = []
-            for position, row in enumerate(rows):
+            for position, row in rows:
                 message = row_message(
                     self.run_id, part, position, row.asDict(recursive=True), message_type=self.message_type
                 )
                 chunk.append(message)
                 if len(chunk) == SEND_CHUNK:
                     target.send_on(connection, chunk, commit=False)
-                    sent += len(chunk)
                     chunk = []
             if chunk:
                 target.send_on(connection, chunk, commit=False)
-                sent += len(chunk)
-            cursor.execute(sql.insert_fill_marker(), (self.run_id, part, MARKER_BATCH, sent))
+            cursor.execute(sql.insert_fill_marker(), (self.run_id, part, number, rows.count))
             connection.commit()
-        return sent
 
     # ---- driver ------------------------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -207,14 +255,33 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Partitions that committed stay sent (a queue's consumers may already have them): say which,
-        and how a re-run sends only the rest."""
+        """Batches that committed stay sent (a queue's consumers may already have them): say so, and how a
+        re-run sends only the rest."""
         parts = [m for m in messages if isinstance(m, PartitionSent)]
         log.warning(
-            "the write to %s failed: %d partition(s) committed %d message(s), which stay sent; re-running "
-            "the same frame with option('runId', %r) sends only the partitions that did not commit",
+            "the write to %s failed: %d partition(s) finished with %d message(s) sent, and every batch "
+            "committed stays sent; re-running the same frame with option('runId', %r) sends only the "
+            "batches that did not commit",
             self.queue,
             len(parts),
             sum(m.sent for m in parts),
             self.run_id,
         )
+
+
+class _Counted:
+    """An iterator of (position, row) that counts what was taken from it."""
+
+    def __init__(self, items: Iterator[tuple[int, Any]]) -> None:
+        self.items, self.count = items, 0
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        for item in self.items:
+            self.count += 1
+            yield item
+
+    def drain(self) -> int:
+        """Take the rest (a batch sent before: its positions still count); return how many in all."""
+        for _ in self:
+            pass
+        return self.count
