@@ -1,8 +1,8 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
-docs/dba-maintenance.md, docs/airflow-ui.md, docs/delayed-delivery.md, docs/operating.md,
-docs/exactly-once.md, the history pages of docs/history/, README.md and benchmarks/README.md from
-docs/data/*.json (and the benchmark JSON they name).
+docs/spark-exactly-once.md, docs/dba-maintenance.md, docs/airflow-ui.md, docs/delayed-delivery.md,
+docs/operating.md, docs/exactly-once.md, the history pages of docs/history/, README.md and
+benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -57,7 +57,8 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ),
     ROOT / "docs" / "exactly-once.md": pump_savepoints.exactly_once_blocks,
     ROOT / "benchmarks" / "README.md": readme_page.blocks,
-    ROOT / "docs" / "spark.md": lambda: spark_drain.spark_page_blocks() | spark_source.spark_source_blocks(),
+    ROOT / "docs" / "spark.md": spark_drain.spark_page_blocks,
+    ROOT / "docs" / "spark-exactly-once.md": spark_source.spark_source_blocks,
     ROOT / "docs" / "dba-maintenance.md": dba_current.maintenance_blocks,
     ROOT / "docs" / "history" / "deep-queues.md": dba_tables.history_blocks,
     ROOT / "docs" / "airflow-ui.md": transcribed_text.airflow_ui_blocks,

@@ -160,7 +160,9 @@ ALLOWED: dict[str, dict[str, str]] = {
         "10 MB": INPUT,
         "100 MB": INPUT,
     },
-    "docs/spark.md": {"30 s": SETTING, "900 s": SETTING, "1 s": SETTING, "40%": INPUT, "1 KB": INPUT},
+    "docs/spark.md": {"1 s": SETTING, "40%": INPUT, "1 KB": INPUT},
+    "docs/spark-options.md": {"30 s": SETTING, "900 s": SETTING},
+    "docs/spark-exactly-once.md": {"30 s": SETTING, "900 s": SETTING, "1 s": SETTING},
     "docs/triggers.md": {"30 s": SETTING},
     "docs/tuning-a-pump.md": {"1 s": SETTING, "0.1 s": BOUND},
 }

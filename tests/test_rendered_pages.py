@@ -34,6 +34,7 @@ def test_every_page_matches_its_data(render) -> None:
         "performance.md",
         "history/performance-tuning.md",
         "spark.md",
+        "spark-exactly-once.md",
         "dba-maintenance.md",
         "history/deep-queues.md",
         "airflow-ui.md",

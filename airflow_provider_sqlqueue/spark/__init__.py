@@ -3,8 +3,8 @@
 ``drain_job.py`` and ``fill_job.py`` are files that ``spark-submit`` runs directly; on executors they use only
 the transport core and the database driver (no Airflow). ``SqlQueueSparkSubmitOperator`` submits them from a
 DAG. :class:`SqlQueueDataSource` is the ``sqlqueue`` format for ``spark.read``, ``spark.readStream`` and
-``DataFrame.write`` (imported with PySpark on first use). Delivery guarantees and the protocol are in
-docs/spark.md.
+``DataFrame.write`` (imported with PySpark on first use). How to use them: docs/spark.md; delivery
+guarantees and the protocol: docs/spark-exactly-once.md.
 """
 
 from __future__ import annotations

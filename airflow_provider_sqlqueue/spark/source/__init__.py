@@ -1,5 +1,6 @@
 """The ``sqlqueue`` Spark data source (PySpark's Python Data Source API): ``spark.read``, ``spark.readStream``
-and ``DataFrame.write`` with ``format("sqlqueue")``. Guarantees and options are in docs/spark.md.
+and ``DataFrame.write`` with ``format("sqlqueue")``. Options are in docs/spark-options.md, guarantees in
+docs/spark-exactly-once.md.
 
 One module per part:
 

@@ -45,7 +45,7 @@ def _options(given: Mapping[str, str], schema: StructType) -> SourceOptions:
 
 class SqlQueueDataSource(DataSource):
     """Queues as a Spark data source: options ``queue`` and ``url`` (or ``SQLQUEUE_URL``; the password in
-    option ``password`` or ``SQLQUEUE_PASSWORD``), and what docs/spark.md lists for each form."""
+    option ``password`` or ``SQLQUEUE_PASSWORD``), and what docs/spark-options.md lists for each form."""
 
     @classmethod
     def name(cls) -> str:

@@ -42,7 +42,8 @@ DEFAULT_BATCH_SIZE = 1000
 # the bound is large enough that this stays a small part of a trigger's work.
 DEFAULT_RECEIVES_PER_TRIGGER = 250
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = DEFAULT_BATCH_SIZE * DEFAULT_RECEIVES_PER_TRIGGER
-# The read forms' options as docs/spark.md spells them; keys are matched lower-cased, without underscores.
+# The read forms' options as docs/spark-options.md spells them; keys are matched lower-cased, without
+# underscores.
 READ_OPTIONS = (
     "queue",
     "url",
