@@ -221,7 +221,7 @@ def test_a_timeout_fails_clearly_and_the_late_reply_reaches_the_error_queue(
         with transport.queue("error").receive(10) as batch:
             [moved] = batch
         assert json.loads(moved.body) == {"item": "late", "price": 4.0}
-        assert moved.headers[h.FAILED_QUEUE].startswith("airflow.replies.")
+        assert "airflow.replies." in moved.headers[h.FAILED_QUEUE]  # the canonical address of its reply queue
         assert (
             "no request waits for this reply any more" in moved.headers[f"{h.EXCEPTION_INFO_PREFIX}Message"]
         )
