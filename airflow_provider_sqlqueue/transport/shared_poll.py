@@ -109,6 +109,10 @@ class SharedPoller:
         self._loop = asyncio.get_running_loop()
         self._task = self._loop.create_task(self._run(), name=f"sqlqueue shared poller {database.key}")
 
+    def serves(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this poller still runs on ``loop`` (an id may come back with a new loop)."""
+        return self._loop is loop and not self._task.done()
+
     @property
     def listener(self) -> WakeUpListener | None:
         """The push listener, once a watched queue's engine has push (PostgreSQL)."""
@@ -280,9 +284,10 @@ class SharedPollers:
         self, database: SharedDatabase, queue_name: str, *, interval: float, exact_from: int | None = None
     ) -> AsyncIterator[Watch]:
         """Watch ``queue_name`` through the shared poller of ``database`` (started if none runs)."""
-        slot = (id(asyncio.get_running_loop()), database.key)
+        loop = asyncio.get_running_loop()
+        slot = (id(loop), database.key)
         poller = self._pollers.get(slot)
-        if poller is None:
+        if poller is None or not poller.serves(loop):  # none, or one a closed loop left behind
             poller = self._pollers[slot] = SharedPoller(database)
         watch = Watch(queue_name, interval, exact_from)
         poller.add(watch)
