@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import EngineTarget
 
-from airflow_provider_sqlqueue.dialects.postgres_picks import AFTER_ROW_VERSION
+from airflow_provider_sqlqueue.dialects.postgres import AFTER_ROW_VERSION
 from airflow_provider_sqlqueue.transport import Transport
 from airflow_provider_sqlqueue.transport.queue.low_water import LowWaterMark
 

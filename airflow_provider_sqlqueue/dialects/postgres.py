@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..model.address import QueueAddress
@@ -32,13 +32,51 @@ from ..model.errors import (
     TransientDatabaseError,
 )
 from .base import Finding, IndexSpec, StorageParameters, TableOptions
-from .postgres_bridge import PostgresBridge
-from .postgres_picks import AFTER_ROW_VERSION, THROUGH_ROW_VERSION, delete_taken
+from .bridge import BridgeColumnTypes
 from .postgres_session import write_back_own_evictions
 from .postgres_storage import PostgresStorage
-from .statements import PORTABLE, PORTABLE_FRAGMENTS, StatementTable
+from .statements import BRIDGE, PORTABLE, PORTABLE_FRAGMENTS, StatementTable
 from .transaction_state import PostgresTransactionState
 
+# "after a RowVersion" as the planner cannot see the RowVersion (an InitPlan's value): it then estimates a
+# third of the table after it and walks the index in order up to LIMIT. Seeing the value, it estimates from
+# statistics that lag a queue whose RowVersions only grow, may expect a few hundred rows where half the queue
+# lies, and then reads and sorts every one of them for each receive.
+AFTER_ROW_VERSION = "RowVersion > (SELECT %s::bigint)"
+# "up to a RowVersion", hidden from the planner for the same reason.
+THROUGH_ROW_VERSION = "RowVersion <= (SELECT %s::bigint)"
+
+
+def delete_taken(taken: str, returning: str = "") -> str:
+    """``DELETE`` the rows a ``SELECT ... LIMIT`` picks, with the pick made exactly once.
+
+    Written as ``WHERE RowVersion IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` the pick may run again
+    for every row the planner tries (a nested-loop semi join rescans it); each run skips the rows the
+    statement already deleted and picks the next ones, so one receive of 1 can delete the whole queue. A
+    ``MATERIALIZED`` CTE is evaluated once and rescanned from its stored rows.
+    """
+    suffix = f" {returning}" if returning else ""
+    return (
+        f"WITH taken AS MATERIALIZED ({taken}) "
+        f"DELETE FROM {{table}} WHERE RowVersion IN (SELECT RowVersion FROM taken){suffix}"
+    )
+
+
+def _move_to_staging(key: str, attempt_and_part: str) -> str:
+    """The receive ({receive}) as a CTE whose unexpired rows go into staging in the same statement; returns
+    one row per deleted row: (the staging key or the expired row's RowVersion, Headers or NULL, expired)."""
+    return (
+        "WITH m AS ({receive}), "
+        "s AS (INSERT INTO {staging} (RunId, RowVersion, Id, CorrelationId, ReplyToAddress, "
+        "Expires, Headers, Body, JobAttempt, Part) "
+        f"SELECT %s, {key}, Id, CorrelationId, ReplyToAddress, Expires, Headers, Body, "
+        f"{attempt_and_part} FROM m WHERE NOT Expired RETURNING RowVersion, Headers) "
+        "SELECT RowVersion, Headers, false FROM s "
+        "UNION ALL SELECT RowVersion, NULL, true FROM m WHERE Expired"
+    )
+
+
+_HELD_RETURNING = "RETURNING RowVersion, (Expires IS NOT NULL AND Expires <= statement_timestamp())"
 _RETURNING = (
     "RETURNING Id, CorrelationId, ReplyToAddress, "
     "(Expires IS NOT NULL AND Expires <= statement_timestamp()) AS Expired, "
@@ -71,10 +109,14 @@ FRAGMENTS = {
     "archived_recoverable": "Recoverable",
     "archived_recoverable_without_recoverable": "NULL::boolean",
     "after": AFTER_ROW_VERSION,
+    "bridge_now": "clock_timestamp()",
+    # the uuid's text comes from the server far cheaper than str() of a UUID on the executors
+    "bridge_id_column": "Id::text",
 }
 
 STATEMENTS: StatementTable = {
     **PORTABLE,
+    **BRIDGE,
     "create_table": (
         "CREATE TABLE {table} (\n"
         "    Id uuid NOT NULL,\n"
@@ -99,28 +141,25 @@ STATEMENTS: StatementTable = {
         "WITH sent AS (INSERT INTO {table} ({columns}) VALUES {values} RETURNING 1) "
         "SELECT pg_notify('{channel}', '') FROM (SELECT 1 FROM sent LIMIT 1) AS any_sent"
     ),
-    "receive_batch": delete_taken("{table}", f"SELECT RowVersion FROM {{table}} {_SKIP_LOCKED}", _RETURNING),
+    "receive_batch": delete_taken(f"SELECT RowVersion FROM {{table}} {_SKIP_LOCKED}", _RETURNING),
     "receive_batch_after": delete_taken(
-        "{table}", f"SELECT RowVersion FROM {{table}} WHERE {AFTER_ROW_VERSION} {_SKIP_LOCKED}", _RETURNING
+        f"SELECT RowVersion FROM {{table}} WHERE {AFTER_ROW_VERSION} {_SKIP_LOCKED}", _RETURNING
     ),
     "receive_batch_through": delete_taken(
-        "{table}", f"SELECT RowVersion FROM {{table}} WHERE {THROUGH_ROW_VERSION} {_SKIP_LOCKED}", _RETURNING
+        f"SELECT RowVersion FROM {{table}} WHERE {THROUGH_ROW_VERSION} {_SKIP_LOCKED}", _RETURNING
     ),
     "peek_estimate": f"SELECT COALESCE(({_NEWEST_UNHELD}) - ({_OLDEST_UNHELD}) + 1, 0)",
     "peek_bounds": f"SELECT ({_OLDEST_UNHELD}), ({_NEWEST_UNHELD})",
     "purge_expired_batch": delete_taken(
-        "{table}",
         "SELECT RowVersion FROM {table} WHERE Expires < statement_timestamp() LIMIT %s FOR UPDATE SKIP "
         "LOCKED",
     ),
     # For roles without the UPDATE privilege: advisory locks instead of row locks.
     "receive_batch_without_row_locks": delete_taken(
-        "{table}",
         f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {{table}} {_BY_ADVISORY_LOCK}",
         _RETURNING,
     ),
     "receive_batch_through_without_row_locks": delete_taken(
-        "{table}",
         f"SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {{table}} WHERE {THROUGH_ROW_VERSION} "
         + _BY_ADVISORY_LOCK,
         _RETURNING,
@@ -130,7 +169,6 @@ STATEMENTS: StatementTable = {
     ),
     "peek_bounds_without_row_locks": "SELECT min(RowVersion), max(RowVersion) FROM {table}",
     "purge_expired_batch_without_row_locks": delete_taken(
-        "{table}",
         "SELECT RowVersion FROM (SELECT RowVersion, tableoid FROM {table} "
         f"WHERE Expires < statement_timestamp() OFFSET 0) AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
     ),
@@ -239,6 +277,83 @@ STATEMENTS: StatementTable = {
     # leave the rows' line pointers behind, and pages holding them cannot be given back.
     "vacuum_table": "VACUUM (INDEX_CLEANUP ON) {table}",
     "set_storage_parameters": "ALTER TABLE {table} SET ({settings})",
+    # ---- the Spark bridge's own (see statements.BRIDGE)
+    "bridge_older_than": "{column} < clock_timestamp() - make_interval(secs => %s)",
+    "bridge_seconds_since": "EXTRACT(EPOCH FROM (clock_timestamp() - {column}))",
+    # A stream's reads take KEY SHARE: the owner's own receives (UPDATEs of the Summary) go on beside them,
+    # and a takeover (FOR UPDATE first) waits for them to end.
+    "bridge_run_state_shared": "SELECT State FROM {runs} WHERE RunId = {p} FOR SHARE",
+    "bridge_run_owner_shared": "SELECT Summary FROM {runs} WHERE RunId = {p} FOR KEY SHARE",
+    "bridge_run_takeover": "SELECT Summary FROM {runs} WHERE RunId = {p} FOR UPDATE",
+    # The receive's DELETE ... RETURNING feeds the staging INSERT. Parameters: the receive's batch size, then
+    # run id, job attempt, partition; for a stream: the batch size, stream id, the position before the batch
+    # (its rows keyed by that plus their rank in RowVersion order, as attempt 1 of partition 0).
+    "bridge_move_to_staging": _move_to_staging("RowVersion", "%s, %s"),
+    "bridge_move_to_stream_staging": _move_to_staging("%s + row_number() OVER (ORDER BY RowVersion)", "1, 0"),
+    # Staged rows (run id, RowVersions as an array) unchanged to the error queue.
+    "bridge_move_poison": (
+        "WITH p AS (DELETE FROM {staging} WHERE RunId = %s AND RowVersion = ANY(%s) "
+        "RETURNING Id, CorrelationId, ReplyToAddress, Headers, Body) "
+        "INSERT INTO {error_queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body) "
+        "SELECT Id, CorrelationId, ReplyToAddress, true, NULL, Headers, Body FROM p"
+    ),
+    # psycopg's cursor.copy, inside the transaction; runs without parameters, so the name is written plain
+    "bridge_copy_rows": "COPY {table} ({columns}) FROM STDIN",
+    # ---- rows a drain holds in place in the input queue ({queue}: read_in_place), deleted in a transaction
+    # that stays open. The lowest and highest RowVersion, each read from the index's end:
+    "bridge_held_bounds": (
+        "SELECT (SELECT RowVersion FROM {queue} ORDER BY RowVersion LIMIT 1), "
+        "(SELECT RowVersion FROM {queue} ORDER BY RowVersion DESC LIMIT 1)"
+    ),
+    # Every row of a RowVersion window (after, up to inclusive), deleted without committing; returns
+    # (RowVersion, expired). A plain DELETE writes each row once; it waits for a row another transaction
+    # holds. The window bounds what any plan reads: the planner's estimate of "RowVersion > after" comes from
+    # statistics that lag a queue whose keys only grow, and an estimate of a few rows where half the queue
+    # lies makes it sort every row after the mark, once per batch. The headers are read once, by phase 2's
+    # executors.
+    "bridge_take_held_window": (
+        "DELETE FROM {queue} WHERE RowVersion > %s AND RowVersion <= %s " + _HELD_RETURNING
+    ),
+    # As the window, but only the oldest rows no other transaction holds (after, up to, how many): the rows
+    # are locked first, so each row is written twice.
+    "bridge_take_held_batch": delete_taken(
+        "SELECT RowVersion FROM {table} WHERE RowVersion > %s AND RowVersion <= %s "
+        "ORDER BY RowVersion LIMIT %s FOR UPDATE SKIP LOCKED",
+        _HELD_RETURNING,
+    ).replace("{table}", "{queue}"),
+    # where the next window starts after an empty one
+    "bridge_next_row_version": f"SELECT min(RowVersion) FROM {{queue}} WHERE {AFTER_ROW_VERSION}",
+    # Read from the index's end down to the mark only: below it lie the rows the hold deleted, which its own
+    # transaction no longer sees and an unbounded max() would step through one by one.
+    "bridge_newest_after": f"SELECT max(RowVersion) FROM {{queue}} WHERE {AFTER_ROW_VERSION}",
+    # Set the transaction's lock timeout (parameter: the setting as text) and return the one before.
+    "bridge_lock_timeout": "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
+    "bridge_held_slice": (
+        "SELECT RowVersion, Id::text, Headers, Body, Expires FROM {queue} "
+        "WHERE RowVersion >= %s AND RowVersion < %s ORDER BY RowVersion"
+    ),
+    # A slice's rows are consecutive RowVersions, so the index walk is the plan, whatever the estimate. From
+    # statistics taken when the queue held other RowVersions, PostgreSQL estimated a few thousand rows for a
+    # slice of 50,000 and planned a bitmap heap scan and a sort, which spilled every slice to disk
+    # (work_mem); a larger estimate can plan a scan of the whole table. Local to the transaction.
+    "bridge_held_reads_by_index": (
+        "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+    ),
+    # Read through another connection than the hold's: for the slices a transform left unread.
+    "bridge_held_headers": (
+        "SELECT RowVersion, Headers FROM {queue} WHERE RowVersion >= %s AND RowVersion < %s ORDER BY "
+        "RowVersion"
+    ),
+    # Read through another connection than the hold's, which still sees them until the hold commits.
+    "bridge_unreadable_held": (
+        "SELECT Id, CorrelationId, ReplyToAddress, Headers, Body FROM {queue} "
+        "WHERE RowVersion = ANY(%s) ORDER BY RowVersion"
+    ),
+    # One of them into the error queue, unchanged, as a recoverable message.
+    "bridge_insert_unreadable": (
+        "INSERT INTO {error_queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body) "
+        "VALUES (%s, %s, %s, true, NULL, %s, %s)"
+    ),
 }
 
 # What a returned connection's session is brought back to (Dialect.reset_session): the session user and
@@ -271,7 +386,7 @@ _TRANSIENT_SQLSTATES = {
 }
 
 
-class PostgresDialect(PostgresStorage, PostgresBridge, PostgresTransactionState):
+class PostgresDialect(PostgresStorage, PostgresTransactionState):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"
@@ -285,6 +400,22 @@ class PostgresDialect(PostgresStorage, PostgresBridge, PostgresTransactionState)
     fragments = FRAGMENTS
     driver_connection_class = "psycopg.Connection"
     sqlalchemy_dialect = "postgresql+psycopg"
+    bridge_column_types = BridgeColumnTypes(
+        text="text",
+        timestamp="timestamptz",
+        uuid="uuid",
+        blob="bytea",
+        integer="integer",
+        key="varchar(200)",
+        queue_name="varchar(450)",
+        expires="timestamptz",
+    )
+    bridge_stage_rows_limit = 1000
+    bridge_insert_parameters = 30000
+    bridge_bind_seconds = staticmethod(float)
+    bridge_copies_rows = True  # psycopg's cursor.copy, inside the transaction
+    bridge_reads_binary = True  # bodies skip bytea's hex text both ways
+    bridge_moves_server_side = True  # the receive's DELETE ... RETURNING feeds the staging INSERT
     # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
     # and sleeps 0.5 ms per cost limit of pages instead of the server's 2: a drained table's pages are all
     # empty, and the vacuum that follows gives them back to the file system by itself. Unthrottled (0), its
@@ -464,6 +595,9 @@ class PostgresDialect(PostgresStorage, PostgresBridge, PostgresTransactionState)
 
     def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("unlock_delayed_mover"), (self._mover_lock_key(address),)
+
+    def bridge_expires_value(self, expires: datetime | None) -> Any:
+        return None if expires is None else expires.astimezone(timezone.utc)
 
     # ---- driver glue ---------------------------------------------------------------------------
     def receive_rows(

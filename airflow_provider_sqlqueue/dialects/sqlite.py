@@ -13,7 +13,8 @@ import math
 import sqlite3
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from ..model.address import QueueAddress
@@ -25,9 +26,9 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .base import Finding, IndexSpec, TableOptions
-from .sqlite_bridge import SqliteBridge
-from .statements import PORTABLE, PORTABLE_FRAGMENTS, StatementTable
+from .base import Dialect, Finding, IndexSpec, TableOptions
+from .bridge import BridgeColumnTypes
+from .statements import BRIDGE, PORTABLE, PORTABLE_FRAGMENTS, StatementTable
 from .transaction_state import SqliteTransactionState
 
 _NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
@@ -52,10 +53,16 @@ FRAGMENTS = {
     "archived_recoverable": "Recoverable",
     "archived_recoverable_without_recoverable": "NULL",
     "after": "RowVersion > ?",
+    "bridge_now": _NOW,
+    "bridge_id_column": "Id",
 }
 
 STATEMENTS: StatementTable = {
     **PORTABLE,
+    **BRIDGE,
+    # strftime takes the age as a modifier: '-90.000 seconds'
+    "bridge_older_than": "{column} < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)",
+    "bridge_seconds_since": "(julianday('now') - julianday({column})) * 86400.0",
     "create_table": (
         "CREATE TABLE {table} (\n"
         "    Id TEXT NOT NULL,\n"
@@ -189,7 +196,7 @@ SESSION_PRAGMAS = (
 )
 
 
-class SqliteDialect(SqliteBridge, SqliteTransactionState):
+class SqliteDialect(SqliteTransactionState, Dialect):
     name = "sqlite"
     display_name = "SQLite"
     default_schema = None
@@ -203,6 +210,20 @@ class SqliteDialect(SqliteBridge, SqliteTransactionState):
     single_writer = True
     driver_connection_class = "sqlite3.Connection"
     sqlalchemy_dialect = "sqlite+pysqlite"
+    # The Spark bridge's control tables keep text timestamps, as the queue table keeps Expires.
+    bridge_column_types = BridgeColumnTypes(
+        text="TEXT",
+        timestamp="TEXT",
+        uuid="TEXT",
+        blob="BLOB",
+        integer="INTEGER",
+        key="varchar(200)",
+        queue_name="varchar(450)",
+        expires="TEXT",
+    )
+    bridge_stage_rows_limit = 3000
+    bridge_insert_parameters = 30000
+    bridge_bind_seconds = staticmethod(lambda seconds: f"-{float(seconds):.3f} seconds")
     storage_note = (
         "not applicable on SQLite: a deleted row's pages go to the file's freelist and later sends reuse "
         "them, so the file does not grow; only a VACUUM of the whole file (which holds the write lock "
@@ -380,6 +401,24 @@ class SqliteDialect(SqliteBridge, SqliteTransactionState):
 
     def unlock_delayed_mover(self, address: QueueAddress) -> None:
         return None
+
+    def bridge_expires_value(self, expires: datetime | None) -> Any:
+        if expires is None:
+            return None
+        return expires.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+    def bridge_sink_value(self, value: Any) -> Any:
+        # sqlite3 binds no dates, decimals or booleans of its own: text (UTC, milliseconds) and integers
+        if isinstance(value, datetime):
+            moment = value.astimezone(timezone.utc) if value.tzinfo else value
+            return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        if isinstance(value, date):
+            return value.isoformat()
+        if isinstance(value, Decimal):
+            return str(value)
+        if isinstance(value, bool):
+            return int(value)
+        return super().bridge_sink_value(value)
 
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:

@@ -22,9 +22,9 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .base import Finding, IndexSpec, TableOptions, short_hash
-from .sqlserver_bridge import SqlServerBridge
-from .statements import StatementTable
+from .base import Dialect, Finding, IndexSpec, TableOptions, short_hash
+from .bridge import BridgeColumnTypes
+from .statements import BRIDGE, StatementTable
 from .transaction_state import SqlServerTransactionState
 
 _OUTPUT = (
@@ -66,9 +66,12 @@ FRAGMENTS = {
     "Expires_index": "Index_Expires",
     "Due_index": "Index_Due",
     "ArchivedAt_index": "Index_ArchivedAt",
+    "bridge_now": "SYSUTCDATETIME()",
+    "bridge_id_column": "Id",
 }
 
 STATEMENTS: StatementTable = {
+    **BRIDGE,
     "create_table": (
         "CREATE TABLE {table} (\n"
         "    [Id] uniqueidentifier NOT NULL,\n"
@@ -281,6 +284,15 @@ STATEMENTS: StatementTable = {
     # SERVERPROPERTY('Babelfish') is 1 there and NULL on SQL Server (an unknown property), so one statement
     # that both run decides it. The cast spares drivers the sql_variant type.
     "server_variant": "SELECT CAST(SERVERPROPERTY('Babelfish') AS int)",
+    # ---- the Spark bridge's own (see statements.BRIDGE); Babelfish runs them as they are
+    "bridge_create_table": "IF OBJECT_ID(N'{literal}', N'U') IS NULL CREATE TABLE {table} ({columns})",
+    # Connections run with NOCOUNT ON, so drivers report no row count: the statement returns it as a row.
+    "bridge_counted": "{statement}; SELECT @@ROWCOUNT",
+    "bridge_older_than": "{column} < DATEADD(second, -?, SYSUTCDATETIME())",
+    "bridge_seconds_since": "DATEDIFF(second, {column}, SYSUTCDATETIME())",
+    "bridge_run_state_shared": "SELECT State FROM {runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?",
+    "bridge_run_owner_shared": "SELECT Summary FROM {runs} WITH (HOLDLOCK, ROWLOCK) WHERE RunId = ?",
+    "bridge_run_takeover": "SELECT Summary FROM {runs} WITH (UPDLOCK, HOLDLOCK, ROWLOCK) WHERE RunId = ?",
 }
 
 _NATIVE_ERROR = re.compile(r"\((\d{3,6})\)")
@@ -303,7 +315,7 @@ def native_errors(error: BaseException) -> set[int]:
     return {int(number) for number in _NATIVE_ERROR.findall(text)}
 
 
-class SqlServerDialect(SqlServerBridge, SqlServerTransactionState):
+class SqlServerDialect(SqlServerTransactionState, Dialect):
     name = "sqlserver"
     display_name = "SQL Server"
     default_schema = "dbo"
@@ -318,6 +330,19 @@ class SqlServerDialect(SqlServerBridge, SqlServerTransactionState):
     driver_connection_class = "pyodbc.Connection"
     odbc_dbms_name = "Microsoft SQL Server"  # Babelfish reports the same
     sqlalchemy_dialect = "mssql+pyodbc"
+    bridge_column_types = BridgeColumnTypes(
+        text="nvarchar(max)",
+        timestamp="datetime2",
+        uuid="uniqueidentifier",
+        blob="varbinary(max)",
+        integer="int",
+        key="nvarchar(200)",
+        queue_name="nvarchar(450)",
+        expires="datetime",  # as the queue table's Expires
+    )
+    bridge_stage_rows_limit = 200
+    bridge_insert_parameters = 2000  # under the 2,100 parameters of one statement
+    bridge_bind_seconds = staticmethod(int)
     storage_note = (
         "not applicable on SQL Server: the ghost cleanup task removes deleted rows and frees their pages by "
         "itself; nothing to schedule"
@@ -489,6 +514,15 @@ class SqlServerDialect(SqlServerBridge, SqlServerTransactionState):
 
     def unlock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("unlock_delayed_mover"), (self._mover_lock_resource(address),)
+
+    def bridge_expires_value(self, expires: datetime | None) -> Any:
+        return None if expires is None else expires.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def bridge_sink_value(self, value: Any) -> Any:
+        # datetime2 and datetime columns hold no offset: an aware moment is stored as UTC
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return super().bridge_sink_value(value)
 
     # ---- driver glue ---------------------------------------------------------------------------
     def row_id(self, value: Any) -> Any:

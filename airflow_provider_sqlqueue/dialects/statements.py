@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PORTABLE", "PORTABLE_FRAGMENTS", "StatementTable", "marks"]
+__all__ = ["BRIDGE", "PORTABLE", "PORTABLE_FRAGMENTS", "StatementTable", "marks"]
 
 StatementTable = Mapping[str, "str | tuple[str, ...]"]
 
@@ -79,4 +79,102 @@ PORTABLE: StatementTable = {
     "select_subscriptions": (
         "SELECT QueueAddress, Endpoint, Topic FROM {table}{where} ORDER BY Topic, Endpoint{limit}"
     ),
+}
+
+# ---- the Spark bridge's control tables (spark/tables.py): {runs}, {staging} and {fill} are the control
+# tables, {bridge_now} the bridge's own clock, {states} a list of run states; run states are literals
+_ACTIVE = "('receiving', 'processing')"
+_STAGED = "RunId, RowVersion, Id, CorrelationId, ReplyToAddress, Expires, Headers, Body, JobAttempt, Part"
+
+BRIDGE: StatementTable = {
+    "bridge_create_table": "CREATE TABLE IF NOT EXISTS {table} ({columns})",
+    # An UPDATE as it runs where the drain reads how many rows it changed: the cursor's rowcount tells.
+    "bridge_counted": "{statement}",
+    "bridge_get_run": "SELECT State, JobAttempt, InputQueue, Summary FROM {runs} WHERE RunId = {p}",
+    "bridge_run_sink": "SELECT Sink FROM {runs} WHERE RunId = {p}",
+    "bridge_insert_run": (
+        "INSERT INTO {runs} (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt) "
+        "VALUES ({p}, {p}, {p}, 'receiving', 1, {bridge_now}, {bridge_now})"
+    ),
+    # A stream's row: run id, queue, sink, Summary (its last position, as JSON).
+    "bridge_insert_stream": (
+        "INSERT INTO {runs} (RunId, InputQueue, Sink, State, JobAttempt, StartedAt, HeartbeatAt, "
+        "Summary) VALUES ({p}, {p}, {p}, 'streaming', 1, {bridge_now}, {bridge_now}, {p})"
+    ),
+    # A new job attempt on a run id: back to receiving after an abort, else keep the state.
+    "bridge_restart_run": (
+        "UPDATE {runs} SET JobAttempt = JobAttempt + 1, HeartbeatAt = {bridge_now}, Sink = {p}, "
+        "State = CASE WHEN State = 'aborted' THEN 'receiving' ELSE State END, "
+        "FinishedAt = NULL, Summary = NULL WHERE RunId = {p} AND State <> 'committed'"
+    ),
+    "bridge_set_state": (
+        "UPDATE {runs} SET State = {p}, HeartbeatAt = {bridge_now} WHERE RunId = {p} AND State IN ({states})"
+    ),
+    # Set a run's heartbeat to now (and so lock its row for the transaction) while it is in one of {states}.
+    "bridge_touch_run": (
+        "UPDATE {runs} SET HeartbeatAt = {bridge_now} WHERE RunId = {p} AND State IN ({states})"
+    ),
+    "bridge_heartbeat": (
+        f"UPDATE {{runs}} SET HeartbeatAt = {{bridge_now}} WHERE RunId = {{p}} AND State IN {_ACTIVE}"
+    ),
+    "bridge_finish_run": (
+        "UPDATE {runs} SET State = 'committed', FinishedAt = {bridge_now}, Summary = {p} "
+        "WHERE RunId = {p} AND State = 'processing'"
+    ),
+    "bridge_set_summary": "UPDATE {runs} SET FinishedAt = {bridge_now}, Summary = {p} WHERE RunId = {p}",
+    # Compare-and-set of a run's Summary (a stream keeps its last position there).
+    "bridge_set_summary_if": (
+        "UPDATE {runs} SET Summary = {p}, HeartbeatAt = {bridge_now} WHERE RunId = {p} AND Summary = {p}"
+    ),
+    # A run's State (or a stream's owner, in Summary) read with its row locked to the end of the transaction:
+    # shared for the State, for the Summary only against a change of its key, as for an update for a
+    # takeover. SQLite serialises writers anyway, so there they are plain reads.
+    "bridge_run_state_shared": "SELECT State FROM {runs} WHERE RunId = {p}",
+    "bridge_run_owner_shared": "SELECT Summary FROM {runs} WHERE RunId = {p}",
+    "bridge_run_takeover": "SELECT Summary FROM {runs} WHERE RunId = {p}",
+    # The other active runs of an input queue whose heartbeat is older than N seconds ({older}).
+    "bridge_orphans": (
+        "SELECT RunId FROM {runs} WHERE InputQueue = {p} AND RunId <> {p} "
+        f"AND State IN {_ACTIVE} AND {{older}}"
+    ),
+    # ---- staging
+    "bridge_stage_rows": f"INSERT INTO {{staging}} ({_STAGED}) VALUES {{values}}",
+    "bridge_count_part": (
+        "SELECT count(*) FROM {staging} WHERE RunId = {p} AND JobAttempt = {p} AND Part = {p}"
+    ),
+    "bridge_staged_stats": (
+        "SELECT count(*), min(RowVersion), max(RowVersion) FROM {staging} WHERE RunId = {p}"
+    ),
+    "bridge_staged_slice": (
+        "SELECT RowVersion, {bridge_id_column}, Headers, Body, Expires FROM {staging} "
+        "WHERE RunId = {p} AND RowVersion >= {p} AND RowVersion < {p} ORDER BY RowVersion"
+    ),
+    "bridge_delete_staging": "DELETE FROM {staging} WHERE RunId = {p}",
+    # Drop a stream's staged rows up to a position (its commit(end)).
+    "bridge_delete_staged_through": "DELETE FROM {staging} WHERE RunId = {p} AND RowVersion <= {p}",
+    # Put a run's staged messages back at the end of {queue}, in their order, Expires kept.
+    "bridge_restore": (
+        "INSERT INTO {queue} (Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body) "
+        "SELECT Id, CorrelationId, ReplyToAddress, {true}, Expires, Headers, Body "
+        "FROM {staging} WHERE RunId = {p} ORDER BY RowVersion"
+    ),
+    # The runs that have staged messages, of one input queue ({where}) or of every queue beside these
+    # tables: run id, input queue, sink, state, staged messages, lowest and highest RowVersion, seconds since
+    # the run started and since its last heartbeat, oldest start first.
+    "bridge_staged_runs": (
+        "SELECT r.RunId, r.InputQueue, r.Sink, r.State, s.Staged, s.Low, s.High, {started}, {beat} "
+        "FROM {runs} r JOIN (SELECT RunId, count(*) AS Staged, min(RowVersion) AS Low, "
+        "max(RowVersion) AS High FROM {staging} GROUP BY RunId) s ON s.RunId = r.RunId{where} "
+        "ORDER BY r.StartedAt, r.RunId"
+    ),
+    # ---- fill markers
+    "bridge_fill_batches_done": "SELECT Batch FROM {fill} WHERE RunId = {p} AND Part = {p}",
+    "bridge_insert_fill_marker": (
+        "INSERT INTO {fill} (RunId, Part, Batch, Messages) VALUES ({p}, {p}, {p}, {p})"
+    ),
+    "bridge_fill_totals": "SELECT count(*), COALESCE(sum(Messages), 0) FROM {fill} WHERE RunId = {p}",
+    # ---- sink tables
+    # No rows, only the column names of {table} (from the cursor's description).
+    "bridge_table_columns": "SELECT * FROM {table} WHERE 1 = 0",
+    "bridge_insert_rows": "INSERT INTO {table} ({columns}) VALUES {values}",
 }

@@ -13,15 +13,15 @@ Three control tables live beside the input queue (same database and schema), nam
   with the batch, so that a retried task skips what an earlier attempt committed; the ``sqlqueue`` data
   source's writer marks each partition it sent there as batch 0.
 
-The SQL text is the dialect's (``dialects/bridge.py`` and its per-engine modules); :class:`BridgeSql`
-renders it for one set of control tables, and the jobs run it. Nothing here imports Airflow or Spark: the
+The SQL text is the dialect's (its ``bridge_*`` statements); :class:`BridgeSql` renders it for one set of
+control tables, and the jobs run it. Nothing here imports Airflow or Spark: the
 executors run it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -94,8 +94,10 @@ def check_run_id(run_id: str) -> str:
 class BridgeSql:
     """Every statement of the bridge on one engine, rendered for one set of control tables.
 
-    The text comes from the transport's dialect (``dialects/bridge.py``); here are the tables it is rendered
-    for (quoted once, now) and the binding of a received message's values for staging."""
+    The text is the dialect's: its ``bridge_<name>`` statements (``dialects/statements.py`` and each engine's
+    table), here with the tables filled in (quoted once, now) and ``{queue}`` the input queue. A statement
+    that needs only those is asked for by its name, ``sql.get_run()`` for ``bridge_get_run``; the methods
+    below take what one needs besides, and bind a received message's values for staging."""
 
     def __init__(self, transport: Transport, tables: BridgeTables, queue: QueueAddress | None = None) -> None:
         self.transport = transport
@@ -112,63 +114,65 @@ class BridgeSql:
         """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
         return self.transport.dialect
 
+    def statement(self, name: str, **values: str) -> str:
+        """The dialect's statement ``bridge_<name>`` for these tables."""
+        if self.queue is not None:
+            values.setdefault("queue", self.dialect.qualified_name(self.queue))
+        try:
+            return self.dialect.sql(
+                f"bridge_{name}", runs=self.runs, staging=self.staging, fill=self.fill, **values
+            )
+        except KeyError as missing:
+            raise ConfigurationError(
+                f"the bridge's {name} statement needs {missing} (the input queue's address)"
+            ) from None
+
+    def __getattr__(self, name: str) -> Callable[[], str]:
+        if name.startswith("_") or name in ("transport", "dialect", "queue") or name not in self.statements():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return lambda: self.statement(name)
+
+    def statements(self) -> set[str]:
+        """The names this engine's bridge statements are asked for by (``get_run``, ``held_bounds`` ...)."""
+        return {
+            name.removeprefix("bridge_") for name in self.dialect.statements if name.startswith("bridge_")
+        }
+
     # ---- clock ---------------------------------------------------------------------------------
     @property
     def now(self) -> str:
-        return self.dialect.bridge_now()
+        return self.dialect.fragment("bridge_now")
 
     def older_than(self, column: str) -> tuple[str, SecondsBinding]:
         """A condition "column is older than N seconds ago" and how to bind N."""
-        return self.dialect.bridge_older_than(column)
+        return self.statement("older_than", column=column), self.dialect.bridge_bind_seconds
 
     def seconds_since(self, column: str) -> str:
         """An expression: seconds from ``column`` (a timestamp this module wrote) to now, as a number."""
-        return self.dialect.bridge_seconds_since(column)
+        return self.statement("seconds_since", column=column)
 
-    # ---- DDL -----------------------------------------------------------------------------------
+    # ---- what a statement needs besides the tables ---------------------------------------------
     def create_statements(self) -> list[str]:
         """Idempotent DDL for the three control tables."""
         return self.dialect.bridge_create_statements(self.tables.runs, self.tables.staging, self.tables.fill)
 
-    # ---- runs ----------------------------------------------------------------------------------
-    def get_run(self) -> str:
-        return self.dialect.bridge_get_run(self.runs)
-
-    def run_sink(self) -> str:
-        return self.dialect.bridge_run_sink(self.runs)
-
-    def insert_run(self) -> str:
-        return self.dialect.bridge_insert_run(self.runs)
-
-    def insert_stream(self) -> str:
-        """A stream's row: run id, queue, sink, Summary (its last position, as JSON)."""
-        return self.dialect.bridge_insert_stream(self.runs)
-
-    def restart_run(self) -> str:
-        """A new job attempt on a run id: back to ``receiving`` after an abort, else keep the state."""
-        return self.dialect.bridge_restart_run(self.runs)
-
     def counted(self, statement: str) -> str:
         """An UPDATE that also returns how many rows it changed, as a row on SQL Server: connections run
         with NOCOUNT ON there, so drivers report no row count (see :func:`rows_changed`)."""
-        return self.dialect.bridge_counted(statement)
+        return self.statement("counted", statement=statement)
 
     def set_state(self, from_states: Sequence[str]) -> str:
-        return self.dialect.bridge_set_state(self.runs, from_states)
+        return self.statement("set_state", states=_listed(from_states))
 
     def set_state_if_stale(self, from_states: Sequence[str]) -> tuple[str, SecondsBinding]:
         """:meth:`set_state`, only while the run's heartbeat is older than N seconds; and how to bind N."""
         condition, bind = self.older_than("HeartbeatAt")
         return f"{self.set_state(from_states)} AND {condition}", bind
 
-    def heartbeat(self) -> str:
-        return self.dialect.bridge_heartbeat(self.runs)
-
-    def finish_run(self) -> str:
-        return self.dialect.bridge_finish_run(self.runs)
-
-    def set_summary(self) -> str:
-        return self.dialect.bridge_set_summary(self.runs)
+    def touch_run(self, states: Sequence[str]) -> str:
+        """Lock a run's row for the transaction (its heartbeat set to now) while it is in one of ``states``:
+        a stream stages only under that row's lock, so its staged rows stand still until the commit."""
+        return self.statement("touch_run", states=_listed(states))
 
     def run_state_shared(self, column: str = "State") -> str:
         """Read a run's state (or ``Summary``: a stream's owner) and hold a shared lock on its row to the end
@@ -179,15 +183,47 @@ class BridgeSql:
         stream's reads take ``FOR KEY SHARE``: the owner's own receives (UPDATEs of the Summary) go on beside
         them, and a takeover (``takeover``: ``FOR UPDATE`` first) waits for them to end.
         """
-        return self.dialect.bridge_run_state_shared(self.runs, column)
+        return self.statement(
+            {"State": "run_state_shared", "Summary": "run_owner_shared"}.get(column, "run_takeover")
+        )
 
     def orphans(self) -> tuple[str, SecondsBinding]:
-        return self.dialect.bridge_orphans(self.runs)
+        condition, bind = self.older_than("HeartbeatAt")
+        return self.statement("orphans", older=condition), bind
 
-    # ---- staging -------------------------------------------------------------------------------
     def stage_rows(self, rows: int) -> str:
-        return self.dialect.bridge_stage_rows(self.staging, rows)
+        row = "(" + ", ".join([self.p] * 10) + ")"
+        return self.statement("stage_rows", values=", ".join([row] * rows))
 
+    @property
+    def stage_rows_per_statement(self) -> int:
+        return self.dialect.rows_per_statement(self.stage_rows, self.dialect.bridge_stage_rows_limit)
+
+    def restore(self, queue: QueueAddress) -> str:
+        """Put a run's staged messages back at the end of ``queue``, in their order, Expires kept."""
+        return self.statement("restore", queue=self.dialect.qualified_name(queue))
+
+    def table_columns(self, table: QueueAddress) -> str:
+        """No rows, only the column names of ``table`` (from the cursor's description)."""
+        return self.statement("table_columns", table=self.dialect.qualified_name(table))
+
+    def insert_rows(self, table: QueueAddress, columns: Sequence[str], rows: int) -> str:
+        row = "(" + ", ".join([self.p] * len(columns)) + ")"
+        return self.statement(
+            "insert_rows",
+            table=self.dialect.qualified_name(table),
+            columns=self._names(columns),
+            values=", ".join([row] * rows),
+        )
+
+    def rows_per_insert(self, columns: int) -> int:
+        """Rows one :meth:`insert_rows` carries: at most 1,000, within the parameters the engine allows."""
+        return max(1, min(1000, self.dialect.bridge_insert_parameters // max(columns, 1)))
+
+    def _names(self, columns: Sequence[str]) -> str:
+        return ", ".join(self.dialect.quote(column) for column in columns)
+
+    # ---- PostgreSQL's paths (asked for only where the dialect has them) --------------------------
     @property
     def can_copy(self) -> bool:
         """PostgreSQL loads rows faster with COPY (psycopg's ``cursor.copy``), inside the transaction."""
@@ -204,92 +240,29 @@ class BridgeSql:
         return self.dialect.bridge_moves_server_side
 
     def move_to_staging(self, receive_batch: str) -> str:
-        """The receive statement as a CTE whose unexpired rows go into staging, in one statement.
-
-        Parameters: the receive's batch size, then run id, job attempt, partition. Returns one row per
-        deleted row: (RowVersion, Headers or NULL, expired).
-        """
-        return self.dialect.bridge_move_to_staging(receive_batch, self.staging)
+        """The receive statement as a CTE whose unexpired rows go into staging, in one statement."""
+        return self.statement("move_to_staging", receive=receive_batch)
 
     def move_to_stream_staging(self, receive_batch: str) -> str:
-        """:meth:`move_to_staging` for a stream: the unexpired rows are keyed by the stream's next positions
-        (the position before them plus their rank in RowVersion order), as attempt 1 of partition 0.
-
-        Parameters: the receive's batch size, stream id, the position before the batch. Returns one row per
-        deleted row: (position or the expired row's RowVersion, Headers or NULL, expired).
-        """
-        return self.dialect.bridge_move_to_stream_staging(receive_batch, self.staging)
-
-    # ---- held rows (PostgreSQL, ``read_in_place``) -------------------------------------------------
-    def _input_queue(self) -> QueueAddress:
-        if self.queue is None:
-            raise ConfigurationError("these statements need the input queue's address")
-        return self.queue
-
-    def held_bounds(self) -> str:
-        """The input queue's lowest and highest RowVersion (no parameters), each read from the index's end."""
-        return self.dialect.bridge_held_bounds(self._input_queue())
-
-    def take_held_window(self) -> str:
-        """Delete, in the caller's transaction and without committing, every row of a RowVersion window
-        (parameters: after, up to inclusive). Returns (RowVersion, expired), in no particular order: the
-        headers are read once, by phase 2's executors."""
-        return self.dialect.bridge_take_held_window(self._input_queue())
-
-    def take_held_batch(self) -> str:
-        """As :meth:`take_held_window`, but only the oldest rows no other transaction holds (parameters:
-        after, up to inclusive, how many): they are locked first, so each row is written twice."""
-        return self.dialect.bridge_take_held_batch(self._input_queue())
-
-    def next_row_version(self) -> str:
-        """The input queue's lowest RowVersion after one (parameter), or NULL: where the next window starts
-        after an empty one."""
-        return self.dialect.bridge_next_row_version(self._input_queue())
-
-    def newest_after(self) -> str:
-        """The input queue's highest RowVersion if it is above one (parameter), else NULL: rows sent while
-        a hold took the queue up to that one."""
-        return self.dialect.bridge_newest_after(self._input_queue())
-
-    def lock_timeout(self) -> str:
-        """Set the transaction's lock_timeout (parameter: the setting as text) and return the one before."""
-        return self.dialect.bridge_lock_timeout()
-
-    def held_slice(self) -> str:
-        """Read held rows of the input queue in a RowVersion range (parameters: from, to exclusive), in the
-        staged slice's columns."""
-        return self.dialect.bridge_held_slice(self._input_queue())
-
-    def held_reads_by_index(self) -> str:
-        """Make the rest of the caller's transaction read held slices along the RowVersion index, whatever
-        the planner estimates (no parameters): run before :meth:`held_slice` reads."""
-        return self.dialect.bridge_held_reads_by_index()
-
-    def held_headers(self) -> str:
-        """The headers of the held rows in a RowVersion range (parameters: from, to exclusive), read through
-        another connection than the hold's: for the slices a transform left unread."""
-        return self.dialect.bridge_held_headers(self._input_queue())
-
-    def unreadable_held(self) -> str:
-        """Held rows as the error queue keeps them (parameter: an array of RowVersions), read through
-        another connection than the hold's, which still sees them until the hold commits."""
-        return self.dialect.bridge_unreadable_held(self._input_queue())
+        """:meth:`move_to_staging` for a stream, keyed by the stream's next positions."""
+        return self.statement("move_to_stream_staging", receive=receive_batch)
 
     def insert_unreadable(self, error_queue: QueueAddress) -> str:
-        """One row of :meth:`unreadable_held` into the error queue, unchanged, as a recoverable message."""
-        return self.dialect.bridge_insert_unreadable(error_queue)
+        """One row of ``unreadable_held`` into the error queue, unchanged, as a recoverable message."""
+        return self.statement("insert_unreadable", error_queue=self.dialect.qualified_name(error_queue))
 
     def move_poison(self, error_queue: QueueAddress) -> str:
-        """Move staged rows (run id, RowVersions as an array) unchanged to the error queue (PostgreSQL)."""
-        return self.dialect.bridge_move_poison(self.staging, error_queue)
+        """Move staged rows (run id, RowVersions as an array) unchanged to the error queue."""
+        return self.statement("move_poison", error_queue=self.dialect.qualified_name(error_queue))
 
     def copy_rows(self, table: QueueAddress, columns: Sequence[str]) -> str:
-        return self.dialect.bridge_copy_rows(table, columns)
+        # COPY runs without parameters, so the '%%' that quoting writes for psycopg goes back to '%'
+        statement = self.statement(
+            "copy_rows", table=self.dialect.qualified_name(table), columns=self._names(columns)
+        )
+        return self.dialect.display_sql(statement)
 
-    @property
-    def stage_rows_per_statement(self) -> int:
-        return self.dialect.bridge_stage_rows_per_statement(self.staging)
-
+    # ---- values --------------------------------------------------------------------------------
     def stage_params(self, run_id: str, attempt: int, part: int, message: Any) -> tuple[Any, ...]:
         from ..transport.headers import encode_headers
 
@@ -310,56 +283,6 @@ class BridgeSql:
         """A received message's Expires as the queue table stores it (restores copy it back unchanged)."""
         return self.dialect.bridge_expires_value(expires)
 
-    def count_part(self) -> str:
-        return self.dialect.bridge_count_part(self.staging)
-
-    def staged_stats(self) -> str:
-        return self.dialect.bridge_staged_stats(self.staging)
-
-    def staged_slice(self) -> str:
-        return self.dialect.bridge_staged_slice(self.staging)
-
-    def delete_staging(self) -> str:
-        return self.dialect.bridge_delete_staging(self.staging)
-
-    def delete_staged_through(self) -> str:
-        """Drop a stream's staged rows up to a position (its ``commit(end)``)."""
-        return self.dialect.bridge_delete_staged_through(self.staging)
-
-    def set_summary_if(self) -> str:
-        """Compare-and-set of a run's Summary (a stream keeps its last position there)."""
-        return self.dialect.bridge_set_summary_if(self.runs)
-
-    def restore(self, queue: QueueAddress) -> str:
-        """Put a run's staged messages back at the end of ``queue``, in their order, Expires kept."""
-        return self.dialect.bridge_restore(queue, self.staging)
-
-    def touch_run(self, states: Sequence[str]) -> str:
-        """Lock a run's row for the transaction (its heartbeat set to now) while it is in one of ``states``:
-        a stream stages only under that row's lock, so its staged rows stand still until the commit."""
-        return self.dialect.bridge_touch_run(self.runs, states)
-
-    def table_columns(self, table: QueueAddress) -> str:
-        """No rows, only the column names of ``table`` (from the cursor's description)."""
-        return self.dialect.bridge_table_columns(table)
-
-    # ---- fill markers --------------------------------------------------------------------------
-    def fill_batches_done(self) -> str:
-        return self.dialect.bridge_fill_batches_done(self.fill)
-
-    def insert_fill_marker(self) -> str:
-        return self.dialect.bridge_insert_fill_marker(self.fill)
-
-    def fill_totals(self) -> str:
-        return self.dialect.bridge_fill_totals(self.fill)
-
-    # ---- sink tables ---------------------------------------------------------------------------
-    def insert_rows(self, table: QueueAddress, columns: Sequence[str], rows: int) -> str:
-        return self.dialect.bridge_insert_rows(table, columns, rows)
-
-    def rows_per_insert(self, columns: int) -> int:
-        return self.dialect.bridge_rows_per_insert(columns)
-
     def sink_value(self, value: Any) -> Any:
         """A Spark row value as this engine's driver binds it: nested values and rows as JSON text, bytes as
         bytes, the rest as the dialect binds it."""
@@ -374,6 +297,10 @@ class BridgeSql:
         if isinstance(value, bytearray | memoryview):
             return bytes(value)
         return self.dialect.bridge_sink_value(value)
+
+
+def _listed(states: Sequence[str]) -> str:
+    return ", ".join(f"'{state}'" for state in states)
 
 
 def _jsonable(value: Any) -> Any:
