@@ -45,13 +45,14 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# The oldest SQLAlchemy pyproject.toml allows, in a folder of its own: tests/test_hook_sqlalchemy_paths.py
-# puts it first on a child process's PYTHONPATH to try the driver injections under it as well as under the
-# venv's SQLAlchemy.
-floor=$(sed -n 's/^ *"sqlalchemy>=\([0-9.]*\),.*/\1/p' pyproject.toml)
-[ -n "$floor" ] || { echo "setup: no SQLAlchemy floor in pyproject.toml" >&2; exit 1; }
+# The oldest SQLAlchemy both pyproject.toml and the venv's Airflow allow (tests/sqlalchemy_floor.py), in a
+# folder of its own: tests/test_hook_sqlalchemy_paths.py puts it first on a child process's PYTHONPATH to
+# try the driver injections under it as well as under the venv's SQLAlchemy. (SQLAlchemy 1.4, which
+# pyproject.toml allows for Airflow 3.0, is the SQLAlchemy of .ci/airflow-oldest's venv.)
+floor=$(.venv/bin/python tests/sqlalchemy_floor.py)
+[ -n "$floor" ] || { echo "setup: no SQLAlchemy floor from tests/sqlalchemy_floor.py" >&2; exit 1; }
 if [ ! -f ".venv/sqlalchemy-floor/$floor/sqlalchemy/__init__.py" ]; then
-  echo "setup: installing SQLAlchemy $floor (the floor pyproject.toml allows) into .venv/sqlalchemy-floor/$floor"
+  echo "setup: installing SQLAlchemy $floor (the floor the tests try) into .venv/sqlalchemy-floor/$floor"
   rm -rf ".venv/sqlalchemy-floor/$floor"
   .venv/bin/python -m pip install -q --no-deps --target ".venv/sqlalchemy-floor/$floor" "sqlalchemy==$floor"
 fi

@@ -58,15 +58,24 @@ class Silent:
         return lambda *args, **kwargs: None
 
 
+def _stats_factory() -> Any:
+    """Airflow's metrics backend factory: the Task SDK's from Airflow 3.2 on, ``airflow.stats``'s before."""
+    try:
+        from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
+    except ImportError:
+        from airflow.stats import Stats
+
+        return type(Stats).factory
+    return get_stats_factory()
+
+
 def backend() -> Any:
     """The deployment's metrics backend, built once per process from Airflow's configuration."""
     global _backend, _backend_pid
     with _lock:
         if _backend is None or _backend_pid != os.getpid():
-            from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
-
             try:
-                _backend = get_stats_factory()()
+                _backend = _stats_factory()()
             except Exception as error:  # a misconfigured backend must not fail a task or a trigger
                 log.warning("sqlqueue metrics are off: Airflow's metrics backend failed to start: %s", error)
                 _backend = Silent()

@@ -43,7 +43,11 @@ def main(argv: list[str]) -> int:
     run_conf = json.loads(argv[2]) if len(argv) == 3 else None
 
     from airflow.configuration import conf
-    from airflow.dag_processing.dagbag import DagBag
+
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.0 and 3.1
+        from airflow.models.dagbag import DagBag
 
     folder = conf.get("core", "dags_folder")
     bag = DagBag(folder)

@@ -31,7 +31,7 @@ from sqlalchemy.engine import make_url
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator

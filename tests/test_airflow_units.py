@@ -14,7 +14,7 @@ import rawsql
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
 from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_provider_sqlqueue.operators.provision import (

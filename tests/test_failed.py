@@ -253,7 +253,7 @@ def test_cli_lists_shows_retries_and_deletes_with_json_and_exit_codes(failed, ta
 # ---- the operator ----------------------------------------------------------------------------------
 def test_operator_retries_a_group_and_fails_naming_a_refused_message(failed, target, monkeypatch) -> None:
     pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
-    from airflow.sdk.exceptions import AirflowException
+    from airflow.providers.common.compat.sdk import AirflowException
 
     from airflow_provider_sqlqueue.operators.failed import RetryFailedMessagesOperator
 

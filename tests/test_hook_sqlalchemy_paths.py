@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy_floor import floor_version
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 pytest.importorskip("pyodbc", reason="the mssql extra is not installed")
@@ -53,13 +53,6 @@ __attribute__((constructor)) static void loaded(void) {
 }
 """
 SERVER = {"host": "127.0.0.1", "port": 1, "login": "sa", "schema": "erp"}
-
-
-def floor_version() -> str:
-    """The oldest SQLAlchemy pyproject.toml allows."""
-    found = re.search(r'^\s*"sqlalchemy>=([0-9.]+),', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
-    assert found, "pyproject.toml's SQLAlchemy pin has no floor"
-    return found.group(1)
 
 
 def floor_folder() -> Path:

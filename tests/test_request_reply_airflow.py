@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
 
 from airflow_provider_sqlqueue.operators.request_reply import RequestReplyOperator

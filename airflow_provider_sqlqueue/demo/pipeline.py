@@ -100,7 +100,11 @@ class OrderFeed:
 def _child(run_conf: str) -> int:
     """Inside the prepared environment: load the DAG from the dags folder and run dag.test()."""
     from airflow.configuration import conf
-    from airflow.dag_processing.dagbag import DagBag
+
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.0 and 3.1
+        from airflow.models.dagbag import DagBag
 
     bag = DagBag(conf.get("core", "dags_folder"))
     dag = bag.get_dag(DAG_ID)

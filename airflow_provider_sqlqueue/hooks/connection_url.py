@@ -63,9 +63,13 @@ def _shown(value: str) -> str:
 class SecretHidingURL(URL):
     """A SQLAlchemy URL whose ``str`` and ``repr`` hide the password wherever it sits: in the password
     field (as SQLAlchemy does), in a ``password``/``pwd`` query parameter, and as ``PWD`` inside the
-    ``odbc_connect`` string, where SQLAlchemy would show it URL-encoded."""
+    ``odbc_connect`` string, where SQLAlchemy would show it URL-encoded. ``str`` hides it under SQLAlchemy
+    1.4 too, whose own ``str`` of a URL shows the password."""
 
     __slots__ = ()
+
+    def __str__(self) -> str:
+        return self.render_as_string(hide_password=True)
 
     def render_as_string(self, hide_password: bool = True) -> str:
         if not hide_password:
@@ -90,7 +94,7 @@ def driver_in_extra_allowed() -> bool:
     A driver is a shared library that every worker and the triggerer load, so by default only the code
     (the hook's ``driver``, or ``hook_params``) and the deployment (``default_odbc_driver``) choose it.
     """
-    from airflow.sdk import conf
+    from airflow.providers.common.compat.sdk import conf
 
     return conf.getboolean("providers.odbc", "allow_driver_in_extra", fallback=False)
 
@@ -126,7 +130,7 @@ def sqlalchemy_decodes_odbc_connect() -> bool:
 
 def file_options_in_extra_allowed() -> bool:
     """May a PostgreSQL connection's extras name files for libpq to write or read settings from?"""
-    from airflow.sdk import conf
+    from airflow.providers.common.compat.sdk import conf
 
     return conf.getboolean("sqlqueue", "allow_file_options_in_extra", fallback=False)
 

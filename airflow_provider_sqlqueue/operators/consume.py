@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..metrics import PumpReporter, emit_queue_gauges

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport.failed import MAX_BATCH, FailureFilter, retry_failed

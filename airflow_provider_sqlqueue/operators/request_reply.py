@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import headers as h

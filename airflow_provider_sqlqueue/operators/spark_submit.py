@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 from airflow.sdk.log import mask_secret
 
 from ..hooks.sqlqueue import SqlQueueHook

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from ..hooks.sqlqueue import SqlQueueHook
 from ..metrics import emit_queue_gauges

@@ -24,9 +24,15 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import sqlalchemy
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.pool import NullPool, PoolProxiedConnection
+from sqlalchemy.pool import NullPool
+
+try:
+    from sqlalchemy.pool import PoolProxiedConnection
+except ImportError:  # SQLAlchemy 1.4 (Airflow 3.0 requires it): no lent SQLAlchemy connection, see below
+    PoolProxiedConnection = object  # type: ignore[assignment,misc]
 
 from ..model.errors import ConfigurationError
 
@@ -41,6 +47,11 @@ _REFUSED = (
     "again); use a savepoint (SAVEPOINT, or begin_nested() in SQLAlchemy) to undo part of it"
 )
 _ON_CONNECT = "sqlqueue.sqlalchemy_on_connect"
+_NEEDS_SQLALCHEMY_2 = (
+    "a handler's SQLAlchemy connection (context.sqlalchemy_connection) needs SQLAlchemy 2.0 or later; this "
+    "process has SQLAlchemy {version} (Airflow 3.0 requires 1.4): use context.connection, the DB-API "
+    "connection in the same transaction, or Airflow 3.1 or later"
+)
 
 
 class LentConnection:
@@ -346,6 +357,8 @@ def sqlalchemy_engine(transport: EngineTransport) -> Engine:
     server's version and settings; that first connection is also where SQLAlchemy rolls back after
     reading them, which on a lent connection would undo the receive.
     """
+    if PoolProxiedConnection is object:
+        raise ConfigurationError(_NEEDS_SQLALCHEMY_2.format(version=sqlalchemy.__version__))
     with _engines_lock:
         engine = _engines.get(transport)
         if engine is not None:
