@@ -9,17 +9,19 @@ test's temporary folder (``.ci/ui-check`` refreshes docs/images instead).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 BROWSER_DIR = Path(__file__).resolve().parent / "browser"
 CHROMIUM = Path("/usr/bin/chromium")
-TIME_LIMIT = 480  # the check's own limit; it stops Airflow and Chromium when it is reached
+TIME_LIMIT = 720  # the check's own limit; it stops Airflow and Chromium when it is reached
 
 pytestmark = [
     pytest.mark.browser,
@@ -32,7 +34,8 @@ pytestmark = [
 ]
 
 
-def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)  # the Queues page on it too
+def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Path, target: Any) -> None:
     home = tmp_path / "airflow-home"
     command = [
         sys.executable,
@@ -45,6 +48,13 @@ def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Pa
         str(TIME_LIMIT),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
+    # The PostgreSQL database of the Queues page's second pass, password included: in the environment,
+    # never on the command line.
+    connection = target.airflow_connection()
+    connection["extra"] = json.dumps(connection.get("extra") or {})
+    env["SQLQUEUE_UI_CHECK_POSTGRES"] = json.dumps(
+        {"url": target.url, "schema": target.schema, "connection": connection}
+    )
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = process.communicate(timeout=TIME_LIMIT + 60)
@@ -65,4 +75,4 @@ def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Pa
     print(output)
     assert process.returncode == 0, f"the UI check failed (exit {process.returncode}):\n{output[-6000:]}"
     shots = sorted(p.name for p in (tmp_path / "images").glob("airflow-ui-*.png"))
-    assert len(shots) == 10, shots
+    assert len(shots) == 14, shots

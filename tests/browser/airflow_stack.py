@@ -93,6 +93,9 @@ class AirflowStack:
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
                 "AIRFLOW__API__WORKERS": "1",
+                # The Queues page reads itself every 3 s when its auto-refresh is on (the check turns it
+                # on only to watch a queue drain).
+                "AIRFLOW__SQLQUEUE__PAGE_REFRESH_SECONDS": "3",
                 "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",

@@ -17,10 +17,17 @@ browser:
 (d) logged in as a viewer (403 on ``/api/v2/connections/sqlqueue_default``), is served no connection: none
     listed, and the page's API answers for ``sqlqueue_default`` exactly as for an unknown id, retry and
     delete included;
-(e) logged in as an op, deletes one message from its detail view and then the rest of the group from the
-    Queues page, each after the browser's confirmation: both move to the archive beside the error queue,
-    and Airflow's audit log (REST ``/api/v2/eventLogs``) holds both deletes under ``op`` and the admin's
-    retry.
+(e) logged in as an op, checks the Queues page, a group and a message at 390x844 and 1440 wide in
+    Airflow's light and dark modes (no sideways scroll, targets of 24 px or more on screen, contrast of
+    4.5:1 or more, computed in the browser), deletes one message from its detail view and then the rest
+    of the group from the Queues page, each after the page's confirmation: both move to the archive
+    beside the error queue, and Airflow's audit log (REST ``/api/v2/eventLogs``) holds both deletes under
+    ``op`` and the admin's retry; a stale tab's retry says why it retried nothing; an ended session sends
+    the window to Airflow's login.
+
+In (c) the admin also sees the summary, retries through the page's dialog (Escape closes it, Tab stays in
+it), watches a queue drain through the page's auto-refresh and its chart, and gets a sentence for a
+shortened group id; with SQLQUEUE_UI_CHECK_POSTGRES, the page runs on PostgreSQL too (check_postgres).
 
 Everything runs logged in through Airflow's login page, as ``admin``, ``viewer`` and ``op`` (simple auth
 manager accounts with random passwords; see airflow_stack.py).
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import signal
@@ -49,6 +57,7 @@ import urllib.error
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -365,6 +374,8 @@ def log_in(page: Any, stack: AirflowStack, user: str) -> None:
     page.locator('input[name="password"]').fill(stack.passwords[user])
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+    # The Queues page's auto-refresh stays off (this browser remembers it) but where a step turns it on.
+    page.evaluate("() => localStorage.setItem('sqlqueue-auto-refresh', 'off')")
     log(f"logged in as {user} ({stack.users[user]})")
 
 
@@ -379,14 +390,15 @@ def broken(message: Any, context: Any) -> None:
     raise ConnectionError("payment service unreachable")
 
 
-def fail_messages(queue_file: Path, send: int) -> dict[str, str | None]:
+def fail_messages(queue_file: Path | None, send: int, **database: Any) -> dict[str, str | None]:
     """Send ``send`` messages to FAILING_QUEUE, let a broken handler move all it holds to the error queue,
-    and return the error queue's rows as {row Id: NServiceBus.MessageId}."""
+    and return the error queue's rows as {row Id: NServiceBus.MessageId}. The SQLite ``queue_file``, or
+    the database ``open_transport`` takes as ``database`` (url, default_schema)."""
     from airflow_provider_sqlqueue.transport import open_transport
     from airflow_provider_sqlqueue.transport.browse import browse
     from airflow_provider_sqlqueue.transport.pump import MessagePump
 
-    with open_transport(f"sqlite:///{queue_file}") as transport:
+    with open_transport(**database) if database else open_transport(f"sqlite:///{queue_file}") as transport:
         queue = transport.queue(FAILING_QUEUE)
         queue.create()
         if send:
@@ -433,16 +445,34 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
     page.screenshot(path=str(images / "airflow-ui-queues.png"))
     log(f"screenshot airflow-ui-queues.png (group: {' | '.join(text.split())})")
 
+    summary = frame.locator("#summary-failed")
+    shown_failed = summary.locator(".value").inner_text().strip()
+    expect(
+        shown_failed == str(FAILING) and "bad" in (summary.get_attribute("class") or ""),
+        f"the summary shows {shown_failed!r} failed messages (class {summary.get_attribute('class')!r})",
+    )
+    log(f"summary: {shown_failed} failed messages, coloured as a problem")
+
     check_message_view(page, frame, failed, images)
     frame.locator("#back").click()
     group = frame.locator("#failed tr[data-group]").filter(has_text=FAILING_QUEUE)
     group.wait_for(timeout=30_000)
-    group.get_by_role("button", name=re.compile("Retry")).click()
+    retry = group.get_by_role("button", name=f"Retry the failed messages of {FAILING_QUEUE}", exact=False)
+    retry.click()
+    check_dialog(page, frame, f"Retry {FAILING} messages?")
+    page.keyboard.press("Escape")
+    frame.locator("#confirm").wait_for(state="hidden", timeout=10_000)
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        kept = transport.queue("error").count()
+    expect(kept == FAILING, f"the error queue holds {kept} after Escape closed the confirmation")
+    retry.click()
+    check_dialog(page, frame, f"Retry {FAILING} messages?")
+    frame.locator("#confirm-yes").click()
     outcome = frame.locator("#outcome")
     wait_page(
         page,
         "the retry's outcome",
-        lambda: outcome.inner_text().startswith(f"Retried {FAILING} message(s)") or outcome.inner_text(),
+        lambda: outcome.inner_text() == f"Retried {FAILING} messages." or outcome.inner_text(),
         30,
         reload_every=1000,
     )
@@ -457,7 +487,121 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
         expect(back == failed, f"{FAILING_QUEUE} holds {back}, the error queue held {failed}")
         expect(transport.queue("error").count() == 0, "the error queue is not empty after the retry")
     page.screenshot(path=str(images / "airflow-ui-queues-retried.png"))
-    log(f"retried with one click: {outcome.inner_text()!r}; {FAILING_QUEUE} holds them, Ids kept")
+    log(f"retried after a confirmation: {outcome.inner_text()!r}; {FAILING_QUEUE} holds them, Ids kept")
+    check_depth_history(page, stack, queue_file, images)
+
+
+DRAIN_STEPS = 3  # receives of DRAIN_BATCH while the page refreshes itself
+DRAIN_BATCH = 11
+
+
+def check_depth_history(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    """With its auto-refresh switched on, the page follows QUEUE while it is filled and drained in steps;
+    its chart and /api/queues' history show the depth falling to 0."""
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    frame = page.frame_locator("iframe")
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        queue = transport.queue(QUEUE)
+        full = DRAIN_STEPS * DRAIN_BATCH
+        queue.send_batch(f"order {n}" for n in range(full - queue.count()))
+    toggle = frame.locator("#auto-refresh")
+    expect(not toggle.is_checked(), "the auto-refresh is on although this browser switched it off")
+    toggle.check()
+    expected = [full - step * DRAIN_BATCH for step in range(DRAIN_STEPS + 1)]
+    for depth in expected:
+        wait_page(
+            page,
+            f"the page to refresh itself and show {QUEUE} at {depth}",
+            lambda d=depth: queue_depth(frame, QUEUE) == str(d) or queue_depth(frame, QUEUE),
+            30,
+            reload_every=1000,
+        )
+        if depth:
+            page.wait_for_timeout(1100)  # samples closer than a second are kept as one
+            with (
+                open_transport(f"sqlite:///{queue_file}") as transport,
+                transport.queue(QUEUE).receive(DRAIN_BATCH) as batch,
+            ):
+                expect(len(batch.messages) == DRAIN_BATCH, f"received {len(batch.messages)}")
+    frame.locator("#auto-refresh").uncheck()
+    history = page.request.get(f"{stack.base_url}/sqlqueue/api/queues?conn_id={CONN_ID}").json()["history"]
+    seen = [sample["messages"] for sample in history[QUEUE]]
+    steps = [depth for n, depth in enumerate(seen) if n == 0 or depth != seen[n - 1]]
+    expect(steps[-len(expected) :] == expected, f"the history of {QUEUE} reads {seen}, not ending {expected}")
+    chart = frame.locator(f'figure.chart[data-queue="{QUEUE}"]')
+    expect(
+        chart.count() == 1 and "→ 0 messages" in chart.inner_text(),
+        f"the chart reads {chart.all_inner_texts()}",
+    )
+    chart.scroll_into_view_if_needed()
+    page.screenshot(path=str(images / "airflow-ui-queues-history.png"))
+    log(f"depth history of {QUEUE}: {steps} (auto-refresh every 3 s), chart drawn; screenshot")
+
+
+POSTGRES_ENV = "SQLQUEUE_UI_CHECK_POSTGRES"  # JSON: url, schema, connection (never on a command line)
+PG_CONN_ID = "sqlqueue_pg"
+PG_FAILING = 3
+
+
+def check_postgres(page: Any, stack: AirflowStack, postgres: dict[str, Any]) -> None:
+    """The same page on PostgreSQL (when the pytest test passes a database in SQLQUEUE_UI_CHECK_POSTGRES):
+    its summary counts the failed messages exactly, the group's page has its title and total, and its
+    Retry, confirmed, moves them back; at 390 px it fits, in both modes."""
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    stack.api("POST", "/api/v2/connections", {"connection_id": PG_CONN_ID, **postgres["connection"]})
+    database = {"url": postgres["url"], "default_schema": postgres.get("schema")}
+    with open_transport(**database) as transport:
+        transport.queue("error").create()
+    failed = fail_messages(None, PG_FAILING, **database)
+    expect(len(failed) == PG_FAILING, f"PostgreSQL's error queue holds {len(failed)}, not {PG_FAILING}")
+    frame = page.frame_locator("iframe")
+    summary = frame.locator("#summary-failed .value")
+    page.set_viewport_size(PHONE)
+    for mode in ("dark", "light"):
+        set_airflow_mode(page, stack, mode)
+        frame.locator("#conn_id").select_option(PG_CONN_ID)
+        wait_page(
+            page, "PostgreSQL's summary", lambda: summary.inner_text().strip() == str(PG_FAILING), 30, 1000
+        )
+        probe_layout(page, "PostgreSQL's queues", mode)
+        frame.locator("#failed tr[data-group] a.group-title").first.click()
+        frame.locator("#messages").wait_for(timeout=30_000)
+        probe_layout(page, "PostgreSQL's group", mode)
+    page.set_viewport_size(VIEWPORT)
+    title, total = frame.locator("#title").inner_text(), frame.locator("#total").inner_text()
+    expect(
+        FAILING_QUEUE in title and "ConnectionError" in title and total == str(PG_FAILING),
+        f"PostgreSQL's group page is titled {title!r} with total {total!r}",
+    )
+    frame.locator("#retry-group").click()
+    check_dialog(page, frame, f"Retry {PG_FAILING} messages?")
+    frame.locator("#confirm-yes").click()
+    frame.locator("#summary-failed").wait_for(timeout=30_000)
+    said = frame.locator("#outcome").inner_text()
+    expect(said == f"Retried {PG_FAILING} messages.", f"PostgreSQL's retry says {said!r}")
+    with open_transport(**database) as transport:
+        back = transport.queue(FAILING_QUEUE).count()
+        left = transport.queue("error").count()
+    expect((back, left) == (PG_FAILING, 0), f"after the retry {FAILING_QUEUE} holds {back}, error {left}")
+    log(f"PostgreSQL: {PG_FAILING} failed in the summary, group {title!r}, fits 390 px; {said!r}")
+
+
+def check_dialog(page: Any, frame: Any, title: str) -> None:
+    """The page's confirmation: says how many, sits on a backdrop, keeps Tab inside; Escape closes it."""
+    frame.locator("#confirm").wait_for(state="visible", timeout=10_000)
+    shown = frame.locator("#confirm-title").inner_text()
+    expect(shown == title, f"the confirmation asks {shown!r}, not {title!r}")
+    for _ in range(3):
+        page.keyboard.press("Tab")
+    inside = frame.locator("#confirm").evaluate("(b) => b.contains(document.activeElement)")
+    backdrop = frame.locator("#confirm").evaluate(
+        "(b) => { const r = b.getBoundingClientRect();"
+        " return r.width >= innerWidth && r.height >= innerHeight"
+        " && getComputedStyle(b).backgroundColor !== 'rgba(0, 0, 0, 0)'; }"
+    )
+    expect(inside and backdrop, f"the dialog keeps focus inside: {inside}; has a backdrop: {backdrop}")
 
 
 def check_message_view(page: Any, frame: Any, failed: dict[str, str | None], images: Path) -> None:
@@ -468,6 +612,12 @@ def check_message_view(page: Any, frame: Any, failed: dict[str, str | None], ima
     wait_page(page, "the group's messages", lambda: rows.count() == FAILING or rows.count(), 30, 1000)
     listed = {rows.nth(i).get_attribute("data-id") for i in range(rows.count())}
     expect(listed == set(failed), f"the group view lists {listed}, the error queue holds {set(failed)}")
+    title, total = frame.locator("#title").inner_text(), frame.locator("#total").inner_text()
+    expect(
+        FAILING_QUEUE in title and "ConnectionError" in title and total == str(FAILING),
+        f"the group view is titled {title!r} with total {total!r}",
+    )
+    expect(frame.locator("#retry-group").is_visible(), "the group view has no Retry button")
     first = sorted(listed)[0]
     frame.locator(f'#messages tr[data-id="{first}"] a.message').click()
     frame.locator("#stack-trace").wait_for(timeout=30_000)
@@ -544,6 +694,13 @@ def check_other_type(page: Any, stack: AirflowStack) -> None:
     log(
         f"admin: {OTHER_TYPE_CONN_ID} (postgres) answered {status} {body} as an unknown id; nothing connected"
     )
+    response = page.goto(f"{stack.base_url}/sqlqueue/failed?conn_id={CONN_ID}&group=5f1c", wait_until="load")
+    said = page.locator("#error").inner_text()
+    expect(
+        response is not None and response.status == 422 and "12 hexadecimal digits" in said,
+        f"a shortened group id answered {response and response.status}: {page.content()[:300]!r}",
+    )
+    log(f"a shortened group id: {said!r}")
 
 
 def check_viewer(context: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
@@ -589,13 +746,12 @@ def check_viewer(context: Any, stack: AirflowStack, queue_file: Path, images: Pa
 
 
 def confirm_and_click(page: Any, frame: Any, button: Any, expected: str) -> None:
-    """Click a Delete button, check the page's confirmation mentions ``expected`` and confirm it. (Airflow's
-    frame is sandboxed without ``allow-modals``: the page asks in itself, not with ``confirm()``.)"""
+    """Click a Delete button, check the page's confirmation says ``expected`` (how many) and confirm it.
+    (Airflow's frame is sandboxed without ``allow-modals``: the page asks itself, not with ``confirm()``.)"""
     button.click()
-    panel = frame.locator("#confirm-delete")
-    panel.wait_for(state="visible", timeout=10_000)
+    check_dialog(page, frame, expected)
     text = frame.locator("#confirm-text").inner_text()
-    expect(expected in text and "archive" in text, f"the confirmation reads {text!r}")
+    expect("archive" in text, f"the confirmation reads {text!r}")
     frame.locator("#confirm-yes").click()
 
 
@@ -606,17 +762,18 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
     context.clear_cookies()  # the viewer's session ends here
     page = context.new_page()
     log_in(page, stack, "op")
+    check_phones_and_modes(page, stack, images)
     page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
     frame = page.frame_locator("iframe")
     frame.locator("#failed").wait_for(timeout=30_000)
     frame.locator("#failed tr[data-group] a.messages").first.click()
     frame.locator("#messages tr[data-id] a.message").first.click()
-    confirm_and_click(page, frame, frame.locator("#delete-message"), "this message")
+    confirm_and_click(page, frame, frame.locator("#delete-message"), "Delete 1 message?")
     outcome = frame.locator("#outcome")
     wait_page(
         page,
         "the message's delete",
-        lambda: outcome.inner_text().startswith("Moved 1 message(s) to the archive") or outcome.inner_text(),
+        lambda: outcome.inner_text().startswith("Moved 1 message to the archive") or outcome.inner_text(),
         30,
         1000,
     )
@@ -627,14 +784,14 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
     group.wait_for(timeout=30_000)
     group.locator("button.delete").click()  # asked, then cancelled: nothing moves
     frame.locator("#confirm-no").click()
-    frame.locator("#confirm-delete").wait_for(state="hidden", timeout=10_000)
+    frame.locator("#confirm").wait_for(state="hidden", timeout=10_000)
     with open_transport(f"sqlite:///{queue_file}") as transport:
         kept = transport.queue("error").count()
     expect(kept == FAILING - 1, f"error holds {kept} after a cancelled delete, not {FAILING - 1}")
-    confirm_and_click(page, frame, group.locator("button.delete"), f"{FAILING - 1} message(s)")
+    confirm_and_click(page, frame, group.locator("button.delete"), f"Delete {FAILING - 1} messages?")
     frame.locator("#no-failed").wait_for(timeout=30_000)
     expect(
-        frame.locator("#outcome").inner_text().startswith(f"Moved {FAILING - 1} message(s) to the archive"),
+        frame.locator("#outcome").inner_text().startswith(f"Moved {FAILING - 1} messages to the archive"),
         f"the group's delete says {frame.locator('#outcome').inner_text()!r}",
     )
     with open_transport(f"sqlite:///{queue_file}") as transport:
@@ -648,7 +805,11 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
     for event in ("sqlqueue.retry_failed", "sqlqueue.delete_failed"):
         found = stack.api("GET", f"/api/v2/eventLogs?event={event}&order_by=id")["event_logs"]
         entries[event] = [(e["owner"], json.loads(e["extra"] or "{}")) for e in found]
-    retried = [extra.get("done") for owner, extra in entries["sqlqueue.retry_failed"] if owner == "admin"]
+    retried = [
+        extra.get("done")
+        for owner, extra in entries["sqlqueue.retry_failed"]
+        if owner == "admin" and extra.get("conn_id") == CONN_ID
+    ]
     deleted = [
         (owner, extra.get("id") is not None, extra.get("done"))
         for owner, extra in entries["sqlqueue.delete_failed"]
@@ -659,11 +820,234 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
         f"the audit log's deletes: {entries['sqlqueue.delete_failed']}",
     )
     log(f"audit log: admin's retry ({sum(retried)} messages), op's deletes {deleted}")
+    check_stale_tab(context, page, stack, queue_file)
+    check_session_end(context, page, stack)
     page.close()
 
 
+# ---- phones, Airflow's light and dark modes, a stale tab, an ended session ------------------------------
+PHONE = {"width": 390, "height": 844}
+# In the page's frame: sideways scroll, targets under 24 px or off-screen, and text under 4.5:1 contrast
+# against the background it is drawn on (alpha layers composed), as WCAG 2.x computes it.
+LAYOUT_PROBE = """() => {
+  const doc = document.documentElement;
+  const canvas = document.createElement("canvas").getContext("2d", {willReadFrequently: true});
+  const rgba = (text) => {
+    canvas.clearRect(0, 0, 1, 1);
+    canvas.fillStyle = text;
+    canvas.fillRect(0, 0, 1, 1);
+    const [r, g, b, a] = canvas.getImageData(0, 0, 1, 1).data;
+    return [r, g, b, a / 255];
+  };
+  const lum = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+  };
+  const background = (el) => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+    }
+    let base = [255, 255, 255];
+    for (let i = layers.length - 1; i >= 0; i--) {
+      const c = layers[i];
+      base = [0, 1, 2].map((k) => c[k] * c[3] + base[k] * (1 - c[3]));
+    }
+    return base;
+  };
+  const shown = (e) => {
+    const r = e.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && !e.closest("[hidden]");
+  };
+  const low = [];
+  let checked = 0, lowest = 99;
+  for (const el of document.querySelectorAll("body *")) {
+    if (["SCRIPT", "STYLE"].includes(el.tagName) || !shown(el) || el.closest("button:disabled")) continue;
+    if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
+    const fg = rgba(getComputedStyle(el).color), bg = background(el);
+    const a = lum(fg), b = lum(bg);
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    checked += 1;
+    lowest = Math.min(lowest, ratio);
+    const text = el.textContent.trim().slice(0, 30);
+    if (ratio < 4.5) low.push(`${el.tagName}.${el.className} ${text}: ${ratio.toFixed(2)}`);
+  }
+  const targets = [...document.querySelectorAll(
+    "button, select, label.check, .pagination a, nav.back a, td a, .tile a")].filter(shown);
+  const box = (e) => e.getBoundingClientRect();
+  const name = (e) => e.getAttribute("aria-label") || e.textContent.trim().slice(0, 30) || e.id;
+  return {
+    theme: doc.dataset.theme,
+    background: getComputedStyle(document.body).backgroundColor,
+    sideways: doc.scrollWidth - doc.clientWidth,
+    width: doc.clientWidth,
+    checked, lowest: Math.round(lowest * 100) / 100, low,
+    targets: targets.length,
+    small: targets.filter((e) => box(e).width < 24 || box(e).height < 24).map(name),
+    offscreen: targets.filter((e) => box(e).right > doc.clientWidth + 1 || box(e).left < 0).map(name),
+  };
+}"""
+
+
+def page_frame(page: Any) -> Any:
+    """The Queues page's frame (a Frame, for evaluate) inside Airflow's UI, once its document has loaded."""
+
+    def loaded() -> Any:
+        for frame in page.frames:
+            if urlsplit(frame.url).path.startswith("/sqlqueue/") and not frame.is_detached():
+                try:
+                    if frame.evaluate("() => document.readyState === 'complete'"):
+                        return frame
+                except Exception:  # navigating
+                    continue
+        return None
+
+    return wait_for("the Queues page's frame", loaded, 30)
+
+
+def probe_layout(page: Any, view: str, mode: str) -> dict[str, Any]:
+    page.wait_for_timeout(300)  # the frame's theme script follows the UI's class change
+    frame = page_frame(page)
+    found = frame.evaluate(LAYOUT_PROBE)
+    where = f"{view} at {page.viewport_size['width']} px, {mode}"
+    if found["theme"] != mode:
+        head = frame.evaluate("() => document.documentElement.outerHTML.slice(0, 400)")
+        raise CheckFailed(
+            f"{where}: the page ({frame.url}) is in {found['theme']!r} mode, Airflow in {mode!r}: {head}"
+        )
+    expect(found["sideways"] <= 0, f"{where}: scrolls sideways by {found['sideways']} px")
+    expect(not found["small"], f"{where}: targets under 24 px: {found['small']}")
+    expect(not found["offscreen"], f"{where}: targets off-screen: {found['offscreen']}")
+    expect(not found["low"] and found["checked"] > 5, f"{where}: contrast under 4.5:1: {found['low']}")
+    log(f"{where}: no sideways scroll, {found['targets']} targets >= 24 px, contrast >= {found['lowest']}:1")
+    return found
+
+
+def set_airflow_mode(page: Any, stack: AirflowStack, mode: str) -> None:
+    """Airflow's own light/dark setting (its UI keeps it in localStorage ``theme``), then the Queues page
+    afresh."""
+    page.evaluate("(mode) => localStorage.setItem('theme', mode)", mode)
+    page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
+    wait_for(
+        f"Airflow's UI in {mode} mode",
+        lambda: page.evaluate("(m) => document.documentElement.classList.contains(m)", mode),
+        30,
+    )
+
+
+def check_phones_and_modes(page: Any, stack: AirflowStack, images: Path) -> None:
+    """As op (who sees the actions): the Queues page, a group and a message at 390x844 and 1440 wide, in
+    Airflow's light and dark modes: no sideways scroll, targets of 24 px or more on screen, contrast of
+    4.5:1 or more; the confirmation fits the phone."""
+    results = []
+    for size, label in ((PHONE, "phone"), (VIEWPORT, "desktop")):
+        page.set_viewport_size(size)
+        for mode in ("light", "dark"):
+            set_airflow_mode(page, stack, mode)
+            frame = page.frame_locator("iframe")
+            frame.locator("#failed").wait_for(timeout=30_000)
+            results.append(("queues", label, mode, probe_layout(page, "queues", mode)))
+            if label == "phone":
+                page.screenshot(path=str(images / f"airflow-ui-queues-phone-{mode}.png"))
+            frame.locator("#failed tr[data-group] a.messages").first.click()
+            frame.locator("#messages").wait_for(timeout=30_000)
+            results.append(("group", label, mode, probe_layout(page, "group", mode)))
+            if label == "phone" and mode == "dark":
+                frame.locator("#retry-group").click()
+                check_dialog(page, frame, f"Retry {FAILING} messages?")
+                fits = frame.locator("#confirm .dialog").evaluate(
+                    "(d) => { const r = d.getBoundingClientRect();"
+                    " return r.left >= 0 && r.right <= innerWidth; }"
+                )
+                expect(fits, "the confirmation does not fit the phone's width")
+                page.screenshot(path=str(images / "airflow-ui-confirm-phone-dark.png"))
+                page.keyboard.press("Escape")
+                frame.locator("#confirm").wait_for(state="hidden", timeout=10_000)
+            frame.locator("#messages tr[data-id] a.message").first.click()
+            frame.locator("#stack-trace").wait_for(timeout=30_000)
+            results.append(("message", label, mode, probe_layout(page, "message", mode)))
+    set_airflow_mode(page, stack, "light")
+    page.set_viewport_size(VIEWPORT)
+    log(
+        "layout: "
+        + "; ".join(
+            f"{view} {label} {mode}: {r['width']} px wide, {r['targets']} targets >= 24 px, "
+            f"lowest contrast {r['lowest']}:1 of {r['checked']} texts"
+            for view, label, mode, r in results
+        )
+    )
+
+
+def check_stale_tab(context: Any, page: Any, stack: AirflowStack, queue_file: Path) -> None:
+    """Two tabs on one group: the second retries it; the first's retry of its selection says why it
+    retried nothing."""
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    fail_messages(queue_file, 2)
+    page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
+    frame = page.frame_locator("iframe")
+    frame.locator("#failed tr[data-group] a.messages").first.click()
+    frame.locator("#pick-all").check()
+    button = frame.locator("#retry-selected")
+    expect(button.inner_text() == "Retry 2 selected", f"the selection's button reads {button.inner_text()!r}")
+    other = context.new_page()
+    other.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
+    other_frame = other.frame_locator("iframe")
+    other_frame.locator("#failed tr[data-group] button.retry").first.click()
+    other_frame.locator("#confirm-yes").click()
+    other_frame.locator("#no-failed").wait_for(timeout=30_000)
+    other.close()
+    button.click()
+    check_dialog(page, frame, "Retry 2 messages?")
+    frame.locator("#confirm-yes").click()
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        "the stale tab's outcome",
+        lambda: outcome.inner_text().startswith("Retried 0 messages.") or outcome.inner_text(),
+        30,
+        1000,
+    )
+    said = outcome.inner_text()
+    expect(
+        "None of the 2 messages this page showed was still in the error queue" in said
+        and "another tab" in said,
+        f"the stale tab says {said!r}",
+    )
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        expect(transport.queue("error").count() == 0, "the error queue is not empty after both retries")
+    log(f"a stale tab's retry of its selection says: {said!r}")
+
+
+def check_session_end(context: Any, page: Any, stack: AirflowStack) -> None:
+    """An ended session sends the whole window to Airflow's login, not the frame."""
+    frame = page.frame_locator("iframe")
+    context.clear_cookies()
+    frame.locator("#back").click()
+    page.wait_for_url(re.compile(r"/auth/login"), timeout=30_000)
+    expect(page.locator('input[name="username"]').count() == 1, "no login form in the window")
+    log(f"an ended session: the window went to Airflow's login ({page.url.split('?')[0]})")
+
+
 # ---- main --------------------------------------------------------------------------------------
-def run_check(images: Path, home: Path) -> None:
+def queues_only(stack: AirflowStack, queue_file: Path) -> None:
+    """--queues-only: the connection through the REST API and the queues as (a) and (b) leave them."""
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    stack.api(
+        "POST",
+        "/api/v2/connections",
+        {"connection_id": CONN_ID, "conn_type": "sqlqueue", "host": str(queue_file)},
+    )
+    with open_transport(f"sqlite:///{queue_file}", create_missing_file=True) as transport:
+        transport.queue(QUEUE).create()
+        transport.queue("error").create()
+    log("--queues-only: connection and queues made without the form and the sensor run")
+
+
+def run_check(images: Path, home: Path, only_queues: bool = False) -> None:
+    postgres = json.loads(os.environ.get(POSTGRES_ENV) or "null")
     from playwright.sync_api import sync_playwright
 
     images.mkdir(parents=True, exist_ok=True)
@@ -690,14 +1074,20 @@ def run_check(images: Path, home: Path) -> None:
                 log(f"Airflow is up at {stack.base_url} after {timings['airflow up']:.1f} s")
                 log_in(page, stack, "admin")
                 t1 = time.monotonic()
-                check_connection_form(page, stack, queue_file, images)
+                if only_queues:
+                    queues_only(stack, queue_file)
+                else:
+                    check_connection_form(page, stack, queue_file, images)
                 timings["connection form"] = time.monotonic() - t1
                 t1 = time.monotonic()
-                check_sensor_run(page, stack, queue_file, images)
+                if not only_queues:
+                    check_sensor_run(page, stack, queue_file, images)
                 timings["sensor run"] = time.monotonic() - t1
                 t1 = time.monotonic()
                 check_queues_page(page, stack, queue_file, images)
                 check_other_type(page, stack)
+                if postgres:
+                    check_postgres(page, stack, postgres)
                 check_viewer(context, stack, queue_file, images)
                 check_op(context, stack, queue_file, images)
                 timings["queues page"] = time.monotonic() - t1  # admin, viewer and op
@@ -736,6 +1126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, help="AIRFLOW_HOME to create (default: a new temporary folder)")
     parser.add_argument("--keep-home", action="store_true", help="keep AIRFLOW_HOME after a success too")
     parser.add_argument("--timeout", type=int, default=480, help="give up after this many seconds (480)")
+    parser.add_argument(
+        "--queues-only", action="store_true", help="only (c) to (e): no connection form, no sensor run"
+    )
     args = parser.parse_args(argv)
     if not Path(CHROMIUM).exists():
         print(f"ui-check: {CHROMIUM} is missing (apt-get install chromium)", file=sys.stderr)
@@ -752,7 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGALRM, _interrupt)
     signal.alarm(args.timeout)
     try:
-        run_check(args.images.resolve(), home)
+        run_check(args.images.resolve(), home, args.queues_only)
     except (Exception, KeyboardInterrupt) as error:
         traceback.print_exc()
         stack_logs = ", ".join(p.name for p in sorted(home.glob("*.log")))
