@@ -516,7 +516,7 @@ def _invalid(request: Request, error: RequestValidationError) -> Any:
         name = str(problem.get("loc", ["", "?"])[-1])
         fields.append(_FIELD_SENTENCES.get(name, f"{name}: {problem.get('msg', 'invalid')}"))
     sentence = "The request is incomplete or wrong: " + "; ".join(dict.fromkeys(fields)) + "."
-    if request.url.path.rstrip("/").split("/")[-2:-1] == ["api"] or "/api/" in request.url.path:
+    if "/api/" in request.url.path:
         return JSONResponse({"detail": sentence}, status_code=422)
     html = render(
         "queues.html", data=None, error=sentence, conn_id=None, may_retry=False, connections=[], query=None
