@@ -326,7 +326,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         shape = "" if with_recoverable else "_without_recoverable"
         return self._insert(address, shape, ", ".join([self.fragment("send_row" + shape)] * rows))
 
-    @abstractmethod
     def send_params(
         self,
         message_id: Any,
@@ -335,7 +334,15 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         time_to_be_received: timedelta | None,
         headers: str,
         body: bytes,
-    ) -> tuple[Any, ...]: ...
+    ) -> tuple[Any, ...]:
+        """One message's parameters of :meth:`send_batch`, the time to be received as this engine binds it
+        (:meth:`expires_params`)."""
+        expires = self.expires_params(time_to_be_received)
+        return (message_id, correlation_id, reply_to_address, *expires, headers, body)
+
+    def expires_params(self, time_to_be_received: timedelta | None) -> tuple[Any, ...]:
+        """The parameters of a send's Expires, which the database clock adds to (fragment ``send_row``)."""
+        return (time_to_be_received,)
 
     def bulk_send_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """A query whose first value says whether :meth:`bulk_send` can write this table (None: never)."""

@@ -106,17 +106,8 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     def bulk_send_check(self, address: QueueAddress) -> None:
         return None  # binary COPY is psycopg's; over ODBC batches take the multi-row INSERT
 
-    def send_params(
-        self,
-        message_id: Any,
-        correlation_id: str | None,
-        reply_to_address: str | None,
-        time_to_be_received: timedelta | None,
-        headers: str,
-        body: bytes,
-    ) -> tuple[Any, ...]:
-        interval = None if time_to_be_received is None else f"{time_to_be_received.total_seconds()} seconds"
-        return (message_id, correlation_id, reply_to_address, interval, headers, body)
+    def expires_params(self, time_to_be_received: timedelta | None) -> tuple[Any, ...]:
+        return (None if time_to_be_received is None else f"{time_to_be_received.total_seconds()} seconds",)
 
     def store_delayed_params(
         self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None

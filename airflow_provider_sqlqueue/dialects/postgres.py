@@ -401,14 +401,7 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     driver_connection_class = "psycopg.Connection"
     sqlalchemy_dialect = "postgresql+psycopg"
     bridge_column_types = BridgeColumnTypes(
-        text="text",
-        timestamp="timestamptz",
-        uuid="uuid",
-        blob="bytea",
-        integer="integer",
-        key="varchar(200)",
-        queue_name="varchar(450)",
-        expires="timestamptz",
+        "text", "timestamptz", "uuid", "bytea", "integer", "varchar(200)", "varchar(450)", "timestamptz"
     )
     bridge_stage_rows_limit = 1000
     bridge_insert_parameters = 30000
@@ -514,17 +507,6 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
         for _ in connection.notifies(timeout=timeout, stop_after=1):
             return True
         return False
-
-    def send_params(
-        self,
-        message_id: Any,
-        correlation_id: str | None,
-        reply_to_address: str | None,
-        time_to_be_received: timedelta | None,
-        headers: str,
-        body: bytes,
-    ) -> tuple[Any, ...]:
-        return (message_id, correlation_id, reply_to_address, time_to_be_received, headers, body)
 
     def bulk_send_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("bulk_send_check"), (self.display_sql(self.qualified_name(address)),)

@@ -212,14 +212,7 @@ class SqliteDialect(SqliteTransactionState, Dialect):
     sqlalchemy_dialect = "sqlite+pysqlite"
     # The Spark bridge's control tables keep text timestamps, as the queue table keeps Expires.
     bridge_column_types = BridgeColumnTypes(
-        text="TEXT",
-        timestamp="TEXT",
-        uuid="TEXT",
-        blob="BLOB",
-        integer="INTEGER",
-        key="varchar(200)",
-        queue_name="varchar(450)",
-        expires="TEXT",
+        "TEXT", "TEXT", "TEXT", "BLOB", "INTEGER", "varchar(200)", "varchar(450)", "TEXT"
     )
     bridge_stage_rows_limit = 3000
     bridge_insert_parameters = 30000
@@ -333,19 +326,10 @@ class SqliteDialect(SqliteTransactionState, Dialect):
         return self.sql("column_exists"), (address.table, address.schema or "main", column)
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send_params(
-        self,
-        message_id: Any,
-        correlation_id: str | None,
-        reply_to_address: str | None,
-        time_to_be_received: timedelta | None,
-        headers: str,
-        body: bytes,
-    ) -> tuple[Any, ...]:
-        modifier = None
-        if time_to_be_received is not None:
-            modifier = f"{time_to_be_received.total_seconds():+.3f} seconds"
-        return (message_id, correlation_id, reply_to_address, modifier, headers, body)
+    def expires_params(self, time_to_be_received: timedelta | None) -> tuple[Any, ...]:
+        if time_to_be_received is None:
+            return (None,)
+        return (f"{time_to_be_received.total_seconds():+.3f} seconds",)
 
     def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
         prefix = f"{self.quote(schema)}." if schema else ""

@@ -331,14 +331,14 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
     odbc_dbms_name = "Microsoft SQL Server"  # Babelfish reports the same
     sqlalchemy_dialect = "mssql+pyodbc"
     bridge_column_types = BridgeColumnTypes(
-        text="nvarchar(max)",
-        timestamp="datetime2",
-        uuid="uniqueidentifier",
-        blob="varbinary(max)",
-        integer="int",
-        key="nvarchar(200)",
-        queue_name="nvarchar(450)",
-        expires="datetime",  # as the queue table's Expires
+        "nvarchar(max)",
+        "datetime2",
+        "uniqueidentifier",
+        "varbinary(max)",
+        "int",
+        "nvarchar(200)",
+        "nvarchar(450)",
+        "datetime",
     )
     bridge_stage_rows_limit = 200
     bridge_insert_parameters = 2000  # under the 2,100 parameters of one statement
@@ -404,21 +404,11 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
         return self.sql("column_exists"), (self.qualified_name(address), column)
 
     # ---- runtime -------------------------------------------------------------------------------
-    def send_params(
-        self,
-        message_id: Any,
-        correlation_id: str | None,
-        reply_to_address: str | None,
-        time_to_be_received: timedelta | None,
-        headers: str,
-        body: bytes,
-    ) -> tuple[Any, ...]:
-        milliseconds = seconds = None
-        if time_to_be_received is not None:
-            whole_seconds, rest = divmod(time_to_be_received, timedelta(seconds=1))
-            seconds = int(whole_seconds)
-            milliseconds = rest // timedelta(milliseconds=1)
-        return (message_id, correlation_id, reply_to_address, milliseconds, seconds, headers, body)
+    def expires_params(self, time_to_be_received: timedelta | None) -> tuple[Any, ...]:
+        if time_to_be_received is None:
+            return (None, None)
+        whole_seconds, rest = divmod(time_to_be_received, timedelta(seconds=1))
+        return (rest // timedelta(milliseconds=1), int(whole_seconds))
 
     def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
         return (size, after)
