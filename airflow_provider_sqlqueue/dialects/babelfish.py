@@ -139,19 +139,9 @@ class BabelfishDialect(SqlServerDialect):
                 high = middle - 1
         return min(fitting, rows)
 
-    def receive_rows(
-        self,
-        cursor: Any,
-        address: QueueAddress,
-        statement: str,
-        max_messages: int,
-        after: int | None = None,
-    ) -> list[Any]:
-        cursor.execute(statement, (max_messages,) if after is None else (after, max_messages))
-        return [
-            (row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:])
-            for row in self.fetch_rows(cursor)
-        ]
+    def received_rows(self, rows: list[Any]) -> list[Any]:
+        # The receive returns the server's clock beside Expires; the expired flag is computed from the two.
+        return [(row[0], row[1], row[2], row[7] is not None and row[7] <= row[3], *row[4:]) for row in rows]
 
     def subscribe_params(self, endpoint: str, topic: str, queue_address: str) -> tuple[Any, ...]:
         return (

@@ -399,7 +399,11 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """Run the receive (``statement`` is :meth:`receive_batch`'s text, or :meth:`receive_batch_after`'s
         with ``after``) and return the deleted rows."""
         cursor.execute(statement, (max_messages,) if after is None else (after, max_messages))
-        return self.fetch_rows(cursor)
+        return self.received_rows(self.fetch_rows(cursor))
+
+    def received_rows(self, rows: list[Any]) -> list[Any]:
+        """The receive's rows as :class:`Row` takes them, where the statement cannot return them so."""
+        return rows
 
     def peek_estimate(self, address: QueueAddress) -> str:
         """Upper bound of the unlocked rows (max - min + 1 of RowVersion); cost independent of length."""
@@ -805,6 +809,18 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """Fetch the current result set's rows and drain any further result sets, so late errors surface."""
         rows = cursor.fetchall() if cursor.description is not None else []
         return rows
+
+
+def fetch_over_odbc(cursor: Any) -> list[Any]:
+    """The rows of the first result set that has any (a batch's SET or DECLARE answer none) and the other
+    result sets drained, so that an error the server raises late surfaces here (pyodbc)."""
+    while cursor.description is None:
+        if not cursor.nextset():
+            return []
+    rows = cursor.fetchall()
+    while cursor.nextset():
+        pass
+    return rows  # type: ignore[no-any-return]
 
 
 def timedelta_to_seconds(value: timedelta | None) -> float | None:

@@ -25,6 +25,7 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
+from .base import fetch_over_odbc
 from .postgres import _TRANSIENT_SQLSTATES, PostgresDialect
 from .sqlite import SqliteDialect
 from .transaction_state import TransactionState
@@ -61,13 +62,7 @@ class _Pyodbc:
         return TransactionState.UNKNOWN
 
     def fetch_rows(self, cursor: Any) -> list[Any]:
-        while cursor.description is None:
-            if not cursor.nextset():
-                return []
-        rows = cursor.fetchall()
-        while cursor.nextset():
-            pass
-        return rows
+        return fetch_over_odbc(cursor)
 
     def is_connection_lost(self, error: BaseException) -> bool:
         import pyodbc

@@ -22,7 +22,7 @@ from ..model.errors import (
     SqlQueueError,
     TransientDatabaseError,
 )
-from .base import Dialect, Finding, IndexSpec, TableOptions, short_hash
+from .base import Dialect, Finding, IndexSpec, TableOptions, fetch_over_odbc, short_hash
 from .bridge import BridgeColumnTypes
 from .statements import BRIDGE, StatementTable
 from .transaction_state import SqlServerTransactionState
@@ -553,13 +553,7 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
         return None
 
     def fetch_rows(self, cursor: Any) -> list[Any]:
-        while cursor.description is None:
-            if not cursor.nextset():
-                return []
-        rows = cursor.fetchall()
-        while cursor.nextset():
-            pass
-        return rows
+        return fetch_over_odbc(cursor)
 
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         try:
