@@ -1,6 +1,6 @@
 """The ``sqlqueue`` data source's kill tests (tests/test_spark_source.py), from
-docs/data/spark-source-kills.json: the table of docs/spark-exactly-once.md. Each row is an entry the test recorded
-(tests/reliability_figures.py), copied unchanged from the run's figures file."""
+docs/data/spark-source-kills.json: the table of docs/spark-exactly-once.md. Each row is an entry the test
+recorded (tests/reliability_figures.py), copied unchanged from the run's figures file."""
 
 from __future__ import annotations
 
