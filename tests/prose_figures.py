@@ -136,7 +136,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "37 %": "the reference's own figure, quoted with its issue number; not measured here",
         "1 s": SETTING,
     },
-    "docs/getting-started.md": {"40%": INPUT},
     "docs/operating.md": {
         "15 s": SETTING,
         "1 s": SETTING,
