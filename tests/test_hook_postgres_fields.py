@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy_floor import floor_version
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
@@ -72,13 +73,6 @@ def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, connection: di
 
 
 # ---- fields that re-parse: one child process per SQLAlchemy -----------------------------------------
-
-
-def floor_version() -> str:
-    """The oldest SQLAlchemy pyproject.toml allows (as tests/test_hook_sqlalchemy_paths.py reads it)."""
-    found = re.search(r'^\s*"sqlalchemy>=([0-9.]+),', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
-    assert found, "pyproject.toml's SQLAlchemy pin has no floor"
-    return found.group(1)
 
 
 def floor_folder() -> Path:

@@ -554,16 +554,16 @@ def test_the_lent_and_the_callers_connections_under_the_oldest_sqlalchemy_allowe
     SQLite scenario in a child process with the floor's SQLAlchemy (.ci/setup.sh installs it) first."""
     import json
     import os
-    import re
     import subprocess
     import sys
 
+    from sqlalchemy_floor import floor_version
+
     repo = Path(__file__).resolve().parent.parent
-    floor = re.search(r'^\s*"sqlalchemy>=([0-9.]+),', (repo / "pyproject.toml").read_text(), re.MULTILINE)
-    assert floor, "pyproject.toml's SQLAlchemy pin has no floor"
-    folder = Path(sys.prefix) / "sqlalchemy-floor" / floor.group(1)
+    floor = floor_version()
+    folder = Path(sys.prefix) / "sqlalchemy-floor" / floor
     if not (folder / "sqlalchemy" / "__init__.py").is_file():
-        pytest.fail(f"SQLAlchemy {floor.group(1)} is not installed in {folder}: run bash .ci/setup.sh")
+        pytest.fail(f"SQLAlchemy {floor} is not installed in {folder}: run bash .ci/setup.sh")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(repo)])}
     done = subprocess.run(
         [sys.executable, "-c", FLOOR_SCENARIO, str(tmp_path / "queues.db")],
@@ -575,4 +575,4 @@ def test_the_lent_and_the_callers_connections_under_the_oldest_sqlalchemy_allowe
     )
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"version": floor.group(1), "rows": ["o1", "o1s"], "sent": ["commit"], "ended": []}
+    assert result == {"version": floor, "rows": ["o1", "o1s"], "sent": ["commit"], "ended": []}
