@@ -126,11 +126,38 @@ class SharedPoller:
         self.watches.discard(watch)
 
     async def close(self) -> None:
-        """Stop after the read under way, then close the listener and the transport."""
+        """Stop after the read under way; the poller's task then closes the listener and the transport."""
         self._stopping = True
         self._changed.set()
-        with contextlib.suppress(Exception):
-            await self._task
+        await asyncio.wait([self._task])
+
+    # ---- the loop --------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            while not self._stopping:
+                now = time.monotonic()
+                pushed = self._pushed and now - self._last_push_read >= PUSH_SPACING
+                due = [w for w in self.watches if pushed or w.due <= now]
+                if due:
+                    if pushed:
+                        self._pushed = False
+                        self._last_push_read = now
+                    await self._serve(due)
+                    continue
+                waits = [w.due for w in self.watches]
+                if self._pushed:
+                    waits.append(self._last_push_read + PUSH_SPACING)
+                timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
+                self._changed.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        """Close the listener and the transport when the poller ends, closed or cancelled: a loop that ends
+        with watchers never closed (an event generator left unfinished, a triggerer shutting down) cancels
+        this task before their ``finally`` could close the poller, and its connections must not outlive it."""
         listener, self._listener = self._listener, None
         if listener is not None:
             await asyncio.to_thread(listener.stop)
@@ -140,26 +167,6 @@ class SharedPoller:
                 await self.database.close(transport)
             except Exception as error:
                 log.warning("closing the shared poller of %s failed: %s", self.database.key, error)
-
-    # ---- the loop --------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        while not self._stopping:
-            now = time.monotonic()
-            pushed = self._pushed and now - self._last_push_read >= PUSH_SPACING
-            due = [w for w in self.watches if pushed or w.due <= now]
-            if due:
-                if pushed:
-                    self._pushed = False
-                    self._last_push_read = now
-                await self._serve(due)
-                continue
-            waits = [w.due for w in self.watches]
-            if self._pushed:
-                waits.append(self._last_push_read + PUSH_SPACING)
-            timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
-            self._changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def _serve(self, due: list[Watch]) -> None:
         names = self._names_to_read(due)
