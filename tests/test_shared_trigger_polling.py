@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import time
 from typing import Any
 
 import pytest
 from conftest import EngineTarget
-from test_soak import own_tcp_ports
+from own_connections import own_sockets, own_tcp_ports, settled
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
@@ -39,22 +38,18 @@ DROPPED = 10  # its table is dropped: its task triggers end with an error event
 EVENT_TRIGGERS_PER_QUEUE = 1
 
 
-def held_connections(target: EngineTarget, bound: int = 0, seconds: float = 15.0) -> int:
-    """This process's client connections to the test database (PostgreSQL), once they are ``bound`` or
-    fewer, or as they stand after ``seconds``: a connection the test's setup closed just before is listed
-    until its server process has exited, which lags under load."""
-    deadline = time.monotonic() + seconds
-    while (found := _held_connections(target)) > bound and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return found
+def held_connections(target: EngineTarget, earlier: set[str], bound: int = 0) -> int:
+    """This process's client connections to the test database (PostgreSQL) but those open before the test
+    (``earlier``), once ``bound`` or fewer, or as they stand after a while (see ``settled``)."""
+    return settled(lambda: _held_connections(target, earlier), bound)
 
 
-def _held_connections(target: EngineTarget) -> int:
+def _held_connections(target: EngineTarget, earlier: set[str]) -> int:
     import psycopg
     from sqlalchemy.engine import make_url
 
     url = make_url(target.url)
-    ports = ",".join(str(port) for port in own_tcp_ports()) or "0"
+    ports = ",".join(str(port) for port in own_tcp_ports(earlier)) or "0"
     with psycopg.connect(
         host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
     ) as checker:
@@ -93,6 +88,7 @@ def queues(target: EngineTarget, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_hundreds_of_deferred_sensors_share_one_poller(target: EngineTarget, queues: list[str]) -> None:
+    earlier = own_sockets()
     count, _ = SCALE[target.engine]
     width = len(queues)
     tasks_of = [
@@ -136,7 +132,7 @@ def test_hundreds_of_deferred_sensors_share_one_poller(target: EngineTarget, que
         seen: dict[str, Any] = {"reads": poller.reads, "statements": poller.statements}
         if target.engine == "postgresql":
             await until(lambda: poller.listener is not None and poller.listener.connected.is_set(), "LISTEN")
-            seen["held"] = await asyncio.to_thread(held_connections, target, 2)
+            seen["held"] = await asyncio.to_thread(held_connections, target, earlier, 2)
 
         def send_and_drop() -> None:
             with target.open() as sender:  # a producer still gets a connection
@@ -163,7 +159,7 @@ def test_hundreds_of_deferred_sensors_share_one_poller(target: EngineTarget, que
         await asyncio.gather(*running, return_exceptions=True)
         seen["closed"] = SHARED_POLLERS.poller(key) is None
         if target.engine == "postgresql":
-            seen["held_after"] = await asyncio.to_thread(held_connections, target)
+            seen["held_after"] = await asyncio.to_thread(held_connections, target, earlier)
         return fired, watched, seen
 
     fired, watched, seen = asyncio.run(scenario())
@@ -199,6 +195,36 @@ def test_hundreds_of_deferred_sensors_share_one_poller(target: EngineTarget, que
     for number, payload in watched.items():
         want = 2 if queues.index(watchers[number].queue_name) in FILLED_TWICE else 1
         assert payload["depth"] == want and payload["queue"] == watchers[number].queue_name
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_loop_that_ends_with_a_trigger_left_unfinished_closes_the_pollers_connections(
+    target: EngineTarget, queues: list[str]
+) -> None:
+    """A caller that takes an event trigger's first event and returns leaves its generator unfinished, inside
+    its watch; the loop's end then cancels the poller's task before the generator's ``finally`` can close
+    the poller. The poller still closes its pooled connection and its LISTEN connection."""
+    earlier = own_sockets()
+    trigger = QueueMessagesEventTrigger(queues[0], poll_interval=POLL_INTERVAL)
+    pollers: list[SharedPoller | None] = []
+
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            poller = SHARED_POLLERS.poller(shared_database_key("sqlqueue_default"))
+            assert poller is not None
+            listening = poller.listener  # started with the poller's first read
+            assert listening is not None
+            await until(listening.connected.is_set, "LISTEN")
+            pollers.append(poller)
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    with target.open() as sender:
+        sender.queue(queues[0]).send(b"a")
+    assert asyncio.run(first_event())["status"] == "success"
+    poller = pollers[0]
+    assert poller is not None and poller.transport is None and poller.listener is None
+    assert held_connections(target, earlier) == 0
 
 
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)

@@ -12,11 +12,11 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from own_connections import own_sockets, own_tcp_ports, settled
 
 from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage, TransientDatabaseError
 
@@ -48,41 +48,8 @@ def open_descriptors_to(database: Path) -> int:
     return count
 
 
-def own_tcp_ports() -> list[int]:
-    """The local ports of this process's TCP sockets (from /proc): its connections to the server, told apart
-    from those of processes an earlier test of this worker left to end on their own."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = []
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
-
-
-def settled(count: Callable[[], int], bound: int, seconds: float = 15.0) -> int:
-    """``count()`` once it is within ``bound``, or as it stands after ``seconds``: a connection closed just
-    before is still listed until its server process (PostgreSQL) or its deferred close (SQLite) is done."""
-    deadline = time.monotonic() + seconds
-    while (found := count()) > bound and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return found
 
 
 # Five minutes per engine: on SQLite and PostgreSQL. The SQL Server live suite (on Babelfish, through two
@@ -90,6 +57,7 @@ def settled(count: Callable[[], int], bound: int, seconds: float = 15.0) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
 def test_senders_pump_and_purge_together_hold_steady(target, request, figures) -> None:
+    earlier = own_sockets()  # what an earlier test of this worker left open is not this test's
     transport = target.open(pool_size=KEPT, max_overflow=OVERFLOW)
     request.addfinalizer(transport.close)
     queue = transport.queue("soak")
@@ -138,7 +106,7 @@ def test_senders_pump_and_purge_together_hold_steady(target, request, figures) -
         server = request.getfixturevalue("postgres_server")
 
         def connections() -> int:
-            ports = ",".join(str(port) for port in own_tcp_ports()) or "0"
+            ports = ",".join(str(port) for port in own_tcp_ports(earlier)) or "0"
             rows = server.query(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "

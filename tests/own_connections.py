@@ -1,0 +1,54 @@
+"""This process's connections to a test database, counted from the operating system's view (/proc).
+
+A count taken in one test must not include what an earlier test of the same pytest worker left open: each
+test first takes :func:`own_sockets` and counts only the sockets opened after it (a socket's inode is not
+reused while the process runs, unlike a client port).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["own_sockets", "own_tcp_ports", "settled"]
+
+
+def own_sockets() -> set[str]:
+    """The inodes of this process's open sockets."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def own_tcp_ports(ignore: set[str] = frozenset()) -> list[int]:  # type: ignore[assignment]
+    """The local ports of this process's TCP sockets but those in ``ignore`` (inodes from
+    :func:`own_sockets`): its connections to the server, told apart from those of other processes."""
+    inodes = own_sockets() - ignore
+    ports = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def settled(count: Callable[[], int], bound: int, seconds: float = 15.0) -> int:
+    """``count()`` once it is within ``bound``, or as it stands after ``seconds``: a connection closed just
+    before is still listed until its server process (PostgreSQL) or its deferred close (SQLite) is done."""
+    deadline = time.monotonic() + seconds
+    while (found := count()) > bound and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
