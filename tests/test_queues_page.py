@@ -164,14 +164,17 @@ def a_group(transport: Transport, queue: str) -> str:
 
 
 def audit_entries(after: int) -> list[tuple[str, str | None, dict[str, Any]]]:
-    """(event, owner, extra) of Airflow's audit log entries with an id above ``after``."""
+    """(event, owner, extra) of Airflow's audit log entries about this module's connection with an id above
+    ``after``: the pytest workers share one Airflow home, so the other worker's tests write to the same log
+    meanwhile."""
     from airflow.models.log import Log
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
         rows = session.execute(select(Log.event, Log.owner, Log.extra).where(Log.id > after).order_by(Log.id))
-        return [(event, owner, json.loads(extra or "{}")) for event, owner, extra in rows]
+        entries = [(event, owner, json.loads(extra or "{}")) for event, owner, extra in rows]
+    return [entry for entry in entries if isinstance(entry[2], dict) and entry[2].get("conn_id") == CONN_ID]
 
 
 def last_audit_id() -> int:
