@@ -851,8 +851,3 @@ class SqlQueueHook(DbApiHook):
         """``close`` off the event loop: closing pooled connections waits on the network (a PostgreSQL or
         SQL Server goodbye, a dead server's timeout), which must not stall the triggerer's other triggers."""
         await asyncio.to_thread(self.close)
-
-    async def adepth(self, queue_name: str, count_mode: CountMode = "estimate") -> int:
-        """``depth`` off the event loop: one query, run in a worker thread."""
-        await self.aget_transport()
-        return await asyncio.to_thread(self.depth, queue_name, count_mode)
