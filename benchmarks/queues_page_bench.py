@@ -1,5 +1,5 @@
-"""What one load of the Queues page and one poll of a queue trigger cost on deep queues, before and after
-they were bounded (issue 42), side by side in one run on PostgreSQL.
+"""What one load of the Queues page and one queue's reads in a trigger poll cost on deep queues, before and
+after they were bounded (issue 42), side by side in one run on PostgreSQL.
 
     /work/main/.venv/bin/python benchmarks/queues_page_bench.py [--queued 1000000] [--failed 100000]
         [--rounds 3] [--json docs/data/queues-page.json]
@@ -12,8 +12,14 @@ SELECT generate_series`` in one statement per table and then analysed. Both meas
 
 - **page**: what the API server does for one ``/sqlqueue/api/queues`` request (and the page): open the
   connection's transport, ``queues_overview(transport, "error")``, close it.
-- **poll**: one poll of ``PendingMessagesTrigger`` (``count_mode="estimate"``) after its first: the
-  depth estimate, then ``queue_gauges(queue, depth)`` (oldest message's age, error queue's count).
+- **poll**: the reads one queue gets in a trigger poll (``count_mode="estimate"``), after a first one: the
+  depth estimate, then ``queue_gauges(queue, depth)`` (oldest message's age, error queue's count), run as
+  the separate statements they are on their own. The triggers do not run them one by one any more: the
+  triggers of one connection id in one triggerer loop share one poller, which reads every watched queue's
+  bounds, oldest headers and error queue's bounds in one statement per poll, pushed by ``LISTEN`` on
+  PostgreSQL (``transport/shared_poll.py``, ``transport/depth_reads.py``; ``trigger_polling_bench.py``
+  measures it). What is timed here is the cost of one queue's share of that read, which does not grow
+  with the queue's length.
 
 **Before** is the package of commit ``BEFORE_COMMIT`` (an exact ``count(*)`` of every queue, the oldest
 message read with its body, every error-queue header paged through and grouped, the error queue counted
