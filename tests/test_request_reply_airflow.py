@@ -79,7 +79,6 @@ def reply_queues(transport) -> list[str]:
 
 # ---- dag.test() --------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_the_example_dag_asks_the_service_and_uses_its_price(airflow_db: Path, target: EngineTarget) -> None:  # noqa: F811
     with target.open() as transport:
         service = PricingService(transport)
@@ -153,7 +152,6 @@ def airflow_connection(target: EngineTarget, monkeypatch) -> EngineTarget:
     return target
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-freetds"], indirect=True)
 def test_concurrent_deferred_requests_get_their_own_replies(airflow_connection: EngineTarget) -> None:
     # each request creates and drops a table: Babelfish's DDL costs seconds, so it runs fewer of them
     items = [f"item-{n:02d}" for n in range(3 if airflow_connection.engine == "sqlserver" else 12)]
@@ -178,7 +176,6 @@ def test_concurrent_deferred_requests_get_their_own_replies(airflow_connection: 
         assert reply_queues(transport) == [] and transport.queue("error").count() == 0
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
 def test_a_reply_before_the_trigger_and_across_a_triggerer_restart_is_found(
     airflow_connection: EngineTarget,
 ) -> None:
@@ -200,7 +197,6 @@ def test_a_reply_before_the_trigger_and_across_a_triggerer_restart_is_found(
         assert len(service.requests) == 2 and reply_queues(transport) == []
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
 def test_a_timeout_fails_clearly_and_the_late_reply_reaches_the_error_queue(
     airflow_connection: EngineTarget,
 ) -> None:
