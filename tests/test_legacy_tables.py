@@ -57,3 +57,19 @@ def _uuid():
     import uuid
 
     return uuid.UUID("7b7c9d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f")
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_create_gives_an_older_tables_recoverable_its_default(transport) -> None:
+    """A PostgreSQL queue made before Recoverable had a default refuses an INSERT that leaves the column out
+    (the reference's SendText); create() on it adds the default, and such an INSERT then lands."""
+    queue = transport.queue("older")
+    queue.create()
+    table = rawsql.table_of(queue)
+    rawsql.execute(transport, f"ALTER TABLE {table} ALTER COLUMN Recoverable DROP DEFAULT")
+    insert = f"INSERT INTO {table} (Id, Headers, Body) VALUES (%s, %s, %s)"
+    with pytest.raises(Exception, match="recoverable"):
+        rawsql.execute(transport, insert, (_uuid(), "{}", b"x"))
+    assert queue.create() is False
+    rawsql.execute(transport, insert, (_uuid(), "{}", b"x"))
+    assert rawsql.column_values(queue, "Recoverable") == [True]

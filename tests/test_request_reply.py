@@ -300,11 +300,6 @@ def test_a_request_is_answered_by_a_reply_written_with_the_reference_statements(
     assert client.instance_queue.count() == 0 and transport.queue("error").count() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="this package's PostgreSQL queue table has Recoverable boolean NOT NULL without a default, and "
-    "the reference's PostgreSQL SendText does not write Recoverable: a .NET endpoint cannot send to it",
-)
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)
 def test_the_reference_send_statement_writes_into_a_queue_this_package_created(target, transport) -> None:
     queue = transport.queue("Planner.worker1")

@@ -306,6 +306,16 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     @abstractmethod
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]: ...
 
+    def recoverable_default_missing(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
+        """A query whose first row exists when the table has a Recoverable column without a default, which
+        the reference's INSERT on this engine does not write; None where its INSERT writes the column."""
+        return None
+
+    def set_recoverable_default(self, address: QueueAddress) -> list[str]:
+        """Statements (no parameters) that give Recoverable its default inside a savepoint, waiting a
+        bounded time for the table's lock; ``set_recoverable_default_failed`` undoes them."""
+        return self.sql_list("set_recoverable_default", address)
+
     def begin_write(self) -> str | None:
         """A statement that starts a write transaction, where the driver does not start one itself."""
         return None

@@ -122,7 +122,7 @@ STATEMENTS: StatementTable = {
         "    Id uuid NOT NULL,\n"
         "    CorrelationId varchar(255) NULL,\n"
         "    ReplyToAddress varchar(255) NULL,\n"
-        "    Recoverable boolean NOT NULL,\n"
+        "    Recoverable boolean NOT NULL DEFAULT true,\n"
         "    Expires timestamptz NULL,\n"
         "    Headers text NOT NULL,\n"
         "    Body bytea NULL,\n"
@@ -177,6 +177,21 @@ STATEMENTS: StatementTable = {
         "ELSE has_any_column_privilege(to_regclass(%s), 'UPDATE') END"
     ),
     "lock_for_create": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+    # The reference's PostgreSQL INSERT writes no Recoverable: a table made before the column had its
+    # default gets it (a change to the catalog only; nothing is rewritten). The ALTER needs the table's
+    # ACCESS EXCLUSIVE lock for a moment, so it waits at most 5 s for open receive transactions (receivers
+    # queue behind a waiting ALTER) and is then left for the next create().
+    "recoverable_default_missing": (
+        "SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attname = 'recoverable' "
+        "AND NOT a.attisdropped AND NOT a.atthasdef"
+    ),
+    "set_recoverable_default": (
+        "SAVEPOINT set_recoverable_default",
+        "SELECT set_config('lock_timeout', '5s', true)",
+        "ALTER TABLE {table} ALTER COLUMN Recoverable SET DEFAULT true",
+        "RELEASE SAVEPOINT set_recoverable_default",
+    ),
+    "set_recoverable_default_failed": "ROLLBACK TO SAVEPOINT set_recoverable_default",
     "table_exists": _PG_CATALOG_TABLE + " AND c.relkind IN ('r', 'p')",
     "index_exists": _PG_CATALOG_TABLE + " AND c.relkind = 'i'",
     "column_exists": (
@@ -489,6 +504,9 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
 
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
         return self.sql("column_exists"), (address.schema, address.table, column.lower())
+
+    def recoverable_default_missing(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
+        return self.sql("recoverable_default_missing"), (self.display_sql(self.qualified_name(address)),)
 
     # ---- runtime -------------------------------------------------------------------------------
     def wake_up_channel(self, address: QueueAddress) -> str:

@@ -133,6 +133,8 @@ def _create_once(
             cursor.execute(*dialect.column_exists(address, "BodyString"))
             if not first_value(cursor, dialect):
                 cursor.execute(dialect.add_body_string(address), ())
+        if not created:
+            _give_recoverable_its_default(cursor, dialect, address)
         connection.commit()
     if created:
         log.info("created queue %s", address)
@@ -146,6 +148,37 @@ def _create_once(
             statement,
         )
     return created
+
+
+def _give_recoverable_its_default(cursor: Any, dialect: Dialect, address: QueueAddress) -> None:
+    """Give an existing table's Recoverable column the default a new table has, where the engine's reference
+    INSERT leaves the column out (PostgreSQL): a catalog change, made last in the creation's transaction.
+    When open transactions hold the table past the dialect's bounded wait, it is undone and logged with its
+    statement; the next create() tries again."""
+    check = dialect.recoverable_default_missing(address)
+    if check is None:
+        return
+    cursor.execute(*check)
+    if not first_value(cursor, dialect):
+        return
+    statements = dialect.set_recoverable_default(address)
+    try:
+        for statement in statements:
+            cursor.execute(statement, ())
+    except Exception as error:
+        if not isinstance(dialect.classify(error, address), TransientDatabaseError):
+            raise
+        cursor.execute(dialect.sql("set_recoverable_default_failed"), ())
+        alter = next(dialect.display_sql(text) for text in statements if text.startswith("ALTER"))
+        log.warning(
+            "queue %s has a Recoverable column without a default, so .NET PostgreSQL endpoints cannot send "
+            "to it; open transactions held the table, so create() left it. Run it when receivers are idle, "
+            "or call create() again: %s",
+            address,
+            alter,
+        )
+        return
+    log.info("gave the Recoverable column of queue %s its default (true)", address)
 
 
 def table_script(dialect: Dialect, address: QueueAddress, options: TableOptions) -> str:
