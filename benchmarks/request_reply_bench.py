@@ -10,18 +10,21 @@ task instance each, as a worker runs them): each sends its request and defers, s
 returns and holds nothing. Their ``ReplyTrigger`` s, rebuilt from their serialized form, then wait on one
 asyncio loop, each in its own task as Airflow's triggerer runs them, for ``--warmup-polls`` poll intervals
 of ``--poll`` seconds and then ``--seconds`` more, with no reply yet. Counted meanwhile: the database
-connections held (PostgreSQL: ``pg_stat_activity`` of the bench's database, sampled each second, the
+connections held (PostgreSQL: ``pg_stat_activity`` of the bench's role, sampled each second, the
 largest; SQLite: the process's open descriptors of the database file), the statements the driver ran
 (psycopg's ``Cursor.execute`` calls; SQLite's statement trace without transaction control and PRAGMAs), and,
 on PostgreSQL, the rows the server read for them (``seq_tup_read`` + ``idx_tup_fetch`` of the schema's
 tables in ``pg_stat_user_tables``, read after the triggers' connections closed, which flushes their
-statistics). A responder endpoint then answers every request with ``context.reply``; each trigger's event
-is checked and each task resumes with ``execute_complete``: lost (no reply event) and misrouted (another
-request's answer) are counted.
+statistics). The triggerer then stops; a new one rebuilds the triggers while a responder endpoint answers
+every request with ``context.reply``; each trigger's event is checked and each task resumes with
+``execute_complete``: lost (no reply event) and misrouted (another request's answer) are counted.
 
-The alternative is one shared reply queue that holds the same number of replies, each waiting request
-looking for its own by correlation: a plain ordered read of the queue, the read the Queues page browses
-with. One poll round of it (one look per request) is run and its rows counted the same way.
+The two layouts side by side (:func:`measure`, at the same size, after the tasks): a reply queue per
+request, each looked at as the trigger confirms a reply (``ReplyQueue.find_reply``: an ordered read of at
+most a few rows of its own queue), beside one shared reply queue holding as many replies, each request
+looking for its own by correlation with an ordered read of the whole queue (the read the Queues page browses
+with). One poll round, one look per request, in each: the rows the reads returned (every engine), the rows
+PostgreSQL read and the statements the driver ran.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,7 +56,9 @@ from trigger_polling_bench import ROLE, StatementCounter, _held_postgres, _held_
 CONN_ID = "sqlqueue_bench"
 SERVICE = "Pricing"
 PREFIX = "airflow.replies"
-SHARED = "airflow.replies.shared"
+BENCH_PREFIX = "bench.replies"
+BENCH_SERVICE = "bench.service"
+SHARED = "bench.replies.shared"
 ROWS_READ = (
     "SELECT COALESCE(SUM(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0) FROM pg_stat_user_tables "
     "WHERE schemaname = %s"
@@ -75,6 +82,105 @@ def _rows_read(checker_url: str, schema: str) -> int:
     return last
 
 
+@dataclass
+class ReplyLayoutCost:
+    """One poll round, one look per waiting request, in each layout: the rows the reads returned (every
+    engine), the rows the server read (PostgreSQL, else None) and the statements, counted, not timed."""
+
+    engine: str
+    requests: int
+    rounds: int
+    own_queue_round: int  # rows returned: a reply queue per request, the trigger's confirming read of each
+    shared_queue_round: int  # rows returned: one shared queue, an ordered read of it per request
+    own_rows_read: int | None = None
+    shared_rows_read: int | None = None
+    own_statements: int | None = None
+    shared_statements: int | None = None
+
+    @property
+    def ratio(self) -> float:
+        """Rows a shared queue's round returns over the per-request queues' (above 1: it reads more)."""
+        return self.shared_queue_round / self.own_queue_round
+
+    def line(self) -> str:
+        return (
+            f"{self.engine}: {self.requests} waiting requests, a poll round of one look each returns "
+            f"{self.own_queue_round:,} rows with a reply queue per request and {self.shared_queue_round:,} "
+            f"with one shared queue read by correlation: ratio {self.ratio:.1f} ({self.rounds} rounds)"
+        )
+
+
+def measure(
+    url: str,
+    requests: int = 200,
+    rounds: int = 1,
+    *,
+    rows_read: Callable[[], int | None] | None = None,
+    statements: Callable[[], int] | None = None,
+    **transport_options: object,
+) -> ReplyLayoutCost:
+    """Both layouts holding ``requests`` answered requests (bench.* queues, dropped again); ``rows_read``
+    and ``statements`` count what the server read and the driver ran so far, where they can."""
+    from airflow_provider_sqlqueue.transport import OutgoingMessage, open_transport
+    from airflow_provider_sqlqueue.transport import headers as h
+    from airflow_provider_sqlqueue.transport.browse import browse
+    from airflow_provider_sqlqueue.transport.reply_queue import READ_AT_ONCE, ReplyQueue
+    from airflow_provider_sqlqueue.transport.requests import correlation_of_reply
+
+    def reply(request_id: uuid.UUID) -> OutgoingMessage:
+        return OutgoingMessage(b"{}", {h.CORRELATION_ID: str(request_id), h.MESSAGE_INTENT: "Reply"})
+
+    request_ids = [uuid.uuid4() for _ in range(requests)]
+    with open_transport(url, **transport_options) as transport:  # type: ignore[arg-type]
+        engine = transport.dialect.name
+        for name in ("error", BENCH_SERVICE, SHARED):
+            transport.queue(name).create()
+        answers = []
+        for request_id in request_ids:
+            reply_queue = ReplyQueue(transport, BENCH_PREFIX, request_id)
+            reply_queue.send_request(BENCH_SERVICE, OutgoingMessage(b'{"item": "widget"}'))
+            answers.append(str(reply_queue.queue.send(reply(request_id))))
+        transport.queue(SHARED).send_batch([reply(request_id) for request_id in request_ids])
+
+    def own_round(transport: Any) -> int:  # what each trigger's confirming read (find_reply) returns
+        returned = 0
+        for request_id in request_ids:
+            looked = list(browse(ReplyQueue(transport, BENCH_PREFIX, request_id).queue, READ_AT_ONCE))
+            assert any(correlation_of_reply(m.headers) == str(request_id) for m in looked)
+            returned += len(looked)
+        return returned
+
+    def shared_round(transport: Any) -> int:
+        returned, shared = 0, transport.queue(SHARED)
+        for request_id in request_ids:
+            looked = list(browse(shared, requests))
+            assert any(correlation_of_reply(m.headers) == str(request_id) for m in looked)
+            returned += len(looked)
+        return returned
+
+    def counted(layout: Callable[[Any], int]) -> tuple[int, int | None, int | None]:
+        """Rows returned, statements run and rows the server read in one round; its connection closes
+        before the server's count is read (a backend's statistics arrive when it exits)."""
+        rows_before = None if rows_read is None else rows_read()
+        with open_transport(url, **transport_options) as transport:  # type: ignore[arg-type]
+            ran = None if statements is None else statements()
+            returned = layout(transport)
+            ran = None if ran is None or statements is None else statements() - ran
+        rows_after = None if rows_read is None else rows_read()
+        server = None if rows_before is None or rows_after is None else rows_after - rows_before
+        return returned, ran, server
+
+    own = shared = (0, None, None)
+    for _ in range(rounds):
+        own, shared = counted(own_round), counted(shared_round)
+    with open_transport(url, **transport_options) as transport:  # type: ignore[arg-type]
+        for request_id, answer in zip(request_ids, answers, strict=True):
+            ReplyQueue(transport, BENCH_PREFIX, request_id).close("benchmark done", answered_by=answer)
+        for name in ("error", BENCH_SERVICE, SHARED):
+            transport.queue(name).drop()
+    return ReplyLayoutCost(engine, requests, rounds, own[0], shared[0], own[2], shared[2], own[1], shared[1])
+
+
 def worker(options: dict[str, Any]) -> dict[str, Any]:
     """One engine's measurement (see the module)."""
     logging.disable(logging.WARNING)
@@ -84,10 +190,9 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     from airflow_provider_sqlqueue.operators.request_reply import RequestReplyOperator
-    from airflow_provider_sqlqueue.transport import Endpoint, OutgoingMessage, open_transport
+    from airflow_provider_sqlqueue.transport import Endpoint, open_transport
     from airflow_provider_sqlqueue.transport import headers as h
-    from airflow_provider_sqlqueue.transport.browse import browse, queue_tables
-    from airflow_provider_sqlqueue.transport.requests import correlation_of_reply
+    from airflow_provider_sqlqueue.transport.browse import queue_tables
     from airflow_provider_sqlqueue.transport.shared_poll import SHARED_POLLERS
     from airflow_provider_sqlqueue.triggers.queue import shared_database_key
     from airflow_provider_sqlqueue.triggers.reply import ReplyTrigger
@@ -181,10 +286,13 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         await asyncio.gather(*tasks, return_exceptions=True)
         return events
 
+    _progress(engine, f"{len(triggers)} tasks deferred")
     rows_before = rows_read()
     waiting = asyncio.run(wait())
+    _progress(engine, "waited")
     rows_waiting = None if rows_before is None else rows_read() - rows_before  # all from the depth reads
     events = asyncio.run(answered())
+    _progress(engine, f"{len(events)} events after the answers")
     lost = misrouted = 0
     for item in items:
         event = events.get(item)
@@ -197,22 +305,10 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
     with open_transport(options["url"], default_schema=schema) as transport:
         error_depth = transport.queue("error").count()
         reply_queues_left = sum(1 for a in queue_tables(transport) if a.table.startswith(PREFIX + "."))
-        shared = transport.queue(SHARED)
-        shared.create()
-        request_ids = [uuid.uuid4() for _ in range(requests)]
-        replies = [
-            OutgoingMessage(b"{}", {h.CORRELATION_ID: str(r), h.MESSAGE_INTENT: "Reply"}) for r in request_ids
-        ]
-        shared.send_batch(replies)
-    shared_rows_before = rows_read()
-    with open_transport(options["url"], default_schema=schema) as transport:
-        shared = transport.queue(SHARED)
-        shared_statements = counter.count
-        for request_id in request_ids:
-            wanted = str(request_id)
-            assert any(correlation_of_reply(m.headers) == wanted for m in browse(shared, requests))
-        shared_statements = counter.count - shared_statements
-    shared_rows = None if shared_rows_before is None else rows_read() - shared_rows_before
+    _progress(engine, "tasks resumed")
+    layouts = measure(
+        options["url"], requests, default_schema=schema, rows_read=rows_read, statements=lambda: counter.count
+    )
     return {
         **waiting,
         "held_max": max(waiting["held_samples"]) if waiting["held_samples"] else None,
@@ -224,9 +320,12 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         "error_queue_depth": error_depth,
         "reply_queues_left": reply_queues_left,
         "waiting_rows_read": rows_waiting,
-        "shared_round_statements": shared_statements,
-        "shared_round_rows_read": shared_rows,
+        "layouts": asdict(layouts),
     }
+
+
+def _progress(engine: str, what: str) -> None:
+    print(f"{datetime.now(timezone.utc):%H:%M:%S} {engine}: {what}", file=sys.stderr, flush=True)
 
 
 async def _first_event(trigger: Any, events: dict[str, dict[str, Any]], item: str) -> None:
@@ -246,9 +345,9 @@ def rebuilt(triggers: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def _run_worker(options: dict[str, Any]) -> dict[str, Any]:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(options)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=HERE.parent)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False, cwd=HERE.parent)
     if done.returncode != 0:
-        raise RuntimeError(f"worker failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"the {options['engine']} worker failed (its output is above)")
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
