@@ -12,10 +12,26 @@ from typing import Any
 from .babelfish import BabelfishDialect
 from .base import Dialect, Finding, IndexSpec, Row, TableOptions
 from .postgres import PostgresDialect
+from .postgres_reference import PostgresReferenceLayout
 from .sqlite import SqliteDialect
 from .sqlserver import SqlServerDialect
 
-__all__ = ["Dialect", "Finding", "IndexSpec", "Row", "TableOptions", "dialect_for_server", "get_dialect"]
+__all__ = [
+    "Dialect",
+    "Finding",
+    "IndexSpec",
+    "Row",
+    "TableOptions",
+    "dialect_for_layout",
+    "dialect_for_server",
+    "dialect_for_table",
+    "get_dialect",
+]
+
+# The dialects of queue-table layouts an engine has beside the one its own dialect reads and writes.
+_LAYOUT_DIALECTS: dict[tuple[str, str], Dialect] = {
+    ("postgresql", "postgresql-transport"): PostgresReferenceLayout(),
+}
 
 
 def get_dialect(name: str, variant: str | None = None) -> Dialect:
@@ -41,3 +57,26 @@ def dialect_for_server(dialect: Dialect, connection: Any) -> Dialect:
     that the server asks for (:meth:`Dialect.server_variant`). Asked once per transport."""
     variant = dialect.server_variant(connection)
     return dialect if variant is None else get_dialect(dialect.name, variant)
+
+
+def dialect_for_layout(dialect: Dialect, layout: str) -> Dialect:
+    """``dialect``, or the dialect of the same engine for queue tables of another ``layout``; a
+    ValueError names the layouts the engine has when it has no such one."""
+    if layout == dialect.layout:
+        return dialect
+    found = _LAYOUT_DIALECTS.get((dialect.name, layout))
+    if found is None:
+        known = [dialect.layout] + [name for engine, name in _LAYOUT_DIALECTS if engine == dialect.name]
+        raise ValueError(
+            f"{dialect.display_name} queue tables have the layout {' or '.join(map(repr, known))}, "
+            f"not {layout!r}"
+        )
+    return found
+
+
+def dialect_for_table(dialect: Dialect, cursor: Any, address: Any) -> Dialect | None:
+    """The dialect for the existing queue table at ``address``: ``dialect``, or the one its columns ask
+    for (:meth:`Dialect.table_layout`); None when the table does not exist. One catalog query on engines
+    that meet more than one layout, none elsewhere."""
+    layout = dialect.table_layout(cursor, address)
+    return None if layout is None else dialect_for_layout(dialect, layout)

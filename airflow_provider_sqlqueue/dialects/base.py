@@ -26,6 +26,7 @@ from .statements import StatementTable, marks
 from .transaction_state import TransactionStates
 
 Layout = Literal["clustered", "heap"]
+ColumnLayout = Literal["sqlserver-transport", "postgresql-transport"]
 StorageParameters = tuple[tuple[str, str], ...]
 
 # The subscription table's column width, the reference's: longer values would fail its INSERT, so they are
@@ -78,16 +79,26 @@ class TableOptions:
     the table after every 1,000 dead rows, at a quarter of the server's throttling, so a drained table's
     storage comes back by itself);
     a mapping replaces them, ``{}`` creates the table with none. Other engines have none and ignore them.
+
+    ``column_layout`` names the columns a new table gets: ``sqlserver-transport`` (the NServiceBus SQL
+    Server transport's, on every engine) or, on PostgreSQL, ``postgresql-transport`` (NServiceBus.Transport.
+    PostgreSql's: Id, Expires, Headers, Body, Seq). An existing table is used in whichever layout it has.
     """
 
     layout: Layout = "clustered"
     unicode_headers: bool = True
     body_string: bool = False
     storage_parameters: StorageParameters | Mapping[str, Any] | None = None
+    column_layout: ColumnLayout = "sqlserver-transport"
 
     def __post_init__(self) -> None:
         if self.layout not in ("clustered", "heap"):
             raise ValueError(f"layout must be 'clustered' or 'heap', not {self.layout!r}")
+        if self.column_layout not in ("sqlserver-transport", "postgresql-transport"):
+            raise ValueError(
+                "column_layout must be 'sqlserver-transport' or 'postgresql-transport', "
+                f"not {self.column_layout!r}"
+            )
         if self.storage_parameters is not None:
             object.__setattr__(self, "storage_parameters", storage_parameters(self.storage_parameters))
 
@@ -155,6 +166,10 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     # Whether the addresses this engine's headers carry (ReplyToAddress, FailedQ, ForwardDestination) name
     # the catalog: the reference's SQL Server form always does, its PostgreSQL form never does.
     addresses_carry_catalog: ClassVar[bool] = False
+    # The columns of the queue tables this dialect's statements read and write: the NServiceBus SQL Server
+    # transport's (``sqlserver-transport``, on every engine), or another layout an engine also meets
+    # (PostgreSQL's ``postgresql-transport``, see postgres_reference.py).
+    layout: ClassVar[str] = "sqlserver-transport"
     max_identifier_length: ClassVar[int]
     identifier_length_in_bytes: ClassVar[bool] = False
     max_body_bytes: ClassVar[int]
@@ -315,6 +330,11 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """Statements (no parameters) that give Recoverable its default inside a savepoint, waiting a
         bounded time for the table's lock; ``set_recoverable_default_failed`` undoes them."""
         return self.sql_list("set_recoverable_default", address)
+
+    def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
+        """The layout (:attr:`layout`) of the existing table at ``address``, read from the catalog where
+        the engine meets more than one; None when there is no table to tell."""
+        return self.layout
 
     def begin_write(self) -> str | None:
         """A statement that starts a write transaction, where the driver does not start one itself."""

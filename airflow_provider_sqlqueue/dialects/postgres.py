@@ -6,8 +6,8 @@ transaction-scoped advisory locks instead, one per row, keyed by the table's oid
 and taken on the oldest rows in order until the batch is full (the ``*_without_row_locks`` statements).
 Either way the DELETE runs in the receive's transaction, and a row another receiver deleted and committed
 in the meantime is re-checked by the DELETE and skipped, so no message reaches two receivers.
-The table has the seeds' columns, as on the other engines (the reference's own PostgreSQL transport uses a
-different layout, so .NET PostgreSQL endpoints cannot share these tables). Column names are written
+The table has the seeds' columns, as on the other engines; a table in the layout of the reference's own
+PostgreSQL transport is read and written through postgres_reference.py's statements. Column names are written
 unquoted and fold to lower case. Times come from ``statement_timestamp()``, so a send inside a long
 receive transaction still computes Expires from the moment it runs.
 
@@ -47,7 +47,7 @@ AFTER_ROW_VERSION = "RowVersion > (SELECT %s::bigint)"
 THROUGH_ROW_VERSION = "RowVersion <= (SELECT %s::bigint)"
 
 
-def delete_taken(taken: str, returning: str = "") -> str:
+def delete_taken(taken: str, returning: str = "", key: str = "RowVersion") -> str:
     """``DELETE`` the rows a ``SELECT ... LIMIT`` picks, with the pick made exactly once.
 
     Written as ``WHERE RowVersion IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` the pick may run again
@@ -58,7 +58,7 @@ def delete_taken(taken: str, returning: str = "") -> str:
     suffix = f" {returning}" if returning else ""
     return (
         f"WITH taken AS MATERIALIZED ({taken}) "
-        f"DELETE FROM {{table}} WHERE RowVersion IN (SELECT RowVersion FROM taken){suffix}"
+        f"DELETE FROM {{table}} WHERE {key} IN (SELECT {key} FROM taken){suffix}"
     )
 
 
@@ -181,6 +181,13 @@ STATEMENTS: StatementTable = {
     # default gets it (a change to the catalog only; nothing is rewritten). The ALTER needs the table's
     # ACCESS EXCLUSIVE lock for a moment, so it waits at most 5 s for open receive transactions (receivers
     # queue behind a waiting ALTER) and is then left for the next create().
+    # Which layout a table has: NServiceBus.Transport.PostgreSql's orders by Seq and has no RowVersion.
+    # No row's counts when the table is missing (to_regclass is NULL).
+    "table_layout": (
+        "SELECT count(*) FILTER (WHERE a.attname = 'seq'), count(*) FILTER (WHERE a.attname = 'rowversion'), "
+        "count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 "
+        "AND NOT a.attisdropped"
+    ),
     "recoverable_default_missing": (
         "SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attname = 'recoverable' "
         "AND NOT a.attisdropped AND NOT a.atthasdef"
@@ -209,12 +216,13 @@ STATEMENTS: StatementTable = {
         "'recoverable' AND format_type(a.atttypid, NULL) <> 'boolean') = 0 "
         "FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped"
     ),
+    # RowVersion, or Seq in NServiceBus.Transport.PostgreSql's layout
     "queue_tables": (
         "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
         "SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
         "AND NOT a.attisdropped "
-        "AND lower(a.attname) IN ('id', 'headers', 'body', 'rowversion', 'expires')) = 5 "
+        "AND lower(a.attname) IN ('id', 'headers', 'body', 'rowversion', 'seq', 'expires')) = 5 "
         "ORDER BY c.relname"
     ),
     "inspect_indexes": (
@@ -504,6 +512,14 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
 
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
         return self.sql("column_exists"), (address.schema, address.table, column.lower())
+
+    def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
+        cursor.execute(self.sql("table_layout"), (self.display_sql(self.qualified_name(address)),))
+        rows = self.fetch_rows(cursor)
+        seq, row_version, columns = rows[0] if rows else (0, 0, 0)
+        if not columns:
+            return None
+        return "postgresql-transport" if seq and not row_version else "sqlserver-transport"
 
     def recoverable_default_missing(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("recoverable_default_missing"), (self.display_sql(self.qualified_name(address)),)

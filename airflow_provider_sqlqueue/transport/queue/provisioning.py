@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ...dialects import dialect_for_layout, dialect_for_table
 from ...dialects.base import Dialect, Finding, TableOptions
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError, QueueNotFound, TransientDatabaseError
@@ -118,7 +119,10 @@ def _create_once(
         begin_creation(cursor, dialect, address, transport.current_catalog())
         created = not table_exists_on(cursor, dialect, address)
         if created:
+            dialect = layout_dialect(dialect, options)
             cursor.execute(dialect.create_table(address, options), ())
+        else:  # an existing table keeps its layout, whatever the options ask for
+            dialect = dialect_for_table(dialect, cursor, address) or dialect
         for index in dialect.indexes(address, options):
             if not created:
                 cursor.execute(*dialect.index_exists(address, index.name))
@@ -181,8 +185,18 @@ def _give_recoverable_its_default(cursor: Any, dialect: Dialect, address: QueueA
     log.info("gave the Recoverable column of queue %s its default (true)", address)
 
 
+def layout_dialect(dialect: Dialect, options: TableOptions) -> Dialect:
+    """The dialect that creates a new table in the options' ``column_layout``; ConfigurationError where the
+    engine has no such layout."""
+    try:
+        return dialect_for_layout(dialect, options.column_layout)
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from None
+
+
 def table_script(dialect: Dialect, address: QueueAddress, options: TableOptions) -> str:
     """The DDL that :func:`create_table` runs for a new table, as a script a DBA can review and run."""
+    dialect = layout_dialect(dialect, options)
     statements = [dialect.create_table(address, options)]
     statements += [index.create for index in dialect.indexes(address, options)]
     return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
@@ -211,6 +225,7 @@ def inspect_table(
         cursor = connection.cursor()
         if not table_exists_on(cursor, dialect, address):
             raise QueueNotFound(f"queue {address} does not exist")
+        dialect = dialect_for_table(dialect, cursor, address) or dialect
         findings = [
             Finding(f.code, f.message, dialect.display_sql(f.fix))
             for f in dialect.inspect(cursor, address, options)

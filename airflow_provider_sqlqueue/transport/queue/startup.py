@@ -76,6 +76,7 @@ def inspect_at_start(queue: TableQueue, *, purging: bool) -> None:
     try:
         with queue.transport.connection(address) as connection:
             cursor = connection.cursor()
+            dialect = queue.table_dialect(cursor)
             findings = dialect.inspect(cursor, address, TableOptions())
             clustered = dialect.rowversion_index_is_clustered(cursor, address)
             connection.commit()

@@ -25,6 +25,7 @@ from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from ...dialects import dialect_for_table
 from ...dialects.base import Dialect, Finding, Row, TableOptions, TableStorage
 from ...model.address import QueueAddress
 from ...model.errors import (
@@ -89,6 +90,7 @@ class TableQueue:
         self.error_queue = error_queue
         self._statements: QueueStatements | None = None
         self._recoverable: bool | None = None
+        self._layout: tuple[Dialect, Dialect] | None = None
         self._row_locks: bool | None = None
         self._bulk_send: bool | None = None
         self._low_water = LowWaterMark()
@@ -102,8 +104,27 @@ class TableQueue:
 
     @property
     def dialect(self) -> Dialect:
-        """The transport's dialect, read at use: a variant is chosen when the first connection opens."""
-        return self.transport.dialect
+        """The dialect of this queue's table: the transport's (read at use: a variant is chosen when the
+        first connection opens), or, once :meth:`table_dialect` found the table in another layout of the
+        engine, that layout's."""
+        engine = self.transport.dialect
+        known = self._layout
+        return known[1] if known is not None and known[0] is engine else engine
+
+    def table_dialect(self, cursor: Any) -> Dialect:
+        """The dialect for this queue's table as its columns say (a table NServiceBus.Transport.PostgreSql
+        made is read and written in its own layout): asked once per queue, then remembered."""
+        engine = self.transport.dialect
+        known = self._layout
+        if known is not None and known[0] is engine:
+            return known[1]
+        found = dialect_for_table(engine, cursor, self.address)
+        if found is None:
+            return engine  # no table: the statement reports it; decide once the table exists
+        self._layout = (engine, found)
+        if found is not engine:
+            log.info("queue %s has the %s layout; using its columns", self.address, found.layout)
+        return found
 
     @property
     def _sql(self) -> QueueStatements:
@@ -124,7 +145,7 @@ class TableQueue:
         receivers using the table (see the DBA guide).
         """
         options = table_options(options, overrides)
-        self._recoverable = self._bulk_send = None
+        self._recoverable = self._bulk_send = self._layout = None
         return create_table(self.transport, self.address, options, add_missing_indexes=add_missing_indexes)
 
     def create_script(self, options: TableOptions | None = None, **overrides: Any) -> str:
@@ -303,6 +324,7 @@ class TableQueue:
 
         NServiceBus tables lost the column in later versions; sends leave it out where it is gone.
         """
+        self.table_dialect(cursor)
         known = self._recoverable
         if known is not None:
             return known
@@ -338,7 +360,12 @@ class TableQueue:
         For code that builds on the receive inside its own statement, as the Spark drain's server-side
         move does; ``cursor`` answers the one-time privilege question.
         """
-        return self._sql.locking(self._uses_row_locks(cursor)).receive_batch
+        return self._locking(cursor).receive_batch
+
+    def _locking(self, cursor: Any) -> LockingStatements:
+        """The statements of this role's locking, rendered for the table's layout (both known from here)."""
+        row_locks = self._uses_row_locks(cursor)
+        return self._sql.locking(row_locks)
 
     def uses_row_locks(self, cursor: Any) -> bool:
         """Whether receivers of this role take row locks (else advisory locks); see :meth:`pick` for why
@@ -351,6 +378,7 @@ class TableQueue:
         PostgreSQL grants row locks only to roles with an UPDATE privilege on the table; a role holding
         just SELECT, INSERT and DELETE competes through advisory locks instead (see the dialect).
         """
+        self.table_dialect(cursor)
         known = self._row_locks
         if known is not None:
             return known
@@ -439,7 +467,7 @@ class TableQueue:
         through advisory locks, once: its statement reads the queue as it was when the statement began, so
         it can lock rows another receiver deleted and committed meanwhile, and find them gone; the next
         statement reads the queue anew."""
-        row_locks = self._uses_row_locks(cursor)
+        row_locks = self._uses_row_locks(cursor)  # knows the table's layout from here on
         sql = self._sql
         after_mark = sql.receive_batch_after if row_locks else None
         statement = sql.locking(row_locks).receive_batch
@@ -517,12 +545,10 @@ class TableQueue:
                 raise
 
     # ---- depth and maintenance -----------------------------------------------------------------
-    def _scalar(self, statement: str | Callable[[LockingStatements], str]) -> int:
+    def _scalar(self, statement: Callable[[LockingStatements], str]) -> int:
         with self.transport.connection(self.address) as connection:
             cursor = shared_cursor(connection)
-            if not isinstance(statement, str):
-                statement = statement(self._sql.locking(self._uses_row_locks(cursor)))
-            cursor.execute(statement, ())
+            cursor.execute(statement(self._locking(cursor)), ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
         return int(rows[0][0] or 0) if rows else 0
@@ -542,7 +568,7 @@ class TableQueue:
         """
         with self.transport.connection(self.address) as connection:
             cursor = shared_cursor(connection)
-            cursor.execute(self._sql.locking(self._uses_row_locks(cursor)).peek_bounds, ())
+            cursor.execute(self._locking(cursor).peek_bounds, ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
         oldest, newest = rows[0] if rows else (None, None)
@@ -550,7 +576,7 @@ class TableQueue:
 
     def count(self) -> int:
         """The exact number of unexpired messages; scans the table, so prefer peek_estimate for polling."""
-        return self._scalar(self._sql.count_exact)
+        return self._scalar(lambda _locking: self._sql.count_exact)
 
     def purge_expired(
         self,
@@ -589,7 +615,7 @@ class TableQueue:
             begin = self.dialect.begin_write()
             if begin:
                 cursor.execute(begin, ())
-            statement = self._sql.locking(self._uses_row_locks(cursor)).purge_expired_batch
+            statement = self._locking(cursor).purge_expired_batch
             cursor.execute(statement, (batch_size,))
             if self.dialect.purge_returns_count():
                 rows = self.dialect.fetch_rows(cursor)

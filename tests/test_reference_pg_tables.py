@@ -1,0 +1,204 @@
+"""Queue tables made by NServiceBus.Transport.PostgreSql's own DDL, used by this package without any option:
+sends, receives in Seq order, peeks, counts, purges, the pump and the error queue, with the reference's own
+statements on the other side of each exchange.
+
+The statements are taken verbatim from Particular/NServiceBus.SqlServer 214c4e8f
+(src/NServiceBus.Transport.PostgreSql/PostgreSqlConstants.cs: CreateQueueText, SendText, ReceiveText,
+PeekText); {0} is the quoted table name. Npgsql rewrites @Name to a positional parameter; psycopg's form of
+that is %(Name)s, the only change made. The reference keeps Expires as UTC wall-clock time in a column
+without a time zone: every connection here runs in a session time zone of UTC+14 (PGTZ), so a comparison
+that let the session's zone in would be 14 hours off.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+import rawsql
+
+from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage
+from airflow_provider_sqlqueue.transport.browse import queue_tables
+from airflow_provider_sqlqueue.transport.headers import decode_headers, encode_headers
+
+pytestmark = pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+
+REFERENCE_CREATE_QUEUE = """
+CREATE TABLE IF NOT EXISTS {0} (
+    Id uuid NOT NULL PRIMARY KEY,
+    Expires TIMESTAMP,
+    Headers TEXT NOT NULL,
+    Body BYTEA,
+    Seq serial NOT NULL UNIQUE
+);
+"""
+REFERENCE_SEND = """
+INSERT INTO {0} (
+    Id,
+    Expires,
+    Headers,
+    Body)
+VALUES (
+    @Id,
+    (now() AT TIME ZONE 'UTC') + (@TimeToBeReceivedMs || ' ms')::INTERVAL,
+    @Headers,
+    @Body);"""
+REFERENCE_RECEIVE = """
+DELETE FROM {0} rs
+WHERE rs.id = (SELECT id FROM {0} ORDER BY Seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING rs.id,
+        CASE WHEN Expires IS NULL
+        THEN 0
+        WHEN Expires > now() AT TIME ZONE 'UTC' THEN 0 ELSE 1
+        END Expired,
+        rs.Headers, rs.Body;
+"""
+REFERENCE_PEEK = """
+SELECT COALESCE(cast((SELECT seq FROM {0} ORDER BY seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED) 
+- (SELECT seq FROM {0} ORDER BY seq ASC LIMIT 1 FOR UPDATE SKIP LOCKED) + 1 AS int), 0);"""  # noqa: W291
+FAST = {"idle_delay": 0.1}
+
+
+@pytest.fixture
+def transport(target, monkeypatch):
+    monkeypatch.setenv("PGTZ", "Pacific/Kiritimati")  # UTC+14 in every session libpq opens
+    with target.open() as opened:
+        yield opened
+
+
+def reference(transport, statement: str, queue, values: dict | None = None) -> list[tuple]:
+    """One of the reference's statements on ``queue``'s table, committed; its rows."""
+    sql = re.sub(r"@(\w+)", r"%(\1)s", statement.format(rawsql.table_of(queue)))
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        cursor.execute(sql, values or {})
+        rows = cursor.fetchall() if cursor.description is not None else []
+        connection.commit()
+    return [tuple(row) for row in rows]
+
+
+def reference_queue(transport, name: str):
+    queue = transport.queue(name)
+    reference(transport, REFERENCE_CREATE_QUEUE, queue)
+    return queue
+
+
+def reference_send(transport, queue, body: bytes, ttbr_ms: int | None = None, headers: str | None = None):
+    message_id = str(uuid.uuid4())
+    text = headers if headers is not None else encode_headers({"NServiceBus.MessageId": message_id})
+    values = {"Id": uuid.uuid4(), "TimeToBeReceivedMs": ttbr_ms, "Headers": text, "Body": body}
+    reference(transport, REFERENCE_SEND, queue, values)
+    return message_id
+
+
+def test_this_package_sends_and_the_reference_receives_in_order(transport) -> None:
+    queue = reference_queue(transport, "orders")
+    first = queue.send(b"one", headers={"NServiceBus.CorrelationId": "c-1"})
+    rest = queue.send_batch([b"two", OutgoingMessage(b"three", time_to_be_received=timedelta(hours=1))])
+    queue.send(b"gone", time_to_be_received=timedelta(milliseconds=1))
+    time.sleep(0.05)
+    assert reference(transport, REFERENCE_PEEK, queue) == [(4,)]
+    received = [reference(transport, REFERENCE_RECEIVE, queue) for _ in range(5)]
+    assert [bytes(rows[0][3]) for rows in received[:4]] == [b"one", b"two", b"three", b"gone"]
+    assert [rows[0][1] for rows in received[:4]] == [0, 0, 0, 1]  # the hour is left; the 1 ms is not
+    assert received[4] == []
+    ids = [decode_headers(rows[0][2])["NServiceBus.MessageId"] for rows in received[:3]]
+    assert ids == [str(first), *map(str, rest)]
+    assert decode_headers(received[0][0][2])["NServiceBus.CorrelationId"] == "c-1"
+
+
+def test_the_reference_sends_and_this_package_receives_peeks_counts_and_purges(transport) -> None:
+    queue = reference_queue(transport, "orders")
+    sent = [reference_send(transport, queue, body) for body in (b"a", b"b")]
+    reference_send(transport, queue, b"stale", ttbr_ms=1)
+    reference_send(transport, queue, b"kept", ttbr_ms=3_600_000)
+    time.sleep(0.05)
+    assert queue.peek_estimate() == 4 and queue.peek_bounds()[1] - queue.peek_bounds()[0] == 3
+    assert queue.count() == 3  # the expired row is not counted
+    assert queue.purge_expired() == 1 and queue.count() == 3
+    with queue.receive(max_messages=10) as batch:
+        assert [message.body for message in batch] == [b"a", b"b", b"kept"]
+        assert [message.message_id for message in batch[:2]] == sent
+    assert queue.peek_estimate() == 0 and queue.count() == 0
+    assert queue.peek_bounds() == (None, None)
+
+
+def test_expired_rows_are_dropped_on_receive_by_the_utc_clock(transport) -> None:
+    queue = reference_queue(transport, "orders")
+    reference_send(transport, queue, b"stale", ttbr_ms=1)
+    reference_send(transport, queue, b"fresh", ttbr_ms=60_000)
+    time.sleep(0.05)
+    with queue.receive(max_messages=10) as batch:
+        assert [message.body for message in batch] == [b"fresh"]
+        assert batch.expired == 1
+
+
+def test_the_pump_moves_failures_and_unreadable_rows_to_a_reference_error_queue(transport) -> None:
+    error = reference_queue(transport, "error")
+    queue = reference_queue(transport, "orders")
+    reference_send(transport, queue, b"bad")
+    reference_send(transport, queue, b"broken", headers="<corrupted headers")
+    reference_send(transport, queue, b"good")
+    handled: list[bytes] = []
+
+    def handler(message, context) -> None:
+        if message.body == b"bad":
+            raise ValueError("cannot handle it")
+        handled.append(message.body)
+        context.send("error", b"a reply written in the receive's transaction")
+
+    stats = MessagePump(queue, handler, immediate_retries=1, **FAST).run(until_empty=True, timeout=30)
+    assert handled == [b"good"]
+    assert (stats.processed, stats.failed, stats.poisoned) == (1, 1, 1)
+    rows = reference(transport, "SELECT Headers, Body FROM {0} ORDER BY Seq", error)
+    by_body = {bytes(body): text for text, body in rows}
+    assert sorted(by_body) == [b"a reply written in the receive's transaction", b"bad", b"broken"]
+    assert by_body[b"broken"] == "<corrupted headers"  # moved unchanged
+    failed = decode_headers(by_body[b"bad"])
+    assert failed["NServiceBus.FailedQ"] == str(transport.canonical(queue.address))
+    assert failed["NServiceBus.ExceptionInfo.Message"] == "cannot handle it"
+    assert queue.count() == 0
+
+
+def test_a_reference_table_is_recognised_by_a_fresh_transport_and_listed_and_inspected(target) -> None:
+    with target.open() as setup:
+        queue = reference_queue(setup, "orders")
+        reference_send(setup, queue, b"x")
+    with target.open() as transport:  # nothing remembered: the first receive finds the layout
+        queue = transport.queue("orders")
+        with queue.receive() as batch:
+            assert [message.body for message in batch] == [b"x"]
+        assert queue.dialect.layout == "postgresql-transport"
+        assert transport.dialect.layout == "sqlserver-transport"  # the other queues keep the package's
+        assert [finding.code for finding in queue.inspect()] == ["missing_expires_index"]
+        assert queue.create() is False  # leaves the reference's table as it is: no RowVersion index asked for
+        assert [address.table for address in queue_tables(transport)] == ["orders"]
+
+
+def test_this_package_creates_the_reference_layout_when_asked(transport) -> None:
+    queue = transport.queue("orders")
+    script = queue.create_script(column_layout="postgresql-transport")
+    assert "Seq serial NOT NULL UNIQUE" in script and "RowVersion" not in script
+    assert queue.create(column_layout="postgresql-transport") is True
+    reference(transport, REFERENCE_CREATE_QUEUE, queue)  # the reference's installer finds it and adds nothing
+    columns = rawsql.execute(
+        transport,
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (rawsql.table_of(queue),),
+    )
+    assert columns == [
+        ("id", "uuid"),
+        ("expires", "timestamp without time zone"),
+        ("headers", "text"),
+        ("body", "bytea"),
+        ("seq", "integer"),
+    ]
+    assert queue.inspect() == []
+    reference_send(transport, queue, b"from .NET")
+    queue.send(b"from Python")
+    received = [reference(transport, REFERENCE_RECEIVE, queue)[0][3] for _ in range(2)]
+    assert [bytes(body) for body in received] == [b"from .NET", b"from Python"]
