@@ -202,3 +202,21 @@ def test_this_package_creates_the_reference_layout_when_asked(transport) -> None
     queue.send(b"from Python")
     received = [reference(transport, REFERENCE_RECEIVE, queue)[0][3] for _ in range(2)]
     assert [bytes(body) for body in received] == [b"from .NET", b"from Python"]
+
+
+def test_a_publish_reaches_a_subscriber_queue_the_reference_made(transport) -> None:
+    """A .NET subscriber's row (its address form) names a queue its installer made: this package's publish
+    writes the copy in that queue's layout, and the reference's receive takes it."""
+    transport.subscriptions.create()
+    billing = reference_queue(transport, "billing")
+    own = transport.queue("shipping")
+    own.create()
+    address = f'"{transport.default_schema}"."billing"'
+    transport.subscriptions.subscribe("Billing", "Sales.OrderPlaced", address)
+    transport.subscriptions.subscribe("Shipping", "Sales.OrderPlaced", "shipping")
+    transport.publish("Sales.OrderPlaced", b"placed")
+    [(_, expired, headers, body)] = reference(transport, REFERENCE_RECEIVE, billing)
+    assert (expired, bytes(body)) == (0, b"placed")
+    assert decode_headers(headers)["NServiceBus.MessageIntent"] == "Publish"
+    with own.receive() as batch:
+        assert [message.body for message in batch] == [b"placed"]
