@@ -220,3 +220,12 @@ def test_a_publish_reaches_a_subscriber_queue_the_reference_made(transport) -> N
     assert decode_headers(headers)["NServiceBus.MessageIntent"] == "Publish"
     with own.receive() as batch:
         assert [message.body for message in batch] == [b"placed"]
+
+
+def test_a_batch_of_bare_bodies_is_copied_in_and_the_reference_receives_it_in_order(transport) -> None:
+    """A batch without a time to be received takes the binary COPY of the three columns it fills."""
+    queue = reference_queue(transport, "orders")
+    ids = queue.send_batch([b"one", b"two", b"three"])
+    received = [reference(transport, REFERENCE_RECEIVE, queue)[0] for _ in range(3)]
+    assert [(bytes(row[3]), row[1]) for row in received] == [(b"one", 0), (b"two", 0), (b"three", 0)]
+    assert [decode_headers(row[2])["NServiceBus.MessageId"] for row in received] == list(map(str, ids))
