@@ -4,7 +4,8 @@ The request's own reply queue holds its marker until the reply comes. The trigge
 depth through the triggerer's shared poller of its connection (``transport/shared_poll.py``, as the
 queue sensors do: one statement per poll for every watched queue, on one connection, however many
 requests wait). When the queue holds more than the marker, one read of its oldest few messages confirms
-that the reply is there, and leaves it there: a reply that came before the trigger started, or while a
+that the reply is there, and leaves it there (a few such reads at a time per connection, so replies that
+arrive together do not open a connection each): a reply that came before the trigger started, or while a
 triggerer restarted, is found on the next poll, and the task that resumes takes it from the queue itself
 (the event carries only the reply's Id, not its body).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -29,6 +31,7 @@ from ..transport.reply_queue import ReplyQueue, reply_queue_name
 from .queue import shared_watch
 
 WITH_REPLY = 2  # the marker and the reply
+CONFIRMING_AT_ONCE = 4  # confirming reads of one connection running at once on a triggerer's loop
 
 
 class ReplyTrigger(BaseTrigger):
@@ -106,18 +109,36 @@ class ReplyTrigger(BaseTrigger):
                         continue
                     depth = look.estimate if look.exact is None else look.exact
                     if depth >= WITH_REPLY:
-                        reply_id = await self._reply_id(request_id)
+                        try:
+                            reply_id = await self._reply_id(request_id)
+                        except TransientDatabaseError as error:
+                            self.log.warning("reading %s failed, will retry: %s", name, error)
+                            continue
                         if reply_id is not None:
                             return self._event("success", reply_id=reply_id, reply_queue=name)
         except Exception as error:  # a missing queue or connection, an unclassified driver error: say so
             return self._event("error", message=f"{type(error).__name__}: {error}")
 
     async def _reply_id(self, request_id: uuid.UUID) -> str | None:
-        """The reply's Id when it is in the reply queue (one read of its oldest messages), else None."""
-        hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
-        try:
-            replies = ReplyQueue(await hook.aget_transport(), self.reply_queue_prefix, request_id)
-            reply = await asyncio.to_thread(replies.find_reply)
-        finally:
-            await hook.aclose()
+        """The reply's Id when it is in the reply queue (one read of its oldest messages), else None. At
+        most :data:`CONFIRMING_AT_ONCE` such reads of one connection run at once on the loop, so hundreds
+        of replies arriving together do not open a connection each."""
+        async with _confirming_slots(self.sqlqueue_conn_id):
+            hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
+            try:
+                replies = ReplyQueue(await hook.aget_transport(), self.reply_queue_prefix, request_id)
+                reply = await asyncio.to_thread(replies.find_reply)
+            finally:
+                await hook.aclose()
         return None if reply is None else reply.id
+
+
+_CONFIRMING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _confirming_slots(conn_id: str) -> asyncio.Semaphore:
+    """The running loop's slots for confirming reads of connection ``conn_id``."""
+    slots = _CONFIRMING.setdefault(asyncio.get_running_loop(), {})
+    return slots.setdefault(conn_id, asyncio.Semaphore(CONFIRMING_AT_ONCE))
