@@ -8,8 +8,9 @@ request beside one shared reply queue read by correlation, side by side in one r
 Each engine runs in a worker process of its own. ``--requests`` ``RequestReplyOperator`` tasks execute (a
 task instance each, as a worker runs them): each sends its request and defers, so the worker's ``execute``
 returns and holds nothing. Their ``ReplyTrigger`` s, rebuilt from their serialized form, then wait on one
-asyncio loop, each in its own task as Airflow's triggerer runs them, for ``--warmup-polls`` poll intervals
-of ``--poll`` seconds and then ``--seconds`` more, with no reply yet. Counted meanwhile: the database
+asyncio loop, each in its own task as Airflow's triggerer runs them (``poll_interval`` ``--poll`` seconds),
+until their shared poller has read ``--warmup-polls`` times (its first read resolves every queue and
+starts listening to it), then ``--seconds`` more, with no reply yet. Counted meanwhile: the database
 connections held (PostgreSQL: ``pg_stat_activity`` of the bench's role, sampled each second, the
 largest; SQLite: the process's open descriptors of the database file), the statements the driver ran
 (psycopg's ``Cursor.execute`` calls; SQLite's statement trace without transaction control and PRAGMAs), and,
@@ -240,7 +241,16 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         """The triggers wait, no reply sent yet; then the triggerer stops (its connections close)."""
         events: dict[str, dict[str, Any]] = {}
         tasks = [asyncio.create_task(_first_event(t, events, item)) for item, t in rebuilt(triggers)]
-        await asyncio.sleep(options["warmup_polls"] * poll)
+        key = shared_database_key(CONN_ID)
+        warm_until = time.perf_counter() + options["warmup_limit"]
+        while time.perf_counter() < warm_until:  # until every watch is known and heard (a read per poll)
+            await asyncio.sleep(poll)
+            poller = SHARED_POLLERS.poller(key)
+            if poller is not None and poller.reads >= options["warmup_polls"]:
+                break
+        poller = SHARED_POLLERS.poller(key)
+        assert poller is not None, "no shared poller started"
+        warm_reads = poller.reads
         samples: list[int] = []
         statements, started = counter.count, time.perf_counter()
         checker_statements = 0
@@ -252,13 +262,15 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
                 samples.append(sample)
         wall = time.perf_counter() - started
         ran = counter.count - statements - checker_statements
-        poller = SHARED_POLLERS.poller(shared_database_key(CONN_ID))
-        depth_reads = None if poller is None else poller.statements
+        rounds = poller.reads - warm_reads
+        depth_reads = poller.statements
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         return {
             "depth_reads": depth_reads,
+            "poll_rounds": rounds,
+            "waiting_statements": ran,
             "events_while_waiting": len(events),
             "held_samples": samples,
             "waiting_statements_per_second": ran / wall,
@@ -294,10 +306,13 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
     events = asyncio.run(answered())
     _progress(engine, f"{len(events)} events after the answers")
     lost = misrouted = 0
+    failures: dict[str, int] = {}
     for item in items:
         event = events.get(item)
         if event is None or event.get("status") != "success":
             lost += 1
+            reason = "no event" if event is None else f"{event.get('status')}: {event.get('message')}"
+            failures[reason[:300]] = failures.get(reason[:300], 0) + 1
             continue
         result = operators[item].execute_complete(context(item), event)
         misrouted += result["body"] != {"item": item}
@@ -317,6 +332,7 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         "replied": requests - lost,
         "lost": lost,
         "misrouted": misrouted,
+        "failures": failures,
         "error_queue_depth": error_depth,
         "reply_queues_left": reply_queues_left,
         "waiting_rows_read": rows_waiting,
@@ -356,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--warmup-polls", type=int, default=3)
+    parser.add_argument("--warmup-polls", type=int, default=3, help="reads of the poller before counting")
+    parser.add_argument("--warmup-limit", type=float, default=300.0, help="seconds to wait for them")
     parser.add_argument("--answer-seconds", type=float, default=300.0)
     parser.add_argument("--engines", default="postgresql,sqlite")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
@@ -399,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 "poll": args.poll,
                 "seconds": args.seconds,
                 "warmup_polls": args.warmup_polls,
+                "warmup_limit": args.warmup_limit,
                 "answer_seconds": args.answer_seconds,
                 **_targets(engine, folder, "requests", cluster),
             }
