@@ -9,12 +9,13 @@ Each engine runs in a worker process of its own. ``--requests`` ``RequestReplyOp
 task instance each, as a worker runs them): each sends its request and defers, so the worker's ``execute``
 returns and holds nothing. Their ``ReplyTrigger`` s, rebuilt from their serialized form, then wait on one
 asyncio loop, each in its own task as Airflow's triggerer runs them (``poll_interval`` ``--poll`` seconds),
-until their shared poller has read ``--warmup-polls`` times (its first read resolves every queue and
-starts listening to it), then ``--seconds`` more, with no reply yet. Counted meanwhile: the database
-connections held (PostgreSQL: ``pg_stat_activity`` of the bench's role, sampled each second, the
-largest; SQLite: the process's open descriptors of the database file), the statements the driver ran
-(psycopg's ``Cursor.execute`` calls; SQLite's statement trace without transaction control and PRAGMAs), and,
-on PostgreSQL, the rows the server read for them (``seq_tup_read`` + ``idx_tup_fetch`` of the schema's
+until their shared poller has read ``--warmup-polls`` times (its first read resolves every queue and starts
+listening to it; psycopg prepares the statement on its sixth run, before which PostgreSQL plans the
+statement of hundreds of queues on every read), then ``--seconds`` more, with no reply yet. Counted
+meanwhile: the database connections held (PostgreSQL: ``pg_stat_activity`` of the bench's role, sampled each
+second, the largest; SQLite: the process's open descriptors of the database file), the statements the driver
+ran (psycopg's ``Cursor.execute`` calls; SQLite's statement trace without transaction control and PRAGMAs),
+and, on PostgreSQL, the rows the server read for them (``seq_tup_read`` + ``idx_tup_fetch`` of the schema's
 tables in ``pg_stat_user_tables``, read after the triggers' connections closed, which flushes their
 statistics). The triggerer then stops; a new one rebuilds the triggers while a responder endpoint answers
 every request with ``context.reply``; each trigger's event is checked and each task resumes with
@@ -242,7 +243,8 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         events: dict[str, dict[str, Any]] = {}
         tasks = [asyncio.create_task(_first_event(t, events, item)) for item, t in rebuilt(triggers)]
         key = shared_database_key(CONN_ID)
-        warm_until = time.perf_counter() + options["warmup_limit"]
+        warm_start = time.perf_counter()
+        warm_until = warm_start + options["warmup_limit"]
         while time.perf_counter() < warm_until:  # until every watch is known and heard (a read per poll)
             await asyncio.sleep(poll)
             poller = SHARED_POLLERS.poller(key)
@@ -250,7 +252,7 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
                 break
         poller = SHARED_POLLERS.poller(key)
         assert poller is not None, "no shared poller started"
-        warm_reads = poller.reads
+        warm_reads, warmup_seconds = poller.reads, time.perf_counter() - warm_start
         samples: list[int] = []
         statements, started = counter.count, time.perf_counter()
         checker_statements = 0
@@ -270,6 +272,8 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         return {
             "depth_reads": depth_reads,
             "poll_rounds": rounds,
+            "warmup_reads": warm_reads,
+            "warmup_seconds": warmup_seconds,
             "waiting_statements": ran,
             "events_while_waiting": len(events),
             "held_samples": samples,
@@ -372,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--poll", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--warmup-polls", type=int, default=3, help="reads of the poller before counting")
+    parser.add_argument("--warmup-polls", type=int, default=8, help="reads of the poller before counting")
     parser.add_argument("--warmup-limit", type=float, default=300.0, help="seconds to wait for them")
     parser.add_argument("--answer-seconds", type=float, default=300.0)
     parser.add_argument("--engines", default="postgresql,sqlite")
