@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 import rawsql
 
-from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage
+from airflow_provider_sqlqueue.transport import MessagePump, OutgoingMessage, open_transport
 from airflow_provider_sqlqueue.transport.browse import queue_tables
 from airflow_provider_sqlqueue.transport.headers import decode_headers, encode_headers
 
@@ -229,3 +229,25 @@ def test_a_batch_of_bare_bodies_is_copied_in_and_the_reference_receives_it_in_or
     received = [reference(transport, REFERENCE_RECEIVE, queue)[0] for _ in range(3)]
     assert [(bytes(row[3]), row[1]) for row in received] == [(b"one", 0), (b"two", 0), (b"three", 0)]
     assert [decode_headers(row[2])["NServiceBus.MessageId"] for row in received] == list(map(str, ids))
+
+
+def test_over_psqlodbc_a_reference_table_takes_sends_receives_and_counts(request, tmp_path, target) -> None:
+    """The same layout reached through pyodbc and psqlODBC (``?`` parameters, ids and intervals as text)."""
+    from conftest import odbc_target
+
+    with target.open() as setup:
+        queue = reference_queue(setup, "orders")
+        reference_send(setup, queue, b".NET")
+    odbc = odbc_target(request, "postgresql", tmp_path)
+    over_odbc = next(odbc)
+    try:
+        with open_transport(over_odbc.url, default_schema=target.schema) as transport:
+            queue = transport.queue("orders")
+            queue.send(b"one", time_to_be_received=timedelta(hours=1))
+            queue.send_batch([b"two", b"three"])
+            assert queue.count() == 4 and queue.peek_estimate() == 4
+            with queue.receive(max_messages=10) as batch:
+                assert [message.body for message in batch] == [b".NET", b"one", b"two", b"three"]
+            assert queue.dialect.layout == "postgresql-transport"
+    finally:
+        odbc.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 from .babelfish import BabelfishDialect
 from .base import Dialect, Finding, IndexSpec, Row, TableOptions
+from .odbc import PostgresOverOdbc, PostgresReferenceLayoutOverOdbc
 from .postgres import PostgresDialect
 from .postgres_reference import PostgresReferenceLayout
 from .sqlite import SqliteDialect
@@ -29,8 +30,9 @@ __all__ = [
 ]
 
 # The dialects of queue-table layouts an engine has beside the one its own dialect reads and writes.
-_LAYOUT_DIALECTS: dict[tuple[str, str], Dialect] = {
-    ("postgresql", "postgresql-transport"): PostgresReferenceLayout(),
+_LAYOUT_DIALECTS: dict[tuple[type[Dialect], str], Dialect] = {
+    (PostgresDialect, "postgresql-transport"): PostgresReferenceLayout(),
+    (PostgresOverOdbc, "postgresql-transport"): PostgresReferenceLayoutOverOdbc(),
 }
 
 
@@ -64,9 +66,9 @@ def dialect_for_layout(dialect: Dialect, layout: str) -> Dialect:
     ValueError names the layouts the engine has when it has no such one."""
     if layout == dialect.layout:
         return dialect
-    found = _LAYOUT_DIALECTS.get((dialect.name, layout))
+    found = _LAYOUT_DIALECTS.get((type(dialect), layout))
     if found is None:
-        known = [dialect.layout] + [name for engine, name in _LAYOUT_DIALECTS if engine == dialect.name]
+        known = [dialect.layout] + [name for kind, name in _LAYOUT_DIALECTS if kind is type(dialect)]
         raise ValueError(
             f"{dialect.display_name} queue tables have the layout {' or '.join(map(repr, known))}, "
             f"not {layout!r}"

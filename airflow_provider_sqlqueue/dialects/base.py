@@ -166,6 +166,12 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     # Whether the addresses this engine's headers carry (ReplyToAddress, FailedQ, ForwardDestination) name
     # the catalog: the reference's SQL Server form always does, its PostgreSQL form never does.
     addresses_carry_catalog: ClassVar[bool] = False
+    # Whether the reference's transport on this engine writes addresses ``"schema"."table"`` (its PostgreSQL
+    # transport) instead of ``table@[schema]@[catalog]``.
+    addresses_quoted: ClassVar[bool] = False
+    # Whether the subscription table's text columns count UTF-16 code units (SQL Server's nvarchar, where a
+    # character outside the Basic Multilingual Plane takes two) rather than characters.
+    subscription_columns_count_utf16: ClassVar[bool] = False
     # The columns of the queue tables this dialect's statements read and write: the NServiceBus SQL Server
     # transport's (``sqlserver-transport``, on every engine), or another layout an engine also meets
     # (PostgreSQL's ``postgresql-transport``, see postgres_reference.py).

@@ -27,6 +27,7 @@ from ..model.errors import (
 )
 from .base import fetch_over_odbc
 from .postgres import _TRANSIENT_SQLSTATES, PostgresDialect
+from .postgres_reference import PostgresReferenceLayout
 from .sqlite import SqliteDialect
 from .transaction_state import TransactionState
 
@@ -117,6 +118,9 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     def table_storage(self, cursor: Any, address: QueueAddress) -> Any:
         return super().table_storage(_QmarkCursor(cursor), address)
 
+    def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
+        return super().table_layout(_QmarkCursor(cursor), address)
+
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import pyodbc
 
@@ -133,6 +137,10 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
         if self.is_connection_lost(error):
             return TransientDatabaseError(f"connection lost or refused: {detail}{where}")
         return None
+
+
+class PostgresReferenceLayoutOverOdbc(PostgresOverOdbc, PostgresReferenceLayout):
+    """NServiceBus.Transport.PostgreSql's queue-table layout (postgres_reference.py) over psqlODBC."""
 
 
 class SqliteOverOdbc(_Pyodbc, SqliteDialect):
@@ -209,6 +217,7 @@ _STATEMENT_METHODS = {
     "table_exists",
     "index_exists",
     "column_exists",
+    "recoverable_default_missing",
     "send",
     "send_batch",
     "insert_raw",

@@ -413,6 +413,7 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     name = "postgresql"
     display_name = "PostgreSQL"
     default_schema = "public"
+    addresses_quoted = True
     max_identifier_length = 63
     identifier_length_in_bytes = True
     max_body_bytes = 1024**3 - 1024**2  # bytea is capped at 1 GiB; leave room for the protocol message

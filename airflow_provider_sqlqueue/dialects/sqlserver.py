@@ -320,6 +320,7 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
     display_name = "SQL Server"
     default_schema = "dbo"
     addresses_carry_catalog = True
+    subscription_columns_count_utf16 = True
     max_identifier_length = 128
     max_body_bytes = 2**31 - 1  # varbinary(max)
     send_batch_rows = 250  # 7 parameters a row, under the 2,100-parameter limit of one statement

@@ -52,8 +52,6 @@ __all__ = [
 ]
 
 DEFAULT_ODBC_DRIVER = "ODBC Driver 18 for SQL Server"
-# Engines whose reference transport writes addresses "schema"."table" (NServiceBus.Transport.PostgreSql).
-_QUOTED_ADDRESS_ENGINES = frozenset({"postgresql"})
 
 
 def odbc_connection_string(url: URL) -> str:
@@ -252,7 +250,7 @@ class Transport:
         catalogs need; on PostgreSQL ``"public"."q"``, as the reference's PostgreSQL transport writes
         (its parser would take ``q@[public]`` for a table of that name)."""
         resolved = self.resolve(address)
-        if self.dialect.name in _QUOTED_ADDRESS_ENGINES:
+        if self.dialect.addresses_quoted:
             return resolved.in_quoted_form()
         if not self.dialect.addresses_carry_catalog or resolved.catalog is not None:
             return resolved

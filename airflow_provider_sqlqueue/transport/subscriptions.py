@@ -52,9 +52,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TOPIC_ATTRIBUTE = "__sqlqueue_topic__"
-# Engines whose subscription columns are nvarchar, counted in UTF-16 code units (the reference's SQL Server
-# table and this package's on SQL Server and Babelfish).
-_UTF16_COLUMN_ENGINES = frozenset({"sqlserver"})
 # How often a subscribe that lost a race for a new row (an engine that ignores locking hints) runs again.
 _SUBSCRIBE_ATTEMPTS = 3
 
@@ -131,12 +128,13 @@ def _checked_topic(topic: Any) -> str:
     return _fits("topic", topic)
 
 
-def _fits(kind: str, value: str, engine: str | None = None) -> str:
-    """``value`` if the subscription table's column holds it on ``engine`` (None: any engine), as that
-    engine counts: SQL Server's ``nvarchar`` counts UTF-16 code units, so a character outside the Basic
-    Multilingual Plane takes two; PostgreSQL's ``varchar`` and SQLite count characters."""
+def _fits(kind: str, value: str, utf16: bool = False) -> str:
+    """``value`` if the subscription table's column holds it, counted as the engine counts (``utf16``: the
+    dialect's ``subscription_columns_count_utf16``): SQL Server's ``nvarchar`` counts UTF-16 code units, so
+    a character outside the Basic Multilingual Plane takes two; PostgreSQL's ``varchar`` and SQLite count
+    characters."""
     length, unit = len(value), "characters"
-    if engine in _UTF16_COLUMN_ENGINES:
+    if utf16:
         length, unit = len(value.encode("utf-16-le")) // 2, "UTF-16 code units (nvarchar's count)"
     if length > SUBSCRIPTION_COLUMN_LENGTH:
         raise ConfigurationError(
@@ -237,11 +235,11 @@ class SubscriptionStore:
         subscriber of the same endpoint and topic (Babelfish only, which ignores the locking hints) raises
         the driver's duplicate-key error: roll back and subscribe again.
         """
-        engine = self.transport.dialect.name
-        endpoint_name = _fits("endpoint name", _non_empty("endpoint", endpoint), engine)
+        utf16 = self.transport.dialect.subscription_columns_count_utf16
+        endpoint_name = _fits("endpoint name", _non_empty("endpoint", endpoint), utf16)
         topic_text = topic_name(topic) if isinstance(topic, type) else _checked_topic(topic)
-        _fits("topic", topic_text, engine)
-        queue = _fits("queue address", str(self.transport.canonical(queue_address)), engine)
+        _fits("topic", topic_text, utf16)
+        queue = _fits("queue address", str(self.transport.canonical(queue_address)), utf16)
         address = self.address
         held: builtins.list[Subscription] = []
 
@@ -355,8 +353,8 @@ class SubscriptionStore:
         """The distinct queues subscribed to any of ``topics`` (sorted), through the cache: a lookup of the
         same topics less than ``cache_seconds`` ago is reused. With ``connection`` a lookup reads on it
         (inside the caller's transaction) instead of on a pooled connection."""
-        engine = self.transport.dialect.name
-        key = tuple(dict.fromkeys(_fits("topic", _checked_topic(topic), engine) for topic in topics))
+        utf16 = self.transport.dialect.subscription_columns_count_utf16
+        key = tuple(dict.fromkeys(_fits("topic", _checked_topic(topic), utf16) for topic in topics))
         if not key:
             raise ConfigurationError("a subscriber lookup needs at least one topic")
         seconds = self.settings.cache_seconds
