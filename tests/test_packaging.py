@@ -262,3 +262,55 @@ def test_the_throwaway_postgres_cluster_is_test_equipment_the_benchmarks_reach_w
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SAME CLUSTER True" in result.stdout, result.stdout
     assert f"FROM TESTS {REPO / 'tests' / 'postgres_cluster.py'}" in result.stdout, result.stdout
+
+
+BUILD_SDIST = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+BUILD_WHEEL = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+
+
+def build_with_warnings_as_errors(code: str, source: Path, out: Path) -> Path:
+    """One build hook of the backend, run as a front end runs it, with every Python warning an error."""
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code, str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out / result.stdout.strip().splitlines()[-1]
+
+
+def test_the_sdist_and_the_wheel_from_it_build_with_the_backends_warnings_as_errors(tmp_path: Path) -> None:
+    """What a release build does (.ci/airflow-oldest runs `build` itself): the sdist from the tree, the
+    wheel from the unpacked sdist. A deprecation of the backend, such as setuptools' of a license table
+    (unsupported from 2027-02-18), fails here, before builds stop working."""
+    import shutil
+    import tarfile
+    import zipfile
+    from importlib.metadata import version
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    for requirement in map(Requirement, pyproject["build-system"]["requires"]):
+        assert requirement.specifier.contains(version(requirement.name)), f"this venv lacks {requirement}"
+    assert pyproject["project"]["license"] == "Apache-2.0"  # an SPDX expression, not a table
+
+    tree = tmp_path / "tree"
+    ignored = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".venv*", ".site")
+    shutil.copytree(REPO, tree, ignore=ignored)
+    out = tmp_path / "dist"
+    out.mkdir()
+    sdist = build_with_warnings_as_errors(BUILD_SDIST, tree, out)
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    (unpacked,) = (tmp_path / "unpacked").iterdir()
+    wheel = build_with_warnings_as_errors(BUILD_WHEEL, unpacked, out)
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata_name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        metadata = archive.read(metadata_name).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    mssql = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "mssql" in line]
+    assert any("apache-airflow-providers-microsoft-mssql" in line for line in mssql), mssql
