@@ -623,3 +623,32 @@ def test_the_depth_history_is_bounded_per_queue_and_per_connection() -> None:
     )
     assert (line["first"], line["last"], line["high"], line["samples"]) == (4, 0, 4, len(history_points))
     assert line["points"].startswith("2.0,2.0") and line["points"].endswith("118.0,26.0")
+
+
+def test_the_queues_table_sorts_by_a_column_both_ways_on_the_page_and_in_its_api(
+    app: Client, queues: Transport
+) -> None:
+    """orders holds 3, payments 2 (sent after orders'), refunds none: by depth, by oldest message (a queue
+    with none last either way) and by name; the page's header links say and reverse the order."""
+    queues.queue("payments").send_batch(["p6", "p7"])
+    app.as_role("OP")
+
+    def listed(**sort: str) -> list[str]:
+        rows = app.get("/api/queues", conn_id=CONN_ID, **sort).json()["queues"]
+        return [table(row["queue"]) for row in rows if row["kind"] == "queue"]
+
+    assert listed(sort="messages") == ["orders", "payments", "refunds"]
+    assert listed(sort="messages", order="asc") == ["refunds", "payments", "orders"]
+    assert listed(sort="oldest") == ["orders", "payments", "refunds"]
+    assert listed(sort="oldest", order="asc") == ["payments", "orders", "refunds"]
+    assert listed(sort="queue", order="desc") == ["refunds", "payments", "orders"]
+
+    page = app.get("/queues", conn_id=CONN_ID, sort="messages").text
+    header = page.split('<table id="queues"')[1].split("</thead>")[0]
+    assert 'aria-sort="descending"><a class="sort" href="?conn_id=' in header, header
+    assert f"?conn_id={CONN_ID}&amp;sort=messages&amp;order=asc" in header
+    assert f"?conn_id={CONN_ID}&amp;sort=oldest&amp;order=desc" in header
+    shown = re.findall(r'<tr data-queue="([^"]+)" data-kind="queue">', page)
+    assert [table(name) for name in shown] == ["orders", "payments", "refunds"]
+    wrong = app.get("/queues", conn_id=CONN_ID, sort="color")
+    assert wrong.status_code == 422 and "sort is one of queue, messages, oldest" in wrong.text

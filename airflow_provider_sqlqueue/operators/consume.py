@@ -8,6 +8,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
+from ..hooks.queues_page_link import QueuesPageLink
 from ..hooks.sqlqueue import SqlQueueHook
 from ..metrics import PumpReporter, emit_queue_gauges
 from ..transport import MessagePump, PumpSettings, load_handler
@@ -48,6 +49,7 @@ class ConsumeMessagesOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("queue_name",)
+    operator_extra_links = (QueuesPageLink(),)
     ui_color = "#d3e5f5"
 
     def __init__(

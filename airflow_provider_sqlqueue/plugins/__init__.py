@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from ..hooks.queues_page_link import QUEUES_PAGE, URL_PREFIX
 from .queues_app import create_app
 
 __all__ = ["SqlQueuePlugin"]
-
-URL_PREFIX = "/sqlqueue"
 
 
 class SqlQueuePlugin(AirflowPlugin):
@@ -22,7 +21,7 @@ class SqlQueuePlugin(AirflowPlugin):
     external_views = [
         {
             "name": "Queues",
-            "href": f"{URL_PREFIX}/queues",
+            "href": QUEUES_PAGE,
             "destination": "nav",
             "category": "browse",
             "url_route": "sqlqueue-queues",

@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, Field
 
+from ..hooks.queues_page_link import QUEUE_ANCHOR
 from ..hooks.sqlqueue import SqlQueueHook, secret_forms
 from ..model.errors import ConfigurationError
 from ..transport.archive import archive_address
@@ -179,9 +180,21 @@ class _Read(NamedTuple):
     staged_error: str | None = None
     internal: dict[str, str] | None = None
     error_archive: str | None = None
+    picked: str | None = None
 
 
-def _overview(conn_id: str, exact: bool = False) -> _Read:
+def _picked(transport: Any, queue_name: str | None) -> str | None:
+    """The table name the page lists for ``queue_name`` (an address as a task names it), or None when it
+    names none."""
+    if not queue_name:
+        return None
+    try:
+        return str(transport.queue(queue_name, error_queue=None).address)
+    except Exception:
+        return None
+
+
+def _overview(conn_id: str, exact: bool = False, queue_name: str | None = None) -> _Read:
     """What the page shows of a connection; never raises. Depths are estimates; with ``exact``, counted
     where the estimate is below :func:`exact_below`. A failed read of the subscription table (a monitoring
     role without SELECT on it) or of the Spark bridge's tables costs only that section."""
@@ -218,6 +231,7 @@ def _overview(conn_id: str, exact: bool = False) -> _Read:
                 staged_error,
                 internal,
                 archive,
+                _picked(transport, queue_name),
             )
     except Exception as error:
         log.warning("Queues page: connection %s: %s", conn_id, type(error).__name__)
@@ -358,12 +372,54 @@ class View(NamedTuple):
     read: Callable[[Any, Any], dict[str, Any]]
 
 
+# The queues table's sortable columns: the field of a table's row each sorts by and its first order.
+SORT_KEYS = {
+    "queue": ("queue", "asc"),
+    "messages": ("messages", "desc"),
+    "oldest": ("oldest_age_seconds", "desc"),
+}
+SORT_PATTERN = "^(" + "|".join(SORT_KEYS) + ")$"
+ORDER_PATTERN = "^(asc|desc)$"
+
+
 class QueuesQuery:
     def __init__(
-        self, conn_id: Annotated[str | None, Query(max_length=250)] = None, exact: bool = False
+        self,
+        conn_id: Annotated[str | None, Query(max_length=250)] = None,
+        exact: bool = False,
+        queue: Annotated[str | None, Query(max_length=500)] = None,
+        sort: Annotated[str | None, Query(pattern=SORT_PATTERN)] = None,
+        order: Annotated[str | None, Query(pattern=ORDER_PATTERN)] = None,
     ) -> None:
         self.conn_id = conn_id or None
         self.exact = exact
+        self.queue = queue or None
+        self.sort = sort or None
+        self.order = order or SORT_KEYS.get(sort or "", ("", "asc"))[1]
+
+
+def _sorted_tables(tables: list[dict[str, Any]], sort: str | None, order: str) -> list[dict[str, Any]]:
+    """The page's tables by column ``sort`` (:data:`SORT_KEYS`) in ``order``; tables without a value for
+    it (no message waiting: no age) last either way. Unsorted (None): as the overview lists them."""
+    if sort is None:
+        return tables
+    field = SORT_KEYS[sort][0]
+    valued = [row for row in tables if row[field] is not None]
+    return sorted(valued, key=lambda row: row[field], reverse=order == "desc") + [
+        row for row in tables if row[field] is None
+    ]
+
+
+def sort_link(query: QueuesQuery, conn_id: str | None, column: str) -> dict[str, str]:
+    """The queues table's header link of ``column``: its ``href`` (the same page sorted by it, in its
+    default order, or reversed when already sorted by it) and its ``aria_sort``."""
+    current = query.sort == column
+    reversed_order = "asc" if query.order == "desc" else "desc"
+    order = reversed_order if current else SORT_KEYS[column][1]
+    asked = {"conn_id": conn_id or "", "queue": query.queue or "", "sort": column, "order": order}
+    href = "?" + urlencode({key: value for key, value in asked.items() if value})
+    aria = ("ascending" if query.order == "asc" else "descending") if current else "none"
+    return {"href": href, "aria_sort": aria}
 
 
 class GroupQuery:
@@ -395,10 +451,11 @@ def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
             return {"conn_id": None, "queues": None}
         chosen = known[0]
     require_read(user, chosen)
-    read = _overview(chosen, query.exact)
+    read = _overview(chosen, query.exact, query.queue)
     if read.overview is None:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"Cannot read the queues of {chosen}: {read.error}")
     shown = _overview_json(read.overview, read.internal, read.error_archive)
+    shown["queues"] = _sorted_tables(shown["queues"], query.sort, query.order)
     watched = [row for row in shown["queues"] if row["kind"] in ("queue", "error queue")]
     DEPTH_HISTORY.record(
         chosen,
@@ -409,6 +466,7 @@ def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
     return {
         "conn_id": chosen,
         "database": read.description,
+        "picked_queue": read.picked,
         **shown,
         "history": {row["queue"]: history.get(row["queue"], []) for row in watched},
         "refresh_seconds": refresh_seconds(),
@@ -459,6 +517,8 @@ def _page_context(user: Any, view: View, query: Any, data: dict[str, Any] | None
         context["sparkline"] = sparkline
         context["exact_below"] = exact_below()
         context["max_group_list"] = MAX_GROUP_LIST
+        context["queue_anchor"] = QUEUE_ANCHOR
+        context["sort_link"] = lambda column: sort_link(query, conn_id, column)
     if view.path == "/failed":
         context["max_group_list"] = MAX_GROUP_LIST
     if view.path == "/message":
@@ -506,6 +566,8 @@ _FIELD_SENTENCES = {
     "conn_id": "the connection id is missing or longer than 250 characters",
     "limit": f"limit must be between 1 and {MAX_GROUP_LIST}",
     "page": "page must be a whole number from 1",
+    "sort": "sort is one of " + ", ".join(SORT_KEYS),
+    "order": "order is asc or desc",
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowException, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from ..hooks.queues_page_link import QueuesPageLink
 from ..hooks.sqlqueue import SqlQueueHook
 from ..metrics import emit_queue_gauges
 from ..transport.overview import queue_gauges
@@ -47,6 +48,7 @@ class QueueSensor(BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = ("queue_name", "min_messages")
+    operator_extra_links = (QueuesPageLink(),)
     ui_color = "#d3e8f5"
 
     def __init__(

@@ -8,7 +8,8 @@ browser:
     fills in a SQLite queue file and saves the connection as ``sqlqueue_default``;
 (b) triggers ``sqlqueue_sensor_example`` from its Trigger dialog with ``min_messages`` above what its
     producer sends, waits until the run page shows the sensor ``Deferred``, sends the missing messages
-    and waits until the page shows the task, the consumer and the run ``Success``;
+    and waits until the page shows the task, the consumer and the run ``Success``; both tasks carry a
+    "Queues page" button, and the sensor's opens the Queues page with its queue picked;
 (c) opens the provider's Queues page from the navigation (Browse → Queues), sees a queue's depth change
     after a send, sees the failed-message group a broken handler left in the error queue, opens the group
     and one of its messages (headers, body, stack trace), retries the group with one click and sees the
@@ -80,6 +81,8 @@ QUEUE = "orders"
 PRODUCED = 10  # what the DAG's producer sends
 THRESHOLD = 15  # the min_messages the check triggers with, so the sensor has to defer
 CONN_ID = "sqlqueue_default"
+QUEUES_LINK = "Queues page"  # the extra link of the sensor and the consumer
+QUEUES_PAGE = "/sqlqueue/queues"  # the page's address outside Airflow's frame
 FAILING_QUEUE = "payments"
 FAILING = 4  # messages a broken handler sends to the error queue in (c)
 SENT_TO_ORDERS = 3  # messages (c) sends to watch the depth change
@@ -365,6 +368,29 @@ def check_sensor_run(page: Any, stack: AirflowStack, queue_file: Path, images: P
         f"consume returned {summary!r}",
     )
     log(f"REST cross-check: run success, consume returned {summary}")
+    check_task_links(page, stack, run_id)
+
+
+def check_task_links(page: Any, stack: AirflowStack, run_id: str) -> None:
+    """The sensor's and the consumer's task instances carry a "Queues page" button (an operator extra
+    link) that opens the Queues page of their connection with their queue picked."""
+    for task_id in (SENSOR, "consume"):
+        links = stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/links")
+        expect(
+            f"{QUEUES_PAGE}?conn_id={CONN_ID}&queue={QUEUE}#" in str(links.get(QUEUES_LINK)),
+            f"{task_id}'s extra links are {links!r}",
+        )
+    page.goto(f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SENSOR}", wait_until="domcontentloaded")
+    button = page.get_by_role("link", name=QUEUES_LINK, exact=True)
+    button.wait_for(timeout=30_000)
+    button.click()
+    picked = page.locator("tr.picked")
+    picked.wait_for(timeout=30_000)
+    expect(
+        QUEUES_PAGE in page.url and picked.get_attribute("data-queue") == QUEUE,
+        f"the sensor's Queues page button led to {page.url}, picked {picked.get_attribute('data-queue')!r}",
+    )
+    log(f"{SENSOR} and consume link to the Queues page; the sensor's button opens it with {QUEUE} picked")
 
 
 # ---- (c) the Queues page ------------------------------------------------------------------------
@@ -431,6 +457,10 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
         reload_every=1000,
     )
     log(f"after sending {SENT_TO_ORDERS}, the page shows {QUEUE} with {queue_depth(frame, QUEUE)}")
+    for order in ("descending", "ascending"):
+        frame.locator("#sort-messages").click()
+        frame.locator(f'#queues th[aria-sort="{order}"] #sort-messages').wait_for(timeout=30_000)
+    log("the Messages column's header sorts the queues table, descending then ascending")
 
     failed = fail_messages(queue_file, FAILING)
     expect(len(failed) == FAILING, f"the error queue holds {failed}, not the {FAILING} the handler failed")
