@@ -17,6 +17,7 @@ import pytest
 from conftest import EngineTarget, odbc_target
 from test_pump import FAST
 
+from airflow_provider_sqlqueue.dialects.transaction_state import POSTGRES_THE_TRANSACTIONS_NAME as NAME_QUERY
 from airflow_provider_sqlqueue.transport import MessagePump, Transport
 
 MESSAGES = 12
@@ -138,16 +139,17 @@ def test_postgresql_sends_each_savepoint_with_the_handlers_first_statement(targe
     assert not of_their_own, f"savepoint statements in round trips of their own: {of_their_own}"
     for trip in with_insert:
         savepoints = [statement for statement in trip if SAVEPOINT_STATEMENT.search(statement)]
-        assert savepoints[-1].startswith("SAVEPOINT") and trip[-1].startswith(insert)
+        assert savepoints[-1].startswith("SAVEPOINT") and trip[-2].startswith(insert)
         assert len(savepoints) <= 2  # the previous message's release, this one's mark
-    # between two messages of a batch: the message's own statement and the pump's check of the transaction
-    # (and, once per connection, psycopg preparing that check)
+        assert trip[-1] == NAME_QUERY  # the pump's check of the transaction, behind the handler's statement
+    # between two messages of a batch: the one round trip of the message's own statement (and, once per
+    # connection, psycopg preparing a statement)
     stretches = _within_batches(trips, insert)
     assert len(stretches) == MESSAGES - MESSAGES // BATCH
     waits = [
         [trip for trip in stretch if not all(s.startswith(PREPARE) for s in trip)] for stretch in stretches
     ]
-    assert {len(stretch) for stretch in waits} == {2}, [stretch for stretch in waits if len(stretch) != 2]
+    assert {len(stretch) for stretch in waits} == {1}, [stretch for stretch in waits if len(stretch) != 1]
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)

@@ -235,3 +235,63 @@ def test_a_batch_whose_first_writer_fails_rolls_back_to_its_savepoint_and_carrie
     assert shop.bodies("error") == Counter() and queue.count() == 0
     assert stats.processed == len(ORDERS) and stats.failed == 0 and stats.retried == 1
     assert attempts == Counter({order: 2 if order == ORDERS[0] else 1 for order in ORDERS})
+
+
+# ---- a batching pump on PostgreSQL reads the transaction's name behind a handler's first statement ---------
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("ending", ["COMMIT AND CHAIN", "ROLLBACK AND CHAIN"])
+def test_a_first_statement_that_ends_the_transaction_and_begins_the_next_is_seen(
+    target, transport: Transport, ending: str
+) -> None:
+    """The pump reads the transaction's name in the pipeline of the handler's first statement, and does not
+    read it again when that statement was the handler's only one. ``COMMIT AND CHAIN`` and ``ROLLBACK AND
+    CHAIN`` are one command each that leaves a new transaction open, as a statement that ends the receive's
+    and begins another would: the name read behind it says so. No handler here reaches the driver's own
+    object (which would make the pump read the name after every handler instead)."""
+    shop = Shop(transport)
+    queue = transport.queue("orders")
+    queue.send_batch([order.encode() for order in ORDERS])
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def handler(message: Any, context: Any) -> None:
+        order = message.body.decode()
+        with lock:
+            calls[order] += 1
+        if order == OFFENDER:
+            context.connection.execute(ending)
+        else:
+            shop.insert(context.connection.cursor(), order)
+
+    pump = MessagePump(queue, handler, batch_size=10, immediate_retries=RETRIES, **FAST)
+    stats = pump.run(until_empty=True, timeout=60)
+    assert not pump.driver_reached
+    others = [order for order in ORDERS if order != OFFENDER]
+    rows, failed = shop.rows(), shop.bodies("error")
+    assert queue.count() == 0 and pump.stop_reason == "empty"
+    assert rows == Counter(others), "each other order once, none lost, none twice"
+    assert failed == Counter({OFFENDER: 1}), "the offender is in the error queue, once"
+    assert calls[OFFENDER] <= RETRIES + 1
+    assert stats.failed == 1 and stats.processed == len(others)
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_first_statement_of_several_commands_runs_as_outside_a_pipeline(
+    target, transport: Transport
+) -> None:
+    """psycopg runs a text of several commands without parameters outside a pipeline, not inside one: the
+    handler's first statement, sent with its savepoint in one, runs again outside it."""
+    shop = Shop(transport)
+    queue = transport.queue("orders")
+    queue.send_batch([order.encode() for order in ORDERS])
+
+    def handler(message: Any, context: Any) -> None:
+        order = message.body.decode()
+        context.connection.execute(
+            f"INSERT INTO {shop.table} (order_id) VALUES ('{order}'); "
+            f"INSERT INTO {shop.table} (order_id) VALUES ('{order}-2')"
+        )
+
+    stats = MessagePump(queue, handler, batch_size=10, **FAST).run(until_empty=True, timeout=60)
+    assert stats.processed == len(ORDERS) and stats.failed == 0
+    assert shop.rows() == Counter([*ORDERS, *(f"{order}-2" for order in ORDERS)])

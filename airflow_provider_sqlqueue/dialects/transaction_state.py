@@ -53,6 +53,17 @@ class TransactionStates:
         """Whether the open transaction is still the one :meth:`transaction_mark` named."""
         return True
 
+    def transaction_name_query(self) -> str | None:
+        """The query whose one value is the open transaction's name as :meth:`transaction_mark` gave it,
+        for queueing right behind another statement where the driver pipelines (None where the engine has
+        no such name, or reads it otherwise)."""
+        return None
+
+    def refused_in_a_pipeline(self, error: BaseException) -> bool:
+        """Whether ``error`` says the statement cannot run in the driver's pipeline at all (and ran
+        nothing), though it runs outside one."""
+        return False
+
     def transaction_committed(self, connection: Any, mark: Any) -> bool | None:
         """How the transaction :meth:`transaction_mark` named ended: True committed, False rolled back, None
         where the engine cannot say (then the rows it deleted must tell)."""
@@ -105,6 +116,15 @@ class PostgresTransactionState(TransactionStates):
 
     def transaction_mark_matches(self, connection: Any, mark: Any) -> bool:
         return mark is None or _scalar(connection, POSTGRES_THE_TRANSACTIONS_NAME) == mark
+
+    def transaction_name_query(self) -> str | None:
+        return POSTGRES_THE_TRANSACTIONS_NAME
+
+    def refused_in_a_pipeline(self, error: BaseException) -> bool:
+        # A pipeline runs each statement through the extended protocol, which takes one command per
+        # statement; outside one, psycopg sends a text without parameters as a simple query, which may hold
+        # several ("INSERT ...; UPDATE ...").
+        return getattr(error, "sqlstate", None) == "42601" and "multiple commands" in str(error)
 
     def transaction_committed(self, connection: Any, mark: Any) -> bool | None:
         if mark is None:

@@ -39,7 +39,14 @@ from ..model.errors import ConfigurationError
 if TYPE_CHECKING:
     from .roles import EngineTransport
 
-__all__ = ["LentConnection", "LentDriverConnection", "Prelude", "ReceiveConnection", "sqlalchemy_engine"]
+__all__ = [
+    "LendWatcher",
+    "LentConnection",
+    "LentDriverConnection",
+    "Prelude",
+    "ReceiveConnection",
+    "sqlalchemy_engine",
+]
 
 _REFUSED = (
     "{what} is refused: this connection holds the receive's transaction, which the pump commits with the "
@@ -64,13 +71,16 @@ class LentConnection:
     refused there too and it is withdrawn with this connection.
     """
 
-    __slots__ = ("_driver", "_ended", "_pooled", "_prelude")
+    __slots__ = ("_driver", "_ended", "_pooled", "_prelude", "_watcher")
 
-    def __init__(self, pooled: Any, prelude: Prelude | None = None) -> None:
+    def __init__(
+        self, pooled: Any, prelude: Prelude | None = None, watcher: LendWatcher | None = None
+    ) -> None:
         self._pooled = pooled
         self._ended = False
         self._driver: LentDriverConnection | None = None
         self._prelude = prelude  # what must run before the handler's first statement (a savepoint)
+        self._watcher = watcher  # told of each statement after the first, and of the driver handed out
 
     def __repr__(self) -> str:
         state = "ended" if self._ended else "lent"
@@ -85,18 +95,25 @@ class LentConnection:
         return self._pooled
 
     def _bare(self) -> Any:
-        """The loan, for a use the prelude cannot ride along with: the prelude runs first, at once."""
+        """The loan, for a use the prelude cannot ride along with (nor the watcher see past): the prelude
+        runs first, at once."""
         pooled = self._live()
         prelude, self._prelude = self._prelude, None
         if prelude is not None:
             prelude.mark_now()
+        if self._watcher is not None:
+            self._watcher.reached()
         return pooled
 
     def _first(self, statement: Callable[[], Any]) -> Any:
         """Run ``statement`` (on a cursor of the loan), with the prelude before it if it has not run."""
         self._live()
         prelude, self._prelude = self._prelude, None
-        return statement() if prelude is None else prelude.run_first(statement)
+        if prelude is not None:
+            return prelude.run_first(statement)
+        if self._watcher is not None:
+            self._watcher.statement()
+        return statement()
 
     @property
     def is_open(self) -> bool:
@@ -125,7 +142,7 @@ class LentConnection:
     def cursor(self, *args: Any, **kwargs: Any) -> Any:
         """A cursor of the loan; while the prelude waits, one whose first statement carries it (a cursor
         with arguments, e.g. a server-side one, gets the prelude run at once)."""
-        if self._prelude is None or args or kwargs:
+        if (self._prelude is None and self._watcher is None) or args or kwargs:
             return self._bare().cursor(*args, **kwargs)
         return _PreludeCursor(self._live().cursor(), self)
 
@@ -173,10 +190,30 @@ class Prelude(Protocol):
     def mark_now(self) -> None: ...
 
 
+class LendWatcher(Protocol):
+    """Who follows what a handler does with its lent connection (the pump's check of the transaction)."""
+
+    def statement(self) -> None:
+        """A statement runs on a cursor of the loan, after the first."""
+
+    def reached(self) -> None:
+        """The driver's own connection or cursor is handed out, or used beyond the statements' path."""
+
+
+# What a cursor of a lent connection answers without its statements' path being left: results and their shape.
+_RESULT_ATTRIBUTES = frozenset(
+    {
+        "arraysize", "close", "closed", "description", "fetchall", "fetchmany", "fetchone", "nextset",
+        "pgresult", "rowcount", "rownumber", "scroll", "statusmessage",
+    }
+)  # fmt: skip
+
+
 class _PreludeCursor:
-    """A cursor of a lent connection whose prelude has not run: ``execute`` and ``executemany`` run it
-    with the statement; anything else of the cursor runs it at once, then answers as the driver's cursor
-    (``isinstance`` included)."""
+    """A cursor of a lent connection: ``execute`` and ``executemany`` run the prelude (while it has not
+    run) with the statement and tell the watcher of the statements after it; reading results answers as
+    the driver's cursor; anything else of the cursor runs the prelude at once and tells the watcher the
+    driver was reached, then answers as the driver's cursor (``isinstance`` included)."""
 
     __slots__ = ("_cursor", "_lent")
 
@@ -190,11 +227,13 @@ class _PreludeCursor:
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         cursor = self._cursor
-        return self._lent._first(lambda: cursor.execute(*args, **kwargs))
+        result = self._lent._first(lambda: cursor.execute(*args, **kwargs))
+        return self if result is cursor else result  # psycopg returns the cursor: this one stands for it
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
         cursor = self._cursor
-        return self._lent._first(lambda: cursor.executemany(*args, **kwargs))
+        result = self._lent._first(lambda: cursor.executemany(*args, **kwargs))
+        return self if result is cursor else result
 
     def __iter__(self) -> Any:
         return iter(self._cursor)
@@ -207,11 +246,14 @@ class _PreludeCursor:
         return self._cursor.__exit__(*exc)
 
     def __getattr__(self, name: str) -> Any:
+        if name in _RESULT_ATTRIBUTES:
+            return getattr(self._cursor, name)
         self._lent._bare()
         return getattr(self._cursor, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._lent._bare()
+        if name != "arraysize":
+            self._lent._bare()
         setattr(self._cursor, name, value)
 
 

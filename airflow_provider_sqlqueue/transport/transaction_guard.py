@@ -160,6 +160,8 @@ class TransactionWatch:
         self._rows_check = rows_check  # gives the statement counting the receive's deleted rows, its values
         self.armed = False
         self.mark: Any = None
+        self._seen: Any = None  # the transaction's name read right after the handler's last statement
+        self._seen_valid = False
 
     def arm(self, begins: bool = False) -> None:
         """Start watching (once): name the transaction where the engine can. ``begins``: the transaction
@@ -171,17 +173,37 @@ class TransactionWatch:
         if begins or self.dialect.transaction_state(self.driver) is TransactionState.OPEN:
             self.mark = self.dialect.transaction_mark(self.driver)
 
+    def name_query(self) -> str | None:
+        """The query that reads the watched transaction's name, for a caller that can queue it right behind
+        a handler's statement in the driver's pipeline and report the answer with :meth:`seen` (then
+        :meth:`state` costs no round trip of its own); None when the watch has nothing to compare it with."""
+        if not self.armed or self.mark is None or not self.following:
+            return None
+        return self.dialect.transaction_name_query()
+
+    def seen(self, name: Any) -> None:
+        """The transaction's name as read right behind the handler's statement (see :meth:`name_query`)."""
+        self._seen, self._seen_valid = name, True
+
+    def unseen(self) -> None:
+        """Something ran, or may have run, after the name was last read: :meth:`state` must read it again."""
+        self._seen_valid = False
+
     def state(self) -> TransactionState:
         """Where the watched transaction stands now (OPEN when unarmed: nothing was lent to change it).
 
         ENDED also for a transaction ended and begun anew, as far as the engine lets that be seen; FAILED,
-        NESTED and UNKNOWN as :meth:`Dialect.transaction_state` reads them."""
+        NESTED and UNKNOWN as :meth:`Dialect.transaction_state` reads them. The name read behind the
+        handler's last statement (:meth:`seen`) stands for reading it now, once."""
+        seen, self._seen_valid = self._seen_valid, False
         if not self.armed:
             return TransactionState.OPEN
         state = self.dialect.transaction_state(self.driver)
         if state is not TransactionState.OPEN:
             return state
-        if self.mark is not None:
+        if seen and self.mark is not None:
+            same = self._seen == self.mark
+        elif self.mark is not None:
             same = self.dialect.transaction_mark_matches(self.driver, self.mark)
         else:
             same = not self.rows_back()

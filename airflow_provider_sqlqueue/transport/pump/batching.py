@@ -68,7 +68,7 @@ class BatchReceiver:
                         received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
                         pump.receive_breaker.success()
                         watch = self._processor.watch(batch)
-                        savepoints = BatchSavepoints(batch)
+                        savepoints = BatchSavepoints(batch, watch)
                         for message in batch:
                             self._processor.handle_in_batch(
                                 message, batch, after_commit, counters, watch, savepoints

@@ -134,8 +134,22 @@ class MessageContext:
         lend_to_user = getattr(self._batch.connection, "lend_to_user", None)
         if lend_to_user is not None:  # the pool restores the session the handler may change
             lend_to_user()
-        lent = self._lent = LentConnection(self._batch.connection, prelude=self._savepoint)
+        lent = self._lent = LentConnection(self._batch.connection, prelude=self._savepoint, watcher=self)
         return lent
+
+    def statement(self) -> None:
+        """A statement after the handler's first ran on the lent connection: the transaction's name read
+        behind the first no longer tells where it stands (``LendWatcher``)."""
+        if self._watch is not None:
+            self._watch.unseen()
+
+    def reached(self) -> None:
+        """The handler was given the driver's own object, which it may use out of the pump's sight, now or
+        in a later call: from now on the pump reads the transaction itself after every handler call."""
+        self._pump.driver_reached = True
+        if self._watch is not None:
+            self._watch.unseen()
+            self._watch.following = False
 
     def end(self) -> None:
         """Withdraw the lent connection (the pump calls it when the handler's attempt ends)."""

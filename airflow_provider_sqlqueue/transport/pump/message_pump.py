@@ -121,6 +121,8 @@ class MessagePump:
         # set by the first handler lent the receive's connection: from then on the pump reads the
         # transaction after every handler call (a handler may have kept the driver's connection)
         self.lends_connection = False
+        # set once a handler was given the driver's own object (see MessageContext.reached)
+        self.driver_reached = False
         self._processor = MessageProcessor(self)
         self._batches = BatchReceiver(self, self._processor)
         self.counters = Counters()

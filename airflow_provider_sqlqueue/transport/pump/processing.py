@@ -62,6 +62,7 @@ class MessageProcessor:
         ever lent the connection (one may have kept its driver object), else by the first lend."""
         pump = self._pump
         watch = TransactionWatch(pump.dialect, batch.connection, _RowsCheck(pump, batch))
+        watch.following = not pump.driver_reached
         if pump.lends_connection and pump.transaction_mode is not TransactionMode.NONE:
             watch.arm()
         return watch

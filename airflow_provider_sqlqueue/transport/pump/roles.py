@@ -31,6 +31,7 @@ class ContextPump(Protocol):
     endpoint: Any  # the Endpoint the pump runs for, or None (typed loosely: endpoint imports the pump)
     delayed: DelayedStore | None
     lends_connection: bool  # set once a handler was lent the receive's connection: checks start then
+    driver_reached: bool  # set once a handler was given the driver's own object: checks read the server
 
     def outgoing_headers(self) -> dict[str, str | None]: ...
 

@@ -13,6 +13,12 @@ on SQLite; SQL Server has no release, so one round trip, as before.
 
 A handler that takes the driver's own connection, a cursor's attributes or the SQLAlchemy connection gets
 the savepoint marked at once, since what it does next is out of sight (:class:`~..lent.LentConnection`).
+
+The same pipeline carries the pump's read of the transaction's name (PostgreSQL: its id), right behind the
+handler's first statement: when that statement is the handler's last, the check after the handler
+(:class:`~..transaction_guard.TransactionWatch`) needs no round trip of its own. A text the pipeline refuses
+before running it (several commands in one statement, which psycopg runs outside a pipeline) is run again
+outside it, after a rollback to the savepoint just marked.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from ..lease import shared_cursor
 
 if TYPE_CHECKING:
     from ..queue import ReceivedBatch
+    from ..transaction_guard import TransactionWatch
 
 __all__ = ["MESSAGE_SAVEPOINT", "BatchSavepoints", "MessageSavepoint"]
 
@@ -39,13 +46,18 @@ class BatchSavepoints:
     established (its work is the batch's either way) until the next message's is marked, which releases
     it in the same round trip; the batch's commit ends the last one."""
 
-    def __init__(self, batch: ReceivedBatch, name: str = MESSAGE_SAVEPOINT) -> None:
+    def __init__(
+        self, batch: ReceivedBatch, watch: TransactionWatch | None = None, name: str = MESSAGE_SAVEPOINT
+    ) -> None:
         self.batch = batch
+        self.watch = watch
         self.name = name
+        self._names: Any = None  # the cursor the transaction's name is read on, once needed
         self._finished = False  # a finished message's savepoint is still established
         dialect = batch.queue.dialect
         self._mark = dialect.savepoint(name)
         self._release = dialect.release_savepoint(name)
+        self._undo = dialect.rollback_to_savepoint(name)
         self._pipelines: bool | None = None  # whether the driver has a pipeline, once asked
 
     def attempt(self) -> MessageSavepoint:
@@ -83,20 +95,38 @@ class BatchSavepoints:
                 raise
             self._marked(savepoint)
             return None if first_statement is None else first_statement()
+        name_query = None
+        if first_statement is not None and self.watch is not None:
+            self.watch.unseen()
+            name_query = self.watch.name_query()
+        names = None if name_query is None else self._name_cursor()
         try:
             with _driver(connection).pipeline():
                 for statement in statements:
                     # not prepared: preparing one inside a pipeline makes psycopg wait for it there
                     cursor.execute(statement, (), prepare=False)
                 result = None if first_statement is None else first_statement()
-        except Exception:
-            if cursor.statusmessage == "SAVEPOINT":  # the handler's statement failed, after the mark
-                self._marked(savepoint)
-            else:
+                if names is not None:
+                    names.execute(name_query, (), prepare=False)
+        except Exception as error:
+            if cursor.statusmessage != "SAVEPOINT":  # the savepoint was not marked
                 savepoint.failed = True
-            raise
+                raise
+            self._marked(savepoint)  # the handler's statement failed, after the mark
+            if first_statement is None or not self.batch.queue.dialect.refused_in_a_pipeline(error):
+                raise
+            cursor.execute(self._undo, ())  # it ran nothing; the savepoint stays; outside a pipeline it runs
+            return first_statement()
         self._marked(savepoint)
+        if names is not None and self.watch is not None:
+            row = names.fetchone()
+            self.watch.seen(None if row is None else row[0])
         return result
+
+    def _name_cursor(self) -> Any:
+        if self._names is None:
+            self._names = self.batch.connection.cursor()
+        return self._names
 
     def _marked(self, savepoint: MessageSavepoint) -> None:
         self._finished = False  # released (or, without a release, nested below the new one)
