@@ -15,12 +15,16 @@ from pathlib import Path
 __all__ = ["own_sockets", "own_tcp_ports", "settled"]
 
 
-def own_sockets() -> set[str]:
-    """The inodes of this process's open sockets."""
+def own_sockets(pid: int | str = "self") -> set[str]:
+    """The inodes of this process's (or process ``pid``'s) open sockets."""
     inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # the process has ended
+        return inodes
+    for fd in descriptors:
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
@@ -28,12 +32,12 @@ def own_sockets() -> set[str]:
     return inodes
 
 
-def own_tcp_ports(ignore: set[str] = frozenset()) -> list[int]:  # type: ignore[assignment]
-    """The local ports of this process's TCP sockets but those in ``ignore`` (inodes from
-    :func:`own_sockets`): its connections to the server, told apart from those of other processes."""
-    inodes = own_sockets() - ignore
+def own_tcp_ports(ignore: set[str] = frozenset(), pid: int | str = "self") -> list[int]:  # type: ignore[assignment]
+    """The local ports of this process's (or process ``pid``'s) TCP sockets but those in ``ignore`` (inodes
+    from :func:`own_sockets`): its connections to the server, told apart from those of other processes."""
+    inodes = own_sockets(pid) - ignore
     ports = []
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
         except OSError:
