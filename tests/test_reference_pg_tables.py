@@ -251,3 +251,37 @@ def test_over_psqlodbc_a_reference_table_takes_sends_receives_and_counts(request
             assert queue.dialect.layout == "postgresql-transport"
     finally:
         odbc.close()
+
+
+def test_a_fresh_process_browses_a_reference_queue_and_retries_from_a_reference_error_queue(target) -> None:
+    """Tools that render their statements before connecting learn the layout first: browsing, the count of
+    expired messages, the error queue's groups and a message's rows, and the retry back to its queue."""
+    from airflow_provider_sqlqueue.transport.browse import browse, count_expired
+    from airflow_provider_sqlqueue.transport.failed import failed_groups, retry_failed, show_failed
+
+    with target.open() as setup:
+        reference_queue(setup, "error")
+        orders = reference_queue(setup, "orders")
+        reference_send(setup, orders, b"bad")
+
+        def handler(message, context) -> None:
+            raise ValueError("not yet")
+
+        MessagePump(orders, handler, immediate_retries=0, **FAST).run(until_empty=True, timeout=30)
+        message_id = reference_send(setup, orders, b"waiting")
+        reference_send(setup, orders, b"stale", ttbr_ms=1)
+    time.sleep(0.05)
+    with target.open() as transport:
+        orders, error = transport.queue("orders"), transport.queue("error")
+        assert [message.body for message in browse(orders)] == [b"waiting"]
+        assert browse(orders)[0].headers["NServiceBus.MessageId"] == message_id and count_expired(orders) == 1
+        [group] = failed_groups(error)
+        assert group.count == 1
+        [(native_id,)] = reference(transport, "SELECT Id FROM {0}", error)
+        [shown] = show_failed(error, str(native_id))
+        assert shown.body == b"bad"
+        outcome = retry_failed(error)
+        assert len(outcome.done) == 1 and outcome.refused == []
+        assert error.count() == 0
+        with orders.receive(max_messages=10) as batch:
+            assert [message.body for message in batch] == [b"waiting", b"bad"]

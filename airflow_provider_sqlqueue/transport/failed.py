@@ -234,7 +234,7 @@ def failed_rows(
     """Every row of ``error_queue`` (Id and headers, no body) in RowVersion order, read in keyset pages
     of ``page_size`` rows, each page its own short read-only statement; with ``up_to`` only the rows up
     to that RowVersion, with ``after`` only those after that one."""
-    dialect = error_queue.dialect
+    dialect = error_queue.resolved_dialect()
     statement = dialect.failed_page(error_queue.address)
     while True:
         try:
@@ -310,7 +310,7 @@ def _selected(
 def _rows_with_ids(error_queue: TableQueue, ids: Sequence[str]) -> Iterator[FailedRow]:
     """The rows of ``error_queue`` whose Id is one of ``ids`` (a message may be there more than once), by
     one lookup per Id rather than a read of every header."""
-    dialect = error_queue.dialect
+    dialect = error_queue.resolved_dialect()
     statement = dialect.failed_messages(error_queue.address)
     for wanted in ids:
         try:
@@ -353,7 +353,7 @@ def failed_sample(error_queue: TableQueue, limit: int = 1000) -> FailedSample:
     one statement of ``limit + 1`` rows), largest group first: a bounded cost however long the queue."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SAMPLE:
         raise ConfigurationError(f"limit must be an int between 1 and {MAX_SAMPLE:,}, not {limit!r}")
-    dialect = error_queue.dialect
+    dialect = error_queue.resolved_dialect()
     try:
         rows = _query(error_queue, dialect.failed_newest(error_queue.address), (limit + 1,))
     except Exception as error:
@@ -385,7 +385,7 @@ def show_failed(error_queue: TableQueue, message_id: str) -> list[BrowsedMessage
         raise ConfigurationError(
             f"message Id {message_id!r} is not a UUID; copy it from 'sqlqueue failed list --messages'"
         ) from None
-    dialect = error_queue.dialect
+    dialect = error_queue.resolved_dialect()
     try:
         rows = _query(error_queue, dialect.failed_messages(error_queue.address), (dialect.row_id(wanted),))
     except Exception as error:
@@ -490,7 +490,7 @@ def retry_failed(
         return known
 
     outcome = FailureOutcome()
-    dialect = error_queue.dialect
+    dialect = error_queue.resolved_dialect()
     take = dialect.take_failed_row(error_queue.address)
     selected = _selected(
         error_queue, selection, bounded=True, after=after, up_to=up_to, max_rows=max_rows, progress=outcome
@@ -553,7 +553,7 @@ def delete_failed(
     _check_batch_size(batch_size)
     _check_max_rows(max_rows)
     outcome = FailureOutcome()
-    dialect = error_queue.dialect
+    dialect = error_queue.resolved_dialect()
     archive = None
     if permanent:
         take = [dialect.take_failed_row(error_queue.address)]

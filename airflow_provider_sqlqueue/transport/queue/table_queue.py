@@ -133,6 +133,18 @@ class TableQueue:
             statements = self._statements = QueueStatements(self)
         return statements
 
+    def resolved_dialect(self) -> Dialect:
+        """:meth:`table_dialect` for code that renders its statements before it connects (browsing, the
+        error queue's pages): the first time, asks on a pooled connection of its own."""
+        engine = self.transport.dialect
+        known = self._layout
+        if known is not None and known[0] is engine:
+            return known[1]
+        with self.transport.connection(self.address) as connection:
+            found = self.table_dialect(connection.cursor())
+            connection.commit()
+        return found
+
     # ---- provisioning (see provisioning.py) ----------------------------------------------------
     def create(
         self, options: TableOptions | None = None, *, add_missing_indexes: bool = False, **overrides: Any
