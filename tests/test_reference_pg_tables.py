@@ -258,6 +258,7 @@ def test_a_fresh_process_browses_a_reference_queue_and_retries_from_a_reference_
     expired messages, the error queue's groups and a message's rows, and the retry back to its queue."""
     from airflow_provider_sqlqueue.transport.browse import browse, count_expired
     from airflow_provider_sqlqueue.transport.failed import failed_groups, retry_failed, show_failed
+    from airflow_provider_sqlqueue.transport.overview import queues_overview
 
     with target.open() as setup:
         reference_queue(setup, "error")
@@ -275,6 +276,10 @@ def test_a_fresh_process_browses_a_reference_queue_and_retries_from_a_reference_
         orders, error = transport.queue("orders"), transport.queue("error")
         assert [message.body for message in browse(orders)] == [b"waiting"]
         assert browse(orders)[0].headers["NServiceBus.MessageId"] == message_id and count_expired(orders) == 1
+        overview = queues_overview(transport, exact_below=100)
+        counted = {(state.address.table, state.messages, state.exact) for state in overview.queues}
+        assert counted == {("orders", 1, True), ("error", 1, True)}  # the expired one is not counted
+        assert [group.count for group in overview.failed] == [1]
         [group] = failed_groups(error)
         assert group.count == 1
         [(native_id,)] = reference(transport, "SELECT Id FROM {0}", error)
