@@ -290,3 +290,18 @@ def test_a_fresh_process_browses_a_reference_queue_and_retries_from_a_reference_
         assert error.count() == 0
         with orders.receive(max_messages=10) as batch:
             assert [message.body for message in batch] == [b"waiting", b"bad"]
+
+
+def test_the_command_line_scripts_and_creates_the_reference_layout(transport, target, capsys) -> None:
+    from airflow_provider_sqlqueue import cli
+
+    script = ["script", "--engine", "postgresql", "orders", "--column-layout", "postgresql-transport"]
+    assert cli.main(script) == 0
+    printed = capsys.readouterr().out
+    assert "postgresql-transport columns" in printed and "Seq serial NOT NULL UNIQUE" in printed
+    create = ["create", "--url", target.url, "--schema", target.schema, "orders"]
+    assert cli.main([*create, "--column-layout", "postgresql-transport"]) == 0
+    queue = transport.queue("orders")
+    reference_send(transport, queue, b".NET")
+    assert queue.count() == 1 and queue.dialect.layout == "postgresql-transport"
+    assert cli.main(["script", "--engine", "sqlserver", *script[3:]]) != 0  # SQL Server has no such layout

@@ -110,6 +110,13 @@ def _table_options(parser: argparse.ArgumentParser) -> None:
         default="clustered",
         help="SQL Server: clustered RowVersion index (default) or heap with non-clustered indexes",
     )
+    group.add_argument(
+        "--column-layout",
+        choices=["sqlserver-transport", "postgresql-transport"],
+        default="sqlserver-transport",
+        help="the columns of new tables: the NServiceBus SQL Server transport's (default, every engine) or, "
+        "on PostgreSQL, NServiceBus.Transport.PostgreSql's (Id, Expires, Headers, Body, Seq)",
+    )
     group.add_argument("--body-string", action="store_true", help="add the readable BodyString column")
     group.add_argument("--varchar-headers", action="store_true", help="SQL Server: varchar(max) Headers")
     storage = group.add_mutually_exclusive_group()

@@ -16,8 +16,8 @@ from ._support import CliError, Exit, connected, existing_queue, json_line, note
 
 
 def table_options(args: argparse.Namespace) -> Any:
-    """The table shape the command line asks for (``--layout``, ``--varchar-headers``, ``--body-string``,
-    ``--storage-parameter``, ``--no-storage-parameters``)."""
+    """The table shape the command line asks for (``--layout``, ``--column-layout``, ``--varchar-headers``,
+    ``--body-string``, ``--storage-parameter``, ``--no-storage-parameters``)."""
     from ..transport import TableOptions
 
     storage: dict[str, str] | None = None
@@ -36,6 +36,7 @@ def table_options(args: argparse.Namespace) -> Any:
             unicode_headers=not getattr(args, "varchar_headers", False),
             body_string=getattr(args, "body_string", False),
             storage_parameters=storage,
+            column_layout=getattr(args, "column_layout", "sqlserver-transport"),
         )
     except ValueError as error:
         raise CliError(Exit.USAGE, str(error)) from None
@@ -127,6 +128,7 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..dialects import get_dialect
     from ..transport import QueueAddress
     from ..transport.archive import ErrorArchive, archive_address, archive_script
+    from ..transport.queue.provisioning import table_script
     from ._support import database_choice
 
     _needs_tables(args, "script")
@@ -140,9 +142,7 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         def render(name: str) -> tuple[str, str]:
             address = dialect.resolve(QueueAddress.parse(name), args.schema)
-            statements = [dialect.create_table(address, options)]
-            statements += [index.create for index in dialect.indexes(address, options)]
-            ddl = "".join(f"{dialect.display_sql(s)};\n" for s in statements)
+            ddl = table_script(dialect, address, options)  # the script create_script() prints
             if _is_error_queue(address, error_address, bool(args.error_queue)):
                 ddl += _archive_comment(archive_address(dialect, address)) + archive_script(dialect, address)
             return str(address), ddl
@@ -187,6 +187,7 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
                 described,
                 "varchar Headers" if not options.unicode_headers and engine == "SQL Server" else "",
                 "BodyString column" if options.body_string else "",
+                f"{options.column_layout} columns" if options.column_layout != "sqlserver-transport" else "",
             )
             if item
         )
