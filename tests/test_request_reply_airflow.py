@@ -223,6 +223,45 @@ def test_a_timeout_fails_clearly_and_the_late_reply_reaches_the_error_queue(
         )
 
 
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_replies_arriving_together_are_confirmed_a_few_connections_at_a_time(
+    airflow_connection: EngineTarget, monkeypatch
+) -> None:
+    from airflow_provider_sqlqueue.triggers import reply
+
+    open_now, most = 0, 0
+
+    class CountedHook(reply.SqlQueueHook):  # the hook of the triggers' confirming reads only
+        async def aget_transport(self):
+            nonlocal open_now, most
+            open_now += 1
+            most = max(most, open_now)
+            return await super().aget_transport()
+
+        async def aclose(self) -> None:
+            nonlocal open_now
+            await super().aclose()
+            open_now -= 1
+
+    monkeypatch.setattr(reply, "SqlQueueHook", CountedHook)
+    items = [f"together-{n:02d}" for n in range(3 * reply.CONFIRMING_AT_ONCE)]
+    with airflow_connection.open() as transport:
+        service = PricingService(transport)
+        operators = {item: _operator(item, poll_interval=0.1) for item in items}
+        triggers = {item: _deferred(op, _context(item)) for item, op in operators.items()}
+        with service.running():  # every reply is there before the triggers start: one poll sees them all
+            wait_until(lambda: all(transport.queue(q).count() == 2 for q in reply_queues(transport)))
+
+        async def wait_all() -> list[dict[str, Any] | None]:
+            return await asyncio.gather(*(_first_event(t, 60) for t in triggers.values()))
+
+        events = asyncio.run(wait_all())
+        for item, event in zip(items, events, strict=True):
+            assert event is not None and event["status"] == "success", event
+            assert operators[item].execute_complete(_context(item), event)["body"]["item"] == item
+    assert 1 <= most <= reply.CONFIRMING_AT_ONCE, most
+
+
 def test_the_trigger_and_operator_refuse_bad_arguments() -> None:
     deadline = datetime.now(timezone.utc).isoformat()
     with pytest.raises(ValueError, match="UUID request_id"):
