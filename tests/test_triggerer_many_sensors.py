@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from conftest import EngineTarget, sqlserver_target
-from own_connections import own_tcp_ports, settled
+from own_connections import own_tcp_ports
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
@@ -213,6 +213,20 @@ def triggerer_connections(target: EngineTarget, triggerer: Process) -> int:
     return int(row[0])
 
 
+def open_files(process: Process, target: EngineTarget) -> int:
+    """The triggerer's open descriptors of a SQLite queue database: one per connection to it."""
+    from sqlalchemy.engine import make_url
+
+    database = str(make_url(target.url).database)
+    held = 0
+    for pid in process.pids():
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    held += os.readlink(f"/proc/{pid}/fd/{fd}") == database
+    return held
+
+
 def free_slots(target: EngineTarget) -> int:
     """Connections the PostgreSQL server would still accept from an ordinary role."""
     import psycopg
@@ -326,9 +340,16 @@ def test_a_triggerer_holding_hundreds_of_deferred_sensors_fires_only_those_whose
             runner,
             triggerer,
         )
-        time.sleep(POLL_INTERVAL)  # the shared pollers' first reads, and LISTEN on PostgreSQL
-        held = settled(lambda: triggerer_connections(databases["postgresql"], triggerer), 2)
-        slots = free_slots(databases["postgresql"])
+        postgresql = databases["postgresql"]
+        wait_for(
+            "the triggerer to connect", lambda: triggerer_connections(postgresql, triggerer), 120, triggerer
+        )
+        held, files = 0, 0
+        for _ in range(QUIET_POLLS * 4):  # the most it holds over a few polls
+            held = max(held, triggerer_connections(postgresql, triggerer))
+            files = max(files, open_files(triggerer, databases["sqlite"]))
+            time.sleep(POLL_INTERVAL / 4)
+        slots = free_slots(postgresql)
 
         for target in databases.values():
             with target.open() as sender:  # a producer still connects
@@ -356,7 +377,8 @@ def test_a_triggerer_holding_hundreds_of_deferred_sensors_fires_only_those_whose
         elapsed = time.monotonic() - started
         print(
             f"{sensors} sensors deferred in {deferred_at - started:.1f} s, the run took {elapsed:.1f} s; "
-            f"the triggerer held {held} PostgreSQL connection(s), the server had {slots} free"
+            f"the triggerer held {held} PostgreSQL connection(s) (the server had {slots} free) and "
+            f"{files} SQLite one(s)"
         )
     finally:
         runner.stop()
@@ -366,6 +388,7 @@ def test_a_triggerer_holding_hundreds_of_deferred_sensors_fires_only_those_whose
         f"the triggerer held {held} PostgreSQL connections for {SCALE['postgresql'][0]} sensors"
     )
     assert slots > 0
+    assert 1 <= files <= 2, f"the triggerer held {files} SQLite connections for {SCALE['sqlite'][0]} sensors"
     for engine, (count_of, _) in SCALE.items():
         assert {n for n, s in final[engine].items() if s == "success"} == expected[engine], (
             engine,
