@@ -279,3 +279,25 @@ def test_lock_mode_can_be_chosen_and_row_locks_without_update_are_refused_clearl
     ):
         assert [m.body for m in batch] == [b"kept"]
     assert forced.count() == 0
+
+
+def test_create_on_an_older_table_by_a_role_that_may_not_alter_it_leaves_it_and_says_why(
+    role: RuntimeRole, admin: Transport, caplog: pytest.LogCaptureFixture
+) -> None:
+    """create() gives an older table's Recoverable its default where it may (tests/test_legacy_tables.py);
+    a role without the right to alter the table gets the table left as it is and a warning naming the
+    statement, and sends and receives as before."""
+    table = f'"{role.target.schema}"."orders"'
+    role.server.execute(f"ALTER TABLE {table} ALTER COLUMN Recoverable DROP DEFAULT")
+    with role.open() as transport, caplog.at_level("WARNING"):
+        queue = transport.queue("orders")
+        assert queue.create() is False
+        queue.send(b"still")
+        with queue.receive() as batch:
+            assert [m.body for m in batch] == [b"still"]
+    assert "may not alter the table" in caplog.text and "SET DEFAULT true" in caplog.text
+    rows = role.server.query(
+        "SELECT a.atthasdef FROM pg_attribute a WHERE a.attrelid = to_regclass('"
+        f"{role.target.schema}.orders') AND a.attname = 'recoverable'"
+    )
+    assert rows[0][0] in (False, "f")

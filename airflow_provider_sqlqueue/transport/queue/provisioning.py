@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ...dialects import dialect_for_layout, dialect_for_table
 from ...dialects.base import Dialect, Finding, TableOptions
 from ...model.address import QueueAddress
-from ...model.errors import ConfigurationError, QueueNotFound, TransientDatabaseError
+from ...model.errors import ConfigurationError, PermissionDenied, QueueNotFound, TransientDatabaseError
 
 if TYPE_CHECKING:
     from ..roles import ConnectingTransport, ProvisioningTransport
@@ -170,15 +170,21 @@ def _give_recoverable_its_default(cursor: Any, dialect: Dialect, address: QueueA
         for statement in statements:
             cursor.execute(statement, ())
     except Exception as error:
-        if not isinstance(dialect.classify(error, address), TransientDatabaseError):
+        refused = dialect.classify(error, address)
+        if not isinstance(refused, TransientDatabaseError | PermissionDenied):
             raise
         cursor.execute(dialect.sql("set_recoverable_default_failed"), ())
         alter = next(dialect.display_sql(text) for text in statements if text.startswith("ALTER"))
+        why = (
+            "this role may not alter the table (its owner may)"
+            if isinstance(refused, PermissionDenied)
+            else "open transactions held the table; run it when receivers are idle, or call create() again"
+        )
         log.warning(
             "queue %s has a Recoverable column without a default, so .NET PostgreSQL endpoints cannot send "
-            "to it; open transactions held the table, so create() left it. Run it when receivers are idle, "
-            "or call create() again: %s",
+            "to it; create() left it: %s: %s",
             address,
+            why,
             alter,
         )
         return
