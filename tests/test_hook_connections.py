@@ -495,12 +495,15 @@ STANDARD_FORM_FIELDS |= {"port": "Port", "extra": "Extra"}
 
 def mssql_form() -> dict[str, str]:
     """The fields the mssql connection form shows, label -> connection field, as the mssql provider
-    declares them to Airflow (its hidden fields, its relabelling and its own widgets)."""
+    declares them to Airflow (its hidden fields, its relabelling and its own widgets). Provider 4.7
+    declares the form in its provider info, which Airflow 3.3 reads into ``field_behaviours``; Airflow 3.0
+    reads only a hook class's ``get_ui_field_behaviour``, so there the declaration is read directly."""
     from airflow.providers_manager import ProvidersManager
 
     manager = ProvidersManager()
-    assert "apache-airflow-providers-microsoft-mssql" in manager.providers
-    behaviour = manager.field_behaviours["mssql"]
+    provider = manager.providers["apache-airflow-providers-microsoft-mssql"]
+    (declared,) = [kind for kind in provider.data["connection-types"] if kind["connection-type"] == "mssql"]
+    behaviour = manager.field_behaviours.get("mssql") or declared.get("ui-field-behaviour", {})
     hidden = set(behaviour.get("hidden_fields", []))
     labels = {
         field: behaviour.get("relabeling", {}).get(field, label)
