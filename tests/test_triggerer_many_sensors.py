@@ -36,6 +36,9 @@ import pytest
 from conftest import EngineTarget, sqlserver_target
 from own_connections import own_tcp_ports
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "browser"))
+from airflow_stack import free_port, kill_leftovers
+
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(900)]
@@ -289,6 +292,8 @@ def airflow_env(tmp_path: Path, databases: dict[str, EngineTarget]) -> dict[str,
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__OPENLINEAGE__DISABLED": "True",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # Its log server's port of its own: another test's triggerer may hold the default one.
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -383,6 +388,7 @@ def test_a_triggerer_holding_hundreds_of_deferred_sensors_fires_only_those_whose
     finally:
         runner.stop()
         triggerer.stop()
+        kill_leftovers(home)  # anything of this Airflow home that left the process groups
 
     assert 1 <= held <= 2, (
         f"the triggerer held {held} PostgreSQL connections for {SCALE['postgresql'][0]} sensors"
