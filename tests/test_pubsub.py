@@ -8,7 +8,9 @@ import json
 import logging
 import multiprocessing
 import re
+import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -305,6 +307,22 @@ def test_fan_out_while_other_processes_subscribe_and_unsubscribe(
         assert drain(transport, "gone") == []
 
 
+def reached_the_write(thread: threading.Thread, seconds: float) -> None:
+    """Wait until ``thread`` has its connection and writes the subscription (its stack is in the store's
+    ``_write``, past opening the connection, which is slow under load), or ends."""
+    deadline = time.monotonic() + seconds
+    while thread.is_alive() and time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        names = []
+        while frame is not None:
+            names.append((frame.f_code.co_name, Path(frame.f_code.co_filename).name))
+            frame = frame.f_back
+        opening = any(file in ("pool.py", "connection.py") for _, file in names)
+        if ("_write", "subscriptions.py") in names and not opening:
+            return
+        time.sleep(0.01)
+
+
 def test_a_subscriber_that_loses_the_race_for_a_new_row_still_subscribes(
     transport: Transport, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -329,6 +347,7 @@ def test_a_subscriber_that_loses_the_race_for_a_new_row_still_subscribes(
         racer = threading.Thread(target=second)
         with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.transport.subscriptions"):
             racer.start()
+            reached_the_write(racer, 60.0)
             racer.join(1.0)  # it waits for the first transaction (a blocked writer, not a failure)
             first.commit()
             racer.join(60)
