@@ -199,6 +199,11 @@ class MessagePump:
             self._listener = WakeUpListener(self.transport, self.queue.address, self.name).start()
         self._started_at = time.monotonic()
         check_pool_size(self.transport, self.required_connections(), str(self))
+        # said before the workers start: what they log or print comes after it
+        log.info(
+            "%s started: %s strategy, concurrency %d, %s", self.name, self.strategy.value,
+            self.max_concurrency, self.transaction_mode.value,
+        )  # fmt: skip
         if self.strategy is Strategy.MONITOR:
             for number in range(self.max_concurrency):
                 self.spawn(self._task_worker, f"{self.name} task {number + 1}")
@@ -209,10 +214,6 @@ class MessagePump:
             self.note_workers(self.max_concurrency)
         else:
             self.adaptive.start()
-        log.info(
-            "%s started: %s strategy, concurrency %d, %s", self.name, self.strategy.value,
-            self.max_concurrency, self.transaction_mode.value,
-        )  # fmt: skip
         return self
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
