@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,10 +105,6 @@ def _run_worker(code_root: Path, url: str, schema: str | None, messages: int) ->
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
@@ -170,15 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{meta['commit']}"
     )
     results = [
-        {"run": run, "engine": engine, "code": code, "rate": _spread(values), "rounds": values}
+        {"run": run, "engine": engine, "code": code, "rate": provenance.spread(values), "rounds": values}
         for engine, by_code in rates.items()
         for code, values in by_code.items()
     ]
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        document = {"runs": {run: meta}, "results": results}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        provenance.write_runs(args.json, run, meta, results)
     return 0
 
 

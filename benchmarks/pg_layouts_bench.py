@@ -16,10 +16,8 @@ benchmarks/pages/pg_layouts.py renders the medians and ratios into docs/dba-ddl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -61,10 +59,6 @@ def one_round(transport: Any, layout: str, messages: int, single: int) -> dict[s
     finally:
         queue.drop()
     return rates
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,15 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = f"pg-layouts-{started:%Y-%m-%d}"
     results = [
-        {"run": run, "layout": layout, "case": case, "msgs_per_s": _spread(values), "rounds": values}
+        {
+            "run": run,
+            "layout": layout,
+            "case": case,
+            "msgs_per_s": provenance.spread(values),
+            "rounds": values,
+        }
         for layout, cases in rounds.items()
         for case, values in cases.items()
     ]
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        document = {"runs": {run: meta}, "results": results}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        provenance.write_runs(args.json, run, meta, results)
     return 0
 
 

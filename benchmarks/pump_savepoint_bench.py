@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,10 +204,6 @@ def _run_worker(code_root: Path, task: dict[str, Any]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def _prepare(bench: Any, name: str, messages: int) -> tuple[dict[str, Any], set[str]]:
     """A fresh queue of ``messages`` and an empty ``handled`` table; the statements and the Ids."""
     statements, ids = bench.provision(name, messages)
@@ -358,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                         "run": run,
                         "engine": engine,
                         "case": case,
-                        "msgs_per_s": _spread(rates),
+                        "msgs_per_s": provenance.spread(rates),
                         "rounds": rates,
                         **({"traced": measured["traced"][case]} if case in measured["traced"] else {}),
                     }
@@ -376,10 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['msgs_per_s']['median'] / ceiling['msgs_per_s']['median']:.2f}x of the ceiling"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        document = {"runs": {run: meta}, "results": results}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        provenance.write_runs(args.json, run, meta, results)
     return 0
 
 

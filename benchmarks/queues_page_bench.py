@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,10 +143,6 @@ def _run_worker(code_root: Path, url: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def check(code: str, result: dict[str, Any], queued: int, failed: int) -> None:
     """Both codes must see the tables as filled: every depth, every failure (before) or the newest
     1,000 of them (after), the error queue's size in the gauges."""
@@ -237,15 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = f"queues-page-{started:%Y-%m-%d}"
     results = [
-        {"run": run, "code": code, "what": what, "seconds": _spread(values), "rounds": values}
+        {"run": run, "code": code, "what": what, "seconds": provenance.spread(values), "rounds": values}
         for code, by_what in measured["seconds"].items()
         for what, values in by_what.items()
     ]
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        document = {"runs": {run: meta}, "results": results}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        provenance.write_runs(args.json, run, meta, results)
     return 0
 
 

@@ -434,11 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seconds} --warmup-polls {args.warmup_polls}, run at commit {meta['commit']}"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         run = f"request-reply-{started:%Y-%m-%d}"
-        document = {"runs": {run: meta}, "results": [{"run": run, **result} for result in results]}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        provenance.write_runs(args.json, run, meta, results)
     return 0
 
 
