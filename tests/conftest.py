@@ -334,6 +334,7 @@ EXTENDED = (
             "test_airflow_surface_dags.py",
             "test_airflow_own_transaction.py",
             "test_openlineage.py",
+            "test_request_reply_airflow.py",
         )
     ),
     (
