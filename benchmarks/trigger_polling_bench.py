@@ -331,11 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         f"--sends {args.sends}, run at commit {meta['commit']}"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         run = f"trigger-polling-{started:%Y-%m-%d}"
-        document = {"runs": {run: meta}, "results": [{"run": run, **result} for result in results]}
-        args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+        provenance.write_runs(args.json, run, meta, results)
     return 0
 
 
