@@ -342,3 +342,38 @@ def test_the_request_reply_benchmark_runs_both_layouts(target, monkeypatch) -> N
         from airflow_provider_sqlqueue.transport.browse import queue_tables
 
         assert [a.table for a in queue_tables(transport) if a.table.startswith("bench.")] == []
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_reply_to_a_dropped_reply_queue_fails_at_its_sender_and_the_request_reaches_its_error_queue(
+    target, transport: Transport
+) -> None:
+    """docs/request-reply.md: a reply sent after its per-request reply queue was dropped (the task gave up)
+    fails at the responder, whose retries then move the request it answers to its own error queue."""
+    server, client = _endpoints(transport)
+    gone = transport.queue("Planner.reply.gone")
+    gone.create()
+    gone.drop()
+    request_id = uuid.uuid4()
+    transport.queue("Pricing").send(
+        OutgoingMessage(
+            b"widget",
+            headers={h.REPLY_TO_ADDRESS: str(transport.canonical("Planner.reply.gone"))},
+            id=request_id,
+        )
+    )
+    server.start(_serve, immediate_retries=1, **FAST)
+    try:
+        deadline = time.monotonic() + 60
+        while not transport.queue("error").count():
+            assert time.monotonic() < deadline, "the request never reached the error queue"
+            time.sleep(0.1)
+    finally:
+        server.stop(timeout=5)
+        client.stop(timeout=5)
+    with transport.queue("error").receive() as batch:
+        [failed] = batch
+    assert failed.body == b"widget" and failed.headers[h.MESSAGE_ID] == str(request_id)
+    assert failed.headers[h.FAILED_QUEUE] == str(transport.canonical("Pricing"))
+    assert "Planner.reply.gone" in failed.headers["NServiceBus.ExceptionInfo.Message"]
+    assert transport.queue("Pricing").count() == 0
