@@ -132,9 +132,12 @@ def test_mssql_connection_becomes_an_odbc_string_with_quoted_values(monkeypatch)
             }
         ),
     )
-    hook = SqlQueueHook(sqlqueue_conn_id="ms", driver="FreeTDS")
+    hook = SqlQueueHook(sqlqueue_conn_id="ms", driver="ODBC Driver 18 for SQL Server")
     odbc = hook.sqlalchemy_url.query["odbc_connect"]
-    assert odbc == "DRIVER=FreeTDS;SERVER=db.example,1433;DATABASE=erp;UID=sa;PWD={p;w}}d};TDS_VERSION=7.4"
+    assert odbc == (
+        "DRIVER=ODBC Driver 18 for SQL Server;SERVER=db.example,1433;DATABASE=erp;UID=sa;PWD={p;w}}d};"
+        "TDS_VERSION=7.4"
+    )
     shown = repr(hook.sqlalchemy_url) + str(hook.sqlalchemy_url)
     for form in (
         "p;w}d",

@@ -9,6 +9,8 @@ library does get loaded, then that without the setting the hook refuses before a
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -394,7 +396,6 @@ def test_no_form_of_a_postgres_password_in_reprs_or_logs_while_the_hook_works(
 def test_a_reused_mssql_connection_becomes_the_odbc_string_the_docs_show(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import re
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "connections.md").read_text()
     documented = re.search(r"<!-- mssql-reuse-odbc -->`([^`]+)`", page)
@@ -524,18 +525,18 @@ def test_an_mssql_connection_made_in_the_mssql_providers_form_sends_and_receives
     bed = request.getfixturevalue("sqlserver_bed")
     form = mssql_form()
     assert {"Host", "Port", "Login", "Password", "Database", "Extra"} <= set(form), form
-    # FreeTDS (1.3) does not read a port written into SERVER as host,port, which is where the hook puts the
-    # Port field: its connection leaves Port empty and gives the port as the keyword PORT (connections.md).
+    # The Port field: the hook writes it as FreeTDS reads it (PORT=) and as Microsoft's driver does
+    # (SERVER=host,port), told apart by the driver's library.
     through_freetds = target.driver == "freetds"
     driver = str(FREETDS_LIBRARY) if through_freetds else MSODBC_NAME
     connect_options = (
-        f"PORT={bed.port};TDS_Version=7.4;ClientCharset=UTF-8"
+        "TDS_Version=7.4;ClientCharset=UTF-8"
         if through_freetds
         else f"Encrypt={bed.encrypt};TrustServerCertificate=yes"
     )
     typed = {
         "Host": bed.host,
-        "Port": None if through_freetds else bed.port,
+        "Port": bed.port,
         "Login": bed.user,
         "Password": bed.password,
         "Database": bed.database,
@@ -562,3 +563,43 @@ def test_an_mssql_connection_made_in_the_mssql_providers_form_sends_and_receives
         assert hook.depth("orders", count_mode="exact") == 0
     finally:
         hook.close()
+
+
+def test_the_port_field_is_written_as_each_driver_reads_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """FreeTDS reads the port from PORT, not from SERVER=host,port as Microsoft's drivers do: the hook asks
+    unixODBC which library the driver is (a path as given, or its odbcinst.ini section's Driver entry, under
+    whatever name the section has)."""
+    from sqlserver_bed import FREETDS_LIBRARY
+
+    from airflow_provider_sqlqueue.transport.odbc_drivers import driver_library, reads_port_keyword
+
+    # unixODBC reads ODBCSYSINI once per process: a section under a name of its own, in a process of its own
+    (tmp_path / "odbcinst.ini").write_text(f"[Company TDS]\nDriver={FREETDS_LIBRARY}\n")
+    probe = (
+        "from airflow_provider_sqlqueue.transport.odbc_drivers import driver_library, reads_port_keyword\n"
+        "print(driver_library('Company TDS'), reads_port_keyword('{Company TDS}'),"
+        " driver_library('ODBC Driver 18 for SQL Server'))"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "ODBCSYSINI": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert read.stdout.split() == [str(FREETDS_LIBRARY), "True", "None"], read
+    assert reads_port_keyword(str(FREETDS_LIBRARY))
+    assert not reads_port_keyword("/opt/microsoft/msodbcsql18/lib64/libmsodbcsql-18.so")
+    assert driver_library("no such driver here") is None and not reads_port_keyword("no such driver here")
+    monkeypatch.setenv(ALLOW_ENV, "true")
+    connection = {"conn_type": "mssql", "host": "sql.example.com", "port": 14330, "login": "app"}
+    expected = {
+        str(FREETDS_LIBRARY): "SERVER=sql.example.com;PORT=14330;",
+        "ODBC Driver 18 for SQL Server": "SERVER=sql.example.com,14330;",
+    }
+    for driver, server in expected.items():
+        set_connection(monkeypatch, "ported", {**connection, "extra": {"odbc_driver": driver}})
+        built = SqlQueueHook(sqlqueue_conn_id="ported").sqlalchemy_url.query["odbc_connect"]
+        assert server in built, (driver, built)

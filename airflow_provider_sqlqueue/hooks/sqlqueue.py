@@ -45,6 +45,7 @@ from ..transport import (
     open_transport,
 )
 from ..transport.connection import DEFAULT_ODBC_DRIVER
+from ..transport.odbc_drivers import reads_port_keyword
 from ..transport.odbc_string import (
     driver_manager_refusal,
     names_a_driver,
@@ -259,7 +260,10 @@ class SqlQueueHook(DbApiHook):
         )
         parts = {"DRIVER": self.odbc_driver}
         server = conn.host or "localhost"
-        parts["SERVER"] = f"{server},{conn.port}" if conn.port else server
+        if conn.port and reads_port_keyword(self.odbc_driver):
+            parts["SERVER"], parts["PORT"] = server, str(conn.port)  # FreeTDS does not read SERVER=host,port
+        else:
+            parts["SERVER"] = f"{server},{conn.port}" if conn.port else server
         if conn.schema:
             parts["DATABASE"] = conn.schema
         if conn.login:
@@ -273,6 +277,7 @@ class SqlQueueHook(DbApiHook):
         fields |= {
             "DRIVER": "the hook's ODBC driver",
             "SERVER": f"{field} Host or Port field",
+            "PORT": f"{field} Port field",
             "DATABASE": f"{field} Schema field",
             "UID": f"{field} Login field",
             "PWD": f"{field} Password field",
