@@ -37,6 +37,7 @@ from sqlserver_bed import MSODBC_NAME
 
 from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
 from airflow_provider_sqlqueue.transport.connection import odbc_pairs, parse_odbc_string
+from airflow_provider_sqlqueue.transport.odbc_drivers import reads_port_keyword
 
 REPO = Path(__file__).resolve().parent.parent
 ALLOW_ENV = "AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"
@@ -587,7 +588,8 @@ def test_a_password_with_percent_escapes_reaches_pyodbc_unchanged(monkeypatch: p
     hook = SqlQueueHook(sqlqueue_conn_id="percent", driver="FreeTDS")
     odbc = hook.sqlalchemy_url.query["odbc_connect"]
     assert parse_odbc_string(odbc)["PWD"] == PERCENT_PASSWORD
-    assert [key for key, _ in odbc_pairs(odbc)] == ["DRIVER", "SERVER", "DATABASE", "UID", "PWD"]
+    port = ["PORT"] if reads_port_keyword("FreeTDS") else []  # where odbcinst.ini names FreeTDS's library
+    assert [key for key, _ in odbc_pairs(odbc)] == ["DRIVER", "SERVER", *port, "DATABASE", "UID", "PWD"]
 
 
 # PERCENT_PASSWORD without its "}": FreeTDS does not read "}}" in a braced value as "}" (Microsoft's driver
