@@ -139,9 +139,6 @@ class PostgresReferenceLayout(PostgresDialect):
         # Seq's UNIQUE constraint is its index; the Expires index is this package's, for the purge.
         return [self.index_spec(address, "Expires", "create_expires_index")]
 
-    def bulk_send_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
-        return self.sql("bulk_send_check"), (self.display_sql(self.qualified_name(address)),)
-
     def bulk_send(
         self, cursor: Any, address: QueueAddress, rows: Sequence[Sequence[Any]], with_recoverable: bool
     ) -> bool:
