@@ -182,6 +182,10 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     send_batch_rows: ClassVar[int]
     placeholder: ClassVar[str]
     single_writer: ClassVar[bool] = False
+    # Whether a derived table names its columns after its alias (``FROM (SELECT ...) AS b(lo, hi)``). Where it
+    # does, a statement over many queues joins derived tables instead of common table expressions, which
+    # PostgreSQL plans in time that grows with the square of their number (transport/depth_reads.py).
+    names_derived_columns: ClassVar[bool] = True
     # The storage parameters (``WITH (...)``) a new queue table gets unless TableOptions names its own.
     default_storage_parameters: ClassVar[StorageParameters] = ()
 

@@ -208,6 +208,7 @@ class SqliteDialect(SqliteTransactionState, Dialect):
     statements = STATEMENTS
     fragments = FRAGMENTS
     single_writer = True
+    names_derived_columns = False
     driver_connection_class = "sqlite3.Connection"
     sqlalchemy_dialect = "sqlite+pysqlite"
     # The Spark bridge's control tables keep text timestamps, as the queue table keeps Expires.

@@ -3,10 +3,10 @@
 The statement is composed from each queue's own read-only statements of its dialect, so nothing here knows an
 engine: the plain peek of the RowVersion bounds (``peek_bounds_without_row_locks``, two index edges, SELECT
 alone), the oldest unexpired row's headers (``oldest_headers``, for the oldest message's age) and, for the
-error queues, their bounds again (the ``failed`` gauge). Each sub-statement is a common table expression with
-named columns, and one ``UNION ALL`` term per queue tags its row with the term's number: a form PostgreSQL,
-SQL Server and SQLite all read. An exact count (``count_exact``), only for the queues whose estimate has
-reached a watcher's threshold, is a second statement of the same shape.
+error queues, their bounds again (the ``failed`` gauge). Each sub-statement is a source with named columns
+(a derived table where the dialect names its columns, a common table expression on SQLite), and one ``UNION
+ALL`` term per queue tags its row with the term's number. An exact count (``count_exact``), only for the
+queues whose estimate has reached a watcher's threshold, is a second statement of the same shape.
 
 A statement that fails for one queue (a dropped table, no rights on it) would fail for all: the failing
 terms are found by halving the failed group and reading each half again, so one bad queue costs a few
@@ -72,30 +72,58 @@ class _Term:
     error: BaseException | None = None
 
 
+class _Composer:
+    """Gathers the sub-statements of one statement over many queues: derived tables where the dialect names
+    their columns (PostgreSQL plans common table expressions in time that grows with the square of their
+    number, derived tables in time that grows with their number: for a few hundred queues, the planning
+    was most of the poll), common table expressions elsewhere (SQLite cannot name a derived table's
+    columns)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.derived = transport.dialect.names_derived_columns
+        self.tables: list[str] = []
+        self.selects: list[str] = []
+
+    def source(self, name: str, columns: str, statement: str) -> str:
+        """What a term selects ``FROM`` to read ``statement`` as ``name`` with ``columns``."""
+        if self.derived:
+            return f"({statement}) AS {name}({columns})"
+        self.tables.append(f"{name}({columns}) AS ({statement})")
+        return name
+
+    def statement(self) -> str:
+        union = " UNION ALL ".join(self.selects)
+        return f"WITH {', '.join(self.tables)} {union}" if self.tables else union
+
+
 def bounds_statement(transport: Transport, terms: Sequence[tuple[QueueAddress, bool]]) -> str:
     """One SELECT of ``(term, lo, hi, oldest RowVersion, oldest Headers)`` per term: ``(address, True)`` a
     watched queue, ``(address, False)`` an error queue (its two last columns NULL)."""
     dialect = transport.dialect
-    tables, selects = [], []
+    composer = _Composer(transport)
     for number, (address, is_queue) in enumerate(terms):
-        tables.append(f"b{number}(q_lo, q_hi) AS ({dialect.peek_bounds_without_row_locks(address)})")
+        bounds = composer.source(f"b{number}", "q_lo, q_hi", dialect.peek_bounds_without_row_locks(address))
         if is_queue:
-            tables.append(f"o{number}(q_rv, q_headers) AS ({dialect.oldest_headers(address)})")
-            selects.append(
+            oldest = composer.source(f"o{number}", "q_rv, q_headers", dialect.oldest_headers(address))
+            composer.selects.append(
                 f"SELECT {number}, b{number}.q_lo, b{number}.q_hi, o{number}.q_rv, o{number}.q_headers "
-                f"FROM b{number} LEFT JOIN o{number} ON 1 = 1"
+                f"FROM {bounds} LEFT JOIN {oldest} ON 1 = 1"
             )
         else:
-            selects.append(f"SELECT {number}, b{number}.q_lo, b{number}.q_hi, NULL, NULL FROM b{number}")
-    return f"WITH {', '.join(tables)} {' UNION ALL '.join(selects)}"
+            composer.selects.append(
+                f"SELECT {number}, b{number}.q_lo, b{number}.q_hi, NULL, NULL FROM {bounds}"
+            )
+    return composer.statement()
 
 
 def exact_statement(transport: Transport, addresses: Sequence[QueueAddress]) -> str:
     """One SELECT of ``(term, count)`` per queue, from each queue's exact count."""
     dialect = transport.dialect
-    tables = [f"c{n}(q_count) AS ({dialect.count_exact(a)})" for n, a in enumerate(addresses)]
-    selects = [f"SELECT {n}, c{n}.q_count FROM c{n}" for n in range(len(addresses))]
-    return f"WITH {', '.join(tables)} {' UNION ALL '.join(selects)}"
+    composer = _Composer(transport)
+    for number, address in enumerate(addresses):
+        count = composer.source(f"c{number}", "q_count", dialect.count_exact(address))
+        composer.selects.append(f"SELECT {number}, c{number}.q_count FROM {count}")
+    return composer.statement()
 
 
 def _time_sent(raw: Any) -> datetime | None:
