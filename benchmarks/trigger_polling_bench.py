@@ -18,13 +18,18 @@ statement trace without transaction control and PRAGMAs) and the process's CPU t
 sender opens its own transport and sends ``--sends`` messages, one at a time, each to another queue: the
 latency is from the send's commit to the first event of a trigger of that queue (no event within three poll
 intervals counts as missed). PostgreSQL is a throwaway cluster with its default ``max_connections`` of 100,
-the triggers and the sender logging in as one ordinary role; SQLite one file in WAL mode.
+the triggers and the sender logging in as one ordinary role; SQLite one file in WAL mode; Babelfish (in
+``--engines`` with ``babelfish``) the TDS engine as the tests start it (tests/sqlserver_bed.py), reached
+through Microsoft's ODBC Driver 18, with ``--babelfish-sensors`` over ``--babelfish-queues`` (fewer: each
+of its logins costs a server process): its connections are the worker's established TCP sockets to the
+server's port, its statements the ``execute`` calls of the worker's pyodbc cursors.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -35,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -49,12 +55,69 @@ SCHEMA = "bench"
 UNCOUNTED = ("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA", "SAVEPOINT", "RELEASE", "END")
 
 
+class _CountedCursor:
+    """A pyodbc cursor whose ``execute`` calls are counted (pyodbc's types take no new attributes)."""
+
+    def __init__(self, cursor: Any, counter: StatementCounter) -> None:
+        object.__setattr__(self, "_cursor", cursor)
+        object.__setattr__(self, "_counter", counter)
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self._counter.count += 1
+        self._cursor.execute(*args, **kwargs)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._cursor, name, value)
+
+    def __iter__(self) -> Any:
+        return iter(self._cursor)
+
+
+class _CountedConnection:
+    """A pyodbc connection whose cursors count their statements."""
+
+    def __init__(self, connection: Any, counter: StatementCounter) -> None:
+        object.__setattr__(self, "_connection", connection)
+        object.__setattr__(self, "_counter", counter)
+
+    def cursor(self) -> _CountedCursor:
+        return _CountedCursor(self._connection.cursor(), self._counter)
+
+    def execute(self, *args: Any, **kwargs: Any) -> _CountedCursor:
+        return self.cursor().execute(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._connection, name, value)
+
+    def __enter__(self) -> _CountedConnection:
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._connection.__exit__(*exc)
+
+
 class StatementCounter:
     """Counts the statements the driver runs in this process (see the module)."""
 
     def __init__(self, engine: str) -> None:
         self.count = 0
-        if engine == "postgresql":
+        if engine == "babelfish":
+            import pyodbc
+
+            connect = pyodbc.connect
+
+            def counted_connect(*args: Any, **kwargs: Any) -> Any:
+                return _CountedConnection(connect(*args, **kwargs), self)
+
+            pyodbc.connect = counted_connect
+        elif engine == "postgresql":
             import psycopg
 
             original = psycopg.Cursor.execute
@@ -104,6 +167,30 @@ def _held_sqlite(database: str) -> int:
     return held
 
 
+def _held_tcp(port: int) -> int:
+    """This process's established TCP connections to ``port`` on loopback."""
+    own = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            own.add(target[len("socket:[") : -1])
+    held = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if fields[9] in own and fields[3] == "01" and remote_port == port:
+                held += 1
+    return held
+
+
 def worker(options: dict[str, Any]) -> dict[str, Any]:
     """One measurement with whichever package ``sys.path`` finds first."""
     logging.disable(logging.WARNING)  # a transport per trigger logs each refused connection
@@ -122,6 +209,8 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
     def held() -> int | None:
         if engine == "postgresql":
             return _held_postgres(options["checker_url"])
+        if engine == "babelfish":
+            return _held_tcp(options["server_port"])
         return _held_sqlite(options["database"])
 
     async def main() -> dict[str, Any]:
@@ -230,7 +319,26 @@ def _run_worker(code_root: Path, options: dict[str, Any]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _targets(engine: str, folder: Path, code: str, cluster: Any) -> dict[str, Any]:
+def _targets(engine: str, folder: Path, code: str, cluster: Any, bed: Any) -> dict[str, Any]:
+    if engine == "babelfish":
+        import pyodbc
+
+        schema = f"{SCHEMA}_{code}"
+        with pyodbc.connect(bed.drivers["msodbc"], autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA [{schema}]")
+        return {
+            "url": bed.drivers["msodbc"],
+            "schema": schema,
+            "server_port": bed.port,
+            "connection": {
+                "conn_type": "sqlqueue",
+                "extra": {
+                    "engine": "sqlserver",
+                    "default_schema": schema,
+                    "odbc_connect": bed.drivers["msodbc"],
+                },
+            },
+        }
     if engine == "sqlite":
         database = str(folder / f"{code}.db")
         return {
@@ -257,6 +365,36 @@ def _targets(engine: str, folder: Path, code: str, cluster: Any) -> dict[str, An
     }
 
 
+@contextlib.contextmanager
+def _babelfish(wanted: bool, meta: dict[str, Any]) -> Iterator[Any]:
+    """The TDS engine as the tests start it, reached through ODBC Driver 18 (None when not wanted)."""
+    if not wanted:
+        yield None
+        return
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from sqlserver_bed import register_msodbc, start_bed
+
+    register_msodbc()  # the workers inherit ODBCSYSINI
+    os.environ["AIRFLOW__PROVIDERS_ODBC__ALLOW_DRIVER_IN_EXTRA"] = "True"  # the bed's string names its driver
+    bed, reason = start_bed()
+    if bed is None or "msodbc" not in bed.drivers:
+        raise SystemExit(f"Babelfish: {reason or bed.missing.get('msodbc') if bed else reason}")
+    try:
+        import pyodbc
+
+        with pyodbc.connect(bed.drivers["msodbc"], autocommit=True) as probe:
+            version = probe.execute(
+                "SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS varchar(40))"
+            ).fetchone()
+        meta["babelfish_settings"] = (
+            f"{version[0] if version else ''}, the TDS engine as tests/sqlserver_bed.py starts it, "
+            "through ODBC Driver 18"
+        )
+        yield bed
+    finally:
+        bed.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sensors", type=int, default=1000)
@@ -265,7 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup-polls", type=int, default=8)
     parser.add_argument("--sends", type=int, default=5)
-    parser.add_argument("--engines", default="postgresql,sqlite")
+    parser.add_argument("--babelfish-sensors", type=int, default=100)
+    parser.add_argument("--babelfish-queues", type=int, default=20)
+    parser.add_argument("--engines", default="postgresql,sqlite,babelfish")
     parser.add_argument("--json", type=Path, default=None, help="where to write the results")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -290,34 +430,45 @@ def main(argv: list[str] | None = None) -> int:
         "poll_interval": args.poll,
         "seconds": args.seconds,
         "sends": args.sends,
+        "babelfish_sensors": args.babelfish_sensors,
+        "babelfish_queues": args.babelfish_queues,
         "warmup_polls": args.warmup_polls,
         "postgresql_settings": "throwaway cluster, max_connections=100 (PostgreSQL's default)",
         "sqlite_settings": "journal_mode=WAL",
         "load_average_before": os.getloadavg(),
     }
+    engines = args.engines.split(",")
     results = []
     with (
         tempfile.TemporaryDirectory(prefix="trigger-bench-") as scratch,
         throwaway_postgres(max_connections=100) as cluster,
+        _babelfish("babelfish" in engines, meta) as bed,
     ):
         folder = Path(scratch)
         meta["machine"] = machine(folder)
         cluster.psql(f"CREATE ROLE \"{ROLE}\" LOGIN PASSWORD '{ROLE}'")
         codes = {"before": _export_before(folder / "before"), "after": HERE.parent}
-        for engine in args.engines.split(","):
+        for engine in engines:
+            sensors, queues = (
+                (args.babelfish_sensors, args.babelfish_queues)
+                if engine == "babelfish"
+                else (args.sensors, args.queues)
+            )
             for code in ("before", "after"):
                 options = {
                     "engine": engine,
-                    "sensors": args.sensors,
-                    "queues": args.queues,
+                    "sensors": sensors,
+                    "queues": queues,
                     "poll": args.poll,
                     "seconds": args.seconds,
                     "sends": args.sends,
                     "warmup_polls": args.warmup_polls,
-                    **_targets(engine, folder, code, cluster),
+                    **_targets(engine, folder, code, cluster, bed),
                 }
                 result = _run_worker(codes[code], options)
-                results.append({"engine": engine, "code": code, **result})
+                results.append(
+                    {"engine": engine, "code": code, "sensors": sensors, "queues": queues, **result}
+                )
                 print(
                     f"{engine} {code}: held {result['held_max']}, {result['statements_per_second']:.1f} "
                     f"statements/s, cpu {result['cpu_per_second']:.2f}, latencies {result['latencies_ms']}, "
@@ -328,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     meta["source"] = (
         f"benchmarks/trigger_polling_bench.py --sensors {args.sensors} --queues {args.queues} "
         f"--poll {args.poll} --seconds {args.seconds} --warmup-polls {args.warmup_polls} "
-        f"--sends {args.sends}, run at commit {meta['commit']}"
+        f"--sends {args.sends} --babelfish-sensors {args.babelfish_sensors} "
+        f"--babelfish-queues {args.babelfish_queues} --engines {args.engines}, run at commit {meta['commit']}"
     )
     if args.json:
         run = f"trigger-polling-{started:%Y-%m-%d}"

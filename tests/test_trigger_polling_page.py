@@ -51,6 +51,7 @@ def _data() -> dict[str, Any]:
         "warmup_polls": 8,
         "postgresql_settings": "cluster",
         "sqlite_settings": "WAL",
+        "babelfish_settings": "Babelfish 4.3 via Driver 18",
         "load_average_before": [0.5, 0.5, 0.5],
         "machine": {"cpus": 2, "cpu": "cpu", "disk": {"fstype": "ext4"}},
     }
@@ -69,6 +70,8 @@ def _data() -> dict[str, Any]:
             _result("postgresql", "after", 2, 2.0, 0.02),
             _result("sqlite", "before", 1000, 600.0, 1.2, latencies_ms=[100.0, None, 300.0]),
             _result("sqlite", "after", 1, 2.0, 0.03),
+            _result("babelfish", "before", 100, 20.0, 0.02, sensors=100, queues=20),
+            _result("babelfish", "after", 1, 1.0, 0.01, sensors=100, queues=20),
         ],
     }
 
@@ -76,11 +79,15 @@ def _data() -> dict[str, Any]:
 def test_both_designs_and_their_ratios_are_rendered(page: Any) -> None:
     lines = page.sensor_lines(_data())
     assert lines[2] == (
-        "| PostgreSQL | a transport per trigger | 97 | 400.0 | 0.800 | the sender could not send: "
-        "TransientDatabaseError |"
+        "| PostgreSQL | 1,000 / 100 | a transport per trigger | 97 | 400.0 | 0.800 | the sender could not "
+        "send: TransientDatabaseError |"
     )
-    assert lines[3] == "| PostgreSQL | shared poller | 2 | 2.0 | 0.020 | 20 (30) |"
-    assert lines[4] == "| SQLite | a transport per trigger | 1000 | 600.0 | 1.200 | 200 (300), 1 missed |"
+    assert lines[3] == "| PostgreSQL | 1,000 / 100 | shared poller | 2 | 2.0 | 0.020 | 20 (30) |"
+    assert lines[4] == (
+        "| SQLite | 1,000 / 100 | a transport per trigger | 1000 | 600.0 | 1.200 | 200 (300), 1 missed |"
+    )
+    assert "| Babelfish | 100 / 20 | shared poller | 1 | 1.0 | 0.010 | 20 (30) |" in lines
     assert "| PostgreSQL | 0.005x | 0.025x |" in lines
     assert "| SQLite | 0.0033x | 0.025x |" in lines
-    assert "b8ed77c" in lines[-1] and "abc1234" in lines[-1] and "1,000 deferred" in lines[-1]
+    assert "| Babelfish | 0.05x | 0.5x |" in lines
+    assert "b8ed77c" in lines[-1] and "abc1234" in lines[-1] and "Babelfish 4.3 via Driver 18" in lines[-1]

@@ -9,7 +9,7 @@ from typing import Any
 from pages.blocks import load_data, machine_at_start
 
 DATA_FILE = "trigger-polling.json"
-ENGINE_LABELS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
+ENGINE_LABELS = {"postgresql": "PostgreSQL", "sqlite": "SQLite", "babelfish": "Babelfish"}
 CODE_LABELS = {"before": "a transport per trigger", "after": "shared poller"}
 
 
@@ -34,16 +34,17 @@ def sensor_lines(data: dict[str, Any]) -> list[str]:
     by_key = {(r["engine"], r["code"]): r for r in data["results"] if r["run"] == name}
     engines = [e for e in ENGINE_LABELS if (e, "after") in by_key]
     lines = [
-        "| engine | design | connections held | statements per second | CPU, cores busy "
+        "| engine | sensors / queues | design | connections held | statements per second | CPU, cores busy "
         "| send to event, ms: median (max) |",
-        "|---|---|---:|---:|---:|---|",
+        "|---|---:|---|---:|---:|---:|---|",
     ]
     for engine in engines:
         for code in ("before", "after"):
             result = by_key[(engine, code)]
             held = "none sampled" if result["held_max"] is None else str(result["held_max"])
+            scale = f"{result.get('sensors', run['sensors']):,} / {result.get('queues', run['queues']):,}"
             lines.append(
-                f"| {ENGINE_LABELS[engine]} | {CODE_LABELS[code]} | {held} "
+                f"| {ENGINE_LABELS[engine]} | {scale} | {CODE_LABELS[code]} | {held} "
                 f"| {result['statements_per_second']:,.1f} | {result['cpu_per_second']:.3f} "
                 f"| {_latency(result)} |"
             )
@@ -56,19 +57,25 @@ def sensor_lines(data: dict[str, Any]) -> list[str]:
             f"| {_ratio(after['statements_per_second'], before['statements_per_second'])} "
             f"| {_ratio(after['cpu_per_second'], before['cpu_per_second'])} |"
         )
+    babelfish = (
+        f", Babelfish {run['babelfish_settings']}"
+        if "babelfish" in engines and "babelfish_settings" in run
+        else ""
+    )
     lines += [
         "",
-        f"{run['sensors']:,} deferred `PendingMessagesTrigger`s (`min_messages=1`, `poll_interval` "
-        f"{run['poll_interval']:g} seconds) over {run['queues']} empty queues on one asyncio loop, each "
+        "Deferred `PendingMessagesTrigger`s (`min_messages=1`, `poll_interval` "
+        f"{run['poll_interval']:g} seconds) spread over empty queues on one asyncio loop, each "
         f"in its own task as the triggerer runs them, measured for {run['seconds']:g} seconds after "
         f"{run['warmup_polls']} poll intervals of warm-up: connections as the largest sample of "
-        "`pg_stat_activity` (SQLite: open descriptors of the database file), statements as the driver ran "
-        f"them, CPU as the process's CPU time per second; then {run['sends']} sends, one at a time to "
+        "`pg_stat_activity` (SQLite: open descriptors of the database file; Babelfish: the process's "
+        "established connections to the server's port), statements as the driver ran them, CPU as the "
+        f"process's CPU time per second; then {run['sends']} sends, one at a time to "
         "another queue each, timed from the send's commit to its trigger's event. The per-trigger design "
         f"is {run['before_commit']}'s package ({run['before_how']}); the shared poller is "
         f"{run['commit']}'s. `benchmarks/trigger_polling_bench.py` on {machine_at_start(run)}; PostgreSQL "
-        f"a {run['postgresql_settings']}, SQLite {run['sqlite_settings']}. Everything it recorded is in "
-        f"`docs/data/{DATA_FILE}`.",
+        f"a {run['postgresql_settings']}, SQLite {run['sqlite_settings']}{babelfish}. Everything it "
+        f"recorded is in `docs/data/{DATA_FILE}`.",
     ]
     return lines
 
