@@ -305,3 +305,28 @@ def test_the_command_line_scripts_and_creates_the_reference_layout(transport, ta
     reference_send(transport, queue, b".NET")
     assert queue.count() == 1 and queue.dialect.layout == "postgresql-transport"
     assert cli.main(["script", "--engine", "sqlserver", *script[3:]]) != 0  # SQL Server has no such layout
+
+
+def test_the_triggers_shared_read_sees_a_reference_queue_beside_a_package_queue(target) -> None:
+    """The shared poll (transport/depth_reads.py) of a fresh transport, as a triggerer starts it, reads each
+    queue in its own layout: the reference's by Seq, this package's by RowVersion, in one statement."""
+    from airflow_provider_sqlqueue.transport.depth_reads import DepthReader, Target
+
+    with target.open() as setup:
+        theirs = reference_queue(setup, "orders")
+        ours = setup.queue("billing")
+        ours.create()
+        theirs.send(b"a")  # with this package's headers, TimeSent among them (the oldest message's age)
+        for body in (b"b", b"c"):
+            reference_send(setup, theirs, body)
+        ours.send(b"x")
+    with target.open() as fresh:
+        addresses = [fresh.queue("orders").address, fresh.queue("billing").address]
+        reader = DepthReader(fresh)
+        looks = reader.read([Target(address) for address in addresses], exact_for={addresses[0]: 0})
+        orders, billing = (looks[address] for address in addresses)
+        assert not isinstance(orders, BaseException), orders
+        assert not isinstance(billing, BaseException), billing
+        assert (orders.estimate, orders.exact, billing.estimate) == (3, 3, 1)
+        assert orders.oldest_time_sent is not None and billing.oldest_time_sent is not None
+        assert reader.statements == 2  # the bounds of both in one, the exact count in another

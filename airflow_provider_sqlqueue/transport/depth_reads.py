@@ -16,7 +16,7 @@ again. A transient failure (a restart, a lost connection) is reported to every q
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from ..model.errors import HeaderFormatError, TransientDatabaseError
 from . import headers as h
 
 if TYPE_CHECKING:
+    from ..dialects.base import Dialect
     from .connection import Transport
 
 __all__ = ["MAX_TERMS", "DepthReader", "QueueLook", "bounds_statement", "exact_statement"]
@@ -96,12 +97,18 @@ class _Composer:
         return f"WITH {', '.join(self.tables)} {union}" if self.tables else union
 
 
-def bounds_statement(transport: Transport, terms: Sequence[tuple[QueueAddress, bool]]) -> str:
+def bounds_statement(
+    transport: Transport,
+    terms: Sequence[tuple[QueueAddress, bool]],
+    dialect_of: Callable[[QueueAddress], Dialect] | None = None,
+) -> str:
     """One SELECT of ``(term, lo, hi, oldest RowVersion, oldest Headers)`` per term: ``(address, True)`` a
-    watched queue, ``(address, False)`` an error queue (its two last columns NULL)."""
-    dialect = transport.dialect
+    watched queue, ``(address, False)`` an error queue (its two last columns NULL). ``dialect_of`` gives
+    each table's dialect (a layout of its own, :meth:`~.TableQueue.table_dialect`); the transport's by
+    default."""
     composer = _Composer(transport)
     for number, (address, is_queue) in enumerate(terms):
+        dialect = transport.dialect if dialect_of is None else dialect_of(address)
         bounds = composer.source(f"b{number}", "q_lo, q_hi", dialect.peek_bounds_without_row_locks(address))
         if is_queue:
             oldest = composer.source(f"o{number}", "q_rv, q_headers", dialect.oldest_headers(address))
@@ -116,11 +123,16 @@ def bounds_statement(transport: Transport, terms: Sequence[tuple[QueueAddress, b
     return composer.statement()
 
 
-def exact_statement(transport: Transport, addresses: Sequence[QueueAddress]) -> str:
-    """One SELECT of ``(term, count)`` per queue, from each queue's exact count."""
-    dialect = transport.dialect
+def exact_statement(
+    transport: Transport,
+    addresses: Sequence[QueueAddress],
+    dialect_of: Callable[[QueueAddress], Dialect] | None = None,
+) -> str:
+    """One SELECT of ``(term, count)`` per queue, from each queue's exact count (``dialect_of``: as for
+    :func:`bounds_statement`)."""
     composer = _Composer(transport)
     for number, address in enumerate(addresses):
+        dialect = transport.dialect if dialect_of is None else dialect_of(address)
         count = composer.source(f"c{number}", "q_count", dialect.count_exact(address))
         composer.selects.append(f"SELECT {number}, c{number}.q_count FROM {count}")
     return composer.statement()
@@ -212,10 +224,12 @@ class DepthReader:
     def _bounds_group(self, group: list[_Term]) -> None:
         if not group:
             return
-        statement = bounds_statement(self.transport, [(t.address, t.is_queue) for t in group])
+        terms = [(t.address, t.is_queue) for t in group]
         address = group[0].address if len(group) == 1 else None
         try:
-            rows = self._query(statement, address)
+            rows = self._query(
+                lambda dialect_of: bounds_statement(self.transport, terms, dialect_of), address
+            )
         except TransientDatabaseError as error:
             for term in group:
                 term.error = error
@@ -244,9 +258,11 @@ class DepthReader:
     def _exact_group(
         self, group: list[QueueAddress], counted: dict[QueueAddress, int | BaseException]
     ) -> None:
-        statement = exact_statement(self.transport, group)
         try:
-            rows = self._query(statement, group[0] if len(group) == 1 else None)
+            rows = self._query(
+                lambda dialect_of: exact_statement(self.transport, group, dialect_of),
+                group[0] if len(group) == 1 else None,
+            )
         except TransientDatabaseError as error:
             counted.update(dict.fromkeys(group, error))
             return
@@ -261,10 +277,19 @@ class DepthReader:
         for row in rows:
             counted[group[int(row[0])]] = int(row[1] or 0)
 
-    def _query(self, statement: str, address: QueueAddress | None) -> list[Any]:
+    def _query(
+        self, compose: Callable[[Callable[[QueueAddress], Dialect]], str], address: QueueAddress | None
+    ) -> list[Any]:
+        """Run the statement ``compose`` makes from each table's dialect, as its columns say (asked once
+        per queue, on this connection, where the engine meets more than one layout)."""
         self.statements += 1
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
+
+            def dialect_of(table: QueueAddress) -> Dialect:
+                return self.transport.queue(table).table_dialect(connection.cursor())
+
+            statement = compose(dialect_of)
             cursor.execute(statement, ())
             rows = self.transport.dialect.fetch_rows(cursor)
             connection.commit()
