@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, PermissionDenied
-from .queue.provisioning import begin_creation, first_value, table_exists, table_exists_on
+from .queue.provisioning import begin_creation, create_racing, first_value, table_exists, table_exists_on
 
 if TYPE_CHECKING:
     from ..dialects.base import Dialect
@@ -86,14 +86,7 @@ class ErrorArchive:
     def create(self) -> bool:
         """Create the table and its ArchivedAt index if missing (safe from many processes); True if
         created. Needs the right to create a table in the error queue's schema."""
-        for attempt in (1, 2):
-            try:
-                return self._create_once()
-            except Exception as error:
-                if attempt == 1 and self.transport.dialect.is_already_exists(error.__cause__ or error):
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return create_racing(self.transport.dialect, self._create_once, f"error archive {self.address}")
 
     def _create_once(self) -> bool:
         dialect, address = self.transport.dialect, self.address

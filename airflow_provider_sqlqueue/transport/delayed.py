@@ -45,7 +45,7 @@ from . import headers as h
 from .callers import write_in_callers_transaction
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
-from .queue.provisioning import begin_creation, table_exists_on
+from .queue.provisioning import begin_creation, create_racing, table_exists_on
 from .recoverability import (
     CircuitBreaker,
     CircuitBreakerSettings,
@@ -142,14 +142,7 @@ class DelayedStore:
     # ---- provisioning --------------------------------------------------------------------------
     def create(self) -> bool:
         """Create the table and its Due index if missing (safe from many processes); True if created."""
-        for attempt in (1, 2):
-            try:
-                return self._create_once()
-            except Exception as error:
-                if attempt == 1 and self.dialect.is_already_exists(error.__cause__ or error):
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return create_racing(self.dialect, self._create_once, f"delayed table {self.address}")
 
     def _create_once(self) -> bool:
         dialect, address = self.dialect, self.address

@@ -36,7 +36,7 @@ from ..dialects.base import SUBSCRIPTION_COLUMN_LENGTH
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
 from .callers import write_in_callers_transaction
-from .queue.provisioning import begin_creation, first_value, table_exists_on
+from .queue.provisioning import begin_creation, create_racing, first_value, table_exists_on
 
 if TYPE_CHECKING:
     from .roles import SubscriptionTransport
@@ -178,14 +178,7 @@ class SubscriptionStore:
     def create(self) -> bool:
         """Create the table if missing (safe from many processes at once; needs DDL rights); True when
         this call created it."""
-        for attempt in (1, 2):
-            try:
-                return self._create_once()
-            except Exception as error:
-                if attempt == 1 and self.transport.dialect.is_already_exists(error.__cause__ or error):
-                    continue
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return create_racing(self.transport.dialect, self._create_once, f"subscription table {self.address}")
 
     def _create_once(self) -> bool:
         transport, address = self.transport, self.address

@@ -8,6 +8,7 @@ existence check that tells a missing table from another failure.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...dialects import dialect_for_layout, dialect_for_table
@@ -97,16 +98,24 @@ def create_table(
     ``add_missing_indexes``: building an index on a table that receivers are using blocks them while it
     builds (SQL Server builds it offline), so that is a step to choose, not a side effect of provisioning.
     """
-    for attempt in (1, 2):
-        try:
-            return _create_once(transport, address, options, add_missing_indexes)
-        except Exception as error:
-            cause = error.__cause__ or error
-            if attempt == 1 and transport.dialect.is_already_exists(cause):
-                log.info("queue %s was created concurrently; checking again", address)
-                continue
+    return create_racing(
+        transport.dialect,
+        lambda: _create_once(transport, address, options, add_missing_indexes),
+        f"queue {address}",
+    )
+
+
+def create_racing(dialect: Dialect, create_once: Callable[[], bool], what: str) -> bool:
+    """``create_once()``, run once more when another process created the same table between its check and
+    its ``CREATE`` (the engine's "already exists"): the second run finds the table. Its result: whether
+    this call created it."""
+    try:
+        return create_once()
+    except Exception as error:
+        if not dialect.is_already_exists(error.__cause__ or error):
             raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    log.info("%s was created concurrently; checking again", what)
+    return create_once()
 
 
 def _create_once(
