@@ -21,8 +21,8 @@ intervals counts as missed). PostgreSQL is a throwaway cluster with its default 
 the triggers and the sender logging in as one ordinary role; SQLite one file in WAL mode; Babelfish (in
 ``--engines`` with ``babelfish``) the TDS engine as the tests start it (tests/sqlserver_bed.py), reached
 through Microsoft's ODBC Driver 18, with ``--babelfish-sensors`` over ``--babelfish-queues`` (fewer: each
-of its logins costs a server process): its connections are the worker's established TCP sockets to the
-server's port, its statements the ``execute`` calls of the worker's pyodbc cursors.
+of its logins costs a server process): its connections are the worker's open TCP sockets (it connects to
+nothing else), its statements the ``execute`` calls of the worker's pyodbc cursors.
 """
 
 from __future__ import annotations
@@ -167,28 +167,12 @@ def _held_sqlite(database: str) -> int:
     return held
 
 
-def _held_tcp(port: int) -> int:
-    """This process's established TCP connections to ``port`` on loopback."""
-    own = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            own.add(target[len("socket:[") : -1])
-    held = 0
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if fields[9] in own and fields[3] == "01" and remote_port == port:
-                held += 1
-    return held
+def _held_tcp() -> int:
+    """This process's open TCP connections: the worker connects to nothing but the server under test."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from own_connections import own_tcp_ports
+
+    return len(own_tcp_ports())
 
 
 def worker(options: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +194,7 @@ def worker(options: dict[str, Any]) -> dict[str, Any]:
         if engine == "postgresql":
             return _held_postgres(options["checker_url"])
         if engine == "babelfish":
-            return _held_tcp(options["server_port"])
+            return _held_tcp()
         return _held_sqlite(options["database"])
 
     async def main() -> dict[str, Any]:
@@ -329,7 +313,6 @@ def _targets(engine: str, folder: Path, code: str, cluster: Any, bed: Any) -> di
         return {
             "url": bed.drivers["msodbc"],
             "schema": schema,
-            "server_port": bed.port,
             "connection": {
                 "conn_type": "sqlqueue",
                 "extra": {
