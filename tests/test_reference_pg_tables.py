@@ -330,3 +330,51 @@ def test_the_triggers_shared_read_sees_a_reference_queue_beside_a_package_queue(
         assert (orders.estimate, orders.exact, billing.estimate) == (3, 3, 1)
         assert orders.oldest_time_sent is not None and billing.oldest_time_sent is not None
         assert reader.statements == 2  # the bounds of both in one, the exact count in another
+
+
+def test_the_provision_operator_creates_an_endpoint_in_the_reference_layout(target, monkeypatch) -> None:
+    from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
+
+    for name, value in target.airflow_env("sqlqueue_default").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="column_layout"):
+        ProvisionQueuesOperator(task_id="bad", endpoint="sales", column_layout="postgresql")
+    provision = ProvisionQueuesOperator(
+        task_id="provision", endpoint="sales", audit_queue=None, column_layout="postgresql-transport"
+    )
+    script = ProvisionQueuesOperator(
+        task_id="script",
+        endpoint="sales",
+        audit_queue=None,
+        column_layout="postgresql-transport",
+        dry_run=True,
+    ).execute({})
+    assert script.count("Seq serial NOT NULL UNIQUE") == 2 and "RowVersion" not in script.split("_archive")[0]
+    result = provision.execute({})
+    assert {"sales", "error"} <= {name.split("@")[0] for name in result["created"]}
+    with target.open() as fresh:
+        sales = fresh.queue("sales")
+        assert sales.resolved_dialect().layout == "postgresql-transport"
+        sent = reference_send(fresh, sales, b"from .NET")
+        with sales.receive() as batch:
+            assert [(m.message_id, m.body) for m in batch] == [(sent, b"from .NET")]
+        assert fresh.queue("error").resolved_dialect().layout == "postgresql-transport"
+
+
+def test_a_delayed_message_moves_into_a_reference_queue_and_the_reference_receives_it(transport) -> None:
+    from airflow_provider_sqlqueue.transport import DelayedMover, DelayedStore
+
+    orders = reference_queue(transport, "orders")
+    store = DelayedStore(transport, "sales.Delayed")
+    store.create()
+    first = store.store("orders", b"first", delay=timedelta(0), headers={"NServiceBus.CorrelationId": "c-1"})
+    second = store.store("orders", b"second", delay=timedelta(0))
+    later = store.store("orders", b"an hour later", delay=timedelta(hours=1))
+    assert DelayedMover(store).move_once() == 2
+    received = [reference(transport, REFERENCE_RECEIVE, orders) for _ in range(3)]
+    assert [bytes(rows[0][3]) for rows in received[:2]] == [b"first", b"second"]
+    assert received[2] == []
+    headers = [decode_headers(rows[0][2]) for rows in received[:2]]
+    assert [h["NServiceBus.MessageId"] for h in headers] == [str(first), str(second)]
+    assert headers[0]["NServiceBus.CorrelationId"] == "c-1"
+    assert store.count() == 1 and later not in (first, second)

@@ -109,6 +109,14 @@ STATEMENTS: StatementTable = {
         f"WHERE Expires < {UTC_NOW} OFFSET 0) AS expired WHERE {_ADVISORY_ROW_LOCK} LIMIT %s",
         key="Seq",
     ),
+    # The delayed mover's move from this package's delayed table (RowVersion, Due) into a queue of this
+    # layout: a new Id, Headers and Body as stored, no Expires, in Due order (Seq follows the insert).
+    "move_delayed_rows": (
+        "WITH moved AS (DELETE FROM {table} "
+        "WHERE RowVersion IN ({marks}) RETURNING Headers, Body, Due, RowVersion) "
+        "INSERT INTO {destination} (Id, Headers, Body) "
+        "SELECT gen_random_uuid(), Headers, Body FROM moved ORDER BY Due, RowVersion"
+    ),
     # The binary COPY of bulk_send sends each value in its column type's wire format.
     "bulk_send_check": (
         "SELECT count(*) FILTER (WHERE (lower(a.attname), format_type(a.atttypid, NULL)) IN ("

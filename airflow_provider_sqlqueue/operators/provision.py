@@ -68,6 +68,10 @@ class ProvisionQueuesOperator(BaseOperator):
     :param audit_queue: shared audit queue name, or None.
     :param extra_queues: further queue names (templated).
     :param layout: ``clustered`` (the seeds' layout) or ``heap`` (SQL Server only).
+    :param column_layout: the columns of the new tables: ``sqlserver-transport`` (NServiceBus's SQL Server
+        transport's, on every engine) or ``postgresql-transport`` (NServiceBus.Transport.PostgreSql's, for
+        .NET endpoints on PostgreSQL; a ConfigurationError on other engines). An existing table keeps its
+        own; a ValueError when the DAG is parsed for any other name.
     :param unicode_headers: ``nvarchar(max)`` Headers (SQL Server; False gives the seeds' ``varchar``).
     :param body_string: add the readable ``BodyString`` computed column.
     :param storage_parameters: PostgreSQL: the new tables' ``WITH (...)`` storage parameters instead of the
@@ -107,6 +111,7 @@ class ProvisionQueuesOperator(BaseOperator):
         audit_queue: str | None = "audit",
         extra_queues: Sequence[str] = (),
         layout: str = "clustered",
+        column_layout: str = "sqlserver-transport",
         unicode_headers: bool = True,
         body_string: bool = False,
         storage_parameters: Mapping[str, Any] | None = None,
@@ -119,6 +124,7 @@ class ProvisionQueuesOperator(BaseOperator):
         super().__init__(**kwargs)
         self.options = TableOptions(
             layout=layout,  # type: ignore[arg-type]
+            column_layout=column_layout,  # type: ignore[arg-type]
             unicode_headers=unicode_headers,
             body_string=body_string,
             storage_parameters=storage_parameters,

@@ -520,8 +520,9 @@ class DelayedMover:
                     for row_version in row_versions
                 )
                 continue
+            destination_dialect = queue.table_dialect(cursor)  # a table of the reference's layout too
             statements_for = functools.partial(
-                self.dialect.move_delayed_rows,
+                destination_dialect.move_delayed_rows,
                 self.address,
                 queue.address,
                 with_recoverable=queue.has_recoverable(cursor),
@@ -536,7 +537,7 @@ class DelayedMover:
                         f"another writer changed the rows moved from {self.address} to {address} "
                         f"(row counts {counts}); the move was rolled back"
                     )
-            notify = self.dialect.notify_statement(queue.address)
+            notify = destination_dialect.notify_statement(queue.address)
             if notify:
                 cursor.execute(notify, ())
         if failed:
