@@ -378,3 +378,27 @@ def test_a_delayed_message_moves_into_a_reference_queue_and_the_reference_receiv
     assert [h["NServiceBus.MessageId"] for h in headers] == [str(first), str(second)]
     assert headers[0]["NServiceBus.CorrelationId"] == "c-1"
     assert store.count() == 1 and later not in (first, second)
+
+
+def test_a_failed_message_deleted_from_a_reference_error_queue_lands_in_its_archive(transport) -> None:
+    from airflow_provider_sqlqueue.transport.archive import ErrorArchive
+    from airflow_provider_sqlqueue.transport.failed import delete_failed
+
+    error = reference_queue(transport, "error")
+    orders = reference_queue(transport, "orders")
+    reference_send(transport, orders, b"bad")
+
+    def handler(message, context) -> None:
+        raise ValueError("not yet")
+
+    MessagePump(orders, handler, immediate_retries=0, **FAST).run(until_empty=True, timeout=30)
+    [(native_id, seq, headers)] = reference(transport, "SELECT Id, Seq, Headers FROM {0}", error)
+    outcome = delete_failed(error)
+    assert len(outcome.done) == 1 and error.count() == 0
+    archive = ErrorArchive.of(error)
+    assert archive.count() == 1
+    archived = transport.queue(archive.address, error_queue=None)  # a table to name, as a queue is
+    [row] = reference(
+        transport, "SELECT Id, ErrorRowVersion, Headers, Body, CorrelationId FROM {0}", archived
+    )
+    assert row == (native_id, seq, headers, b"bad", None)

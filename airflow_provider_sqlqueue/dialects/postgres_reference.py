@@ -117,6 +117,14 @@ STATEMENTS: StatementTable = {
         "INSERT INTO {destination} (Id, Headers, Body) "
         "SELECT gen_random_uuid(), Headers, Body FROM moved ORDER BY Due, RowVersion"
     ),
+    # A failed message deleted from an error queue of this layout into its archive (this package's archive
+    # table: no CorrelationId, ReplyToAddress or Recoverable to keep; Expires from UTC wall-clock time).
+    "archive_failed_row": (
+        "WITH taken AS (DELETE FROM {table} WHERE Seq = %s "
+        "RETURNING Id, Expires AT TIME ZONE 'UTC' AS Expires, Headers, Body, Seq) INSERT INTO {archive} (Id, "
+        "CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body, ErrorRowVersion) "
+        "SELECT Id, NULL, NULL, NULL, Expires, Headers, Body, Seq FROM taken RETURNING ErrorRowVersion"
+    ),
     # The binary COPY of bulk_send sends each value in its column type's wire format.
     "bulk_send_check": (
         "SELECT count(*) FILTER (WHERE (lower(a.attname), format_type(a.atttypid, NULL)) IN ("
