@@ -169,7 +169,9 @@ def _held_sqlite(database: str) -> int:
 
 def _held_tcp() -> int:
     """This process's open TCP connections: the worker connects to nothing but the server under test."""
-    sys.path.insert(0, str(HERE.parent / "tests"))
+    tests = str(HERE.parent / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
     from own_connections import own_tcp_ports
 
     return len(own_tcp_ports())

@@ -287,7 +287,7 @@ class DepthReader:
             cursor = connection.cursor()
 
             def dialect_of(table: QueueAddress) -> Dialect:
-                return self.transport.queue(table).table_dialect(connection.cursor())
+                return self.transport.queue(table).table_dialect(cursor)
 
             statement = compose(dialect_of)
             cursor.execute(statement, ())
