@@ -11,8 +11,9 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["own_sockets", "own_tcp_ports", "settled"]
+__all__ = ["checker", "own_sockets", "own_tcp_ports", "settled"]
 
 
 def own_sockets(pid: int | str = "self") -> set[str]:
@@ -56,3 +57,19 @@ def settled(count: Callable[[], int], bound: int, seconds: float = 15.0) -> int:
     while (found := count()) > bound and time.monotonic() < deadline:
         time.sleep(0.2)
     return found
+
+
+def checker(url: str) -> Any:
+    """A psycopg connection of its own to the PostgreSQL database at SQLAlchemy ``url``, to count the
+    server's view of the connections (``pg_stat_activity``); a context manager."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return psycopg.connect(
+        host=parsed.host,
+        port=parsed.port,
+        user=parsed.username,
+        password=parsed.password,
+        dbname=parsed.database,
+    )

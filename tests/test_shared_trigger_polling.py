@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import EngineTarget
-from own_connections import own_sockets, own_tcp_ports, settled
+from own_connections import checker, own_sockets, own_tcp_ports, settled
 
 pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
 
@@ -45,15 +45,9 @@ def held_connections(target: EngineTarget, earlier: set[str], bound: int = 0) ->
 
 
 def _held_connections(target: EngineTarget, earlier: set[str]) -> int:
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    url = make_url(target.url)
     ports = ",".join(str(port) for port in own_tcp_ports(earlier)) or "0"
-    with psycopg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
-    ) as checker:
-        row = checker.execute(
+    with checker(target.url) as connection:
+        row = connection.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
             f"AND client_port IN ({ports})"

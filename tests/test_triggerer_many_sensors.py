@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from conftest import EngineTarget, sqlserver_target
-from own_connections import own_tcp_ports
+from own_connections import checker, own_tcp_ports
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "browser"))
 from airflow_stack import free_port, kill_leftovers
@@ -200,15 +200,9 @@ def wait_for(what: str, condition: Callable[[], Any], timeout: float, *alive: Pr
 
 def triggerer_connections(target: EngineTarget, triggerer: Process) -> int:
     """The PostgreSQL client connections of the triggerer's processes to the test database."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
     ports = {port for pid in triggerer.pids() for port in own_tcp_ports(pid=pid)}
-    url = make_url(target.url)
-    with psycopg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
-    ) as checker:
-        row = checker.execute(
+    with checker(target.url) as connection:
+        row = connection.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND backend_type = 'client backend' AND client_port = ANY(%s)",
             (sorted(ports),),
@@ -233,14 +227,8 @@ def open_files(process: Process, target: EngineTarget) -> int:
 
 def free_slots(target: EngineTarget) -> int:
     """Connections the PostgreSQL server would still accept from an ordinary role."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    url = make_url(target.url)
-    with psycopg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database
-    ) as checker:
-        row = checker.execute(
+    with checker(target.url) as connection:
+        row = connection.execute(
             "SELECT current_setting('max_connections')::int"
             " - current_setting('superuser_reserved_connections')::int"
             " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
