@@ -402,3 +402,140 @@ def test_a_failed_message_deleted_from_a_reference_error_queue_lands_in_its_arch
         transport, "SELECT Id, ErrorRowVersion, Headers, Body, CorrelationId FROM {0}", archived
     )
     assert row == (native_id, seq, headers, b"bad", None)
+
+
+# The reference's delayed table and its two statements on it (PostgreSqlConstants.cs at 214c4e8f:
+# CreateDelayedMessageStoreText, StoreDelayedMessageText, MoveDueDelayedMessageText). MoveDue is two commands,
+# which Npgsql sends as a batch and psycopg runs one by one (split at the blank line, as written).
+REFERENCE_CREATE_DELAYED = """
+CREATE TABLE IF NOT EXISTS {0} (
+    Id uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY, 
+    Headers text NOT NULL,
+    Body bytea,
+    Due timestamptz NOT NULL
+) WITH (fillfactor=100);
+"""  # noqa: W291
+REFERENCE_STORE_DELAYED = """
+WITH params (DueDate) as (
+   values (timestamptz (now() AT TIME ZONE 'UTC') + (@DueAfterDays || ' days ')::INTERVAL + (@DueAfterHours || ' hours ')::INTERVAL + (@DueAfterMinutes || ' mins ')::INTERVAL + (@DueAfterSeconds || ' s ')::INTERVAL + (@DueAfterMilliseconds || ' ms')::INTERVAL)
+)
+INSERT INTO {0} (
+    Headers,
+    Body,
+    Due)
+SELECT @Headers, @Body, DueDate
+FROM params;"""  # noqa: E501
+REFERENCE_MOVE_DUE = """
+WITH message as (DELETE FROM {0} WHERE id in (SELECT id from {0} WHERE {0}.Due < now() AT TIME ZONE 'UTC' LIMIT @BatchSize) 
+RETURNING id, headers, body)
+INSERT into {1} (id, expires, headers, body) SELECT id, NULL, headers, body FROM message;
+
+SELECT now() AT TIME ZONE 'UTC' as UtcNow, Due as NextDue
+FROM {0} 
+ORDER BY Due LIMIT 1 FOR UPDATE SKIP LOCKED"""  # noqa: E501, W291
+
+
+def reference_in_utc(transport, statement: str, tables: tuple, values: dict) -> None:
+    """One of the reference's statements with two tables, run in a UTC session (``SET LOCAL``) as a .NET
+    endpoint's Npgsql session runs: its ``now() AT TIME ZONE 'UTC'`` is UTC wall-clock time read back in the
+    session's zone, so in this module's UTC+14 sessions its delayed statements would be 14 hours off."""
+    with transport.connection() as connection:
+        cursor = connection.cursor()
+        cursor.execute("SET LOCAL TIME ZONE 'UTC'")
+        for command in statement.format(*map(rawsql.table_of, tables)).split(";\n\n"):
+            cursor.execute(re.sub(r"@(\w+)", r"%(\1)s", command), values)
+        connection.commit()
+
+
+def reference_store_delayed(transport, delayed, destination: str, body: bytes, hours: int = 0) -> str:
+    message_id = str(uuid.uuid4())
+    headers = {"NServiceBus.MessageId": message_id, "NServiceBus.SqlServer.ForwardDestination": destination}
+    values = {"Headers": encode_headers(headers), "Body": body, "DueAfterDays": 0, "DueAfterHours": hours}
+    values |= {"DueAfterMinutes": 0, "DueAfterSeconds": 0, "DueAfterMilliseconds": 0}
+    reference_in_utc(transport, REFERENCE_STORE_DELAYED, (delayed,), values)
+    return message_id
+
+
+def test_the_reference_stores_delayed_messages_and_this_package_moves_them_to_both_layouts(
+    transport, caplog
+) -> None:
+    from airflow_provider_sqlqueue.transport import DelayedMover, DelayedStore
+
+    store = DelayedStore(transport, "sales.Delayed")
+    delayed = transport.queue(store.address, error_queue=None)  # a table to name, as a queue is
+    reference(transport, REFERENCE_CREATE_DELAYED, delayed)
+    shipping = reference_queue(transport, "shipping")
+    billing = transport.queue("billing")
+    billing.create()
+    transport.queue("error").create()
+    to_shipping = reference_store_delayed(transport, delayed, rawsql.table_of(shipping), b"to .NET's table")
+    to_billing = reference_store_delayed(transport, delayed, "billing", b"to this package's table")
+    later = reference_store_delayed(transport, delayed, "billing", b"in an hour", hours=1)
+    nowhere = rawsql.table_of(transport.queue("nowhere"))
+    lost = reference_store_delayed(transport, delayed, nowhere, b"no such queue")
+    [(shipping_row_id,)] = [
+        row[:1]
+        for row in reference(transport, "SELECT Id, Headers FROM {0}", delayed)
+        if to_shipping in row[1]
+    ]
+    caplog.set_level("INFO", logger="airflow_provider_sqlqueue.transport.delayed")
+    assert DelayedMover(store).move_once() == 3
+    assert "has the postgresql-transport layout" in caplog.text
+    [(row_id, _, headers, body)] = reference(transport, REFERENCE_RECEIVE, shipping)
+    assert (row_id, bytes(body), decode_headers(headers)["NServiceBus.MessageId"]) == (
+        shipping_row_id,
+        b"to .NET's table",
+        to_shipping,
+    )
+    with billing.receive() as batch:
+        assert [(m.message_id, m.body) for m in batch] == [(to_billing, b"to this package's table")]
+    with transport.queue("error").receive() as batch:
+        [failed] = list(batch)
+    assert failed.message_id == lost and failed.headers["NServiceBus.FailedQ"]
+    assert store.count() == 1
+    assert [
+        decode_headers(row[0])["NServiceBus.MessageId"]
+        for row in reference(transport, "SELECT Headers FROM {0}", delayed)
+    ] == [later]
+
+
+def test_this_package_creates_and_stores_into_the_reference_delayed_table_which_the_reference_moves(
+    transport,
+) -> None:
+    from datetime import datetime, timezone
+
+    from airflow_provider_sqlqueue.transport import DelayedMover, DelayedStore
+
+    store = DelayedStore(transport, "sales.Delayed")
+    script = store.create_script(column_layout="postgresql-transport")
+    assert "Id uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY" in script and "RowVersion" not in script
+    assert store.create(column_layout="postgresql-transport")
+    delayed = transport.queue(store.address, error_queue=None)
+    columns = reference(
+        transport,
+        "SELECT lower(attname) FROM pg_attribute WHERE attrelid = to_regclass('{0}') AND attnum > 0 "
+        "ORDER BY attnum",
+        delayed,
+    )
+    assert [c for (c,) in columns] == ["id", "headers", "body", "due"]
+    sales = reference_queue(transport, "sales")  # the endpoint's input queue, where the reference moves to
+    shipping = reference_queue(transport, "shipping")
+    billing = transport.queue("billing")
+    billing.create()
+    yesterday = datetime.now(timezone.utc) - timedelta(days=1)
+    first = store.store("shipping", b"first", deliver_at=yesterday)
+    second = store.store("billing", b"second", deliver_at=yesterday)
+    store.store("billing", b"in an hour", delay=timedelta(hours=1))
+    reference_in_utc(transport, REFERENCE_MOVE_DUE, (delayed, sales), {"BatchSize": 10})
+    assert store.count() == 1 and DelayedMover(store).move_once() == 0
+    moved = [
+        decode_headers(h) for (h,) in reference(transport, "SELECT Headers FROM {0} ORDER BY Seq", sales)
+    ]
+    forwards = [headers["NServiceBus.SqlServer.ForwardDestination"] for headers in moved]
+    assert forwards == [rawsql.table_of(shipping), rawsql.table_of(billing)]  # the form .NET parses
+    # the receiver of the endpoint's queue forwards each to its destination, as the reference's does
+    MessagePump(sales, lambda message, context: None, **FAST).run(until_empty=True, timeout=30)
+    [(_, _, headers, body)] = reference(transport, REFERENCE_RECEIVE, shipping)
+    assert (decode_headers(headers)["NServiceBus.MessageId"], bytes(body)) == (str(first), b"first")
+    with billing.receive() as batch:
+        assert [(m.message_id, m.body) for m in batch] == [(str(second), b"second")]

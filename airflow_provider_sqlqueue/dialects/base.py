@@ -587,17 +587,23 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         return self.sql("select_due_delayed", address)
 
     def move_delayed_rows(
-        self, address: QueueAddress, destination: QueueAddress, rows: int, with_recoverable: bool
+        self,
+        address: QueueAddress,
+        destination: QueueAddress,
+        rows: int,
+        with_recoverable: bool,
+        delayed_layout: str = "sqlserver-transport",
     ) -> list[str]:
         """Statements that move the delayed rows whose RowVersions are the ``rows`` parameters (each
         statement takes the same ones) into ``destination`` without leaving the server: Headers and Body
         exactly as stored, a new Id (as the reference's ``NEWID()``), CorrelationId, ReplyToAddress and
         Expires NULL, inserted in Due order where the engine keeps an INSERT's order. More than one
         statement only where the engine cannot insert what a DELETE returns; their row counts must
-        then agree, or another writer took some of the rows."""
+        then agree, or another writer took some of the rows. From a delayed table of ``delayed_layout``
+        ``postgresql-transport`` the parameters are its rows' Ids, and each message keeps its row's Id."""
         shape = "" if with_recoverable else "_without_recoverable"
         return self.sql_list(
-            "move_delayed_rows",
+            "move_delayed_rows" if delayed_layout == "sqlserver-transport" else "move_reference_delayed_rows",
             address,
             rows,
             destination=self.qualified_name(destination),

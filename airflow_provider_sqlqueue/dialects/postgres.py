@@ -181,12 +181,12 @@ STATEMENTS: StatementTable = {
     # default gets it (a change to the catalog only; nothing is rewritten). The ALTER needs the table's
     # ACCESS EXCLUSIVE lock for a moment, so it waits at most 5 s for open receive transactions (receivers
     # queue behind a waiting ALTER) and is then left for the next create().
-    # Which layout a table has: NServiceBus.Transport.PostgreSql's orders by Seq and has no RowVersion.
+    # Which layout a table has: NServiceBus.Transport.PostgreSql's have no RowVersion (its queues order by
+    # Seq, its delayed table names rows by Id); this package's have one.
     # No row's counts when the table is missing (to_regclass is NULL).
     "table_layout": (
-        "SELECT count(*) FILTER (WHERE a.attname = 'seq'), count(*) FILTER (WHERE a.attname = 'rowversion'), "
-        "count(*) FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 "
-        "AND NOT a.attisdropped"
+        "SELECT count(*) FILTER (WHERE a.attname = 'rowversion'), count(*) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped"
     ),
     "recoverable_default_missing": (
         "SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attname = 'recoverable' "
@@ -253,6 +253,14 @@ STATEMENTS: StatementTable = {
         "INSERT INTO {destination} ({columns}) "
         "SELECT gen_random_uuid(), NULL, NULL, {recoverable}NULL, Headers, Body FROM moved "
         "ORDER BY Due, RowVersion"
+    ),
+    # The same move from a delayed table of NServiceBus.Transport.PostgreSql's layout (see
+    # postgres_reference.py), whose rows are named by Id: the moved message keeps that Id, as the reference's
+    # MoveDueDelayedMessageText keeps it.
+    "move_reference_delayed_rows": (
+        "WITH moved AS (DELETE FROM {table} WHERE Id IN ({marks}) RETURNING Id, Headers, Body, Due) "
+        "INSERT INTO {destination} ({columns}) "
+        "SELECT Id, NULL, NULL, {recoverable}NULL, Headers, Body FROM moved ORDER BY Due, Id"
     ),
     "try_lock_delayed_mover": (
         "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended(%s, 0)) THEN 0 ELSE -1 END"
@@ -517,10 +525,10 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
         cursor.execute(self.sql("table_layout"), (self.display_sql(self.qualified_name(address)),))
         rows = self.fetch_rows(cursor)
-        seq, row_version, columns = rows[0] if rows else (0, 0, 0)
+        row_version, columns = rows[0] if rows else (0, 0)
         if not columns:
             return None
-        return "postgresql-transport" if seq and not row_version else "sqlserver-transport"
+        return "sqlserver-transport" if row_version else "postgresql-transport"
 
     def recoverable_default_missing(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("recoverable_default_missing"), (self.display_sql(self.qualified_name(address)),)

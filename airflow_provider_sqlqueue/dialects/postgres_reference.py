@@ -117,6 +117,29 @@ STATEMENTS: StatementTable = {
         "INSERT INTO {destination} (Id, Headers, Body) "
         "SELECT gen_random_uuid(), Headers, Body FROM moved ORDER BY Due, RowVersion"
     ),
+    # The same move from a delayed table of this layout (named by Id): the message keeps the row's Id, as
+    # the reference's MoveDueDelayedMessageText keeps it.
+    "move_reference_delayed_rows": (
+        "WITH moved AS (DELETE FROM {table} WHERE Id IN ({marks}) RETURNING Id, Headers, Body, Due) "
+        "INSERT INTO {destination} (Id, Headers, Body) SELECT Id, Headers, Body FROM moved ORDER BY Due, Id"
+    ),
+    # ---- the reference's delayed table (CreateDelayedMessageStoreText): Id uuid, Headers, Body and Due
+    # timestamptz, no RowVersion, so the mover names its rows by Id. Due is compared with the database clock
+    # as a timestamptz, never with the UTC wall-clock time this layout's queues keep, which a session's time
+    # zone would shift. A store is the package's INSERT of Headers, Body and Due; Id takes its default.
+    "create_delayed_table": (
+        "CREATE TABLE {table} (\n"
+        "    Id uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY,\n"
+        "    Headers text NOT NULL,\n"
+        "    Body bytea NULL,\n"
+        "    Due timestamptz NOT NULL\n) WITH (fillfactor=100)"
+    ),
+    "select_due_delayed": (
+        "SELECT Id, Headers FROM {table} WHERE Due <= statement_timestamp() ORDER BY Due, Id LIMIT %s"
+    ),
+    "select_delayed_rows": "SELECT Headers, Body, Id FROM {table} WHERE Id IN ({marks})",
+    "delete_delayed_rows": "DELETE FROM {table} WHERE Id IN ({marks})",
+    "next_due_delayed": "SELECT statement_timestamp(), min(Due) FROM {table}",
     # A failed message deleted from an error queue of this layout into its archive (this package's archive
     # table: no CorrelationId, ReplyToAddress or Recoverable to keep; Expires from UTC wall-clock time).
     "archive_failed_row": (

@@ -2,7 +2,10 @@
 
 A delayed send is an INSERT into the endpoint's delayed table (Headers, Body, Due, RowVersion) with the
 destination in the ``NServiceBus.SqlServer.ForwardDestination`` header. ``Due`` is an absolute UTC time
-(``deliver_at``) or the database clock plus a delay, so the machines' clocks never matter.
+(``deliver_at``) or the database clock plus a delay, so the machines' clocks never matter. On PostgreSQL a
+delayed table of NServiceBus.Transport.PostgreSql's layout (Id, Headers, Body, Due) is recognised by its
+columns and used as it is, so that endpoints of both share it; ``create(column_layout=
+"postgresql-transport")`` makes one.
 
 The mover deletes due rows in batches (by the database clock, oldest Due first) and inserts them into their
 destination queues in the same transaction. Of all the endpoint's instances, one mover runs at a time:
@@ -32,7 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..dialects.base import Dialect, Row
+from ..dialects import dialect_for_layout, dialect_for_table
+from ..dialects.base import ColumnLayout, Dialect, Row
 from ..model.address import QueueAddress
 from ..model.errors import (
     ConfigurationError,
@@ -78,7 +82,13 @@ def _as_utc(value: Any) -> datetime:
     return value.astimezone(timezone.utc)
 
 
-def _padded_chunks(row_versions: list[int], slots: int, *, pad: bool = True) -> list[list[int]]:
+def _row_key(value: Any) -> Any:
+    """A delayed row's name as the mover binds it back: this package's RowVersion (an integer), or the Id
+    (a uuid) of a delayed table of the reference's PostgreSQL layout."""
+    return value if isinstance(value, uuid.UUID | str) else int(value)
+
+
+def _padded_chunks(row_versions: list[Any], slots: int, *, pad: bool = True) -> list[list[Any]]:
     """The RowVersions in lists of ``slots``, the last padded by repeating its last value (``IN`` ignores
     the repeats): one statement text per destination, which servers parse and plan once (Babelfish's
     first run of a text costs hundreds of milliseconds)."""
@@ -129,7 +139,8 @@ class DelayedStore:
         self.transport = transport
         self.address = transport.resolve(address)
         self._listeners: list[Callable[[float], None]] = []
-        self._sql_store = self.dialect.store_delayed(self.address)
+        self._sql_store = self.dialect.store_delayed(self.address)  # the same INSERT in either layout
+        self._layout: tuple[Dialect, Dialect] | None = None  # (the engine's dialect, the table's) once read
 
     @property
     def dialect(self) -> Dialect:
@@ -139,13 +150,33 @@ class DelayedStore:
     def __repr__(self) -> str:
         return f"<DelayedStore {self.address} on {self.transport.description}>"
 
-    # ---- provisioning --------------------------------------------------------------------------
-    def create(self) -> bool:
-        """Create the table and its Due index if missing (safe from many processes); True if created."""
-        return create_racing(self.dialect, self._create_once, f"delayed table {self.address}")
+    def table_dialect(self, cursor: Any) -> Dialect:
+        """The dialect for this delayed table as its columns say (one NServiceBus.Transport.PostgreSql made
+        is read in its own layout): asked once, then remembered; the engine's while there is no table."""
+        engine = self.dialect
+        known = self._layout
+        if known is not None and known[0] is engine:
+            return known[1]
+        found = dialect_for_table(engine, cursor, self.address)
+        if found is None:
+            return engine
+        self._layout = (engine, found)
+        if found is not engine:
+            log.info("delayed table %s has the %s layout; using its columns", self.address, found.layout)
+        return found
 
-    def _create_once(self) -> bool:
-        dialect, address = self.dialect, self.address
+    # ---- provisioning --------------------------------------------------------------------------
+    def create(self, column_layout: ColumnLayout = "sqlserver-transport") -> bool:
+        """Create the table and its Due index if missing (safe from many processes); True if created.
+        ``column_layout="postgresql-transport"``: NServiceBus.Transport.PostgreSql's delayed table (Id,
+        Headers, Body, Due), which that transport's own mover reads too (PostgreSQL only)."""
+        dialect = dialect_for_layout(self.dialect, column_layout)
+        return create_racing(
+            self.dialect, lambda: self._create_once(dialect), f"delayed table {self.address}"
+        )
+
+    def _create_once(self, dialect: Dialect) -> bool:
+        address = self.address
         with self.transport.connection(address) as connection:
             cursor = connection.cursor()
             begin_creation(cursor, dialect, address, self.transport.current_catalog())
@@ -157,14 +188,16 @@ class DelayedStore:
                 if not dialect.fetch_rows(cursor):
                     cursor.execute(index.create, ())
             connection.commit()
+        self._layout = None
         if created:
             log.info("created delayed table %s", address)
         return created
 
-    def create_script(self) -> str:
-        statements = [self.dialect.create_delayed_table(self.address)]
-        statements += [index.create for index in self.dialect.delayed_indexes(self.address)]
-        return "".join(f"{self.dialect.display_sql(statement)};\n" for statement in statements)
+    def create_script(self, column_layout: ColumnLayout = "sqlserver-transport") -> str:
+        dialect = dialect_for_layout(self.dialect, column_layout)
+        statements = [dialect.create_delayed_table(self.address)]
+        statements += [index.create for index in dialect.delayed_indexes(self.address)]
+        return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
 
     def exists(self) -> bool:
         return self.transport.queue(self.address, error_queue=None).exists()
@@ -393,7 +426,7 @@ class DelayedMover:
     def _query_next_due(self) -> tuple[Any, Any]:
         def query(connection: Any) -> tuple[Any, Any]:
             cursor = connection.cursor()
-            cursor.execute(self.dialect.next_due_delayed(self.address), ())
+            cursor.execute(self.store.table_dialect(cursor).next_due_delayed(self.address), ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
             return (rows[0][0], rows[0][1]) if rows else (None, None)
@@ -469,16 +502,16 @@ class DelayedMover:
             return self._move_on(connection)
 
     def _move_on(self, connection: Any) -> int:
-        dialect = self.dialect
         cursor = connection.cursor()
-        begin = dialect.begin_write()
+        begin = self.dialect.begin_write()
         if begin:
             cursor.execute(begin, ())
         started = time.monotonic()
-        cursor.execute(dialect.select_due_delayed(self.address), (self.batch_size,))
-        due = dialect.fetch_rows(cursor)
+        delayed = self.store.table_dialect(cursor)
+        cursor.execute(delayed.select_due_delayed(self.address), (self.batch_size,))
+        due = delayed.fetch_rows(cursor)
         if due:
-            self._move_rows(connection, cursor, due)
+            self._move_rows(connection, cursor, due, delayed)
         ended = time.monotonic()  # still holding the lock: rounds of different movers never overlap
         connection.commit()
         self.rounds.append(MoveRound(started, ended, len(due)))
@@ -487,11 +520,12 @@ class DelayedMover:
             log.debug("%s: moved %d due message(s)", self.name, len(due))
         return len(due)
 
-    def _move_rows(self, connection: Any, cursor: Any, due: list[Any]) -> None:
-        """Move the due rows (RowVersion, Headers) to their destinations on the server, grouped by
-        destination; the rows that cannot be delivered go to the error queue."""
-        by_destination: dict[QueueAddress, list[int]] = {}
-        failed: dict[int, tuple[str, str]] = {}  # RowVersion: (failed queue, reason)
+    def _move_rows(self, connection: Any, cursor: Any, due: list[Any], delayed: Dialect) -> None:
+        """Move the due rows (RowVersion or Id, Headers) of the delayed table (``delayed``: its dialect) to
+        their destinations on the server, grouped by destination; the rows that cannot be delivered go to
+        the error queue."""
+        by_destination: dict[QueueAddress, list[Any]] = {}
+        failed: dict[Any, tuple[str, str]] = {}  # RowVersion or Id: (failed queue, reason)
         resolved: dict[str, QueueAddress] = {}  # a batch names few destinations; resolving one is not free
         for row_version, headers_text in due:
             try:
@@ -502,12 +536,12 @@ class DelayedMover:
                 if address is None:
                     address = resolved[destination] = self.transport.resolve(destination)
             except (HeaderFormatError, InvalidQueueName) as error:
-                failed[int(row_version)] = (
+                failed[_row_key(row_version)] = (
                     str(self.transport.canonical(self.address)),
                     f"unreadable delayed message: {error}",
                 )
                 continue
-            by_destination.setdefault(address, []).append(int(row_version))
+            by_destination.setdefault(address, []).append(_row_key(row_version))
         slots = min(self.batch_size, MAX_ROWS_PER_MOVE_STATEMENT)
         for address, row_versions in by_destination.items():
             queue = self.transport.queue(address)
@@ -526,6 +560,7 @@ class DelayedMover:
                 self.address,
                 queue.address,
                 with_recoverable=queue.has_recoverable(cursor),
+                delayed_layout=delayed.layout,
             )
             for chunk in _padded_chunks(row_versions, slots):
                 counts = []
@@ -541,16 +576,18 @@ class DelayedMover:
             if notify:
                 cursor.execute(notify, ())
         if failed:
-            self._fail_rows(connection, cursor, failed)
+            self._fail_rows(connection, cursor, failed, delayed)
 
-    def _fail_rows(self, connection: Any, cursor: Any, failed: dict[int, tuple[str, str]]) -> None:
+    def _fail_rows(
+        self, connection: Any, cursor: Any, failed: dict[Any, tuple[str, str]], delayed: Dialect
+    ) -> None:
         rows: list[Any] = []
         for chunk in _padded_chunks(list(failed), MAX_ROWS_PER_MOVE_STATEMENT, pad=False):
-            cursor.execute(self.dialect.select_delayed_rows(self.address, len(chunk)), chunk)
-            rows += self.dialect.fetch_rows(cursor)
-            cursor.execute(self.dialect.delete_delayed_rows(self.address, len(chunk)), chunk)
+            cursor.execute(delayed.select_delayed_rows(self.address, len(chunk)), chunk)
+            rows += delayed.fetch_rows(cursor)
+            cursor.execute(delayed.delete_delayed_rows(self.address, len(chunk)), chunk)
         for headers_text, body, row_version in rows:
-            failed_queue, reason = failed[int(row_version)]
+            failed_queue, reason = failed[_row_key(row_version)]
             log.error("%s: %s; moving it to the error queue", self.name, reason)
             try:
                 headers = decode_headers(headers_text)
