@@ -295,3 +295,51 @@ def test_a_first_statement_of_several_commands_runs_as_outside_a_pipeline(
     stats = MessagePump(queue, handler, batch_size=10, **FAST).run(until_empty=True, timeout=60)
     assert stats.processed == len(ORDERS) and stats.failed == 0
     assert shop.rows() == Counter([*ORDERS, *(f"{order}-2" for order in ORDERS)])
+
+
+def sql_rollback_begin_then_write(context: Any, engine: str, shop: Shop, kept: dict[str, Any]) -> None:
+    context.connection.execute("ROLLBACK")
+    context.connection.execute(_begin_statement(engine))
+    shop.insert(context.connection.cursor(), OFFENDER + "-after")
+
+
+FOLLOWED = {f.__name__: f for f in (sql_commit, sql_rollback_then_write, sql_rollback_begin_then_write)}
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+@pytest.mark.parametrize("batch_size", [1, 10], ids=["single", "batching"])
+@pytest.mark.parametrize("abuse", list(FOLLOWED))
+def test_a_handler_that_uses_only_the_lent_statements_is_followed_statement_by_statement(
+    target, transport: Transport, abuse: str, batch_size: int
+) -> None:
+    """Handlers that never reach the driver's own objects: the pump follows their statements. On SQLite it
+    reads the driver's state after each one instead of querying the queue after the handler
+    (``state_follows_statements``), so an end followed by a statement that opens the next transaction
+    (``ROLLBACK``, ``BEGIN``, a write) must still be seen as the end it was."""
+    shop = Shop(transport)
+    queue = transport.queue("orders")
+    queue.send_batch([order.encode() for order in ORDERS])
+    calls: Counter[str] = Counter()
+
+    def handler(message: Any, context: Any) -> None:
+        order = message.body.decode()
+        calls[order] += 1
+        shop.insert(context.connection.cursor(), order)
+        if order == OFFENDER:
+            FOLLOWED[abuse](context, target.engine, shop, {})
+
+    pump = MessagePump(queue, handler, batch_size=batch_size, immediate_retries=RETRIES, **FAST)
+    stats = pump.run(until_empty=True, timeout=60)
+
+    rows, failed = shop.rows(), shop.bodies("error")
+    others = [order for order in ORDERS if order != OFFENDER]
+    assert not pump.driver_reached, "the handler stayed on the lent connection's statements"
+    assert queue.count() == 0 and pump.stop_reason == "empty"
+    assert {order: rows[order] for order in others} == dict.fromkeys(others, 1), "each other order once"
+    assert failed == Counter({OFFENDER: 1}), "the offender, once, in the error queue"
+    assert calls[OFFENDER] <= RETRIES + 1
+    assert stats.failed == 1 and stats.processed == len(ORDERS) - 1
+    if abuse != "sql_commit":  # what ran before a ROLLBACK is undone; what ran after it, with the receive
+        assert rows[OFFENDER] == 0
+    if abuse == "sql_rollback_begin_then_write":
+        assert rows[OFFENDER + "-after"] == 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from ..model.address import QueueAddress
@@ -30,6 +30,11 @@ class TransactionState(Enum):
 
 class TransactionStates:
     """How a dialect reads its connection's transaction state; by default it cannot."""
+
+    # Whether the state read right after each statement the driver ran is the whole story: one execute runs
+    # one statement, which cannot end the transaction and begin another (sqlite3). Then a transaction open
+    # after every statement of a caller's is the one it was, with nothing more to read.
+    state_follows_statements: ClassVar[bool] = False
 
     if TYPE_CHECKING:
         placeholder: str
@@ -85,7 +90,11 @@ class SqliteTransactionState(TransactionStates):
     """sqlite3's ``in_transaction``: SQLite itself says whether the connection is outside autocommit mode.
 
     The transaction of a write is begun explicitly (``begin_write``), so ``False`` after a statement means
-    that statement ended it (``COMMIT``, ``END``, ``ROLLBACK``); SQLite has no aborted-but-open state."""
+    that statement ended it (``COMMIT``, ``END``, ``ROLLBACK``); SQLite has no aborted-but-open state. sqlite3
+    runs one statement per ``execute`` (a second raises before anything runs) and begins a transaction only
+    before a statement while none is open, so no one statement ends the transaction and opens another."""
+
+    state_follows_statements: ClassVar[bool] = True
 
     def transaction_state(self, connection: Any) -> TransactionState:
         return TransactionState.OPEN if connection.in_transaction else TransactionState.ENDED

@@ -106,14 +106,20 @@ class LentConnection:
         return pooled
 
     def _first(self, statement: Callable[[], Any]) -> Any:
-        """Run ``statement`` (on a cursor of the loan), with the prelude before it if it has not run."""
+        """Run ``statement`` (on a cursor of the loan), with the prelude before it if it has not run; the
+        watcher hears of each statement before it runs (after the first) and after it returned."""
         self._live()
         prelude, self._prelude = self._prelude, None
+        watcher = self._watcher
         if prelude is not None:
-            return prelude.run_first(statement)
-        if self._watcher is not None:
-            self._watcher.statement()
-        return statement()
+            result = prelude.run_first(statement)
+        else:
+            if watcher is not None:
+                watcher.statement()
+            result = statement()
+        if watcher is not None:
+            watcher.ran()
+        return result
 
     @property
     def is_open(self) -> bool:
@@ -195,6 +201,9 @@ class LendWatcher(Protocol):
 
     def statement(self) -> None:
         """A statement runs on a cursor of the loan, after the first."""
+
+    def ran(self) -> None:
+        """A statement on a cursor of the loan returned."""
 
     def reached(self) -> None:
         """The driver's own connection or cursor is handed out, or used beyond the statements' path."""

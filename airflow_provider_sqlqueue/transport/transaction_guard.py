@@ -159,9 +159,11 @@ class TransactionWatch:
         self.driver = getattr(connection, "dbapi_connection", connection)
         self._rows_check = rows_check  # gives the statement counting the receive's deleted rows, its values
         self.armed = False
+        self.following = False  # whether every use of the connection runs through a path that reports it
         self.mark: Any = None
         self._seen: Any = None  # the transaction's name read right after the handler's last statement
         self._seen_valid = False
+        self._left = False  # a statement on a followed path found the transaction not open (see ran)
 
     def arm(self, begins: bool = False) -> None:
         """Start watching (once): name the transaction where the engine can. ``begins``: the transaction
@@ -185,6 +187,20 @@ class TransactionWatch:
         """The transaction's name as read right behind the handler's statement (see :meth:`name_query`)."""
         self._seen, self._seen_valid = name, True
 
+    def ran(self) -> None:
+        """A statement on a followed path returned. Where the driver's state after each statement is the
+        whole story (:attr:`~..dialects.transaction_state.TransactionStates.state_follows_statements`), an
+        open transaction now is the watched one unless an earlier statement left it, and :meth:`state`
+        needs no query of its own unless something runs after this; one found not open is remembered, so
+        that a write opening the next transaction does not hide the end (``ROLLBACK``, then ``INSERT``)."""
+        if not (self.armed and self.following and self.dialect.state_follows_statements):
+            return
+        if not self._left and self.dialect.transaction_state(self.driver) is TransactionState.OPEN:
+            self.seen(self.mark)
+        else:
+            self._left = True
+            self.unseen()
+
     def unseen(self) -> None:
         """Something ran, or may have run, after the name was last read: :meth:`state` must read it again."""
         self._seen_valid = False
@@ -196,12 +212,15 @@ class TransactionWatch:
         NESTED and UNKNOWN as :meth:`Dialect.transaction_state` reads them. The name read behind the
         handler's last statement (:meth:`seen`) stands for reading it now, once."""
         seen, self._seen_valid = self._seen_valid, False
+        left, self._left = self._left, False
         if not self.armed:
             return TransactionState.OPEN
         state = self.dialect.transaction_state(self.driver)
         if state is not TransactionState.OPEN:
             return state
-        if seen and self.mark is not None:
+        if left:
+            return TransactionState.ENDED
+        if seen:
             same = self._seen == self.mark
         elif self.mark is not None:
             same = self.dialect.transaction_mark_matches(self.driver, self.mark)

@@ -143,6 +143,12 @@ class MessageContext:
         if self._watch is not None:
             self._watch.unseen()
 
+    def ran(self) -> None:
+        """A statement on the lent connection returned: where the driver's state after it says all, it is
+        read now (``LendWatcher``)."""
+        if self._watch is not None:
+            self._watch.ran()
+
     def reached(self) -> None:
         """The handler was given the driver's own object, which it may use out of the pump's sight, now or
         in a later call: from now on the pump reads the transaction itself after every handler call."""
