@@ -441,6 +441,7 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     bridge_copies_rows = True  # psycopg's cursor.copy, inside the transaction
     bridge_reads_binary = True  # bodies skip bytea's hex text both ways
     bridge_moves_server_side = True  # the receive's DELETE ... RETURNING feeds the staging INSERT
+    releases_message_savepoints = False  # a batch's message savepoints nest (see Dialect)
     # Autovacuum looks at a queue table after every 1,000 dead rows instead of after a fifth of the table,
     # and sleeps 0.5 ms per cost limit of pages instead of the server's 2: a drained table's pages are all
     # empty, and the vacuum that follows gives them back to the file system by itself. Unthrottled (0), its

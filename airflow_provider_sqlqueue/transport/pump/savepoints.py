@@ -5,11 +5,12 @@ savepoint, so that a failed attempt's statements roll back alone (see ``processi
 connection is lent and released when the message is done, that savepoint cost two round trips of its own
 per message on a server, twice what the handler's own ``INSERT`` costs. Here it costs none where the
 driver can send several statements before waiting (psycopg's pipeline mode): the savepoint is marked only
-when the handler's first statement runs, in one pipeline with it, and the previous message's savepoint is
-not released on its own but in that same pipeline, before the new one is marked. So at most one savepoint
-is established between two messages, and one while a handler runs. Drivers without a pipeline (sqlite3,
-pyodbc) run the same statements one after another just before the handler's first statement: in-process
-on SQLite; SQL Server has no release, so one round trip, as before.
+when the handler's first statement runs, in one pipeline with it. Where the dialect releases message
+savepoints (SQLite), the previous message's is released just before the new one is marked, so at most one
+is established between two messages; elsewhere each nests in the one before until the batch's commit (a
+rollback to the name undoes the newest only; SQL Server has no release at all). Drivers without a pipeline
+(sqlite3, pyodbc) run the same statements one after another just before the handler's first statement:
+in-process on SQLite, one round trip on SQL Server.
 
 A handler that takes the driver's own connection, a cursor's attributes or the SQLAlchemy connection gets
 the savepoint marked at once, since what it does next is out of sight (:class:`~..lent.LentConnection`).
@@ -44,7 +45,8 @@ T = TypeVar("T")
 class BatchSavepoints:
     """The savepoints of one batch's messages, all under one name. A finished message's savepoint stays
     established (its work is the batch's either way) until the next message's is marked, which releases
-    it in the same round trip; the batch's commit ends the last one."""
+    it in the same round trip where the dialect releases them, or nests in it; the batch's commit ends the
+    rest."""
 
     def __init__(
         self, batch: ReceivedBatch, watch: TransactionWatch | None = None, name: str = MESSAGE_SAVEPOINT
@@ -56,7 +58,7 @@ class BatchSavepoints:
         self._finished = False  # a finished message's savepoint is still established
         dialect = batch.queue.dialect
         self._mark = dialect.savepoint(name)
-        self._release = dialect.release_savepoint(name)
+        self._release = dialect.release_savepoint(name) if dialect.releases_message_savepoints else None
         self._undo = dialect.rollback_to_savepoint(name)
         self._pipelines: bool | None = None  # whether the driver has a pipeline, once asked
 
