@@ -96,8 +96,10 @@ def before_after_lines(data: dict[str, Any]) -> list[str]:
         "",
         f"Before is {before}'s package (exported with `git archive` and run in the same run): each message's "
         "savepoint marked when the handler was lent the connection and released after it, each statement "
-        "on its own. After: the release and the next savepoint sent with the handler's first statement "
-        f"(psycopg's pipeline on PostgreSQL). Measured {run['date'][:10]}. " + _how(run),
+        "on its own. After: the savepoint sent with the handler's first statement (psycopg's pipeline on "
+        "PostgreSQL), where a batch's savepoints nest until its commit instead of each being released; on "
+        "SQLite the previous one released just before, and the transaction checked by the driver's state "
+        f"after each statement instead of a query of the queue. Measured {run['date'][:10]}. " + _how(run),
     ]
 
 
