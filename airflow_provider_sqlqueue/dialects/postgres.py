@@ -181,11 +181,12 @@ STATEMENTS: StatementTable = {
     # default gets it (a change to the catalog only; nothing is rewritten). The ALTER needs the table's
     # ACCESS EXCLUSIVE lock for a moment, so it waits at most 5 s for open receive transactions (receivers
     # queue behind a waiting ALTER) and is then left for the next create().
-    # Which layout a table has: NServiceBus.Transport.PostgreSql's have no RowVersion (its queues order by
-    # Seq, its delayed table names rows by Id); this package's have one.
+    # Which layout a table has: NServiceBus.Transport.PostgreSql's have no RowVersion, and its queues order
+    # by Seq, its delayed table by Due; this package's queues and delayed tables have a RowVersion.
     # No row's counts when the table is missing (to_regclass is NULL).
     "table_layout": (
-        "SELECT count(*) FILTER (WHERE a.attname = 'rowversion'), count(*) FROM pg_attribute a "
+        "SELECT count(*) FILTER (WHERE a.attname IN ('seq', 'due')), "
+        "count(*) FILTER (WHERE a.attname = 'rowversion'), count(*) FROM pg_attribute a "
         "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped"
     ),
     "recoverable_default_missing": (
@@ -526,10 +527,10 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
         cursor.execute(self.sql("table_layout"), (self.display_sql(self.qualified_name(address)),))
         rows = self.fetch_rows(cursor)
-        row_version, columns = rows[0] if rows else (0, 0)
+        seq_or_due, row_version, columns = rows[0] if rows else (0, 0, 0)
         if not columns:
             return None
-        return "sqlserver-transport" if row_version else "postgresql-transport"
+        return "postgresql-transport" if seq_or_due and not row_version else "sqlserver-transport"
 
     def recoverable_default_missing(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("recoverable_default_missing"), (self.display_sql(self.qualified_name(address)),)
