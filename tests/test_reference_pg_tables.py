@@ -13,6 +13,7 @@ that let the session's zone in would be 14 hours off.
 from __future__ import annotations
 
 import re
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -539,3 +540,43 @@ def test_this_package_creates_and_stores_into_the_reference_delayed_table_which_
     assert (decode_headers(headers)["NServiceBus.MessageId"], bytes(body)) == (str(first), b"first")
     with billing.receive() as batch:
         assert [(m.message_id, m.body) for m in batch] == [(str(second), b"second")]
+
+
+def test_the_spark_bridge_refuses_a_reference_queue_before_receiving_or_sending(
+    target, transport, monkeypatch
+) -> None:
+    """The Spark bridge's statements read and write this package's layout only: a read of a queue the
+    reference made, and a write into one, fail on the driver with an error naming the layout, and the
+    queue keeps its message. Through a real Spark session."""
+    pytest.importorskip("pyspark")
+    from test_spark_source import reader, source_options
+
+    from airflow_provider_sqlqueue.spark import SqlQueueDataSource
+    from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
+
+    orders = reference_queue(transport, "orders")
+    reference_send(transport, orders, b"stays")
+    create_bridge_tables(transport, "orders")
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("sqlqueue-reference-layout")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    try:
+        spark.dataSource.register(SqlQueueDataSource)
+        refusal = "orders@.* has the postgresql-transport layout .* the Spark bridge does not read or write"
+        with pytest.raises(Exception, match=refusal):
+            reader(spark, source_options(target, runId="r1")).collect()
+        frame = spark.createDataFrame([("x",)], "body string").write.format("sqlqueue").mode("append")
+        for key, value in source_options(target).items():
+            frame = frame.option(key, value)
+        with pytest.raises(Exception, match=refusal):
+            frame.save()
+    finally:
+        spark.stop()
+    assert orders.count() == 1

@@ -16,7 +16,14 @@ from ...transport import ConfigurationError, PermissionDenied
 from ..reading.errors import DrainError
 from ..reading.heartbeat import Heartbeat
 from ..reading.hold import HeldRows, RowHold, reason_not_to_hold
-from ..reading.transactions import begin_write, execute, execute_counted, rows_changed, table_exists
+from ..reading.transactions import (
+    begin_write,
+    execute,
+    execute_counted,
+    require_bridge_layout,
+    rows_changed,
+    table_exists,
+)
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
 from .copy_text import copy_chunks
@@ -77,6 +84,7 @@ class Drain:
             )
         if not self.input.exists():
             raise ConfigurationError(f"input queue {self.input.name} does not exist; provision it first")
+        require_bridge_layout(self.input, "input queue")
         missing = [
             str(t) for t in (self.tables.runs, self.tables.staging) if not table_exists(self.transport, t)
         ]

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...transport import Transport
+from ...transport import ConfigurationError, Transport
 
-__all__ = ["begin_write", "execute", "execute_counted", "rows_changed", "table_exists"]
+__all__ = [
+    "begin_write",
+    "execute",
+    "execute_counted",
+    "require_bridge_layout",
+    "rows_changed",
+    "table_exists",
+]
 
 
 def execute(transport: Transport, statement: str, params: tuple = (), *, write: bool = True) -> Any:
@@ -47,6 +54,20 @@ def begin_write(transport: Transport, cursor: Any) -> None:
     begin = transport.dialect.begin_write()
     if begin:
         cursor.execute(begin, ())
+
+
+def require_bridge_layout(queue: Any, role: str) -> None:
+    """Refuse, before anything is received or sent, a queue whose table the bridge's statements cannot
+    read or write: one of NServiceBus.Transport.PostgreSql's layout (``Seq``, no ``RowVersion``). ``role``
+    names the queue in the error (``"queue"``, ``"input queue"``, ``"sink queue"``)."""
+    found = queue.resolved_dialect().layout
+    expected = queue.transport.dialect.layout
+    if found != expected:
+        raise ConfigurationError(
+            f"{role} {queue.name} has the {found} layout (NServiceBus.Transport.PostgreSql's columns), which "
+            f"the Spark bridge does not read or write yet; nothing was received or sent. Use a queue of this "
+            f"package's layout ({expected}) with Spark"
+        )
 
 
 def table_exists(transport: Transport, address: Any) -> bool:

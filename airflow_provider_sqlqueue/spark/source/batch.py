@@ -26,7 +26,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from ...transport import ConfigurationError, Transport
 from ..moves import stage_batch
 from ..reading.heartbeat import Heartbeat
-from ..reading.transactions import execute, execute_counted
+from ..reading.transactions import execute, execute_counted, require_bridge_layout
 from ..runs import Runs
 from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
 from .options import SourceOptions
@@ -137,6 +137,7 @@ class SqlQueueBatchReader(DataSourceReader):
             queue = transport.queue(options.queue)
             if not queue.exists():
                 raise ConfigurationError(f"queue {queue.name} does not exist")
+            require_bridge_layout(queue, "queue")
             if _start(Runs(transport, sql), queue, run_id) == RECEIVING:
                 _receive(transport, sql, queue, options, run_id)
             count, low, high = execute(transport, sql.staged_stats(), (run_id,), write=False)[0]

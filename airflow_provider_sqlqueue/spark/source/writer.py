@@ -34,7 +34,7 @@ from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 
 from ...transport import ConfigurationError, PermissionDenied, Transport, open_transport
 from ..config import NO_NEW_FILE, url_from_option
-from ..reading.transactions import table_exists
+from ..reading.transactions import require_bridge_layout, table_exists
 from ..row_messages import check_message_columns, row_message
 from ..tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
 
@@ -148,6 +148,7 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
             target = transport.queue(self.queue)
             if not target.exists():
                 raise ConfigurationError(f"queue {target.name} does not exist; provision it first")
+            require_bridge_layout(target, "queue")
             tables = bridge_tables(transport, self.queue, self.prefix)
             if table_exists(transport, tables.fill):
                 return
