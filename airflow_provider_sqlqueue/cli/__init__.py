@@ -35,7 +35,6 @@ from ._support import (
     consoles,
     duration,
     fail,
-    header,
     positive_int,
 )
 
@@ -166,6 +165,7 @@ def _command(
 def _parser() -> argparse.ArgumentParser:
     from ..transport.pump import PumpSettings, Strategy
     from ..transport.queue import TransactionMode
+    from ._send import add_message_arguments
 
     parser = _Parser(
         prog="sqlqueue",
@@ -237,29 +237,7 @@ def _parser() -> argparse.ArgumentParser:
         "  sqlqueue send orders --lines --file orders.jsonl\n",
     )
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("body", nargs="?", metavar="BODY", help="the body as text; '-' or absent: read stdin")
-    p.add_argument("--file", "-f", metavar="PATH", help="read the body from a file ('-' for stdin)")
-    p.add_argument(
-        "--header",
-        "-H",
-        type=header,
-        action="append",
-        metavar="KEY=VALUE",
-        help="a header (repeatable), e.g. -H NServiceBus.ContentType=application/json",
-    )
-    p.add_argument(
-        "--content-type",
-        metavar="TYPE",
-        help="shorthand for -H NServiceBus.ContentType=TYPE, e.g. application/json",
-    )
-    p.add_argument(
-        "--ttbr",
-        "--time-to-be-received",
-        dest="time_to_be_received",
-        type=duration,
-        metavar="DURATION",
-        help="discard the message if not received in time: 90, 90s, 15m, 2h, 1d, 1h30m, HH:MM:SS",
-    )
+    add_message_arguments(p, "discard the message")
     p.add_argument("--count", "-c", type=positive_int, metavar="N", help="send N copies (progress bar)")
     p.add_argument("--lines", action="store_true", help="one message per line of the input")
     p.add_argument(

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._send import read_body
-from ._support import CliError, Exit, connected, duration, existing_queue, header, note, print_json
+from ._send import add_message_arguments, read_body
+from ._support import CliError, Exit, connected, existing_queue, note, print_json
 
 if TYPE_CHECKING:
     from ..transport import SubscriptionStore, Transport
@@ -198,23 +198,12 @@ def add_pubsub_commands(
         "  sqlqueue publish Shop.Events.OrderPlaced --file order.json --base-topic Shop.Events --json\n",
     )
     p.add_argument("topic", metavar="TOPIC")
-    p.add_argument("body", nargs="?", metavar="BODY", help="the body as text; '-' or absent: read stdin")
-    p.add_argument("--file", "-f", metavar="PATH", help="read the body from a file ('-' for stdin)")
+    add_message_arguments(p, "discard each copy")
     p.add_argument(
         "--base-topic",
         action="append",
         metavar="TOPIC",
         help="an ancestor topic whose subscribers get the message too (repeatable, most specific first)",
-    )
-    p.add_argument("--header", "-H", type=header, action="append", metavar="KEY=VALUE", help="a header")
-    p.add_argument("--content-type", metavar="TYPE", help="shorthand for -H NServiceBus.ContentType=TYPE")
-    p.add_argument(
-        "--ttbr",
-        "--time-to-be-received",
-        dest="time_to_be_received",
-        type=duration,
-        metavar="DURATION",
-        help="each copy is discarded if not received in time: 90s, 15m, 2h, 1d, HH:MM:SS",
     )
     p.add_argument("--json", action="store_true", help='print {"topic", "topics", "id", "queues"}')
     p.set_defaults(run=run("publish"))

@@ -11,7 +11,46 @@ from typing import Any
 
 from rich.console import Console
 
-from ._support import CliError, Exit, connected, existing_queue, note, print_json, progress_bar, write_durably
+from ._support import (
+    CliError,
+    Exit,
+    connected,
+    duration,
+    existing_queue,
+    header,
+    note,
+    print_json,
+    progress_bar,
+    write_durably,
+)
+
+
+def add_message_arguments(parser: argparse.ArgumentParser, discarded: str) -> None:
+    """The arguments that make a message, as ``send`` and ``publish`` take them: BODY, --file, --header,
+    --content-type and --ttbr (whose help starts with ``discarded``, what happens to a message too late)."""
+    parser.add_argument("body", nargs="?", metavar="BODY", help="the body as text; '-' or absent: read stdin")
+    parser.add_argument("--file", "-f", metavar="PATH", help="read the body from a file ('-' for stdin)")
+    parser.add_argument(
+        "--header",
+        "-H",
+        type=header,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a header (repeatable), e.g. -H NServiceBus.ContentType=application/json",
+    )
+    parser.add_argument(
+        "--content-type",
+        metavar="TYPE",
+        help="shorthand for -H NServiceBus.ContentType=TYPE, e.g. application/json",
+    )
+    parser.add_argument(
+        "--ttbr",
+        "--time-to-be-received",
+        dest="time_to_be_received",
+        type=duration,
+        metavar="DURATION",
+        help=f"{discarded} if not received in time: 90, 90s, 15m, 2h, 1d, 1h30m, HH:MM:SS",
+    )
 
 
 def read_body(args: argparse.Namespace) -> bytes:
