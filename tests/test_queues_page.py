@@ -420,16 +420,31 @@ def test_a_write_must_be_json_from_this_origin_and_nobody_gets_in_without_a_sess
     assert queues.queue("error").count() == 3
 
 
-def test_the_user_comes_from_get_user_by_its_keyword_parameters() -> None:
-    """The app calls Airflow's ``core_api.security.get_user`` with ``request=`` and ``bearer_credentials=``
-    (the parameters ``GetUserDep`` resolves); this fails first if a release renames them."""
-    import inspect
+def test_the_user_comes_from_a_bearer_token_else_from_the_session_cookie(app: Client) -> None:
+    """As Airflow's own routes take the user: a bearer token first, else the ``_token`` cookie the login set
+    (Airflow 3.1 and later read both in ``get_user``; on 3.0, whose ``get_user`` takes a token only, the app
+    reads the cookie itself), with Airflow's answers: 401 with neither or an expired one, 403 for a token
+    that is not valid, the bearer token deciding when both are there."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-    from airflow.api_fastapi.core_api.security import get_user
+    def token(role: str) -> str:
+        return str(app.manager.generate_jwt(SimpleAuthManagerUser(username=role.lower(), role=role)))
 
-    parameters = inspect.signature(get_user).parameters
-    assert {"request", "bearer_credentials"} <= set(parameters)
-    assert all(p.default is not inspect.Parameter.empty for n, p in parameters.items() if n != "request")
+    app.as_role(None)
+    assert app.get("/api/queues", conn_id=CONN_ID).status_code == 401
+    app.http.cookies.set(COOKIE_NAME_JWT_TOKEN, token("OP"))
+    try:
+        assert app.get("/api/queues", conn_id=CONN_ID).status_code == 200
+        page = app.get("/queues", conn_id=CONN_ID)
+        assert page.status_code == 200 and 'id="log-in"' not in page.text
+        app.http.headers["Authorization"] = "Bearer not-a-token"
+        assert app.get("/api/queues", conn_id=CONN_ID).status_code == 403  # the bearer token decides
+        app.as_role(None)
+        app.http.cookies.set(COOKIE_NAME_JWT_TOKEN, token("OP") + "x")
+        assert app.get("/api/queues", conn_id=CONN_ID).status_code == 403
+    finally:
+        app.http.cookies.clear()
 
 
 def test_the_pages_escape_what_they_show_and_preview_bodies_safely(app: Client, queues: Transport) -> None:

@@ -54,16 +54,16 @@ def may_view(user: Any) -> bool:
 
 def may_use(user: Any, conn_id: str, method: str) -> bool:
     """The auth manager's answer for ``method`` on connection ``conn_id``, asked as Airflow's connection
-    routes ask it (``requires_access_connection``): with the connection's team when multi-team is on."""
+    routes ask it (``requires_access_connection``): with the connection's team when multi-team is on
+    (Airflow 3.1 and later; 3.0's ``ConnectionDetails`` has no team)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
     from airflow.configuration import conf
 
-    team_name = None
+    details = ConnectionDetails(conn_id=conn_id)
     if conf.getboolean("core", "multi_team", fallback=False):
         from airflow.models.connection import Connection
 
-        team_name = Connection.get_team_name(conn_id)
-    details = ConnectionDetails(conn_id=conn_id, team_name=team_name)
+        details = ConnectionDetails(conn_id=conn_id, team_name=Connection.get_team_name(conn_id))
     return bool(auth_manager().is_authorized_connection(method=method, details=details, user=user))
 
 
@@ -129,15 +129,20 @@ def require_read(user: Any, conn_id: str) -> None:
 
 def queue_connection_ids(user: Any) -> list[str]:
     """The ids of the connections of type ``sqlqueue`` stored in the metadata database that ``user`` may
-    read (``get_authorized_connections``, the filter of ``GET /api/v2/connections``)."""
+    read: ``get_authorized_connections``, the filter of ``GET /api/v2/connections`` (Airflow 3.1 and
+    later), or on Airflow 3.0, which has no such filter, the auth manager asked of each (:func:`may_use`)."""
     from airflow.models.connection import Connection
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    readable = auth_manager().get_authorized_connections(user=user, method="GET")
     with create_session() as session:
-        found = session.scalars(select(Connection.conn_id).where(Connection.conn_type == CONN_TYPE))
-        return sorted(str(conn_id) for conn_id in found if conn_id in readable)
+        of_type = select(Connection.conn_id).where(Connection.conn_type == CONN_TYPE)
+        found = [str(conn_id) for conn_id in session.scalars(of_type)]
+    authorized = getattr(auth_manager(), "get_authorized_connections", None)
+    if authorized is None:
+        return sorted(conn_id for conn_id in found if may_use(user, conn_id, "GET"))
+    readable = authorized(user=user, method="GET")
+    return sorted(conn_id for conn_id in found if conn_id in readable)
 
 
 def audit(user: Any, event: str, details: dict[str, Any]) -> None:

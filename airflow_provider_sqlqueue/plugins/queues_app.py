@@ -18,6 +18,7 @@ this module, and only the API server needs Airflow's web layer.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
@@ -105,8 +106,11 @@ def exact_below() -> int:
 
 
 async def _user(request: Request) -> Any:
-    """Airflow's user of this request, as ``GetUserDep`` resolves it (a bearer token first, else the session
-    cookie), through ``get_user``'s keyword parameters ``request`` and ``bearer_credentials``."""
+    """Airflow's user of this request, as ``GetUserDep`` resolves it: a bearer token first, else the session
+    cookie the login set. From Airflow 3.1 ``get_user`` reads both itself (keyword parameters ``request``
+    and ``bearer_credentials``); Airflow 3.0's takes only the token, which its own UI reads from that cookie
+    and sends as a bearer token, so here the cookie is read the same way, with 3.0's own errors (401 when
+    there is none or it expired, 403 when it is not valid)."""
     from airflow.api_fastapi.core_api.security import get_user
 
     bearer = None
@@ -115,7 +119,14 @@ async def _user(request: Request) -> Any:
         from fastapi.security import HTTPAuthorizationCredentials
 
         bearer = HTTPAuthorizationCredentials(scheme="bearer", credentials=header[7:].strip())
-    return await get_user(request=request, bearer_credentials=bearer)
+    if "request" in inspect.signature(get_user).parameters:
+        return await get_user(request=request, bearer_credentials=bearer)
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    token = bearer.credentials if bearer is not None else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    if not token:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated")
+    return await get_user(token)
 
 
 async def _session(request: Request) -> Any:
@@ -526,8 +537,16 @@ def _page_context(user: Any, view: View, query: Any, data: dict[str, Any] | None
     return context
 
 
+def _query_dependency(query: type) -> Any:
+    """``query``'s class as a FastAPI dependency whose parameters carry their types rather than the strings
+    this module's postponed annotations make of them: FastAPI 0.116 (Airflow 3.0.6's) resolves a class's
+    string annotations without the module's names and fails on the first request."""
+    query.__signature__ = inspect.signature(query, eval_str=True)  # type: ignore[attr-defined]
+    return Depends(query)
+
+
 def _serve(app: FastAPI, view: View) -> None:
-    asked = Depends(view.query)
+    asked = _query_dependency(view.query)
 
     def as_json(user: UserDep, query: Any = asked) -> Any:
         return view.read(user, query)
