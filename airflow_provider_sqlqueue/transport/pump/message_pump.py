@@ -4,8 +4,8 @@ The pump owns its threads, its lifecycle (start, run, stop) and the three strate
 to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats`'. Its parts see it
 through the narrow interfaces of :mod:`.roles`.
 
-Over 600 lines because the lifecycle, the threads and the strategies' loops share one state (the halt and
-done events, the in-flight count, the budget); cut apart they would reach into each other's privates.
+The lifecycle, the threads and the strategies' loops live together because they share one state (the halt
+and done events, the in-flight count, the budget).
 """
 
 from __future__ import annotations
