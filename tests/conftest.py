@@ -342,6 +342,24 @@ EXTENDED = (
         "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
         ("sqlite",),
     ),
+    # The slow DAG runs and Spark jobs on SQL Server through FreeTDS: Microsoft's ODBC Driver 18, SQL Server's
+    # own, runs them in every CI run, and the core suite runs every statement and transaction through both
+    # drivers in every run; what a DAG run or a Spark job adds above the hook (scheduling, retries,
+    # executors, kills) is not the driver's. The time they took in every run pays for the Airflow surface on
+    # the oldest supported Airflow (.ci/airflow-oldest), which .ci/test runs after the suite.
+    *(
+        (file, "*", ("sqlserver-freetds", "sqlserver-freetds-parquet", "sqlserver-freetds-queue"))
+        for file in (
+            "test_airflow_dags.py",
+            "test_airflow_surface_dags.py",
+            "test_airflow_own_transaction.py",
+            "test_openlineage.py",
+            "test_request_reply_airflow.py",
+            "test_spark_jobs.py",
+            "test_spark_source.py",
+            "test_spark_source_write.py",
+        )
+    ),
 )
 
 
