@@ -298,6 +298,16 @@ def queue(transport: Transport):
 # extended` runs the whole tier. Each rule is (test file, test name, the parameter ids it covers); a rule
 # that matches no collected test fails a whole-suite run, so a renamed parameter cannot drop a rule silently.
 EXTENDED_SHARES = 7
+# The test files whose tests run DAGs through dag.test(), once per engine.
+DAG_TEST_FILES = (
+    "test_airflow_dags.py",
+    "test_airflow_surface_dags.py",
+    "test_airflow_own_transaction.py",
+    "test_openlineage.py",
+    "test_request_reply_airflow.py",
+)
+# The test files whose tests run Spark jobs and reads on every engine.
+SPARK_JOB_FILES = ("test_spark_jobs.py", "test_spark_source.py", "test_spark_source_write.py")
 EXTENDED_RUN = pytest.StashKey[tuple[int | None, int, int]]()
 EXTENDED = (
     (  # one kill point per engine and read mode runs in every CI run (after_sink); the others rotate
@@ -325,18 +335,10 @@ EXTENDED = (
         ("postgresql",),
     ),
     ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
-    # The dag.test() runs on PostgreSQL: SQLite and SQL Server (through both drivers) run them in every CI
-    # run; the DAGs hold no engine-specific code, and each engine's SQL behind the hook is the core suite's.
-    *(
-        (file, "*", ("postgresql",))
-        for file in (
-            "test_airflow_dags.py",
-            "test_airflow_surface_dags.py",
-            "test_airflow_own_transaction.py",
-            "test_openlineage.py",
-            "test_request_reply_airflow.py",
-        )
-    ),
+    # The dag.test() runs on PostgreSQL: SQLite and SQL Server (through Driver 18; FreeTDS below) run them in
+    # every CI run; the DAGs hold no engine-specific code, and each engine's SQL behind the hook is the core
+    # suite's.
+    *((file, "*", ("postgresql",)) for file in DAG_TEST_FILES),
     (
         "test_spark_cluster.py",
         "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
@@ -349,16 +351,7 @@ EXTENDED = (
     # the oldest supported Airflow (.ci/airflow-oldest), which .ci/test runs after the suite.
     *(
         (file, "*", ("sqlserver-freetds", "sqlserver-freetds-parquet", "sqlserver-freetds-queue"))
-        for file in (
-            "test_airflow_dags.py",
-            "test_airflow_surface_dags.py",
-            "test_airflow_own_transaction.py",
-            "test_openlineage.py",
-            "test_request_reply_airflow.py",
-            "test_spark_jobs.py",
-            "test_spark_source.py",
-            "test_spark_source_write.py",
-        )
+        for file in (*DAG_TEST_FILES, *SPARK_JOB_FILES)
     ),
 )
 
