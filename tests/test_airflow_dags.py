@@ -206,6 +206,25 @@ def test_sensor_example_defers_until_more_orders_arrive_then_consumes_all(
 MAINTENANCE_QUEUES = ("Sales", "Sales.example-host", "error", "audit")
 
 
+# ---- the event-driven example: the DAG its asset watcher schedules drains what arrived -----------------
+@pytest.mark.slow
+def test_event_driven_example_drains_what_arrived(airflow_db: Path, target: EngineTarget) -> None:
+    """The DAG the example's asset watcher schedules, run as that event runs it (the watcher's trigger runs
+    in a real triggerer in tests/test_event_trigger_restart.py): it drains the queue and says how many."""
+    with target.open() as transport:
+        orders = transport.queue("orders")
+        if orders.exists():
+            orders.drop()
+        orders.create()
+        orders.send_batch([json.dumps({"order_id": n}) for n in range(7)])
+    run = DagRun(target, "sqlqueue_event_driven_example")
+    output = run.finish()
+    assert_succeeded(run, target)
+    assert "drained 7 message(s) from orders" in output, output
+    with target.open() as transport:
+        assert transport.queue("orders").count() == 0
+
+
 @pytest.mark.slow
 def test_maintenance_example_provisions_endpoint_queues_idempotently_and_purges_expired(
     airflow_db: Path, target: EngineTarget
