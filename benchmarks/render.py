@@ -1,8 +1,8 @@
 """Render every published figure from the committed data: docs/benchmarks.md (and its chart) from the JSON
 of benchmarks/run.py, and the generated blocks of docs/reliability.md, docs/performance.md, docs/spark.md,
 docs/spark-exactly-once.md, docs/dba-maintenance.md, docs/airflow-ui.md, docs/delayed-delivery.md,
-docs/operating.md, docs/exactly-once.md, docs/request-reply.md, the history pages of docs/history/,
-README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
+docs/operating.md, docs/exactly-once.md, docs/request-reply.md, docs/runs.md, the history pages of
+docs/history/, README.md and benchmarks/README.md from docs/data/*.json (and the benchmark JSON they name).
 
     benchmarks/.venv/bin/python benchmarks/render.py            # rewrite every page (and the chart)
     benchmarks/.venv/bin/python benchmarks/render.py --check    # exit 1 if a page differs from its data
@@ -35,6 +35,7 @@ from pages import (
     readme_page,
     reliability_page,
     request_reply,
+    runs_page,
     spark_drain,
     spark_source,
     transcribed_text,
@@ -72,6 +73,7 @@ BLOCK_PAGES: dict[Path, BlockRenderer] = {
     ROOT / "README.md": reliability_page.readme_blocks,
     ROOT / "docs" / "sensor.md": trigger_polling.sensor_blocks,
     ROOT / "docs" / "request-reply.md": request_reply.request_reply_blocks,
+    ROOT / "docs" / "runs.md": runs_page.runs_blocks,
 }
 
 

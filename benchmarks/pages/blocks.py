@@ -62,3 +62,21 @@ def machine_at_start(run: dict[str, Any]) -> str:
         f"{machine['cpus']} cores ({machine['cpu']}, {machine['disk'].get('fstype', 'unknown')} disk), a "
         f"1-minute load average of {load:.1f} at the start{shared}"
     )
+
+
+def machine_brief(run: dict[str, Any]) -> str:
+    """The machine as a user page names it (its cores, processor and disk): what a reader needs to weigh
+    the figures. The run itself (commit, date, load) is told on docs/runs.md, which ``run_link`` points to."""
+    machine = run["machine"]
+    return (
+        f"{machine['cpus']} cores ({machine['cpu']}, {machine.get('disk', {}).get('fstype', 'unknown')} disk)"
+    )
+
+
+def run_link(data_file: str) -> str:
+    """The sentence that sends a user page's reader to the run behind its figures, on docs/runs.md."""
+    stem = data_file.removesuffix(".json")
+    return (
+        f"The commit, date and machine load of each run: [Runs behind the figures](runs.md#{stem}); every "
+        f"recorded figure: `docs/data/{data_file}`."
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data, machine_at_start
+from pages.blocks import load_data, machine_at_start, machine_brief, run_link
 
 DATA_FILE = "delayed-mover.json"
 ENGINE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
@@ -22,14 +22,13 @@ def _run(data: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, str], di
     return run, {(r["engine"], r["code"]): r for r in data["results"] if r["run"] == name}
 
 
-def _conditions(run: dict[str, Any]) -> str:
-    engines = f"SQLite {run['sqlite_settings']}, PostgreSQL {run['postgresql_settings']}"
-    return f"{machine_at_start(run)}; {engines}"
+def _engines(run: dict[str, Any]) -> str:
+    return f"SQLite {run['sqlite_settings']}, PostgreSQL {run['postgresql_settings']}"
 
 
 def current_lines(data: dict[str, Any]) -> list[str]:
     """A table of messages moved per second by the current mover (the run's "after" code), per engine, and
-    how they were measured. The run's commit is in the data file, which the text names."""
+    how they were measured; the run's commit, date and load are on docs/runs.md, which the text links."""
     run, by_key = _run(data)
     lines = ["| engine | messages moved per second |", "|---|---:|"]
     lines += [f"| {label} | {_rate(by_key[(engine, 'after')])} |" for engine, label in ENGINE_LABELS.items()]
@@ -37,8 +36,8 @@ def current_lines(data: dict[str, Any]) -> list[str]:
         "",
         f"Median (min-max) of {run['rounds']} rounds of {run['messages']:,} due messages for one destination "
         f"({run['body_bytes']:,}-byte bodies, batches of {run['batch']}), each round timing `move_once()` "
-        f"until the delayed table was empty; `benchmarks/mover_bench.py` on {_conditions(run)}. The run's "
-        f"commit, machine and rounds are in `docs/data/{DATA_FILE}`.",
+        f"until the delayed table was empty; `benchmarks/mover_bench.py` on {machine_brief(run)}; "
+        f"{_engines(run)}. {run_link(DATA_FILE)}",
     ]
     return lines
 
@@ -60,7 +59,7 @@ def before_after_lines(data: dict[str, Any]) -> list[str]:
         f"Messages moved per second, median (min-max) of {run['rounds']} rounds of {run['messages']:,} due "
         f"messages ({run['body_bytes']:,}-byte bodies, batches of {run['batch']}), both movers back to back "
         f"in each round, in alternating order: the before mover is {run['before_commit']}'s package "
-        f"({run['before_how']}). Measured {run['date'][:10]} on {_conditions(run)}.",
+        f"({run['before_how']}). Measured {run['date'][:10]} on {machine_at_start(run)}; {_engines(run)}.",
     ]
     return lines
 

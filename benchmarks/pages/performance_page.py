@@ -10,7 +10,15 @@ import json
 from typing import Any
 
 from pages.blocks import ROOT
-from pages.throughput import CORE_LABELS, ENGINE_LABELS, compute_targets, core_row, value_text, wanted_text
+from pages.throughput import (
+    CORE_LABELS,
+    ENGINE_LABELS,
+    PEER_NAMES,
+    compute_targets,
+    core_row,
+    value_text,
+    wanted_text,
+)
 
 RESULTS = "docs/benchmarks/results.json"
 SCALE = "docs/benchmarks/scale.json"
@@ -90,6 +98,95 @@ def peer_lines(targets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _shape(batch: int, workers: int, what: str) -> str:
+    per = "one per transaction" if batch == 1 else f"{batch} per transaction"
+    return f"{per}, {workers} {what}{'' if workers == 1 else 's'}"
+
+
+def _peer_comparisons(doc: dict[str, Any]) -> list[tuple[str, str, str, float, str, float]]:
+    """(engine, operation, peer and its shape, its msgs/s, this package and its shape, its msgs/s): every
+    peer of the run beside this package doing the same operation, sends against sends, a bare receive
+    against a bare receive, a handler against a handler, in the peer's shape (batch, consumers) where this
+    package ran it. A peer whose consumer runs handlers (a worker) is compared at the handler level only."""
+    rows = {(row["engine"], row["case"]): row for row in doc.get("handlers", {}).get("rows", [])}
+    handler_peers = {case for (_, case), row in rows.items() if row["level"] == "handler"}
+    compared = []
+    for peer in doc.get("peers", []):
+        engine, name = peer["engine"], PEER_NAMES.get(peer["peer"], peer["peer"])
+        operations = [("send", "send_batch" if peer["send_batch"] > 1 else "send", peer["send_batch"], 1)]
+        if peer["peer"] not in handler_peers:
+            receive_case = {(1, 1): "receive_1c", (1, 4): "receive_4c"}.get(
+                (peer["receive_batch"], peer["consumers"])
+            )
+            operations.append(("receive", receive_case, peer["receive_batch"], peer["consumers"]))
+        for operation, case, batch, workers in operations:
+            ours = core_row(doc, engine, case) if case else None
+            if ours is None:
+                continue
+            label, our_batch, our_workers = CORE_LABELS[case]
+            what = "sender" if operation == "send" else "consumer"
+            compared.append(
+                (
+                    engine,
+                    operation,
+                    f"{name} ({_shape(batch, workers, what)})",
+                    peer[f"{operation}_msgs_per_s"]["median"],
+                    f"`{label}` ({_shape(our_batch, our_workers, what)})",
+                    ours["project_msgs_per_s"],
+                )
+            )
+    for (engine, case), row in rows.items():
+        pump = rows.get((engine, f"pump_batch_{row['batch']}"))
+        if case not in handler_peers or case.startswith("pump") or pump is None or not row["available"]:
+            continue
+        compared.append(
+            (
+                engine,
+                "no-op handler",
+                f"{PEER_NAMES.get(case, case)} ({_shape(row['batch'], row['concurrency'], 'worker')})",
+                row["msgs_per_s"]["median"],
+                f"`MessagePump` ({_shape(pump['batch'], pump['concurrency'], 'worker')})",
+                pump["msgs_per_s"]["median"],
+            )
+        )
+    return sorted(compared, key=lambda item: (list(ENGINE_LABELS).index(item[0]), item[1], item[2]))
+
+
+def peers_table(doc: dict[str, Any]) -> list[str]:
+    """Every peer measured, each beside this package doing the same operation, from the same run."""
+    lines = [
+        "| engine | operation | peer (its shape) | msgs/s | sqlqueue (its shape) | msgs/s "
+        "| sqlqueue / peer |",
+        "|---|---|---|--:|---|--:|--:|",
+    ]
+    for engine, operation, peer, peer_rate, ours, our_rate in _peer_comparisons(doc):
+        lines.append(
+            f"| {ENGINE_LABELS[engine]} | {operation} | {peer} | {peer_rate:,.0f} | {ours} | {our_rate:,.0f} "
+            f"| **{our_rate / peer_rate:.2f}x** |"
+        )
+    machine = doc["meta"]["machine"]
+    differing = [
+        f"{ENGINE_LABELS[engine]} {peer.split(' (')[0]}'s {operation}"
+        for engine, operation, peer, _, ours, _ in _peer_comparisons(doc)
+        if peer[peer.rindex("(") :] != ours[ours.rindex("(") :]
+    ]
+    shapes = (
+        f"The two shapes differ only for {', '.join(differing)}: this package was measured in its own "
+        "shape there. "
+        if differing
+        else "Both sides ran in the same shape. "
+    )
+    return [
+        *lines,
+        "",
+        shapes
+        + f"Medians of {_count(doc['meta']['repeat'], 'round')} each, measured in one run on the same server "
+        f"and the same {machine['cpus']} cores; the ratio divides the two medians. Each peer keeps the "
+        "durability and acknowledgement it ships with; the [Benchmarks](benchmarks.md#what-each-case-does) "
+        "page gives each one's settings and every figure of the run.",
+    ]
+
+
 def left_lines(targets: list[dict[str, Any]]) -> list[str]:
     """The targets this run missed, and those it met by a small margin (a run can land on either side)."""
     missed = [target for target in targets if target["status"] == "MISS"]
@@ -167,6 +264,7 @@ def blocks() -> dict[str, tuple[str, list[str]]]:
     targets = compute_targets(doc, scale, issue18=True)
     return {
         "performance-current": (SOURCE, current_table(doc, targets)),
+        "performance-peer-table": (RESULTS, peers_table(doc)),
         "performance-peers": (SOURCE, peer_lines(targets)),
         "performance-left": (SOURCE, left_lines(targets)),
         "performance-cpu": (RESULTS, cpu_lines(doc)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data, machine_at_start
+from pages.blocks import load_data, machine_brief, run_link
 
 DATA_FILE = "pg-layouts.json"
 LAYOUTS = {
@@ -50,9 +50,8 @@ def layout_lines(data: dict[str, Any]) -> list[str]:
         f"rounds' ratios. Each round, for each layout in turn (the order alternating), on a fresh queue: a "
         f"batch send of {run['messages']:,} 100-byte messages (binary `COPY` on both), {run['single']:,} of "
         "them received one at a time, the rest 100 at a time, through the same transport. "
-        f"`benchmarks/pg_layouts_bench.py` on {machine_at_start(run)}; PostgreSQL {run['postgresql']}, "
-        f"{run['postgresql_settings']}; commit {run['commit']}, measured {run['date'][:10]}. The rounds "
-        f"are in `docs/data/{DATA_FILE}`.",
+        f"`benchmarks/pg_layouts_bench.py` on {machine_brief(run)}; PostgreSQL {run['postgresql']}, "
+        f"{run['postgresql_settings']}. {run_link(DATA_FILE)}",
     ]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data, machine_at_start
+from pages.blocks import load_data, machine_at_start, machine_brief, run_link
 
 DATA_FILE = "pump-savepoints.json"
 ENGINES = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
@@ -41,7 +41,7 @@ def _engines(data: dict[str, Any]) -> list[str]:
     return [engine for engine in ENGINES if (engine, "ceiling") in by_key]
 
 
-def _how(run: dict[str, Any]) -> str:
+def _how(run: dict[str, Any], *, on_user_page: bool) -> str:
     return (
         f"Messages per second, median (min-max) of {run['rounds']} rounds, each case draining "
         f"{run['messages']:,} pre-filled messages in batches of {run['batch']} through one connection, in "
@@ -50,10 +50,15 @@ def _how(run: dict[str, Any]) -> str:
         "batch the queue's receive statement, one `INSERT` per message, one commit. Per message: what the "
         f"driver sent while {run['traced_messages']} more messages were drained, everything included (the "
         "receives and commits too): round trips on PostgreSQL, statements on SQLite, which runs in the "
-        f"process. `benchmarks/pump_savepoint_bench.py` on {machine_at_start(run)}; PostgreSQL "
+        f"process. `benchmarks/pump_savepoint_bench.py` on "
+        f"{machine_brief(run) if on_user_page else machine_at_start(run)}; PostgreSQL "
         f"{run['versions'].get('postgresql', '')}, {run['postgresql_settings']}; SQLite "
-        f"{run['versions'].get('sqlite', '')}, {run['sqlite_settings']}. The run's commit, machine and "
-        f"rounds are in `docs/data/{DATA_FILE}`."
+        f"{run['versions'].get('sqlite', '')}, {run['sqlite_settings']}. "
+        + (
+            run_link(DATA_FILE)
+            if on_user_page
+            else f"Every figure it recorded is in `docs/data/{DATA_FILE}`."
+        )
     )
 
 
@@ -71,7 +76,7 @@ def current_cost_lines(data: dict[str, Any]) -> list[str]:
             f"| {ENGINES[engine]} | {_rate(ceiling)} | {_rate(pump)} | **{_ratio(pump, ceiling):.2f}x** | "
             f"{_per_message(ceiling)} {UNIT[engine]} | {_per_message(pump)} {UNIT[engine]} |"
         )
-    return [*lines, "", _how(run)]
+    return [*lines, "", _how(run, on_user_page=True)]
 
 
 def before_after_lines(data: dict[str, Any]) -> list[str]:
@@ -99,7 +104,8 @@ def before_after_lines(data: dict[str, Any]) -> list[str]:
         "on its own. After: the savepoint sent with the handler's first statement (psycopg's pipeline on "
         "PostgreSQL), where a batch's savepoints nest until its commit instead of each being released; on "
         "SQLite the previous one released just before, and the transaction checked by the driver's state "
-        f"after each statement instead of a query of the queue. Measured {run['date'][:10]}. " + _how(run),
+        f"after each statement instead of a query of the queue. Measured {run['date'][:10]}. "
+        + _how(run, on_user_page=False),
     ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data, machine_at_start
+from pages.blocks import load_data, machine_at_start, machine_brief, run_link
 
 DATA_FILE = "queues-page.json"
 WHAT = {
@@ -33,13 +33,9 @@ def _tables(run: dict[str, Any]) -> str:
     return f"PostgreSQL, {run['queued']:,} queued and {run['failed']:,} failed messages"
 
 
-def _conditions(run: dict[str, Any]) -> str:
-    return f"{machine_at_start(run)}; PostgreSQL {run['postgresql_settings']}"
-
-
 def current_cost_lines(data: dict[str, Any]) -> list[str]:
     """A table of the time each takes with the bounded reads (the run's "after" code), and how it was
-    measured. The run's commit is in the data file, which the text names."""
+    measured; the run's commit, date and load are on docs/runs.md, which the text links."""
     run, by_key = _run(data)
     lines = [f"| {_tables(run)} | time |", "|---|---:|"]
     lines += [f"| {label} | {_seconds(by_key[('after', what)])} |" for what, label in WHAT.items()]
@@ -49,8 +45,9 @@ def current_cost_lines(data: dict[str, Any]) -> list[str]:
         f"rounds, each in a fresh process after one warm-up call, on tables filled with "
         f"{run['body_bytes']:,}-byte bodies, the error queue's rows in {run['failure_groups']} "
         "failure groups; "
-        f"`benchmarks/queues_page_bench.py` on {_conditions(run)}. The run's commit, machine and rounds are "
-        f"in `docs/data/{DATA_FILE}`.",
+        f"`benchmarks/queues_page_bench.py` on {machine_brief(run)}; PostgreSQL "
+        f"{run['postgresql_settings']}. "
+        f"{run_link(DATA_FILE)}",
     ]
     return lines
 
@@ -74,7 +71,7 @@ def cost_lines(data: dict[str, Any]) -> list[str]:
         f"queue's rows in {run['failure_groups']} failure groups. Before is {run['before_commit']}'s package "
         f"({run['before_how']}): an exact count of every queue, the oldest message read with its body, every "
         f"error-queue header grouped on each load, the error queue counted exactly on each poll. Measured "
-        f"{run['date'][:10]} on {_conditions(run)}.",
+        f"{run['date'][:10]} on {machine_at_start(run)}; PostgreSQL {run['postgresql_settings']}.",
     ]
     return lines
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data, machine_at_start
+from pages.blocks import load_data, machine_brief, run_link
 
 DATA_FILE = "request-reply.json"
 ENGINE_LABELS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
@@ -87,9 +87,9 @@ def waiting_lines(data: dict[str, Any]) -> list[str]:
         "the triggers while a Python endpoint answered every request with `context.reply`, and each task "
         "resumed with `execute_complete`. Side by side, at the same size: each request's look at its own "
         "reply queue (the read that confirms a reply) beside a look for its reply by correlation in one "
-        f"shared queue holding as many replies. `benchmarks/request_reply_bench.py` at {run['commit']} on "
-        f"{machine_at_start(run)}; PostgreSQL a {run['postgresql_settings']}, SQLite "
-        f"{run['sqlite_settings']}. Everything it recorded is in `docs/data/{DATA_FILE}`.",
+        f"shared queue holding as many replies. `benchmarks/request_reply_bench.py` on "
+        f"{machine_brief(run)}; PostgreSQL a {run['postgresql_settings']}, SQLite "
+        f"{run['sqlite_settings']}. {run_link(DATA_FILE)}",
     ]
     return lines
 

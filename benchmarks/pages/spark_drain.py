@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data
+from pages.blocks import load_data, machine_brief, run_link
 
-SOURCE = "docs/data/spark-drain.json"
+DATA_FILE = "spark-drain.json"
+SOURCE = f"docs/data/{DATA_FILE}"
 
 
 def machine_text(run: dict[str, Any]) -> str:
@@ -87,6 +88,12 @@ def spark_stream_table(data: dict[str, Any]) -> list[str]:
             f"{row['python_peak_mb_stream']:,} / {row['python_peak_mb_jdbc_file']:,} |"
         )
     return [*lines, "", _stream_path(rows[-1]), *_stream_phases(rows[-1]), "", provenance(data)]
+
+
+def spark_page_stream_table(data: dict[str, Any]) -> list[str]:
+    """The stream's table as docs/spark.md shows it: the run's commit, date and load left to docs/runs.md."""
+    (run,) = data["runs"].values()
+    return [*spark_stream_table(data)[:-1], f"Measured on {machine_brief(run)}. {run_link(DATA_FILE)}"]
 
 
 def _stream_path(row: dict[str, Any]) -> str:
@@ -374,6 +381,7 @@ def spark_engines_table(data: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     notes: list[str] = []
+    machines: list[str] = []
     kinds: set[str] = set()
     for engine, run, rows in _engine_runs(data):
         for row in sorted(rows, key=lambda row: row["n"]):
@@ -392,20 +400,17 @@ def spark_engines_table(data: dict[str, Any]) -> list[str]:
                 f"{row['jdbc_msgs_per_s']:,} | {row['drain_msgs_per_s']:,} ({_path(row)}) | "
                 f"{_ratio(row)} | {stream} |"
             )
-        notes.append(
-            f"- {ENGINE_NAMES[engine]}: {run['when']}, commit {run['commit']}, {machine_text(run)}. "
-            f"Source: {run['source']}."
-        )
+        machines.append(f"{ENGINE_NAMES[engine]} on {machine_brief(run)}")
     for engine, _, rows in _engine_runs(data)[1:]:
         notes += _engine_cpu_line(engine, max(rows, key=lambda row: row["n"]))
     legend = [f"- {BASELINE_TEXT[kind]}." for kind in sorted(kinds)]
-    return [*lines, "", *legend, *notes]
+    return [*lines, "", *legend, f"- Measured: {'; '.join(machines)}.", *notes, "", run_link(DATA_FILE)]
 
 
 def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
     """docs/spark.md's summary: the largest run against the baseline, and the smaller run's ratio."""
-    data = load_data("spark-drain.json")
-    stream = spark_stream_table(data)
+    data = load_data(DATA_FILE)
+    stream = spark_page_stream_table(data)
     rows = sorted(data["rows"], key=lambda row: row["n"])
     largest = rows[-1]
     (run,) = data["runs"].values()
@@ -413,7 +418,7 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
         "spark-drain-summary": (
             SOURCE,
             [
-                f"Measured {run['when']} on {machine_text(run)}: the drain of {largest['n']:,} messages"
+                f"On {machine_brief(run)}, the drain of {largest['n']:,} messages"
                 + (f" (its default phase 1: {_path(largest)})" if "drain_read_in_place" in largest else "")
                 + " ran "
                 f"at {largest['drain_msgs_per_s']:,} msgs/s against the baseline's "
@@ -436,6 +441,8 @@ def spark_page_blocks() -> dict[str, tuple[str, list[str]]]:
                     if "drain_staged_msgs_per_s" in row
                 )
                 + _goal_text(largest)
+                + " "
+                + run_link(DATA_FILE)
             ],
         ),
         "spark-stream": (SOURCE, stream),

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data
+from pages.blocks import load_data, run_link
 
-SOURCE = "docs/data/spark-source-kills.json"
+DATA_FILE = "spark-source-kills.json"
+SOURCE = f"docs/data/{DATA_FILE}"
 ENGINES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 STREAMS = {"staged": "staged", "in_place": "in place"}
 
 
 def kills_table(data: dict[str, Any]) -> list[str]:
-    (name, run), *_ = data["runs"].items()
     lines = [
         "| engine | stream | killed at (2nd micro-batch) | messages | staged when killed "
         "| queued when killed | in the sink when killed | lost | duplicated |",
@@ -34,14 +34,8 @@ def kills_table(data: dict[str, Any]) -> list[str]:
         )
         figures = " | ".join(f"{value:,}" for value in counts)
         lines.append(f"| {ENGINES[entry['engine']]} | {stream} | `{entry['killed_at']}` | {figures} |")
-    commits = sorted({entry["commit"] for entry in data["recorded"].values()})
-    return [
-        *lines,
-        "",
-        f"(Run {name}, {run['when']} on {run['machine']}; commit {', '.join(commits)}. "
-        f"Source: {run['source']}.)",
-    ]
+    return [*lines, "", run_link(DATA_FILE)]
 
 
 def spark_source_blocks() -> dict[str, tuple[str, list[str]]]:
-    return {"spark-source-kills": (SOURCE, kills_table(load_data("spark-source-kills.json")))}
+    return {"spark-source-kills": (SOURCE, kills_table(load_data(DATA_FILE)))}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pages.blocks import load_data
+from pages.blocks import load_data, run_link
 
 
 class UnknownRun(ValueError):
@@ -30,7 +30,9 @@ def block_lines(data: dict[str, Any], name: str, source: str) -> list[str]:
 def data_blocks(data_file: str) -> dict[str, tuple[str, list[str]]]:
     data = load_data(data_file)
     source = f"docs/data/{data_file}"
-    return {name: (source, block_lines(data, name, source)) for name in data["blocks"]}
+    return {
+        name: (source, [*block_lines(data, name, source), "", run_link(data_file)]) for name in data["blocks"]
+    }
 
 
 def airflow_ui_blocks() -> dict[str, tuple[str, list[str]]]:

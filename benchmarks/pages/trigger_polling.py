@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pages.blocks import load_data, machine_at_start
+from pages.blocks import load_data, machine_brief, run_link
 
 DATA_FILE = "trigger-polling.json"
 ENGINE_LABELS = {"postgresql": "PostgreSQL", "sqlite": "SQLite", "babelfish": "Babelfish"}
@@ -72,10 +72,9 @@ def sensor_lines(data: dict[str, Any]) -> list[str]:
         "TCP connections, all to the server), statements as the driver ran them, CPU as the "
         f"process's CPU time per second; then {run['sends']} sends, one at a time to "
         "another queue each, timed from the send's commit to its trigger's event. The per-trigger design "
-        f"is {run['before_commit']}'s package ({run['before_how']}); the shared poller is "
-        f"{run['commit']}'s. `benchmarks/trigger_polling_bench.py` on {machine_at_start(run)}; PostgreSQL "
-        f"a {run['postgresql_settings']}, SQLite {run['sqlite_settings']}{babelfish}. Everything it "
-        f"recorded is in `docs/data/{DATA_FILE}`.",
+        "is the package as it was before the shared poller, exported with `git archive` and measured in the "
+        f"same run. `benchmarks/trigger_polling_bench.py` on {machine_brief(run)}; PostgreSQL "
+        f"a {run['postgresql_settings']}, SQLite {run['sqlite_settings']}{babelfish}. {run_link(DATA_FILE)}",
     ]
     return lines
 
