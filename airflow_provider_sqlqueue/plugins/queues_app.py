@@ -18,6 +18,7 @@ this module, and only the API server needs Airflow's web layer.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -105,6 +106,12 @@ def exact_below() -> int:
     return conf.getint("sqlqueue", "exact_count_below", fallback=EXACT_BELOW)
 
 
+@functools.cache
+def _get_user_reads_the_request(get_user: Callable[..., Any]) -> bool:
+    """Whether this Airflow's ``get_user`` reads the request itself (3.1 and later), asked once."""
+    return "request" in inspect.signature(get_user).parameters
+
+
 async def _user(request: Request) -> Any:
     """Airflow's user of this request, as ``GetUserDep`` resolves it: a bearer token first, else the session
     cookie the login set. From Airflow 3.1 ``get_user`` reads both itself (keyword parameters ``request``
@@ -119,7 +126,7 @@ async def _user(request: Request) -> Any:
         from fastapi.security import HTTPAuthorizationCredentials
 
         bearer = HTTPAuthorizationCredentials(scheme="bearer", credentials=header[7:].strip())
-    if "request" in inspect.signature(get_user).parameters:
+    if _get_user_reads_the_request(get_user):
         return await get_user(request=request, bearer_credentials=bearer)
     from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 
