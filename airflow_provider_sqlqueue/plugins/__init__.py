@@ -1,8 +1,9 @@
 """This provider's Airflow plugin: the Queues page (docs/operating.md, "The Queues page").
 
 Airflow 3 loads it through the provider's metadata (``plugins`` in ``get_provider_info``). It adds a
-FastAPI app, which the API server mounts at ``/sqlqueue``, and a "Queues" entry under Browse in the UI's
-navigation, which shows that app's page in the UI's frame at ``/plugin/sqlqueue-queues``.
+FastAPI app, which the API server mounts at ``/sqlqueue``, and a "Queues" entry with its own icon at the
+top level of the UI's navigation (Airflow 3.1 and later show plugin entries; 3.0 shows none), which shows
+that app's page in the UI's frame at ``/plugin/sqlqueue-queues``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ class SqlQueuePlugin(AirflowPlugin):
             "name": "Queues",
             "href": QUEUES_PAGE,
             "destination": "nav",
-            "category": "browse",
+            "nav_top_level": True,
+            "icon": f"{URL_PREFIX}/icons/queues.svg",
+            "icon_dark_mode": f"{URL_PREFIX}/icons/queues-dark.svg",
             "url_route": "sqlqueue-queues",
         }
     ]

@@ -22,12 +22,13 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from ..hooks.queues_page_link import QUEUE_ANCHOR
@@ -62,13 +63,16 @@ from .subscriptions_view import SubscriptionsView, subscriptions_view
 if TYPE_CHECKING:
     from ..transport.queue import TableQueue
 
-__all__ = ["NOT_SERVED", "QUEUES_VIEW", "VIEWS", "create_app"]
+__all__ = ["NAVIGATION_ICONS", "NOT_SERVED", "QUEUES_VIEW", "VIEWS", "create_app"]
 
 log = logging.getLogger(__name__)
 
 GROUP_PATTERN = r"^[0-9a-f]{12}$"
 MESSAGE_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
+
+# The icons of the navigation entry (plugins/__init__.py), in Airflow's light and dark modes.
+NAVIGATION_ICONS = ("queues", "queues-dark")
 
 # What the page's reads saw of each queue's depth, for its sparklines and charts (see .depth_history).
 DEPTH_HISTORY = DepthHistory()
@@ -677,6 +681,14 @@ def create_app() -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     for view in VIEWS:
         _serve(app, view)
+
+    @app.get("/icons/{name}.svg", include_in_schema=False)
+    def navigation_icon(name: str) -> Response:
+        """The navigation entry's icon (light and dark), which Airflow's UI loads as an image: no data."""
+        if name not in NAVIGATION_ICONS:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "No such icon.")
+        svg = (Path(__file__).parent / "icons" / f"{name}.svg").read_bytes()
+        return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     @app.post("/api/retry")
     def retry_failed_messages(request: Request, body: ActionRequest, user: UserDep) -> Any:

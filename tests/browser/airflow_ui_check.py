@@ -10,11 +10,11 @@ browser:
     producer sends, waits until the run page shows the sensor ``Deferred``, sends the missing messages
     and waits until the page shows the task, the consumer and the run ``Success``; the sensor's task
     instance carries a "Queues page" link, which opens the Queues page with its queue picked;
-(c) opens the provider's Queues page from the navigation (Browse → Queues), sees a queue's depth change
-    after a send, sees the failed-message group a broken handler left in the error queue, opens the group
-    and one of its messages (headers, body, stack trace), retries the group with one click and sees the
-    messages back in their queue; as admin, is not served a ``postgres``-type connection (the answer of an
-    unknown id; nothing connects to its port);
+(c) opens the provider's Queues page from the navigation's top-level Queues entry (its icon loaded), sees
+    a queue's depth change after a send, sees the failed-message group a broken handler left in the error
+    queue, opens the group and one of its messages (headers, body, stack trace), retries the group with
+    one click and sees the messages back in their queue; as admin, is not served a ``postgres``-type
+    connection (the answer of an unknown id; nothing connects to its port);
 (d) logged in as a viewer (403 on ``/api/v2/connections/sqlqueue_default``), is served no connection: none
     listed, and the page's API answers for ``sqlqueue_default`` exactly as for an unknown id, retry and
     delete included;
@@ -432,14 +432,18 @@ def fail_messages(queue_file: Path | None, send: int, **database: Any) -> dict[s
 def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
     from airflow_provider_sqlqueue.transport import open_transport
 
-    page.get_by_role("button", name="Browse").click()
-    page.get_by_role("menuitem", name="Queues").click()
+    entry = page.get_by_role("link", name="Queues")
+    icon = entry.locator("img")
+    icon.wait_for(timeout=30_000)
+    loaded = icon.evaluate("image => image.complete && image.naturalWidth > 0")
+    expect(loaded, f"the navigation entry's icon {icon.get_attribute('src')!r} did not load")
+    entry.click()
     page.wait_for_url(re.compile(r"/plugin/sqlqueue-queues"), timeout=30_000)
     frame = page.frame_locator("iframe")
     frame.locator("#queues").wait_for(timeout=30_000)
     before = queue_depth(frame, QUEUE)
     expect(before == "0", f"the Queues page shows {QUEUE} with {before!r} messages after the run drained it")
-    log(f"Queues page (Browse → Queues) shows {QUEUE} with {before} messages")
+    log(f"Queues page (the navigation's Queues entry, its icon loaded) shows {QUEUE} with {before} messages")
 
     with open_transport(f"sqlite:///{queue_file}") as transport:
         transport.queue(QUEUE).send_batch(f"order {n}" for n in range(SENT_TO_ORDERS))
