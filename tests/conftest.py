@@ -33,8 +33,14 @@ if TYPE_CHECKING:  # imported by pytest_plugins below; importing it first would 
 
 REPO = Path(__file__).resolve().parent.parent
 # Airflow reads its home and settings at import: give the whole session a private one, before any test
-# module imports Airflow. Subprocesses (dag.test runs) inherit it.
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sqlqueue-airflow-home-"))
+# module imports Airflow. Subprocesses (dag.test runs) inherit it. Each xdist worker gets its own: the
+# workers inherit the controller's environment, and two workers migrating or running DAGs on one SQLite
+# metadata database collide ("table connection already exists" when both start with an Airflow test).
+AIRFLOW_HOME_PREFIX = "sqlqueue-airflow-home-"
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker and Path(os.environ.get("AIRFLOW_HOME", "")).name.startswith(AIRFLOW_HOME_PREFIX):
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"{AIRFLOW_HOME_PREFIX}{_worker}-")
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix=AIRFLOW_HOME_PREFIX))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags_examples"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")

@@ -225,18 +225,38 @@ def test_stats_watch_prints_rounds_until_ctrl_c(tmp_path: Path) -> None:
         command = [sys.executable, "-m", "airflow_provider_sqlqueue.cli", "stats", "--url", url]
         command += ["--watch", "--interval", "0.2", "--json"]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        printed: list[dict] = []
+        reader = threading.Thread(
+            target=lambda: printed.extend(json.loads(line) for line in process.stdout), daemon=True
+        )
+        reader.start()
+
+        def seen(messages: int, rounds: int) -> bool:
+            """Wait (as long as the machine takes to start the command) for ``rounds`` rounds printed and
+            the last of them showing ``messages`` in orders."""
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and process.poll() is None:
+                shown = list(printed)
+                orders = [row["messages"] for row in shown if row["queue"] == "orders"]
+                if orders and orders[-1] == messages and len({row["checked_at"] for row in shown}) >= rounds:
+                    return True
+                time.sleep(0.05)
+            return False
+
         try:
-            time.sleep(1.5)
+            assert seen(2, 1), process.stderr.read() if process.poll() is not None else printed
             transport.queue("orders").send_batch(["c"])
-            time.sleep(1.0)
+            assert seen(3, 3), printed
             process.send_signal(signal.SIGINT)
-            out, err = process.communicate(timeout=30)
+            process.wait(timeout=30)
+            reader.join(timeout=30)
+            err = process.stderr.read()
         finally:
             if process.poll() is None:
                 process.kill()
     assert process.returncode == 0, err
     assert "Traceback" not in err
-    rows = [json.loads(line) for line in out.splitlines()]
+    rows = printed
     orders = [row for row in rows if row["queue"] == "orders"]
     rounds = sorted({row["checked_at"] for row in rows})
     assert len(rounds) >= 3

@@ -486,7 +486,7 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
     frame.locator("#back").click()
     group = frame.locator("#failed tr[data-group]").filter(has_text=FAILING_QUEUE)
     group.wait_for(timeout=30_000)
-    retry = group.get_by_role("button", name=f"Retry the failed messages of {FAILING_QUEUE}", exact=False)
+    retry = group.get_by_role("button", name=re.compile(f"^Retry .*failed messages of {FAILING_QUEUE}"))
     retry.click()
     check_dialog(page, frame, f"Retry {FAILING} messages?")
     page.keyboard.press("Escape")
@@ -858,7 +858,7 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
 PHONE = {"width": 390, "height": 844}
 # In the page's frame: sideways scroll, targets under 24 px or off-screen, and text under 4.5:1 contrast
 # against the background it is drawn on (alpha layers composed), as WCAG 2.x computes it.
-LAYOUT_PROBE = """() => {
+LAYOUT_PROBE = r"""() => {
   const doc = document.documentElement;
   const canvas = document.createElement("canvas").getContext("2d", {willReadFrequently: true});
   const rgba = (text) => {
@@ -906,7 +906,24 @@ LAYOUT_PROBE = """() => {
     "button, select, label.check, .pagination a, nav.back a, td a, .tile a")].filter(shown);
   const box = (e) => e.getBoundingClientRect();
   const name = (e) => e.getAttribute("aria-label") || e.textContent.trim().slice(0, 30) || e.id;
+  // Accessible names: every control named, no two buttons (or links to different places) named alike, and
+  // each one's visible words inside its name (WCAG 2.5.3), so a voice user can say what they see.
+  const controls = [...document.querySelectorAll("button, a[href]")].filter(shown);
+  const words = (text) => text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
+  const accessible = (e) => (e.getAttribute("aria-label") || e.innerText || "").trim();
+  const seen = new Map();
+  const duplicated = [];
+  for (const e of controls) {
+    const key = `${e.tagName} ${accessible(e)}`;
+    const where = e.tagName === "A" ? e.getAttribute("href") : e.id || e.dataset.group || e.dataset.action;
+    if (seen.has(key) && seen.get(key) !== where) duplicated.push(key);
+    seen.set(key, where);
+  }
   return {
+    unnamed: controls.filter((e) => !accessible(e)).map((e) => e.outerHTML.slice(0, 80)),
+    duplicated,
+    unspoken: controls.filter((e) => !words(accessible(e)).includes(words(e.innerText || "")))
+      .map((e) => `${(e.innerText || "").trim()} / ${accessible(e)}`),
     theme: doc.dataset.theme,
     background: getComputedStyle(document.body).backgroundColor,
     sideways: doc.scrollWidth - doc.clientWidth,
@@ -949,7 +966,16 @@ def probe_layout(page: Any, view: str, mode: str) -> dict[str, Any]:
     expect(not found["small"], f"{where}: targets under 24 px: {found['small']}")
     expect(not found["offscreen"], f"{where}: targets off-screen: {found['offscreen']}")
     expect(not found["low"] and found["checked"] > 5, f"{where}: contrast under 4.5:1: {found['low']}")
-    log(f"{where}: no sideways scroll, {found['targets']} targets >= 24 px, contrast >= {found['lowest']}:1")
+    expect(not found["unnamed"], f"{where}: controls without a name: {found['unnamed']}")
+    expect(
+        not found["duplicated"],
+        f"{where}: controls named alike that do different things: {found['duplicated']}",
+    )
+    expect(not found["unspoken"], f"{where}: visible words missing from the name: {found['unspoken']}")
+    log(
+        f"{where}: no sideways scroll, {found['targets']} targets >= 24 px, contrast >= {found['lowest']}:1, "
+        "every control named uniquely with its visible words"
+    )
     return found
 
 
