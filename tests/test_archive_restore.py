@@ -1,7 +1,8 @@
 """The archive is browsable and restorable: a page of it reads newest archived first with each message's
 failure headers, and a restore moves archived messages back into the error queue, server-side and in one
-transaction, with their Id, headers and body as they were, from where a retry sends them on. Every engine
-of the suite (SQLite, PostgreSQL, Babelfish through FreeTDS and through Microsoft's ODBC driver)."""
+transaction, with their Id, headers and body as they were, from where a retry sends them on. The command
+line's ``failed archive`` and ``failed restore`` call the same two functions. Every engine of the suite
+(SQLite, PostgreSQL, Babelfish through FreeTDS and through Microsoft's ODBC driver)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import uuid
 
 import pytest
 import rawsql
+from test_failed_archive import sqlqueue
 from test_legacy_tables import drop_recoverable
 
+from airflow_provider_sqlqueue.cli import Exit
 from airflow_provider_sqlqueue.model.errors import ConfigurationError
 from airflow_provider_sqlqueue.transport import Transport
 from airflow_provider_sqlqueue.transport.archive import ErrorArchive
@@ -144,3 +147,29 @@ def test_browse_and_restore_refuse_what_is_not_a_page_or_an_id(queues) -> None:
         archive.restore(["not-an-id"])
     with pytest.raises(ConfigurationError):
         archive.restore("6b1c2f0e-8c1a-4a53-9f7e-2a7f1e0c9b11")  # a string, not a list of them
+
+
+# ---- the command line ------------------------------------------------------------------------------
+def test_cli_lists_the_archive_in_pages_and_restores_by_id(target, queues, capsys) -> None:
+    error, _orders = queues
+    ids = fail_into(error, 3)
+    for message_id in ids:
+        delete_failed(error, FailureFilter(ids=[message_id]))
+
+    code, first, _ = sqlqueue(target, capsys, "failed", "archive", "--limit", "2")
+    assert code == Exit.OK and [r["id"] for r in first] == ids[:0:-1]
+    assert first[0]["exception_message"] == "boom 2" and first[0]["body_bytes"] == len(b"body 2")
+    assert first[0]["archive"].startswith("error_archive") and first[0]["archived_at"]
+    code, second, _ = sqlqueue(target, capsys, "failed", "archive", "--limit", "2", "--page", "2")
+    assert code == Exit.OK and [r["id"] for r in second] == ids[:1]
+
+    never = str(uuid.uuid4())
+    code, [restored], err = sqlqueue(target, capsys, "failed", "restore", ids[0], never)
+    assert code == Exit.EMPTY and restored["done"] == [ids[0]] and restored["unknown"] == [never]
+    code, [restored], _ = sqlqueue(target, capsys, "failed", "restore", ids[1], ids[2])
+    assert code == Exit.OK and restored["done"] == ids[1:] and restored["moved"] == 2
+    assert sorted(error_rows(error)) == sorted(ids) and ErrorArchive.of(error).count() == 0
+    code, _records, err = sqlqueue(target, capsys, "failed", "restore", "not-an-id")
+    assert code == Exit.USAGE and "not a UUID" in err
+    code, _records, err = sqlqueue(target, capsys, "failed", "archive", "--limit", "501")
+    assert code == Exit.USAGE and "limit" in err
