@@ -699,7 +699,10 @@ def _restore_step(queue: TableQueue, selection: FailureFilter, body: ActionReque
         "done": outcome.restored,
         "moved": outcome.moved,
         "unknown": outcome.unknown,
-        **{"more": False, "after": 0, "up_to": None, "left": 0},
+        "more": False,
+        "after": 0,
+        "up_to": None,
+        "left": 0,
     }
     return _Answer(answer, {"done": len(outcome.restored), "unknown": len(outcome.unknown)})
 
