@@ -404,6 +404,19 @@ def test_a_failed_message_deleted_from_a_reference_error_queue_lands_in_its_arch
     )
     assert row == (native_id, seq, headers, b"bad", None)
 
+    # ... and comes back from it into the reference table (a new Seq), then a retry sends it on
+    from airflow_provider_sqlqueue.transport.failed import FailureFilter, retry_failed
+
+    restored = archive.restore([str(native_id)])
+    assert restored.restored == [str(native_id)] and restored.moved == 1 and archive.count() == 0
+    [(back_id, back_seq, back_headers, back_body)] = reference(
+        transport, "SELECT Id, Seq, Headers, Body FROM {0}", error
+    )
+    assert (back_id, back_headers, bytes(back_body)) == (native_id, headers, b"bad") and back_seq > seq
+    assert retry_failed(error, FailureFilter(ids=[str(native_id)])).done == [str(native_id)]
+    [received] = reference(transport, REFERENCE_RECEIVE, orders)
+    assert received[0] == native_id and bytes(received[3]) == b"bad"
+
 
 # The reference's delayed table and its two statements on it (PostgreSqlConstants.cs at 214c4e8f:
 # CreateDelayedMessageStoreText, StoreDelayedMessageText, MoveDueDelayedMessageText). MoveDue is two commands,

@@ -97,6 +97,8 @@ DIALECT = SqlServerDialect()
 MOVE_DESTINATION = QueueAddress("Billing.Input", "dbo")
 # Where an error queue's deleted messages go (transport/archive.py): rendered as the case address's archive.
 ARCHIVE_DESTINATION = QueueAddress("error_archive", "dbo")
+# Where a restore from an archive puts its rows back (the case address then rendered as the archive).
+RESTORE_DESTINATION = QueueAddress("error", "dbo")
 
 # A subscription as the golden files bind it: endpoint, topic (a .NET FullName) and queue address.
 SUBSCRIPTION = ("Sales", "Sales.Events.OrderPlaced", "Sales@[dbo]@[sqlqueue]")
@@ -130,6 +132,7 @@ SYSTEM_VARIABLES_BY_KIND = {
     "open_transaction": ["@@TRANCOUNT", "@@TRANCOUNT"],
     "purge_expired_batch": ["@@ROWCOUNT"],
     "archive_failed_row": ["@@ROWCOUNT"],
+    "restore_archived": ["@@ROWCOUNT"],
     "purge_archive_batch": ["@@ROWCOUNT"],
     "unsubscribe": ["@@ROWCOUNT"],
 }
@@ -494,7 +497,8 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     )
 
     # The archive of an error queue (transport/archive.py): its table, index, purge and count rendered for the
-    # same address as if it were the archive table; the move from the address into ARCHIVE_DESTINATION.
+    # same address as if it were the archive table; the move from the address into ARCHIVE_DESTINATION, and
+    # the restore from the address (as the archive) into RESTORE_DESTINATION.
     out.append(
         Statement(
             "create_archive_table", "create_archive_table", d.create_archive_table(address), (exp.Create,), 0
@@ -514,6 +518,28 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
                 extra={"recoverable": recoverable},
             )
         )
+    for recoverable in (True, False):
+        [restore] = d.restore_archived(RESTORE_DESTINATION, address, recoverable)
+        out.append(
+            Statement(
+                "restore_archived",
+                f"restore_archived{'' if recoverable else ' without Recoverable'}",
+                restore,
+                (exp.Delete, exp.Select),
+                1,
+                extra={"recoverable": recoverable},
+            )
+        )
+    out.append(
+        Statement(
+            "browse_archive",
+            "browse_archive",
+            d.browse_archive(address),
+            (exp.Select,),
+            2,
+            d.browse_archive_params(100, 51),
+        )
+    )
     out.append(
         Statement(
             "purge_archive_batch",
@@ -1702,6 +1728,51 @@ def check_archive_failed_row(
     fail_unless(sql.endswith("; SELECT @@ROWCOUNT") and isinstance(count, exp.Select), f"no count:\n{sql}")
 
 
+def check_restore_archived(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """The archive's move reversed: DELETE from the archive by [Id] = ? OUTPUT deleted.<the queue's columns>
+    INTO the error queue (Recoverable only where it has the column), then its count; nothing computed on the
+    way, and no RowVersion written (the error queue's IDENTITY gives a new one)."""
+    sql = statement.sql
+    delete, count = trees
+    fail_unless(
+        isinstance(delete.this, exp.Table) and delete.this.name == address.table,
+        f"DELETE target is not the archive:\n{sql}",
+    )
+    condition = delete.args["where"].this
+    fail_unless(
+        isinstance(condition, exp.EQ)
+        and condition.this.name == "Id"
+        and isinstance(condition.expression, exp.Placeholder),
+        f"the rows are not picked by [Id] = ?:\n{sql}",
+    )
+    moved = [c for c in ARCHIVE_MOVED if statement.extra["recoverable"] or c != "Recoverable"]
+    returning = delete.args.get("returning")
+    outputs = [node.sql(dialect="tsql") for node in returning.expressions] if returning is not None else []
+    fail_unless(outputs == [f"deleted.[{c}]" for c in moved], f"OUTPUT {outputs} is not {moved}:\n{sql}")
+    columns = ", ".join(bracket(c) for c in moved)
+    into = f" INTO {expected_qualified_name(RESTORE_DESTINATION)} ({columns}) WHERE "
+    fail_unless(into in sql and "RowVersion" not in sql, f"not INTO the error queue's columns:\n{sql}")
+    fail_unless(sql.endswith("; SELECT @@ROWCOUNT") and isinstance(count, exp.Select), f"no count:\n{sql}")
+
+
+def check_browse_archive(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
+    """One page of the archive, newest archived first in a total order (so pages do not overlap), past rows a
+    restore or purge holds, the Body's size instead of the Body; read-only."""
+    sql = statement.sql
+    fail_unless(
+        "DATALENGTH([Body])" in sql
+        and sql.count("[Body]") == 1
+        and "WITH (READPAST, READCOMMITTEDLOCK)" in sql
+        and sql.endswith(
+            "ORDER BY [ArchivedAt] DESC, [ErrorRowVersion] DESC, [Id] DESC "
+            "OFFSET ? ROWS FETCH NEXT ? ROWS ONLY"
+        ),
+        f"not a page of the archive newest first:\n{sql}",
+    )
+    fail_unless(not any(word in sql.upper() for word in ("DELETE", "UPDATE", "UPDLOCK")), sql)
+    fail_unless(statement.params == (100, 51), f"parameters {statement.params} are not (offset, N)")
+
+
 def check_purge_archive(statement: Statement, trees: list[exp.Expression], address: QueueAddress) -> None:
     """Rows archived before GETUTCDATE() minus ? seconds, at most TOP (?) of them oldest first (the
     subquery), and never a younger row (the outer condition), then the count."""
@@ -1953,6 +2024,8 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "create_archive_table": check_create_archive_table,
     "archive_index": check_archive_index,
     "archive_failed_row": check_archive_failed_row,
+    "restore_archived": check_restore_archived,
+    "browse_archive": check_browse_archive,
     "purge_archive_batch": check_purge_archive,
     "count_archive": check_count_archive,
     "create_subscription_table": check_create_subscription_table,

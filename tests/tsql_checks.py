@@ -82,6 +82,7 @@ FUNCTIONS = frozenset(
         "OBJECT_ID",
         "COL_LENGTH",
         "ISNULL",
+        "DATALENGTH",
         "COALESCE",
         "CAST",
         "COUNT",

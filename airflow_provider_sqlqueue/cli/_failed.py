@@ -1,5 +1,6 @@
 """The failed subcommands: list the error queue's messages in groups, show one, retry them to the queue
-they failed in, or delete them (after a confirmation)."""
+they failed in, or delete them (after a confirmation); list the archive deleted messages went to, restore
+them from it, or purge it by age."""
 
 from __future__ import annotations
 
@@ -247,6 +248,88 @@ def failed_purge_archive(args: argparse.Namespace, out: Console, err: Console) -
     return Exit.OK
 
 
+def _archived_record(error_queue: str, archive: str, message: Any) -> dict[str, Any]:
+    return {
+        "error_queue": error_queue,
+        "archive": archive,
+        "id": message.id,
+        "failed_queue": message.failed_queue,
+        "exception_type": message.exception_type,
+        "exception_message": message.exception_message,
+        "time_of_failure": iso(message.time_of_failure),
+        "archived_at": iso(message.archived_at),
+        "body_bytes": message.body_size,
+    }
+
+
+def failed_archive(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """One page of the error queue's archive, newest archived first (ErrorArchive.browse)."""
+    from ..transport.archive import ErrorArchive
+
+    with connected(args) as transport:
+        error_queue = existing_queue(transport, args.error_queue)
+        archive = ErrorArchive.of(error_queue)
+        page = archive.browse((args.page - 1) * args.limit, args.limit)
+    name, archived = str(error_queue.address), str(archive.address)
+    if args.json:
+        for message in page.messages:
+            print_json(_archived_record(name, archived, message))
+        return Exit.OK
+    if not page.messages:
+        note(out, f"{archived}: no archived messages{' on this page' if args.page > 1 else ''}")
+        return Exit.OK
+    table = Table(
+        title=f"archived failed messages of {name} ({archived}), newest first", title_justify="left"
+    )
+    table.add_column("id", no_wrap=True, min_width=36)  # the Id to copy into restore
+    for column in ("failed in", "exception", "message", "archived", "body"):
+        table.add_column(column, justify="right" if column == "body" else "left", overflow="fold")
+    for message in page.messages:
+        table.add_row(
+            message.id,
+            message.failed_queue or "(unknown)",
+            message.exception_type or "",
+            (message.exception_message or "")[:120],
+            iso(message.archived_at) or "",
+            f"{message.body_size:,} B",
+        )
+    out.print(table)
+    if page.more:
+        note(out, f"more: --page {args.page + 1}")
+    return Exit.OK
+
+
+def failed_restore(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Archived messages back into the error queue by Id (ErrorArchive.restore); exits 5 when an Id was not
+    in the archive (the others are restored)."""
+    from ..transport.archive import ErrorArchive
+
+    with connected(args) as transport:
+        error_queue = existing_queue(transport, args.error_queue)
+        archive = ErrorArchive.of(error_queue)
+        outcome = archive.restore(args.ids)
+    if args.json:
+        print_json(
+            {
+                "error_queue": str(error_queue.address),
+                "archive": str(archive.address),
+                "action": "restored",
+                "done": outcome.restored,
+                "moved": outcome.moved,
+                "unknown": outcome.unknown,
+            }
+        )
+    else:
+        note(
+            out,
+            f"{error_queue.address}: restored {len(outcome.restored):,} message(s) "
+            f"({outcome.moved:,} row(s)) from {archive.address}",
+        )
+        for message_id in outcome.unknown:
+            note(err, f"not in the archive: {message_id}", "red")
+    return Exit.EMPTY if outcome.unknown else Exit.OK
+
+
 def _empty() -> Any:
     from ..transport.failed import FailureOutcome
 
@@ -259,11 +342,11 @@ def add_failed_commands(
     command: Callable[..., argparse.ArgumentParser],
     run: Callable[[str], Callable[[argparse.Namespace, Console, Console], int]],
 ) -> None:
-    """``sqlqueue failed list|show|retry|delete|purge-archive``: ``command`` and ``run`` are the main
-    parser's helpers."""
+    """``sqlqueue failed list|show|retry|delete|archive|restore|purge-archive``: ``command`` and ``run`` are
+    the main parser's helpers."""
     failed = commands.add_parser(
         "failed",
-        help="list, show, retry or delete the messages of an error queue",
+        help="list, show, retry or delete the messages of an error queue; list or restore its archive",
         description=textwrap.fill(
             "Failed messages: the error queue's messages grouped by the queue they failed in "
             "(NServiceBus.FailedQ) and their exception; retry moves them back there with the same Id and "
@@ -338,6 +421,26 @@ def add_failed_commands(
                 help="delete for good instead of moving into <error queue>_archive",
             )
         p.set_defaults(run=run(f"failed_{name}"))
+
+    p = failed_action(
+        "archive",
+        "one page of the error queue's archive (deleted messages), newest archived first",
+        "  sqlqueue failed archive --url sqlite:///queues.db\n"
+        "  sqlqueue failed archive --limit 100 --page 2 --json\n",
+    )
+    p.add_argument(
+        "--limit", type=positive_int, default=50, metavar="N", help="messages per page (50, at most 500)"
+    )
+    p.add_argument("--page", type=positive_int, default=1, metavar="N", help="which page, from 1 (1)")
+    p.set_defaults(run=run("failed_archive"))
+
+    p = failed_action(
+        "restore",
+        "move archived messages back into the error queue by Id, in one transaction",
+        "  sqlqueue failed restore 6f1c...e2 0b5c...91 --url sqlite:///queues.db\n",
+    )
+    p.add_argument("ids", nargs="+", metavar="ID", help="message Ids, from 'sqlqueue failed archive'")
+    p.set_defaults(run=run("failed_restore"))
 
     p = failed_action(
         "purge-archive",

@@ -677,6 +677,34 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
             recoverable=self.fragment("archived_recoverable" + shape),
         )
 
+    def restore_archived(
+        self, address: QueueAddress, archive: QueueAddress, with_recoverable: bool = True
+    ) -> list[str]:
+        """The reverse of :meth:`archive_failed_row`: statements that move the archived rows whose Id is the
+        parameter (each statement takes it; a message archived twice has two rows) from ``archive`` back
+        into the error queue ``address`` without leaving the server, in the caller's transaction. Each gets
+        a new RowVersion; Id, CorrelationId, ReplyToAddress, Expires, Headers and Body as archived, and
+        Recoverable where the error queue has the column. The last statement returns one row holding how
+        many rows moved (0 when the Id is not archived, or another session restored it first)."""
+        shape = "" if with_recoverable else "_without_recoverable"
+        return self.sql_list(
+            "restore_archived",
+            address,
+            archive=self.qualified_name(archive),
+            columns=self.fragment("columns" + shape),
+            recoverable=self.fragment("restored_recoverable") + ", " if with_recoverable else "",
+        )
+
+    def browse_archive(self, archive: QueueAddress) -> str:
+        """SELECT of one page of an archive, newest archived first (ArchivedAt, ErrorRowVersion and Id
+        descending, so pages do not overlap): Id, CorrelationId, ReplyToAddress, Headers, the Body's size
+        in bytes (the bodies stay on the server), ErrorRowVersion, ArchivedAt and Expires; parameters from
+        :meth:`browse_archive_params`. Read-only."""
+        return self.sql("browse_archive", archive)
+
+    def browse_archive_params(self, offset: int, size: int) -> tuple[Any, ...]:
+        return (size, offset)
+
     def purge_archive_batch(self, archive: QueueAddress) -> str:
         """DELETE of up to N archived rows archived before a number of seconds ago by the database clock;
         parameters from :meth:`purge_archive_params`; its count as :meth:`purge_expired_batch`'s."""

@@ -241,6 +241,8 @@ _STATEMENT_METHODS = {
     "archive_failed_row",
     "purge_archive_batch",
     "count_archive",
+    "restore_archived",
+    "browse_archive",
     "row_lock_probe",
     "receive_batch_without_row_locks",
     "receive_batch_through_without_row_locks",

@@ -108,6 +108,9 @@ FRAGMENTS = {
     "true": "true",
     "archived_recoverable": "Recoverable",
     "archived_recoverable_without_recoverable": "NULL::boolean",
+    # what a restore from the archive writes in Recoverable (NULL where the row came from a table without it)
+    "restored_recoverable": "COALESCE(Recoverable, true)",
+    "body_size": "octet_length(Body)",
     "after": AFTER_ROW_VERSION,
     "bridge_now": "clock_timestamp()",
     # the uuid's text comes from the server far cheaper than str() of a UUID on the executors
@@ -289,6 +292,13 @@ STATEMENTS: StatementTable = {
         "ReplyToAddress, Recoverable, Expires, Headers, Body, ErrorRowVersion) "
         "SELECT Id, CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body, RowVersion "
         "FROM taken RETURNING ErrorRowVersion"
+    ),
+    # The way back: the archived rows of one Id into the error queue ({table}), in the order they left it.
+    "restore_archived": (
+        "WITH taken AS (DELETE FROM {archive} WHERE Id = %s RETURNING Id, CorrelationId, ReplyToAddress, "
+        "Recoverable, Expires, Headers, Body, ErrorRowVersion), restored AS (INSERT INTO {table} ({columns}) "
+        "SELECT Id, CorrelationId, ReplyToAddress, {recoverable}Expires, Headers, Body FROM taken "
+        "ORDER BY ErrorRowVersion RETURNING 1) SELECT count(*) FROM restored"
     ),
     # The archive has no key of its own (nothing updates its rows, so a ctid stays the row's).
     "purge_archive_batch": (

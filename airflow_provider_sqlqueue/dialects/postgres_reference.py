@@ -148,6 +148,13 @@ STATEMENTS: StatementTable = {
         "CorrelationId, ReplyToAddress, Recoverable, Expires, Headers, Body, ErrorRowVersion) "
         "SELECT Id, NULL, NULL, NULL, Expires, Headers, Body, Seq FROM taken RETURNING ErrorRowVersion"
     ),
+    # The way back into an error queue of this layout: Id, Expires (as UTC wall-clock time), Headers and Body.
+    "restore_archived": (
+        "WITH taken AS (DELETE FROM {archive} WHERE Id = %s RETURNING Id, Expires, Headers, Body, "
+        "ErrorRowVersion), restored AS (INSERT INTO {table} (Id, Expires, Headers, Body) "
+        "SELECT Id, Expires AT TIME ZONE 'UTC', Headers, Body FROM taken ORDER BY ErrorRowVersion "
+        "RETURNING 1) SELECT count(*) FROM restored"
+    ),
     # The binary COPY of bulk_send sends each value in its column type's wire format.
     "bulk_send_check": (
         "SELECT count(*) FILTER (WHERE (lower(a.attname), format_type(a.atttypid, NULL)) IN ("

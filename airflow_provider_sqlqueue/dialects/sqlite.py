@@ -52,6 +52,9 @@ FRAGMENTS = {
     "true": "1",
     "archived_recoverable": "Recoverable",
     "archived_recoverable_without_recoverable": "NULL",
+    "restored_recoverable": "COALESCE(Recoverable, 1)",
+    # a Body stored as text counts its bytes too
+    "body_size": "length(CAST(Body AS BLOB))",
     "after": "RowVersion > ?",
     "bridge_now": _NOW,
     "bridge_id_column": "Id",
@@ -164,6 +167,15 @@ STATEMENTS: StatementTable = {
         "FROM {table} WHERE RowVersion = ?",
         "DELETE FROM {table} WHERE RowVersion = ?",
         "SELECT 1 WHERE changes() > 0 AND ? IS NOT NULL",
+    ),
+    # The way back, as the move there: copy, delete, then the count (changes()) of the DELETE, which under
+    # the write lock equals the copy's.
+    "restore_archived": (
+        "INSERT INTO {table} ({columns}) "
+        "SELECT Id, CorrelationId, ReplyToAddress, {recoverable}Expires, Headers, Body FROM {archive} "
+        "WHERE Id = ? ORDER BY ErrorRowVersion",
+        "DELETE FROM {archive} WHERE Id = ?",
+        "SELECT changes() WHERE ? IS NOT NULL",
     ),
     "purge_archive_batch": (
         "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "

@@ -58,6 +58,8 @@ FRAGMENTS = {
     "true": "1",
     "archived_recoverable": "deleted.[Recoverable]",
     "archived_recoverable_without_recoverable": "NULL",
+    # OUTPUT copies columns as they are (Babelfish takes no expression over deleted columns)
+    "restored_recoverable": "deleted.[Recoverable]",
     "by_topic": "[Topic] = ?",
     "by_endpoint": "[Endpoint] = ?",
     "limit": "TOP (?) ",
@@ -227,6 +229,21 @@ STATEMENTS: StatementTable = {
         "INTO {archive} ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], "
         "[Expires], [Headers], [Body], [ErrorRowVersion]) "
         "WHERE [RowVersion] = ?; SELECT @@ROWCOUNT"
+    ),
+    # The way back: the archived rows of one Id into the error queue ({table}) by the same DELETE ... OUTPUT
+    # ... INTO, then the count; each row gets a new RowVersion there.
+    "restore_archived": (
+        "DELETE FROM {archive} "
+        "OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], {recoverable}"
+        "deleted.[Expires], deleted.[Headers], deleted.[Body] "
+        "INTO {table} ({columns}) WHERE [Id] = ?; SELECT @@ROWCOUNT"
+    ),
+    # A page of the archive, newest archived first, past rows a restore or purge holds; the Body's size,
+    # not the Body.
+    "browse_archive": (
+        "SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], DATALENGTH([Body]), [ErrorRowVersion], "
+        f"[ArchivedAt], [Expires] FROM {{table}} {_BROWSING} "
+        "ORDER BY [ArchivedAt] DESC, [ErrorRowVersion] DESC, [Id] DESC OFFSET ? ROWS FETCH NEXT ? ROWS ONLY"
     ),
     # The archive has no key of its own: the oldest N by ErrorRowVersion, and only rows old enough (an error
     # queue made again restarts its RowVersions, so a number may stand for an old and a new row).
@@ -422,6 +439,9 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
 
     def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
         return (-older_than_seconds, size, -older_than_seconds)
+
+    def browse_archive_params(self, offset: int, size: int) -> tuple[Any, ...]:
+        return (offset, size)
 
     def select_subscriptions_params(self, filters: tuple[str, ...], limit: int | None) -> tuple[Any, ...]:
         return filters if limit is None else (limit, *filters)

@@ -69,6 +69,10 @@ PORTABLE: StatementTable = {
     "count_delayed": "SELECT count(*) FROM {table}",
     # ---- the archive beside an error queue
     "count_archive": "SELECT count(*) FROM {table}",
+    "browse_archive": (
+        "SELECT Id, CorrelationId, ReplyToAddress, Headers, {body_size}, ErrorRowVersion, ArchivedAt, "
+        "Expires FROM {table} ORDER BY ArchivedAt DESC, ErrorRowVersion DESC, Id DESC LIMIT {p} OFFSET {p}"
+    ),
     # ---- the subscription table
     "subscribe": (
         "INSERT INTO {table} (Endpoint, Topic, QueueAddress) VALUES ({p}, {p}, {p}) "

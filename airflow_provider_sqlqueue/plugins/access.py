@@ -23,6 +23,7 @@ __all__ = [
     "DELETE_EVENT",
     "NOT_SERVED",
     "QUEUES_VIEW",
+    "RESTORE_EVENT",
     "RETRY_EVENT",
     "audit",
     "canonical_conn_id",
@@ -39,6 +40,7 @@ CONN_TYPE = SqlQueueHook.conn_type
 NOT_SERVED = "no SQL Queue connection with that id that you may read"
 RETRY_EVENT = "sqlqueue.retry_failed"  # the audit log's event names
 DELETE_EVENT = "sqlqueue.delete_failed"
+RESTORE_EVENT = "sqlqueue.restore_archived"
 
 
 def auth_manager() -> Any:

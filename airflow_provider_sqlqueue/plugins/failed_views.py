@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..transport.archive import MAX_ARCHIVE_PAGE, ErrorArchive
 from ..transport.browse import preview_body
 from ..transport.failed import STACK_TRACE, failed_rows, group_key, show_failed
 from ..transport.headers import EXCEPTION_INFO_PREFIX, FAILED_QUEUE
@@ -12,11 +13,22 @@ from ..transport.headers import EXCEPTION_INFO_PREFIX, FAILED_QUEUE
 if TYPE_CHECKING:
     from ..transport.queue import TableQueue
 
-__all__ = ["BODY_PREVIEW_BYTES", "GROUP_LIST_LIMIT", "MAX_GROUP_LIST", "failed_message", "group_messages"]
+__all__ = [
+    "ARCHIVE_LIST_LIMIT",
+    "BODY_PREVIEW_BYTES",
+    "GROUP_LIST_LIMIT",
+    "MAX_ARCHIVE_LIST",
+    "MAX_GROUP_LIST",
+    "archive_page",
+    "failed_message",
+    "group_messages",
+]
 
 GROUP_LIST_LIMIT = 50  # messages of a group listed by default; at most MAX_GROUP_LIST
 MAX_GROUP_LIST = 500
 GROUP_SCAN_ROWS = 10_000  # error-queue rows (headers only) a group's listing looks through at most
+ARCHIVE_LIST_LIMIT = 50  # archived messages listed per page by default; at most MAX_ARCHIVE_LIST
+MAX_ARCHIVE_LIST = MAX_ARCHIVE_PAGE
 BODY_PREVIEW_BYTES = 4096  # as 'sqlqueue failed show'
 MAX_HEADER_CHARS = 4096  # a header value longer than this is cut on the page
 MAX_STACK_TRACE_CHARS = 65_536
@@ -100,4 +112,36 @@ def failed_message(error_queue: TableQueue, message_id: str) -> dict[str, Any] |
         "header_error": message.header_error,
         "raw_headers": _clip(message.raw_headers, MAX_HEADER_CHARS) if message.header_error else None,
         **preview_body(message.body, BODY_PREVIEW_BYTES).as_dict(),
+    }
+
+
+def archive_page(error_queue: TableQueue, limit: int, page: int = 1) -> dict[str, Any]:
+    """Page ``page`` (``limit`` messages, newest archived first) of the archive beside ``error_queue``: Id,
+    queue, exception, time of failure, when it was archived and the body's size of each (one bounded read,
+    headers only); ``more`` when older archived messages follow; ``exists`` False where nothing was ever
+    archived (no table yet)."""
+    archive = ErrorArchive.of(error_queue)
+    exists = archive.exists()
+    read = archive.browse((page - 1) * limit, limit) if exists else None
+    messages = read.messages if read is not None else []
+    return {
+        "error_queue": str(error_queue.address),
+        "archive": str(archive.address),
+        "exists": exists,
+        "page": page,
+        "limit": limit,
+        "more": bool(read and read.more),
+        "messages": [
+            {
+                "id": message.id,
+                "failed_queue": message.failed_queue,
+                "exception_type": message.exception_type,
+                "exception_message": _clip(message.exception_message, MAX_HEADER_CHARS),
+                "time_of_failure": _stamp(message.time_of_failure),
+                "archived_at": _stamp(message.archived_at),
+                "body_size": message.body_size,
+                "header_error": message.header_error,
+            }
+            for message in messages
+        ],
     }

@@ -4,13 +4,14 @@ Every request is Airflow's: the user comes from Airflow's session (the ``_token`
 bearer token), and :mod:`.access` asks the auth manager what they may do: open the page (the custom view
 ``SQL Queues``), see a connection (the right to read it, as ``GET /api/v2/connections/{id}``, and only a
 connection of type ``sqlqueue``; an unknown, forbidden or other-typed id all get one 404), and retry or
-delete through it (the right to edit it; both written to Airflow's audit log). :mod:`.failed_views` reads
-a group's messages and one message for the detail views.
+delete failed messages, or restore archived ones, through it (the right to edit it; each written to
+Airflow's audit log). :mod:`.failed_views` reads a group's messages, one message and a page of the error
+queue's archive for the detail views.
 
-A retry or delete is a ``POST`` of JSON (``Content-Type: application/json``), which an HTML form on another
-site can not send without a CORS preflight this app never grants, and the request's ``Origin``, when the
-browser sends one, must be this server. No connection field is ever rendered: pages show the connection id
-and the password-free description of its database.
+A retry, delete or restore is a ``POST`` of JSON (``Content-Type: application/json``), which an HTML form
+on another site can not send without a CORS preflight this app never grants, and the request's ``Origin``,
+when the browser sends one, must be this server. No connection field is ever rendered: pages show the
+connection id and the password-free description of its database.
 
 Airflow is imported inside the functions that use it: every Airflow process that loads plugins imports
 this module, and only the API server needs Airflow's web layer.
@@ -34,7 +35,7 @@ from pydantic import BaseModel, Field
 from ..hooks.queues_page_link import QUEUE_ANCHOR
 from ..hooks.sqlqueue import SqlQueueHook, secret_forms
 from ..model.errors import ConfigurationError
-from ..transport.archive import archive_address
+from ..transport.archive import ErrorArchive, archive_address
 from ..transport.failed import (
     FailureFilter,
     FailureOutcome,
@@ -46,6 +47,7 @@ from .access import (
     DELETE_EVENT,
     NOT_SERVED,
     QUEUES_VIEW,
+    RESTORE_EVENT,
     RETRY_EVENT,
     audit,
     auth_manager,
@@ -56,7 +58,16 @@ from .access import (
     require_view,
 )
 from .depth_history import REFRESH_SECONDS, DepthHistory, sparkline
-from .failed_views import BODY_PREVIEW_BYTES, GROUP_LIST_LIMIT, MAX_GROUP_LIST, failed_message, group_messages
+from .failed_views import (
+    ARCHIVE_LIST_LIMIT,
+    BODY_PREVIEW_BYTES,
+    GROUP_LIST_LIMIT,
+    MAX_ARCHIVE_LIST,
+    MAX_GROUP_LIST,
+    archive_page,
+    failed_message,
+    group_messages,
+)
 from .queues_page import render
 from .subscriptions_view import SubscriptionsView, subscriptions_view
 
@@ -464,6 +475,16 @@ class MessageQuery:
         self.conn_id, self.id = conn_id, id
 
 
+class ArchiveQuery:
+    def __init__(
+        self,
+        conn_id: Annotated[str, Query(min_length=1, max_length=250)],
+        limit: Annotated[int, Query(ge=1, le=MAX_ARCHIVE_LIST)] = ARCHIVE_LIST_LIMIT,
+        page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+    ) -> None:
+        self.conn_id, self.limit, self.page = conn_id, limit, page
+
+
 def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
     require_view(user)
     chosen = query.conn_id
@@ -519,10 +540,17 @@ def _read_message(user: Any, query: MessageQuery) -> dict[str, Any]:
     return {"conn_id": query.conn_id, **message}
 
 
+def _read_archive(user: Any, query: ArchiveQuery) -> dict[str, Any]:
+    require_read(user, query.conn_id)
+    listed = _on_error_queue(query.conn_id, lambda queue: archive_page(queue, query.limit, query.page))
+    return {"conn_id": query.conn_id, **listed}
+
+
 VIEWS = (
     View("/queues", "queues.html", QueuesQuery, _read_queues),
     View("/failed", "group.html", GroupQuery, _read_group),
     View("/message", "message.html", MessageQuery, _read_message),
+    View("/archive", "archive.html", ArchiveQuery, _read_archive),
 )
 
 
@@ -543,6 +571,8 @@ def _page_context(user: Any, view: View, query: Any, data: dict[str, Any] | None
         context["sort_link"] = lambda column: sort_link(query, conn_id, column)
     if view.path == "/failed":
         context["max_group_list"] = MAX_GROUP_LIST
+    if view.path == "/archive":
+        context["max_archive_list"] = MAX_ARCHIVE_LIST
     if view.path == "/message":
         context["preview_bytes"] = BODY_PREVIEW_BYTES
     return context
@@ -616,7 +646,7 @@ def _invalid(request: Request, error: RequestValidationError) -> Any:
     return HTMLResponse(html, status_code=422, headers={"Cache-Control": "no-store"})
 
 
-# ---- actions: retry and delete of a group, one message or a selection ------------------------------------
+# ---- actions: retry and delete of a group, one message or a selection; restore of archived messages -------
 class ActionRequest(BaseModel):
     """A group (``group``), one message (``id``) or a selection (``ids``) of a connection's error queue;
     exactly one. A group is done in steps: the first request names no ``after``/``up_to``; each answer
@@ -644,36 +674,82 @@ class ActionRequest(BaseModel):
         return FailureFilter(ids=list(self.ids or [])), {"ids": list(self.ids or [])}
 
 
-def _act(request: Request, body: ActionRequest, user: Any, action: str) -> dict[str, Any]:
-    """A retry or delete step on the error queue, checked, audited and logged."""
+class _Answer(NamedTuple):
+    """What one action step did: its JSON answer, and the counts the audit log keeps of it."""
+
+    answer: dict[str, Any]
+    counts: dict[str, int]
+
+
+def _retry_step(queue: TableQueue, selection: FailureFilter, body: ActionRequest) -> _Answer:
+    outcome = retry_failed(
+        queue, selection, max_rows=RETRY_ROWS_PER_REQUEST, after=body.after, up_to=body.up_to
+    )
+    answer = {**outcome.as_dict(), **_step(outcome, body.after)}
+    return _Answer(answer, {"done": len(outcome.done), "refused": len(outcome.refused)})
+
+
+def _delete_step(queue: TableQueue, selection: FailureFilter, body: ActionRequest) -> _Answer:
+    outcome = delete_failed(
+        queue, selection, max_rows=RETRY_ROWS_PER_REQUEST, after=body.after, up_to=body.up_to
+    )
+    return _Answer({**outcome.as_dict(), **_step(outcome, body.after)}, {"done": len(outcome.done)})
+
+
+def _restore_step(queue: TableQueue, selection: FailureFilter, body: ActionRequest) -> _Answer:
+    """Archived messages back into the error queue: Ids only (at most a page's), so one step does it all."""
+    outcome = ErrorArchive.of(queue).restore(list(selection.ids or ()))
+    answer = {
+        "done": outcome.restored,
+        "moved": outcome.moved,
+        "unknown": outcome.unknown,
+        "more": False,
+        "after": 0,
+        "up_to": None,
+        "left": 0,
+    }
+    return _Answer(answer, {"done": len(outcome.restored), "unknown": len(outcome.unknown)})
+
+
+class _Action(NamedTuple):
+    """An action of the page on failed messages: its audit event, its words and its step."""
+
+    event: str
+    doing: str
+    did: str
+    step: Callable[[TableQueue, FailureFilter, ActionRequest], _Answer]
+
+
+ACTIONS = {
+    "retry": _Action(RETRY_EVENT, "retrying", "retried", _retry_step),
+    "delete": _Action(DELETE_EVENT, "deleting", "deleted", _delete_step),
+    "restore": _Action(RESTORE_EVENT, "restoring", "restored", _restore_step),
+}
+
+
+def _act(request: Request, body: ActionRequest, user: Any, name: str) -> dict[str, Any]:
+    """A retry, delete or restore step, checked, audited and logged."""
+    action = ACTIONS[name]
     selection, picked = body.selection()
-    _require_change(request, user, body.conn_id, "retrying" if action == "retry" else "deleting")
-    event = RETRY_EVENT if action == "retry" else DELETE_EVENT
-    run = retry_failed if action == "retry" else delete_failed
+    if name == "restore" and body.group is not None:
+        raise HTTPException(422, "Restore names archived messages: a message id or a list of ids (ids).")
+    _require_change(request, user, body.conn_id, action.doing)
     asked = {"conn_id": body.conn_id, **picked, "method": "POST"}
     try:
-        outcome = _on_error_queue(
-            body.conn_id,
-            lambda queue: run(
-                queue, selection, max_rows=RETRY_ROWS_PER_REQUEST, after=body.after, up_to=body.up_to
-            ),
-        )
+        done = _on_error_queue(body.conn_id, lambda queue: action.step(queue, selection, body))
     except HTTPException as failure:
-        audit(user, event, {**asked, "error": failure.detail})
+        audit(user, action.event, {**asked, "error": failure.detail})
         raise
-    done = {"done": len(outcome.done)}
-    if action == "retry":
-        done["refused"] = len(outcome.refused)
-    audit(user, event, {**asked, **done})
+    audit(user, action.event, {**asked, **done.counts})
     log.info(
-        "Queues page: %s %s %d failed message(s) (%s) on %s",
+        "Queues page: %s %s %d message(s) (%s) on %s",
         getattr(user, "get_name", lambda: "?")(),
-        "retried" if action == "retry" else "deleted",
-        len(outcome.done),
+        action.did,
+        done.counts["done"],
         ", ".join(picked),
         body.conn_id,
     )
-    return {"conn_id": body.conn_id, **picked, **outcome.as_dict(), **_step(outcome, body.after)}
+    return {"conn_id": body.conn_id, **picked, **done.answer}
 
 
 def create_app() -> FastAPI:
@@ -698,5 +774,10 @@ def create_app() -> FastAPI:
     def delete_failed_messages(request: Request, body: ActionRequest, user: UserDep) -> Any:
         """Moves them to the archive beside the error queue (``delete_failed``'s default)."""
         return _act(request, body, user, "delete")
+
+    @app.post("/api/restore")
+    def restore_archived_messages(request: Request, body: ActionRequest, user: UserDep) -> Any:
+        """Moves archived messages (``id`` or ``ids``) back into the error queue (ErrorArchive.restore)."""
+        return _act(request, body, user, "restore")
 
     return app

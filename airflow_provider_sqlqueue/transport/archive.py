@@ -9,6 +9,13 @@ queue; not named ``RowVersion``, so the archive is never listed as a queue) and 
 database clock). :meth:`ErrorArchive.purge` deletes what was archived longer ago than a retention, in
 batches like ``purge_expired``.
 
+:meth:`ErrorArchive.browse` reads one page of it, newest archived first, with each message's failure
+headers and its body's size (bodies stay on the server); :meth:`ErrorArchive.restore` moves archived
+messages back into the error queue by Id, the reverse of the delete's move: one server-side statement per
+Id, all in one transaction, so each row is in exactly one of the two tables at every commit. A restored
+message keeps its Id, headers and body; it gets a new RowVersion in the error queue, from where it can be
+retried or deleted again.
+
 The table is made where the error queue is provisioned (``sqlqueue create``, ``ProvisionQueuesOperator``,
 ``sqlqueue script``), and on first use if missing: that needs the provisioning role's right to create a
 table in the error queue's schema. A role without it gets :class:`PermissionDenied` naming the fix before
@@ -19,23 +26,146 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
-from typing import TYPE_CHECKING
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from ..model.address import QueueAddress
-from ..model.errors import ConfigurationError, PermissionDenied
+from ..model.errors import ConfigurationError, HeaderFormatError, PermissionDenied, QueueNotFound
+from . import headers as h
+from .browse import _canonical_id, _text
 from .queue.provisioning import begin_creation, create_racing, first_value, table_exists, table_exists_on
+from .queue.received_rows import as_utc
 
 if TYPE_CHECKING:
     from ..dialects.base import Dialect
     from .queue import TableQueue
 
-__all__ = ["ARCHIVE_SUFFIX", "ErrorArchive", "archive_address", "archive_script", "parse_age"]
+__all__ = [
+    "ARCHIVE_SUFFIX",
+    "MAX_ARCHIVE_PAGE",
+    "MAX_RESTORE",
+    "ArchivePage",
+    "ArchivedMessage",
+    "ErrorArchive",
+    "RestoreOutcome",
+    "archive_address",
+    "archive_script",
+    "parse_age",
+]
 
 log = logging.getLogger(__name__)
 
 ARCHIVE_SUFFIX = "archive"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# A page is read whole into memory (headers only), and an offset is read past by the server on every page.
+MAX_ARCHIVE_PAGE = 500
+MAX_ARCHIVE_OFFSET = 1_000_000
+# The Ids of one restore, all in one transaction.
+MAX_RESTORE = 10_000
+_EXCEPTION_TYPE = f"{h.EXCEPTION_INFO_PREFIX}ExceptionType"
+_EXCEPTION_MESSAGE = f"{h.EXCEPTION_INFO_PREFIX}Message"
+
+
+@dataclass(frozen=True)
+class ArchivedMessage:
+    """One row of an archive as :meth:`ErrorArchive.browse` reads it: the body's size, not the body.
+
+    ``headers`` is empty and ``header_error`` says why when the stored headers cannot be parsed;
+    ``raw_headers`` is the stored text either way. ``error_row_version`` is the row's RowVersion in the
+    error queue when it was archived.
+    """
+
+    id: str
+    correlation_id: str | None
+    reply_to_address: str | None
+    headers: dict[str, str | None]
+    raw_headers: str
+    header_error: str | None
+    body_size: int
+    error_row_version: int
+    archived_at: datetime | None
+    expires: datetime | None
+
+    @property
+    def failed_queue(self) -> str | None:
+        return self.headers.get(h.FAILED_QUEUE) or None
+
+    @property
+    def exception_type(self) -> str | None:
+        return self.headers.get(_EXCEPTION_TYPE)
+
+    @property
+    def exception_message(self) -> str | None:
+        return self.headers.get(_EXCEPTION_MESSAGE)
+
+    @property
+    def time_of_failure(self) -> datetime | None:
+        return h.timestamp_or_none(self.headers.get(h.TIME_OF_FAILURE))
+
+
+@dataclass(frozen=True)
+class ArchivePage:
+    """One page of an archive, newest archived first: ``offset`` rows before it, and ``more`` says older
+    rows follow."""
+
+    messages: list[ArchivedMessage]
+    offset: int
+    size: int
+    more: bool
+
+
+@dataclass
+class RestoreOutcome:
+    """What :meth:`ErrorArchive.restore` did: the Ids it moved back (``restored``), how many rows that was
+    (``moved``: a message archived twice has two), and the Ids the archive did not hold (``unknown``)."""
+
+    restored: list[str] = field(default_factory=list)
+    moved: int = 0
+    unknown: list[str] = field(default_factory=list)
+
+
+def archive_ids(ids: Sequence[str]) -> list[str]:
+    """``ids`` as canonical UUID text, each once, in the order given; a value that is no UUID is refused
+    before anything moves."""
+    if isinstance(ids, str):
+        raise ConfigurationError("ids is a sequence of message Ids, not one string")
+    canonical: list[str] = []
+    for value in ids:
+        try:
+            text = str(uuid.UUID(str(value)))
+        except ValueError:
+            raise ConfigurationError(
+                f"message Id {value!r} is not a UUID; copy it from 'sqlqueue failed archive'"
+            ) from None
+        if text not in canonical:
+            canonical.append(text)
+    if len(canonical) > MAX_RESTORE:
+        raise ConfigurationError(f"restore at most {MAX_RESTORE:,} Ids at once, not {len(canonical):,}")
+    return canonical
+
+
+def _archived_message(row: Sequence[Any]) -> ArchivedMessage:
+    message_id, correlation_id, reply_to, raw_headers, body_size, row_version, archived_at, expires = row
+    raw = _text(raw_headers)
+    try:
+        headers, problem = dict(h.decode_headers(raw)), None
+    except HeaderFormatError as error:
+        headers, problem = {}, str(error)
+    return ArchivedMessage(
+        id=_canonical_id(message_id),
+        correlation_id=correlation_id,
+        reply_to_address=reply_to,
+        headers=headers,
+        raw_headers=raw,
+        header_error=problem,
+        body_size=int(body_size or 0),
+        error_row_version=int(row_version),
+        archived_at=as_utc(archived_at),
+        expires=as_utc(expires),
+    )
 
 
 def archive_address(dialect: Dialect, error_queue: QueueAddress) -> QueueAddress:
@@ -135,6 +265,76 @@ class ErrorArchive:
             value = first_value(cursor, self.transport.dialect)
             connection.commit()
         return int(value or 0)
+
+    def browse(self, offset: int = 0, limit: int = 50) -> ArchivePage:
+        """One page of the archive, newest archived first: at most ``limit`` messages after the first
+        ``offset`` (headers and body sizes, one read-only statement of ``limit + 1`` rows, so the cost is
+        bounded however large the archive). A missing archive is an empty page."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ARCHIVE_PAGE:
+            raise ConfigurationError(f"limit must be an int between 1 and {MAX_ARCHIVE_PAGE}, not {limit!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_ARCHIVE_OFFSET:
+            raise ConfigurationError(
+                f"offset must be an int between 0 and {MAX_ARCHIVE_OFFSET:,}, not {offset!r}"
+            )
+        if not self.exists():
+            return ArchivePage([], offset, limit, False)
+        dialect = self.transport.dialect
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            params = dialect.browse_archive_params(offset, limit + 1)
+            cursor.execute(dialect.browse_archive(self.address), params)
+            rows = dialect.fetch_rows(cursor)
+            connection.commit()
+        messages = [_archived_message(row) for row in rows[:limit]]
+        return ArchivePage(messages, offset, limit, len(rows) > limit)
+
+    def restore(self, ids: Sequence[str]) -> RestoreOutcome:
+        """Move the archived messages with these Ids back into the error queue, all in one transaction (one
+        server-side statement per Id, so at every commit each row is in exactly one of the two tables; a
+        failure leaves both as they were). Ids the archive does not hold (never archived, already
+        restored, purged) are reported in :attr:`RestoreOutcome.unknown`, not raised."""
+        wanted = archive_ids(ids)
+        outcome = RestoreOutcome()
+        if not wanted:
+            return outcome
+        if not self.error_queue.exists():
+            raise QueueNotFound(f"error queue {self.error_queue.address} does not exist")
+        if not self.exists():
+            outcome.unknown.extend(wanted)
+            return outcome
+        dialect = self.error_queue.resolved_dialect()
+        with self.transport.connection(self.address) as connection:
+            cursor = connection.cursor()
+            begin = dialect.begin_write()
+            if begin:
+                cursor.execute(begin, ())
+            with_recoverable = self.error_queue.has_recoverable(cursor)
+            statements = dialect.restore_archived(self.error_queue.address, self.address, with_recoverable)
+            for message_id in wanted:
+                moved = self._restore_one(cursor, dialect, statements, message_id)
+                if moved:
+                    outcome.restored.append(message_id)
+                    outcome.moved += moved
+                else:
+                    outcome.unknown.append(message_id)
+            connection.commit()
+        log.info(
+            "restored %d archived row(s) of %d message(s) from %s into %s",
+            outcome.moved,
+            len(outcome.restored),
+            self.address,
+            self.error_queue.address,
+        )
+        return outcome
+
+    @staticmethod
+    def _restore_one(cursor: Any, dialect: Dialect, statements: list[str], message_id: str) -> int:
+        """Run the restore of one Id; how many rows it moved (the last statement's one row)."""
+        value = dialect.row_id(uuid.UUID(message_id))
+        for statement in statements:
+            cursor.execute(statement, (value,))
+        rows = dialect.fetch_rows(cursor)
+        return int(rows[0][0] or 0) if rows else 0
 
     def purge(
         self,

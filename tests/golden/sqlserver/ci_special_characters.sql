@@ -204,6 +204,16 @@ DELETE FROM [n service.bus&#].[db@].[my]]table] OUTPUT deleted.[Id], deleted.[Co
 -- archive_failed_row without Recoverable
 DELETE FROM [n service.bus&#].[db@].[my]]table] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], NULL, deleted.[Expires], deleted.[Headers], deleted.[Body], deleted.[RowVersion] INTO [dbo].[error_archive] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body], [ErrorRowVersion]) WHERE [RowVersion] = ?; SELECT @@ROWCOUNT
 
+-- restore_archived
+DELETE FROM [n service.bus&#].[db@].[my]]table] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Recoverable], deleted.[Expires], deleted.[Headers], deleted.[Body] INTO [dbo].[error] ([Id], [CorrelationId], [ReplyToAddress], [Recoverable], [Expires], [Headers], [Body]) WHERE [Id] = ?; SELECT @@ROWCOUNT
+
+-- restore_archived without Recoverable
+DELETE FROM [n service.bus&#].[db@].[my]]table] OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Expires], deleted.[Headers], deleted.[Body] INTO [dbo].[error] ([Id], [CorrelationId], [ReplyToAddress], [Expires], [Headers], [Body]) WHERE [Id] = ?; SELECT @@ROWCOUNT
+
+-- browse_archive
+-- params: [100, 51]
+SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], DATALENGTH([Body]), [ErrorRowVersion], [ArchivedAt], [Expires] FROM [n service.bus&#].[db@].[my]]table] WITH (READPAST, READCOMMITTEDLOCK) ORDER BY [ArchivedAt] DESC, [ErrorRowVersion] DESC, [Id] DESC OFFSET ? ROWS FETCH NEXT ? ROWS ONLY
+
 -- purge_archive_batch
 -- params: [-2592000, 10000, -2592000]
 DELETE FROM [n service.bus&#].[db@].[my]]table] WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE()) AND [ErrorRowVersion] IN (SELECT TOP (?) [ErrorRowVersion] FROM [n service.bus&#].[db@].[my]]table] WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE()) ORDER BY [ArchivedAt]); SELECT @@ROWCOUNT
