@@ -413,6 +413,10 @@ def _sqlite_connector(
                 connection.isolation_level = None
             _enable_wal(connection, wait)
             connection.execute(f"PRAGMA synchronous={synchronous}")
+            # A receive's DELETE of a batch copies every page it changes into the statement journal, which
+            # SQLite moves to a temporary file past 64 KiB: a file created and unlinked per batch, and a
+            # write to it for each page a message's savepoint then changes. Kept in memory, it costs a copy.
+            connection.execute("PRAGMA temp_store=MEMORY")
         except BaseException:
             connection.close()
             raise
