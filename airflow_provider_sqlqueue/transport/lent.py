@@ -180,12 +180,8 @@ class LentConnection:
             pooled.invalidate()
 
     def end(self) -> None:
-        """Withdraw the connection from the handler (the pump calls it when the attempt ends). The prelude
-        and the watcher are let go (nothing runs past :meth:`_live` any more): the watcher holds this
-        connection, and the cycle would keep both, and the attempt's context, until a garbage collection."""
+        """Withdraw the connection from the handler (the pump calls it when the attempt ends)."""
         self._ended = True
-        self._prelude = None
-        self._watcher = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.driver_connection(), name)

@@ -57,15 +57,10 @@ class BatchSavepoints:
         self._names: Any = None  # the cursor the transaction's name is read on, once needed
         self._finished = False  # a finished message's savepoint is still established
         dialect = batch.queue.dialect
-        mark = dialect.savepoint(name)
-        # what marks a message's savepoint, first after a finished message's (with its release) and alone
-        self._after_finished = (
-            (dialect.release_savepoint(name), mark) if dialect.releases_message_savepoints else (mark,)
-        )
-        self._first_mark = (mark,)
+        self._mark = dialect.savepoint(name)
+        self._release = dialect.release_savepoint(name) if dialect.releases_message_savepoints else None
         self._undo = dialect.rollback_to_savepoint(name)
-        self._cursor: Any = None  # the connection's shared cursor, once needed
-        self._pipelines = False  # whether the driver has a pipeline, asked with the cursor
+        self._pipelines: bool | None = None  # whether the driver has a pipeline, once asked
 
     def attempt(self) -> MessageSavepoint:
         """The savepoint of one handler call, not yet marked."""
@@ -87,11 +82,11 @@ class BatchSavepoints:
         handler's, or nothing): in one round trip where the driver has a pipeline. An error before the
         savepoint was marked sets ``savepoint.failed`` (the batch's transaction or connection failed, not
         the handler); one of the handler's statement leaves the savepoint marked, to roll back to."""
-        statements = self._after_finished if self._finished else self._first_mark
+        release = self._release if self._finished else None
+        statements = [release, self._mark] if release else [self._mark]
         connection = self.batch.connection
-        cursor = self._cursor
-        if cursor is None:
-            cursor = self._cursor = shared_cursor(connection)
+        cursor = shared_cursor(connection)
+        if self._pipelines is None:
             self._pipelines = _has_pipeline(connection)
         if not self._pipelines:
             try:
