@@ -156,6 +156,7 @@ def test_a_sqlite_factory_gives_connections_or_arguments_for_the_urls_file(tmp_p
         with transport.connection() as pooled:
             assert pooled.dbapi_connection is opened[0]
             assert pooled.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+            assert pooled.execute("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY: the statement journal
         transport.close()
         assert transport.queue("rotating").count() == 0
         assert len(opened) == 2  # a new connection after the dispose, from the factory again

@@ -41,7 +41,14 @@ def session_settings(connection: Any, transport: Transport) -> dict[str, Any]:
     engine = transport.dialect.name
     driver = connection.dbapi_connection
     if engine == "sqlite":
-        pragmas = ("query_only", "foreign_keys", "busy_timeout", "synchronous", "recursive_triggers")
+        pragmas = (
+            "query_only",
+            "foreign_keys",
+            "busy_timeout",
+            "synchronous",
+            "recursive_triggers",
+            "temp_store",
+        )
         settings = {pragma: fetch(connection, transport, f"PRAGMA {pragma}")[0][0] for pragma in pragmas}
         settings["isolation_level"] = getattr(driver, "isolation_level", "odbc")
         settings["autocommit"] = getattr(driver, "autocommit", None)
@@ -83,6 +90,7 @@ def change_session(connection: Any, transport: Transport) -> None:
             "busy_timeout=5",
             "synchronous=OFF",
             "recursive_triggers=1",
+            "temp_store=FILE",
         ):
             cursor.execute(f"PRAGMA {pragma}")
         if hasattr(driver, "isolation_level"):
