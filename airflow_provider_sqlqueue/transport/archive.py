@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, HeaderFormatError, PermissionDenied, QueueNotFound
 from . import headers as h
-from .browse import _canonical_id, _text
+from .browse import canonical_id, column_text
 from .queue.provisioning import begin_creation, create_racing, first_value, table_exists, table_exists_on
 from .queue.received_rows import as_utc
 
@@ -65,12 +65,10 @@ MAX_ARCHIVE_PAGE = 500
 MAX_ARCHIVE_OFFSET = 1_000_000
 # The Ids of one restore, all in one transaction.
 MAX_RESTORE = 10_000
-_EXCEPTION_TYPE = f"{h.EXCEPTION_INFO_PREFIX}ExceptionType"
-_EXCEPTION_MESSAGE = f"{h.EXCEPTION_INFO_PREFIX}Message"
 
 
 @dataclass(frozen=True)
-class ArchivedMessage:
+class ArchivedMessage(h.FailureHeaders):
     """One row of an archive as :meth:`ErrorArchive.browse` reads it: the body's size, not the body.
 
     ``headers`` is empty and ``header_error`` says why when the stored headers cannot be parsed;
@@ -88,22 +86,6 @@ class ArchivedMessage:
     error_row_version: int
     archived_at: datetime | None
     expires: datetime | None
-
-    @property
-    def failed_queue(self) -> str | None:
-        return self.headers.get(h.FAILED_QUEUE) or None
-
-    @property
-    def exception_type(self) -> str | None:
-        return self.headers.get(_EXCEPTION_TYPE)
-
-    @property
-    def exception_message(self) -> str | None:
-        return self.headers.get(_EXCEPTION_MESSAGE)
-
-    @property
-    def time_of_failure(self) -> datetime | None:
-        return h.timestamp_or_none(self.headers.get(h.TIME_OF_FAILURE))
 
 
 @dataclass(frozen=True)
@@ -149,13 +131,13 @@ def archive_ids(ids: Sequence[str]) -> list[str]:
 
 def _archived_message(row: Sequence[Any]) -> ArchivedMessage:
     message_id, correlation_id, reply_to, raw_headers, body_size, row_version, archived_at, expires = row
-    raw = _text(raw_headers)
+    raw = column_text(raw_headers)
     try:
         headers, problem = dict(h.decode_headers(raw)), None
     except HeaderFormatError as error:
         headers, problem = {}, str(error)
     return ArchivedMessage(
-        id=_canonical_id(message_id),
+        id=canonical_id(message_id),
         correlation_id=correlation_id,
         reply_to_address=reply_to,
         headers=headers,

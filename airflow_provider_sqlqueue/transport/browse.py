@@ -38,6 +38,8 @@ __all__ = [
     "BodyPreview",
     "BrowsedMessage",
     "browse",
+    "canonical_id",
+    "column_text",
     "count_expired",
     "estimated_depth",
     "oldest_time_sent",
@@ -102,7 +104,8 @@ def preview_body(body: bytes, limit: int) -> BodyPreview:
     return BodyPreview(shown, "utf-8", len(body), len(body) > limit)
 
 
-def _text(value: Any) -> str:
+def column_text(value: Any) -> str:
+    """A text column as the driver returned it (bytes from some ODBC drivers), as text."""
     if value is None:
         return ""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -110,7 +113,8 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _canonical_id(value: Any) -> str:
+def canonical_id(value: Any) -> str:
+    """An Id column as the canonical UUID text (each driver returns its own type), or as it is."""
     try:
         return str(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
     except ValueError:
@@ -146,14 +150,14 @@ def browse(queue: TableQueue, max_messages: int = 10) -> list[BrowsedMessage]:
     messages = []
     for row in rows:
         message_id, _correlation_id, _reply_to, raw_headers, body, row_version, expires = row
-        raw = _text(raw_headers)
+        raw = column_text(raw_headers)
         try:
             headers, problem = h.decode_headers(raw), None
         except HeaderFormatError as error:
             headers, problem = {}, str(error)
         messages.append(
             BrowsedMessage(
-                id=_canonical_id(message_id),
+                id=canonical_id(message_id),
                 headers=dict(headers),
                 body=b"" if body is None else bytes(body),
                 row_version=int(row_version),
@@ -189,7 +193,7 @@ def oldest_time_sent(queue: TableQueue) -> datetime | None:
     if not rows:
         return None
     try:
-        headers = h.decode_headers(_text(rows[0][1]))
+        headers = h.decode_headers(column_text(rows[0][1]))
     except HeaderFormatError:
         return None
     return h.timestamp_or_none(dict(headers).get(h.TIME_SENT))

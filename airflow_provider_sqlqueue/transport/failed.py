@@ -41,7 +41,7 @@ from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, HeaderFormatError, InvalidQueueName, QueueNotFound
 from . import headers as h
 from .archive import ErrorArchive
-from .browse import BrowsedMessage, _canonical_id, _query, _text
+from .browse import BrowsedMessage, _query, canonical_id, column_text
 from .queue.received_rows import as_utc
 
 if TYPE_CHECKING:
@@ -64,8 +64,8 @@ __all__ = [
     "show_failed",
 ]
 
-EXCEPTION_TYPE = f"{h.EXCEPTION_INFO_PREFIX}ExceptionType"
-EXCEPTION_MESSAGE = f"{h.EXCEPTION_INFO_PREFIX}Message"
+EXCEPTION_TYPE = h.EXCEPTION_TYPE
+EXCEPTION_MESSAGE = h.EXCEPTION_MESSAGE
 STACK_TRACE = f"{h.EXCEPTION_INFO_PREFIX}StackTrace"
 # The header names (prefixes) ServiceControl's retry takes out of a failed message before it sends it back.
 RETRY_REMOVED_PREFIXES = (
@@ -81,7 +81,7 @@ MAX_SAMPLE = 100_000
 
 
 @dataclass(frozen=True)
-class FailedRow:
+class FailedRow(h.FailureHeaders):
     """One row of an error queue as the grouping reads it: no body."""
 
     row_version: int
@@ -89,22 +89,6 @@ class FailedRow:
     headers: dict[str, str | None]
     raw_headers: str
     header_error: str | None
-
-    @property
-    def failed_queue(self) -> str | None:
-        return self.headers.get(h.FAILED_QUEUE) or None
-
-    @property
-    def exception_type(self) -> str | None:
-        return self.headers.get(EXCEPTION_TYPE)
-
-    @property
-    def exception_message(self) -> str | None:
-        return self.headers.get(EXCEPTION_MESSAGE)
-
-    @property
-    def time_of_failure(self) -> datetime | None:
-        return h.timestamp_or_none(self.headers.get(h.TIME_OF_FAILURE))
 
     @property
     def group_key(self) -> str:
@@ -220,12 +204,12 @@ def _require(queue: TableQueue, error: Exception) -> None:
 
 
 def _failed_row(row_version: Any, message_id: Any, raw_headers: Any) -> FailedRow:
-    raw = _text(raw_headers)
+    raw = column_text(raw_headers)
     try:
         headers, problem = dict(h.decode_headers(raw)), None
     except HeaderFormatError as error:
         headers, problem = {}, str(error)
-    return FailedRow(int(row_version), _canonical_id(message_id), headers, raw, problem)
+    return FailedRow(int(row_version), canonical_id(message_id), headers, raw, problem)
 
 
 def failed_rows(
@@ -361,12 +345,12 @@ def failed_sample(error_queue: TableQueue, limit: int = 1000) -> FailedSample:
         raise
     groups: dict[str, FailedGroup] = {}
     for row_version, message_id, raw_headers in rows[:limit]:
-        raw = _text(raw_headers)
+        raw = column_text(raw_headers)
         try:
             headers, problem = dict(h.decode_headers(raw)), None
         except HeaderFormatError as error:
             headers, problem = {}, str(error)
-        row = FailedRow(int(row_version), _canonical_id(message_id), headers, raw, problem)
+        row = FailedRow(int(row_version), canonical_id(message_id), headers, raw, problem)
         group = groups.get(row.group_key)
         if group is None:
             group = groups[row.group_key] = FailedGroup(
@@ -393,14 +377,14 @@ def show_failed(error_queue: TableQueue, message_id: str) -> list[BrowsedMessage
         raise
     found = []
     for message_id_value, _correlation, _reply_to, raw_headers, body, row_version, expires in rows:
-        raw = _text(raw_headers)
+        raw = column_text(raw_headers)
         try:
             headers, problem = dict(h.decode_headers(raw)), None
         except HeaderFormatError as error:
             headers, problem = {}, str(error)
         found.append(
             BrowsedMessage(
-                id=_canonical_id(message_id_value),
+                id=canonical_id(message_id_value),
                 headers=headers,
                 body=b"" if body is None else bytes(body),
                 row_version=int(row_version),
@@ -519,7 +503,7 @@ def retry_failed(
                 if not taken:
                     continue  # another session retried or deleted it meanwhile
                 message_id, correlation_id, reply_to, raw_headers, body = taken[0]
-                headers_text = retry_headers_text(_text(raw_headers), row.headers)
+                headers_text = retry_headers_text(column_text(raw_headers), row.headers)
                 source.insert_raw(cursor, (message_id, correlation_id, reply_to, headers_text, body))
                 moved.append(row.id)
                 into.append(str(source.address))

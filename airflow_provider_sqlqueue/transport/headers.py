@@ -30,6 +30,7 @@ import msgspec
 from ..model.errors import HeaderFormatError
 
 __all__ = [
+    "FailureHeaders",
     "Headers",
     "decode_headers",
     "decode_headers_exact",
@@ -60,6 +61,8 @@ ORIGINATING_MACHINE = "NServiceBus.OriginatingMachine"
 FAILED_QUEUE = "NServiceBus.FailedQ"
 TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
 EXCEPTION_INFO_PREFIX = "NServiceBus.ExceptionInfo."
+EXCEPTION_TYPE = f"{EXCEPTION_INFO_PREFIX}ExceptionType"
+EXCEPTION_MESSAGE = f"{EXCEPTION_INFO_PREFIX}Message"
 FORWARD_DESTINATION = "NServiceBus.SqlServer.ForwardDestination"
 PROCESSING_ENDPOINT = "NServiceBus.ProcessingEndpoint"
 PROCESSING_MACHINE = "NServiceBus.ProcessingMachine"
@@ -395,3 +398,26 @@ def timestamp_or_none(text: str | None) -> datetime | None:
         return parse_timestamp(text)
     except HeaderFormatError:
         return None
+
+
+class FailureHeaders:
+    """What a failed message's headers say about its failure, for every reader of a failed row (the error
+    queue's, the archive's): the queue it failed in, the exception, and when."""
+
+    headers: Mapping[str, str | None]
+
+    @property
+    def failed_queue(self) -> str | None:
+        return self.headers.get(FAILED_QUEUE) or None
+
+    @property
+    def exception_type(self) -> str | None:
+        return self.headers.get(EXCEPTION_TYPE)
+
+    @property
+    def exception_message(self) -> str | None:
+        return self.headers.get(EXCEPTION_MESSAGE)
+
+    @property
+    def time_of_failure(self) -> datetime | None:
+        return timestamp_or_none(self.headers.get(TIME_OF_FAILURE))
