@@ -180,8 +180,12 @@ class LentConnection:
             pooled.invalidate()
 
     def end(self) -> None:
-        """Withdraw the connection from the handler (the pump calls it when the attempt ends)."""
+        """Withdraw the connection from the handler (the pump calls it when the attempt ends). The prelude
+        and the watcher are let go, as nothing runs past :meth:`_live` any more: the watcher (the
+        attempt's context) holds this connection, and the cycle would leave both to the garbage collector."""
         self._ended = True
+        self._prelude = None
+        self._watcher = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.driver_connection(), name)

@@ -230,6 +230,8 @@ class MessageContext:
 
     def flush(self) -> None:
         """Write the buffered sends into the receive's transaction: one statement per destination."""
+        if not self._pending_sends and not self._pending_delayed:
+            return
         for target, messages in self._pending_sends.values():
             self._batch.send_batch(target, messages)
         for store_delayed in self._pending_delayed:
