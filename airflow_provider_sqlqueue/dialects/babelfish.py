@@ -111,15 +111,9 @@ class BabelfishDialect(SqlServerDialect):
     def server_variant(self, connection: Any) -> str | None:
         return None
 
-    def resolve(
-        self,
-        address: QueueAddress,
-        default_schema: str | None = None,
-        current_catalog: str | None = None,
-    ) -> QueueAddress:
-        resolved = super().resolve(address, default_schema, current_catalog)
+    def check_names(self, resolved: QueueAddress, current_catalog: str | None) -> None:
+        super().check_names(resolved, current_catalog)
         _refuse_names_babelfish_cannot_hold(resolved)
-        return resolved
 
     def qualified_name(self, address: QueueAddress) -> str:
         # Also here: a queue opened before the transport's first connection was resolved as SQL Server's.

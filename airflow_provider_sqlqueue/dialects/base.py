@@ -203,6 +203,7 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """Fill in the default schema and check the engine's limits (InvalidQueueName if they fail)."""
         schema = address.schema or default_schema or self.default_schema
         resolved = QueueAddress(address.table, schema, address.catalog)
+        self.check_names(resolved, current_catalog)
         for kind, value in (
             ("queue", resolved.table),
             ("schema", resolved.schema),
@@ -218,6 +219,10 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
                     f"identifiers are at most {self.max_identifier_length} {unit}"
                 )
         return resolved
+
+    def check_names(self, resolved: QueueAddress, current_catalog: str | None) -> None:
+        """Raise InvalidQueueName for a name of ``resolved`` that this engine cannot hold or reach, other
+        than by its length (:meth:`resolve` checks that); ``current_catalog``: the connected database."""
 
     def display_sql(self, sql: str) -> str:
         """A statement as a person would run it by hand (undoing driver-specific escaping)."""

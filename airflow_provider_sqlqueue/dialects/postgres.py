@@ -475,19 +475,12 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     def display_sql(self, sql: str) -> str:
         return sql.replace("%%", "%")
 
-    def resolve(
-        self,
-        address: QueueAddress,
-        default_schema: str | None = None,
-        current_catalog: str | None = None,
-    ) -> QueueAddress:
-        resolved = super().resolve(address, default_schema, current_catalog)
+    def check_names(self, resolved: QueueAddress, current_catalog: str | None) -> None:
         if resolved.catalog is not None and resolved.catalog != current_catalog:
             raise InvalidQueueName(
-                f"queue {address} names the database {resolved.catalog!r}, but PostgreSQL cannot reach "
+                f"queue {resolved} names the database {resolved.catalog!r}, but PostgreSQL cannot reach "
                 f"another database than the connected one ({current_catalog!r}); open a transport on it"
             )
-        return resolved
 
     def current_catalog(self) -> str:
         return "SELECT current_database()"

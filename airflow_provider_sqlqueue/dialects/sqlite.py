@@ -286,18 +286,12 @@ class SqliteDialect(SqliteTransactionState, Dialect):
     def quote(self, identifier: str) -> str:
         return '"' + identifier.replace('"', '""') + '"'
 
-    def resolve(
-        self,
-        address: QueueAddress,
-        default_schema: str | None = None,
-        current_catalog: str | None = None,
-    ) -> QueueAddress:
-        if address.catalog is not None:
+    def check_names(self, resolved: QueueAddress, current_catalog: str | None) -> None:
+        if resolved.catalog is not None:
             raise InvalidQueueName(
-                f"queue {address} names a catalog, but SQLite has none; a schema part names an attached "
+                f"queue {resolved} names a catalog, but SQLite has none; a schema part names an attached "
                 "database (for example 'main')"
             )
-        return super().resolve(address, default_schema, current_catalog)
 
     def _schema_prefix(self, address: QueueAddress) -> str:
         return f"{self.quote(address.schema)}." if address.schema else ""

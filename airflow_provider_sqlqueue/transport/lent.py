@@ -19,6 +19,7 @@ reached through a cursor's ``connection``) the pump catches afterwards by asking
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable
@@ -105,18 +106,21 @@ class LentConnection:
             self._watcher.reached()
         return pooled
 
-    def _first(self, statement: Callable[[], Any]) -> Any:
-        """Run ``statement`` (on a cursor of the loan), with the prelude before it if it has not run; the
-        watcher hears of each statement before it runs (after the first) and after it returned."""
-        self._live()
-        prelude, self._prelude = self._prelude, None
+    def _run(self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``method(*args, **kwargs)`` (a statement on a cursor of the loan), with the prelude before it
+        if it has not run; the watcher hears of each statement before it runs (after the first) and after
+        it returned."""
+        if self._ended:
+            self._live()
+        prelude = self._prelude
         watcher = self._watcher
         if prelude is not None:
-            result = prelude.run_first(statement)
+            self._prelude = None
+            result = prelude.run_first(functools.partial(method, *args, **kwargs))
         else:
             if watcher is not None:
                 watcher.statement()
-            result = statement()
+            result = method(*args, **kwargs)
         if watcher is not None:
             watcher.ran()
         return result
@@ -154,14 +158,20 @@ class LentConnection:
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         """The drivers' shortcut (a new cursor that runs one statement), with a cursor of the loan."""
-        cursor = self.cursor()
-        cursor.execute(*args, **kwargs)
-        return cursor
+        cursor = self._live().cursor()
+        if self._prelude is None and self._watcher is None:
+            cursor.execute(*args, **kwargs)
+            return cursor
+        self._run(cursor.execute, args, kwargs)
+        return _PreludeCursor(cursor, self)
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
-        cursor = self.cursor()
-        cursor.executemany(*args, **kwargs)
-        return cursor
+        cursor = self._live().cursor()
+        if self._prelude is None and self._watcher is None:
+            cursor.executemany(*args, **kwargs)
+            return cursor
+        self._run(cursor.executemany, args, kwargs)
+        return _PreludeCursor(cursor, self)
 
     def commit(self) -> None:
         raise ConfigurationError(_REFUSED.format(what="commit()"))
@@ -240,12 +250,12 @@ class _PreludeCursor:
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         cursor = self._cursor
-        result = self._lent._first(lambda: cursor.execute(*args, **kwargs))
+        result = self._lent._run(cursor.execute, args, kwargs)
         return self if result is cursor else result  # psycopg returns the cursor: this one stands for it
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
         cursor = self._cursor
-        result = self._lent._first(lambda: cursor.executemany(*args, **kwargs))
+        result = self._lent._run(cursor.executemany, args, kwargs)
         return self if result is cursor else result
 
     def __iter__(self) -> Any:

@@ -57,8 +57,12 @@ class BatchSavepoints:
         self._names: Any = None  # the cursor the transaction's name is read on, once needed
         self._finished = False  # a finished message's savepoint is still established
         dialect = batch.queue.dialect
-        self._mark = dialect.savepoint(name)
-        self._release = dialect.release_savepoint(name) if dialect.releases_message_savepoints else None
+        mark = dialect.savepoint(name)
+        # what marks a message's savepoint: alone, or after a finished message's (with its release)
+        self._alone = (mark,)
+        self._after_finished = (
+            (dialect.release_savepoint(name), mark) if dialect.releases_message_savepoints else (mark,)
+        )
         self._undo = dialect.rollback_to_savepoint(name)
         self._pipelines: bool | None = None  # whether the driver has a pipeline, once asked
 
@@ -82,8 +86,7 @@ class BatchSavepoints:
         handler's, or nothing): in one round trip where the driver has a pipeline. An error before the
         savepoint was marked sets ``savepoint.failed`` (the batch's transaction or connection failed, not
         the handler); one of the handler's statement leaves the savepoint marked, to roll back to."""
-        release = self._release if self._finished else None
-        statements = [release, self._mark] if release else [self._mark]
+        statements = self._after_finished if self._finished else self._alone
         connection = self.batch.connection
         cursor = shared_cursor(connection)
         if self._pipelines is None:
