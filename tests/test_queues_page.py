@@ -11,6 +11,7 @@ import json
 import re
 import secrets
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -667,3 +668,76 @@ def test_the_queues_table_sorts_by_a_column_both_ways_on_the_page_and_in_its_api
     assert [table(name) for name in shown] == ["orders", "payments", "refunds"]
     wrong = app.get("/queues", conn_id=CONN_ID, sort="color")
     assert wrong.status_code == 422 and "sort is one of queue, messages, oldest" in wrong.text
+
+
+def test_thresholds_come_from_the_settings_and_a_bad_one_is_named_not_guessed() -> None:
+    from airflow_provider_sqlqueue.plugins.thresholds import DEFAULTS, thresholds_of
+
+    unset = thresholds_of(dict.fromkeys(DEFAULTS))
+    assert (unset.age_warning_seconds, unset.depth_alert, unset.problem) == (300, 10_000, None)
+    assert [unset.age_level(s) for s in (None, 299, 300, 3599, 3600)] == [
+        None, None, "warning", "warning", "alert",
+    ]  # fmt: skip
+    off = thresholds_of({"depth_warning": "0", "depth_alert": " 5 "})
+    assert [off.depth_level(n) for n in (4, 5, 10**9)] == [None, "alert", "alert"] and off.problem is None
+    bad = thresholds_of({"depth_warning": "many", "age_alert_seconds": "60", "age_warning_seconds": "-1"})
+    assert (bad.depth_warning, bad.age_warning_seconds, bad.age_alert_seconds) == (1000, 300, 3600)
+    assert "[sqlqueue] depth_warning is 'many', not a whole number from 0" in (bad.problem or "")
+    assert "[sqlqueue] age_warning_seconds is '-1'" in (bad.problem or "")
+    assert "age_alert_seconds (60) is below age_warning_seconds (300)" in (bad.problem or ""), bad.problem
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database
+def test_the_page_colours_queues_by_the_configured_age_and_depth_and_says_the_limits(
+    app: Client, queues: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """orders holds 3 messages: past a depth alert of 3 it is red on the summary and in the table, past a
+    warning of 2 only yellow; its oldest message, once a second old, is past an age warning of 1 s; the
+    error queue, holding failed messages, is red whatever the settings; the line below the summary names
+    the limits in force, and a setting that is not a number is named there while the defaults apply."""
+    app.as_role("OP")
+    for name, value in {"DEPTH_WARNING": "2", "DEPTH_ALERT": "3", "AGE_WARNING_SECONDS": "1"}.items():
+        monkeypatch.setenv(f"AIRFLOW__SQLQUEUE__{name}", value)
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__AGE_ALERT_SECONDS", "0")
+    deadline = time.monotonic() + 30
+    while True:  # the oldest message's age is the database's clock against its TimeSent
+        seen = app.get("/api/queues", conn_id=CONN_ID).json()
+        rows = {table(row["queue"]): row for row in seen["queues"]}
+        if (rows["orders"]["oldest_age_seconds"] or 0) >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert (rows["orders"]["depth_level"], rows["orders"]["age_level"]) == ("alert", "warning"), rows
+    assert rows["error"]["depth_level"] == "alert" and rows["error"]["age_level"] is None
+    assert seen["summary"]["oldest_level"] == "warning"
+    assert [q["level"] for q in seen["summary"]["deepest"]] == ["alert"]
+    assert seen["thresholds"] == {
+        "age_warning_seconds": 1, "age_alert_seconds": 0, "depth_warning": 2, "depth_alert": 3,
+        "problem": None,
+    }  # fmt: skip
+    page = app.get("/queues", conn_id=CONN_ID).text
+    orders_row = page.split('data-kind="queue"')[1].split("</tr>")[0]
+    assert 'class="n depth bad" data-label="Messages" data-level="alert"' in orders_row, orders_row
+    assert 'class="n age warn" data-label="Oldest message" data-level="warning"' in orders_row, orders_row
+    assert (
+        re.search(r'class="tile bad" id="summary-deepest"', page)
+        and 'class="tile warn" id="summary-oldest"' in page
+    )
+    limits = page.split('id="thresholds">')[1].split("</p>")[0]
+    assert limits.startswith(
+        "Red: failed messages, or a queue of 3 messages or more; yellow: a message waiting 1s or more, or a "
+        "queue of 2 messages or more."
+    ), limits
+
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__DEPTH_ALERT", "4")
+    rows = {table(r["queue"]): r for r in app.get("/api/queues", conn_id=CONN_ID).json()["queues"]}
+    assert rows["orders"]["depth_level"] == "warning"
+
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__DEPTH_ALERT", "lots")
+    page = app.get("/queues", conn_id=CONN_ID).text
+    problem = page.split('id="thresholds-problem">')[1].split("</p>")[0]
+    assert (
+        problem
+        == "[sqlqueue] depth_alert is &#39;lots&#39;, not a whole number from 0: the page uses the defaults "
+        "for it."
+    ), problem
+    assert 'data-level="alert"' not in page.split('data-kind="queue"')[1].split("</tr>")[0]  # 3 < 10,000

@@ -70,6 +70,7 @@ from .failed_views import (
 )
 from .queues_page import render
 from .subscriptions_view import SubscriptionsView, subscriptions_view
+from .thresholds import ALERT, Thresholds, configured_thresholds
 
 if TYPE_CHECKING:
     from ..transport.queue import TableQueue
@@ -308,13 +309,26 @@ def _require_change(request: Request, user: Any, conn_id: str, doing: str) -> No
 DEEPEST = 3  # queues the summary names
 
 
+def _depth_level(kind: str, messages: int | None, thresholds: Thresholds) -> str | None:
+    """A queue's depth against the thresholds; any message in the error queue is an alert (a failure);
+    the provider's own tables are not queues and have none."""
+    if kind == "error queue":
+        return ALERT if messages else None
+    return thresholds.depth_level(messages) if kind == "queue" else None
+
+
 def _overview_json(
-    overview: QueuesOverview, internal: dict[str, str] | None = None, error_archive: str | None = None
+    overview: QueuesOverview,
+    internal: dict[str, str] | None = None,
+    error_archive: str | None = None,
+    thresholds: Thresholds | None = None,
 ) -> dict[str, Any]:
     """The overview as the page and /api/queues show it: each table with its ``kind`` (a queue, the error
     queue, or one of the provider's own tables, which are not queues), and a ``summary``: failed messages
     (exact when every error-queue row was read, as the groups were), the oldest waiting message and the
-    deepest queues."""
+    deepest queues. A queue's ``depth_level`` and ``age_level`` say where it stands against ``thresholds``
+    (``warning``, ``alert`` or None); the error queue's depth is an alert whenever it holds a message."""
+    thresholds = thresholds or Thresholds()
 
     def stamp(moment: Any) -> str | None:
         return moment.isoformat().replace("+00:00", "Z") if moment else None
@@ -335,6 +349,8 @@ def _overview_json(
                 "messages_exact": exact,
                 "oldest_time_sent": stamp(state.oldest_time_sent),
                 "oldest_age_seconds": state.oldest_age_seconds,
+                "depth_level": _depth_level(kind, messages, thresholds),
+                "age_level": thresholds.age_level(state.oldest_age_seconds) if kind == "queue" else None,
             }
         )
     queues = [row for row in tables if row["kind"] == "queue"]
@@ -352,11 +368,18 @@ def _overview_json(
             "messages_exact": all(row["messages_exact"] for row in queues),
             "oldest_queue": oldest["queue"] if oldest else None,
             "oldest_age_seconds": oldest["oldest_age_seconds"] if oldest else None,
+            "oldest_level": oldest["age_level"] if oldest else None,
             "deepest": [
-                {"queue": row["queue"], "messages": row["messages"], "messages_exact": row["messages_exact"]}
+                {
+                    "queue": row["queue"],
+                    "messages": row["messages"],
+                    "messages_exact": row["messages_exact"],
+                    "level": row["depth_level"],
+                }
                 for row in deepest
             ],
         },
+        "thresholds": thresholds.as_json(),
         "queues": tables,
         "error_queue": overview.error_queue,
         "error_archive": error_archive,
@@ -497,7 +520,7 @@ def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
     read = _overview(chosen, query.exact, query.queue)
     if read.overview is None:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"Cannot read the queues of {chosen}: {read.error}")
-    shown = _overview_json(read.overview, read.internal, read.error_archive)
+    shown = _overview_json(read.overview, read.internal, read.error_archive, configured_thresholds())
     shown["queues"] = _sorted_tables(shown["queues"], query.sort, query.order)
     watched = [row for row in shown["queues"] if row["kind"] in ("queue", "error queue")]
     DEPTH_HISTORY.record(

@@ -104,8 +104,11 @@ def before_after_lines(data: dict[str, Any]) -> list[str]:
         "on its own. After: the savepoint sent with the handler's first statement (psycopg's pipeline on "
         "PostgreSQL), where a batch's savepoints nest until its commit instead of each being released; on "
         "SQLite the previous one released just before, and the transaction checked by the driver's state "
-        f"after each statement instead of a query of the queue. Measured {run['date'][:10]}. "
-        + _how(run, on_user_page=False),
+        "after each statement instead of a query of the queue; also SQLite's statement journal kept in "
+        "memory (`temp_store=MEMORY`: the batch's journal outgrew its 64 KiB and every savepoint wrote to "
+        "a temporary file), and a handler's attempt freed when it ends rather than by the garbage "
+        "collector. "
+        f"Measured {run['date'][:10]}. " + _how(run, on_user_page=False),
     ]
 
 

@@ -58,11 +58,11 @@ class BatchSavepoints:
         self._finished = False  # a finished message's savepoint is still established
         dialect = batch.queue.dialect
         mark = dialect.savepoint(name)
-        # what marks a message's savepoint: alone, or after a finished message's (with its release)
+        release = dialect.release_savepoint(name) if dialect.releases_message_savepoints else None
+        # what marks a message's savepoint: alone, or after a finished message's (with its release, where
+        # the engine has one)
         self._alone = (mark,)
-        self._after_finished = (
-            (dialect.release_savepoint(name), mark) if dialect.releases_message_savepoints else (mark,)
-        )
+        self._after_finished = (release, mark) if release else (mark,)
         self._undo = dialect.rollback_to_savepoint(name)
         self._pipelines: bool | None = None  # whether the driver has a pipeline, once asked
 
