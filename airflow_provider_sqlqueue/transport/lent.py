@@ -158,19 +158,17 @@ class LentConnection:
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         """The drivers' shortcut (a new cursor that runs one statement), with a cursor of the loan."""
-        cursor = self._live().cursor()
-        if self._prelude is None and self._watcher is None:
-            cursor.execute(*args, **kwargs)
-            return cursor
-        self._run(cursor.execute, args, kwargs)
-        return _PreludeCursor(cursor, self)
+        return self._on_new_cursor("execute", args, kwargs)
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        return self._on_new_cursor("executemany", args, kwargs)
+
+    def _on_new_cursor(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cursor = self._live().cursor()
         if self._prelude is None and self._watcher is None:
-            cursor.executemany(*args, **kwargs)
+            getattr(cursor, method)(*args, **kwargs)
             return cursor
-        self._run(cursor.executemany, args, kwargs)
+        self._run(getattr(cursor, method), args, kwargs)
         return _PreludeCursor(cursor, self)
 
     def commit(self) -> None:
