@@ -216,6 +216,13 @@ def test_the_page_says_more_when_older_failed_messages_were_not_grouped(
     assert sorted(g["count"] for g in seen["failed_groups"]) == [1, 1]
     page = client.get("/queues", conn_id=CONN_ID)
     assert 'id="failed-more"' in page.text and "Retry all" in page.text
+    # the summary's failed total is still exact: the error queue is counted, its estimate being below
+    # [sqlqueue] exact_count_below; above that threshold it is the estimate
+    assert (seen["summary"]["failed"], seen["summary"]["failed_exact"]) == (3, True)
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW", "2")
+    estimated = client.get("/api/queues", conn_id=CONN_ID).json()["summary"]
+    assert estimated["failed_exact"] is False and estimated["failed"] >= 3, estimated
+    monkeypatch.delenv("AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW")
 
     monkeypatch.setattr(queues_app, "FAILED_GROUPS_LIMIT", 3)
     everything = client.get("/api/queues", conn_id=CONN_ID).json()

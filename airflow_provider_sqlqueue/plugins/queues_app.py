@@ -241,6 +241,7 @@ def _overview(conn_id: str, exact: bool = False, queue_name: str | None = None) 
                 transport.error_queue or "error",
                 exact_below=exact_below() if exact else 0,
                 failed_limit=FAILED_GROUPS_LIMIT,
+                error_exact_below=exact_below(),
             )
             try:
                 subscriptions, subscriptions_error = subscriptions_view(hook), None

@@ -136,16 +136,26 @@ def queues_overview(
     *,
     exact_below: int = 0,
     failed_limit: int = FAILED_LIMIT,
+    error_exact_below: int = 0,
 ) -> QueuesOverview:
     """Every queue table of ``schema`` (default: the transport's) with its state, and the failed-message
     groups of the newest ``failed_limit`` rows of ``error_queue``, largest first. Depths are estimates,
-    counted exactly where the estimate is below ``exact_below`` (0, the default: nowhere)."""
+    counted exactly where the estimate is below ``exact_below`` (0, the default: nowhere); the error
+    queue's also where it is below ``error_exact_below``, since a failed message is what an operator
+    counts."""
     checked_at = datetime.now(timezone.utc)
+    errors = transport.queue(error_queue, error_queue=None)
     states = [
-        queue_state(transport, address, checked_at, exact_below)
+        queue_state(
+            transport,
+            address,
+            checked_at,
+            max(exact_below, error_exact_below)
+            if transport.queue(address, error_queue=None).address == errors.address
+            else exact_below,
+        )
         for address in queue_tables(transport, schema)
     ]
-    errors = transport.queue(error_queue, error_queue=None)
     if not errors.exists():
         return QueuesOverview(states, str(errors.address), None, checked_at, 0, failed_limit, False)
     sample = failed_sample(errors, failed_limit)
