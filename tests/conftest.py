@@ -359,6 +359,10 @@ EXTENDED = (
         (file, "*", ("sqlserver-freetds", "sqlserver-freetds-parquet", "sqlserver-freetds-queue"))
         for file in (*DAG_TEST_FILES, *SPARK_JOB_FILES)
     ),
+    # The slow kill and scale runs through FreeTDS, on the same reasoning: Driver 18 runs them in every CI
+    # run, and through FreeTDS the pump's abuse matrix (tests/test_pump_transaction_abuse.py) and every
+    # statement run in every run; what a kill or a thousand competing receives add is not the driver's.
+    *((file, "*", ("sqlserver-freetds",)) for file in ("test_reliability.py", "test_exactly_once_faults.py")),
 )
 
 
