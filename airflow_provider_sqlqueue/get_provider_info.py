@@ -22,6 +22,32 @@ MISSING_EXTRA = (
 )
 
 
+# The Queues page's thresholds (plugins/thresholds.py): declared here so that `airflow config list` names
+# them with their defaults, and `airflow config get-value sqlqueue depth_warning` answers.
+QUEUES_PAGE_CONFIG: dict[str, Any] = {
+    "description": "When the Queues page shows a queue yellow (warning) or red (alert). 0 turns a limit off.",
+    "options": {
+        name: {
+            "description": description,
+            "version_added": "0.1.0",
+            "type": "integer",
+            "example": None,
+            "default": str(default),
+        }
+        for name, description, default in (
+            (
+                "age_warning_seconds",
+                "Seconds a queue's oldest message may wait before it is shown yellow.",
+                300,
+            ),
+            ("age_alert_seconds", "Seconds a queue's oldest message may wait before it is shown red.", 3600),
+            ("depth_warning", "Messages a queue may hold before its depth is shown yellow.", 1000),
+            ("depth_alert", "Messages a queue may hold before its depth is shown red.", 10000),
+        )
+    },
+}
+
+
 def missing_airflow_extra() -> list[str]:
     """The distributions of the 'airflow' extra that are not installed."""
     missing = []
@@ -91,6 +117,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "queues": ["airflow_provider_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"],
+        "config": {"sqlqueue": QUEUES_PAGE_CONFIG},
         "plugins": [{"name": "sqlqueue", "plugin-class": "airflow_provider_sqlqueue.plugins.SqlQueuePlugin"}],
         "connection-types": [
             {

@@ -8,9 +8,12 @@ only who is logged in is given (the browser check, tests/browser/airflow_ui_chec
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -685,6 +688,25 @@ def test_thresholds_come_from_the_settings_and_a_bad_one_is_named_not_guessed() 
     assert "[sqlqueue] depth_warning is 'many', not a whole number from 0" in (bad.problem or "")
     assert "[sqlqueue] age_warning_seconds is '-1'" in (bad.problem or "")
     assert "age_alert_seconds (60) is below age_warning_seconds (300)" in (bad.problem or ""), bad.problem
+
+
+def test_airflow_config_names_the_thresholds_with_their_defaults(tmp_path: Path) -> None:
+    """The settings are the provider's configuration: `airflow config list` shows each with its default,
+    the environment overrides one, and the page's defaults are the ones Airflow reports."""
+    from airflow_provider_sqlqueue.plugins.thresholds import DEFAULTS
+
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__SQLQUEUE__DEPTH_ALERT": "50000"}
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    listed = subprocess.run(
+        [airflow, "config", "list", "--section", "sqlqueue", "--show-values"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    shown = dict(re.findall(r"^(\w+) = (\d+)$", listed.stdout, flags=re.M))
+    assert shown == {name: str(value) for name, value in DEFAULTS.items()} | {"depth_alert": "50000"}, (
+        listed.stdout
+    )
+    assert list(shown) == ["age_warning_seconds", "age_alert_seconds", "depth_warning", "depth_alert"]
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database

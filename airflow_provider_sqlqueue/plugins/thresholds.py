@@ -13,19 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ALERT", "DEFAULTS", "SETTINGS", "WARNING", "Thresholds", "configured_thresholds", "thresholds_of"]
+from ..get_provider_info import QUEUES_PAGE_CONFIG
+
+__all__ = ["ALERT", "DEFAULTS", "WARNING", "Thresholds", "configured_thresholds", "thresholds_of"]
 
 ALERT = "alert"
 WARNING = "warning"
 
-# (setting, what it is, default): the order the page and `airflow config list` name them in
-SETTINGS = (
-    ("age_warning_seconds", "seconds the oldest message of a queue may wait before it is shown yellow", 300),
-    ("age_alert_seconds", "seconds the oldest message of a queue may wait before it is shown red", 3600),
-    ("depth_warning", "messages a queue may hold before its depth is shown yellow", 1000),
-    ("depth_alert", "messages a queue may hold before its depth is shown red", 10000),
-)
-DEFAULTS = {name: default for name, _, default in SETTINGS}
+# The settings and their defaults, declared with the provider's metadata (``airflow config list`` names them)
+DEFAULTS = {name: int(option["default"]) for name, option in QUEUES_PAGE_CONFIG["options"].items()}
 
 
 @dataclass(frozen=True)
