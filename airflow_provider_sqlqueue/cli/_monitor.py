@@ -57,7 +57,7 @@ def _stats_rows(transport: Transport, queues: list[Any]) -> list[dict[str, Any]]
     checked_at = now()
     failed = _failed_by_queue(transport)
     for queue in queues:
-        state = queue_state(transport, queue.address, checked_at)
+        state = queue_state(queue, checked_at)
         try:
             estimate: int | None = queue.peek_estimate()
         except PermissionDenied:  # a SELECT-only monitoring role (PostgreSQL row locks need more)

@@ -89,12 +89,9 @@ def queue_depth(queue: TableQueue, exact_below: int | None = 0) -> tuple[int, bo
     return estimate, False
 
 
-def queue_state(
-    transport: Transport, address: QueueAddress | str, checked_at: datetime, exact_below: int | None = None
-) -> QueueState:
+def queue_state(queue: TableQueue, checked_at: datetime, exact_below: int | None = None) -> QueueState:
     """A queue's state; its depth as :func:`queue_depth` reads it (by default an exact count, as
     ``sqlqueue stats`` shows it; the Queues page passes its threshold)."""
-    queue = transport.queue(address, error_queue=None)
     sent, age = _oldest(queue, checked_at)
     depth, exact = queue_depth(queue, exact_below)
     return QueueState(queue.address, depth, sent, age, exact)
@@ -145,16 +142,14 @@ def queues_overview(
     counts."""
     checked_at = datetime.now(timezone.utc)
     errors = transport.queue(error_queue, error_queue=None)
+    queues = [transport.queue(address, error_queue=None) for address in queue_tables(transport, schema)]
     states = [
         queue_state(
-            transport,
-            address,
+            queue,
             checked_at,
-            max(exact_below, error_exact_below)
-            if transport.queue(address, error_queue=None).address == errors.address
-            else exact_below,
+            max(exact_below, error_exact_below) if queue.address == errors.address else exact_below,
         )
-        for address in queue_tables(transport, schema)
+        for queue in queues
     ]
     if not errors.exists():
         return QueuesOverview(states, str(errors.address), None, checked_at, 0, failed_limit, False)
