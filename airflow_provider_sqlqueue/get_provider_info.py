@@ -22,30 +22,56 @@ MISSING_EXTRA = (
 )
 
 
-# The Queues page's thresholds (plugins/thresholds.py): declared here so that `airflow config list` names
-# them with their defaults, and `airflow config get-value sqlqueue depth_warning` answers.
-QUEUES_PAGE_CONFIG: dict[str, Any] = {
-    "description": "When the Queues page shows a queue yellow (warning) or red (alert). 0 turns a limit off.",
+def _option(kind: str, default: object, description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "version_added": "0.1.0",
+        "type": kind,
+        "example": None,
+        "default": str(default),
+    }
+
+
+# Every setting the provider reads from Airflow's configuration, declared here so that `airflow config list`
+# names each with its default and `airflow config get-value sqlqueue <name>` answers. The modules that read
+# them take their defaults from this one declaration.
+SETTINGS_SECTION: dict[str, Any] = {
+    "description": "The SQL Queue provider: what a connection may name, and the Queues page.",
     "options": {
-        name: {
-            "description": description,
-            "version_added": "0.1.0",
-            "type": "integer",
-            "example": None,
-            "default": str(default),
-        }
-        for name, description, default in (
-            (
-                "age_warning_seconds",
-                "Seconds a queue's oldest message may wait before it is shown yellow.",
-                300,
-            ),
-            ("age_alert_seconds", "Seconds a queue's oldest message may wait before it is shown red.", 3600),
-            ("depth_warning", "Messages a queue may hold before its depth is shown yellow.", 1000),
-            ("depth_alert", "Messages a queue may hold before its depth is shown red.", 10000),
-        )
+        "allow_file_options_in_extra": _option(
+            "boolean",
+            False,
+            "Whether a PostgreSQL connection's extras may name files for libpq to read or write (sslkey, "
+            "sslcert, passfile, ...). Off: a connection is untrusted input.",
+        ),
+        "page_refresh_seconds": _option(
+            "integer", 20, "How often the open Queues page reads itself again (at least 2)."
+        ),
+        "exact_count_below": _option(
+            "integer",
+            100000,
+            "Below which estimated depth the Queues page counts a queue exactly when asked, and the error "
+            "queue always.",
+        ),
+        "age_warning_seconds": _option(
+            "integer", 300, "Seconds a queue's oldest message may wait before it is shown yellow (0: off)."
+        ),
+        "age_alert_seconds": _option(
+            "integer", 3600, "Seconds a queue's oldest message may wait before it is shown red (0: off)."
+        ),
+        "depth_warning": _option(
+            "integer", 1000, "Messages a queue may hold before its depth is shown yellow (0: off)."
+        ),
+        "depth_alert": _option(
+            "integer", 10000, "Messages a queue may hold before its depth is shown red (0: off)."
+        ),
     },
 }
+
+
+def setting_default(name: str) -> str:
+    """The declared default of ``[sqlqueue] name``, as Airflow's configuration holds it (text)."""
+    return str(SETTINGS_SECTION["options"][name]["default"])
 
 
 def missing_airflow_extra() -> list[str]:
@@ -117,7 +143,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "queues": ["airflow_provider_sqlqueue.queues.sqlqueue.SqlQueueMessageQueueProvider"],
-        "config": {"sqlqueue": QUEUES_PAGE_CONFIG},
+        "config": {"sqlqueue": SETTINGS_SECTION},
         "plugins": [{"name": "sqlqueue", "plugin-class": "airflow_provider_sqlqueue.plugins.SqlQueuePlugin"}],
         "connection-types": [
             {

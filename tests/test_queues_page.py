@@ -690,10 +690,12 @@ def test_thresholds_come_from_the_settings_and_a_bad_one_is_named_not_guessed() 
     assert "age_alert_seconds (60) is below age_warning_seconds (300)" in (bad.problem or ""), bad.problem
 
 
-def test_airflow_config_names_the_thresholds_with_their_defaults(tmp_path: Path) -> None:
-    """The settings are the provider's configuration: `airflow config list` shows each with its default,
-    the environment overrides one, and the page's defaults are the ones Airflow reports."""
+def test_airflow_config_names_every_setting_of_the_provider_with_its_default(tmp_path: Path) -> None:
+    """Every [sqlqueue] setting the provider reads is declared with it: `airflow config list` shows each
+    with the default the code falls back to, and the environment overrides one."""
+    from airflow_provider_sqlqueue.plugins.depth_history import REFRESH_SECONDS
     from airflow_provider_sqlqueue.plugins.thresholds import DEFAULTS
+    from airflow_provider_sqlqueue.transport.overview import EXACT_BELOW
 
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__SQLQUEUE__DEPTH_ALERT": "50000"}
     airflow = str(Path(sys.executable).with_name("airflow"))
@@ -702,11 +704,31 @@ def test_airflow_config_names_the_thresholds_with_their_defaults(tmp_path: Path)
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
-    shown = dict(re.findall(r"^(\w+) = (\d+)$", listed.stdout, flags=re.M))
-    assert shown == {name: str(value) for name, value in DEFAULTS.items()} | {"depth_alert": "50000"}, (
-        listed.stdout
-    )
-    assert list(shown) == ["age_warning_seconds", "age_alert_seconds", "depth_warning", "depth_alert"]
+    shown = dict(re.findall(r"^(\w+) = (\S+)$", listed.stdout, flags=re.M))
+    expected = {
+        "allow_file_options_in_extra": "False",
+        "page_refresh_seconds": str(REFRESH_SECONDS),
+        "exact_count_below": str(EXACT_BELOW),
+        **{name: str(value) for name, value in DEFAULTS.items()},
+        "depth_alert": "50000",
+    }
+    assert shown == expected, listed.stdout
+    read = airflow_provider_sqlqueue_settings_read()
+    assert read <= set(shown), f"read but not declared: {read - set(shown)}"
+
+
+def airflow_provider_sqlqueue_settings_read() -> set[str]:
+    """The [sqlqueue] settings the package's code reads from Airflow's configuration."""
+    package = Path(__file__).resolve().parents[1] / "airflow_provider_sqlqueue"
+    names: set[str] = set()
+    for source in package.rglob("*.py"):
+        names |= set(re.findall(r'conf\.get\w*\(\s*"sqlqueue",\s*"(\w+)"', source.read_text()))
+    thresholds = (package / "plugins" / "thresholds.py").read_text()
+    if 'conf.get("sqlqueue", name' in thresholds:
+        from airflow_provider_sqlqueue.plugins.thresholds import DEFAULTS
+
+        names |= set(DEFAULTS)
+    return names
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database

@@ -19,13 +19,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..get_provider_info import setting_default
+
 __all__ = ["MIN_GAP_SECONDS", "REFRESH_SECONDS", "SAMPLES", "DepthHistory", "sparkline"]
 
 SAMPLES = 180  # per queue: an hour at the page's refresh of 20 s
 QUEUES = 500  # per connection
 CONNECTIONS = 50
 MIN_GAP_SECONDS = 1.0
-REFRESH_SECONDS = 20  # the page's auto-refresh, which a user can switch off
+REFRESH_SECONDS = int(
+    setting_default("page_refresh_seconds")
+)  # the page's auto-refresh, which a user can switch off
 
 
 @dataclass(frozen=True)

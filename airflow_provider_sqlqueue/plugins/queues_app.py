@@ -32,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from ..get_provider_info import setting_default
 from ..hooks.queues_page_link import QUEUE_ANCHOR
 from ..hooks.sqlqueue import SqlQueueHook, secret_forms
 from ..model.errors import ConfigurationError
@@ -42,7 +43,7 @@ from ..transport.failed import (
     delete_failed,
     retry_failed,
 )
-from ..transport.overview import EXACT_BELOW, FAILED_LIMIT, QueuesOverview, queues_overview
+from ..transport.overview import FAILED_LIMIT, QueuesOverview, queues_overview
 from .access import (
     DELETE_EVENT,
     NOT_SERVED,
@@ -57,7 +58,7 @@ from .access import (
     require_read,
     require_view,
 )
-from .depth_history import REFRESH_SECONDS, DepthHistory, sparkline
+from .depth_history import DepthHistory, sparkline
 from .failed_views import (
     ARCHIVE_LIST_LIMIT,
     BODY_PREVIEW_BYTES,
@@ -107,19 +108,19 @@ def _step(outcome: FailureOutcome, after: int) -> dict[str, Any]:
 
 def refresh_seconds() -> int:
     """How often the open page reads itself again: ``[sqlqueue] page_refresh_seconds``
-    (``AIRFLOW__SQLQUEUE__PAGE_REFRESH_SECONDS``), default :data:`.depth_history.REFRESH_SECONDS`, at
-    least 2."""
+    (``AIRFLOW__SQLQUEUE__PAGE_REFRESH_SECONDS``), default 20, at least 2."""
     from airflow.configuration import conf
 
-    return max(conf.getint("sqlqueue", "page_refresh_seconds", fallback=REFRESH_SECONDS), 2)
+    fallback = int(setting_default("page_refresh_seconds"))
+    return max(conf.getint("sqlqueue", "page_refresh_seconds", fallback=fallback), 2)
 
 
 def exact_below() -> int:
     """Below which estimated depth the page counts exactly when asked: ``[sqlqueue] exact_count_below``
-    (``AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW``), default :data:`.overview.EXACT_BELOW`."""
+    (``AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW``), default 100,000."""
     from airflow.configuration import conf
 
-    return conf.getint("sqlqueue", "exact_count_below", fallback=EXACT_BELOW)
+    return conf.getint("sqlqueue", "exact_count_below", fallback=int(setting_default("exact_count_below")))
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..get_provider_info import QUEUES_PAGE_CONFIG
+from ..get_provider_info import setting_default
 
 __all__ = ["ALERT", "DEFAULTS", "WARNING", "Thresholds", "configured_thresholds", "thresholds_of"]
 
@@ -21,7 +21,10 @@ ALERT = "alert"
 WARNING = "warning"
 
 # The settings and their defaults, declared with the provider's metadata (``airflow config list`` names them)
-DEFAULTS = {name: int(option["default"]) for name, option in QUEUES_PAGE_CONFIG["options"].items()}
+DEFAULTS = {
+    name: int(setting_default(name))
+    for name in ("age_warning_seconds", "age_alert_seconds", "depth_warning", "depth_alert")
+}
 
 
 @dataclass(frozen=True)
