@@ -54,8 +54,9 @@ ALLOWED: dict[str, set[str]] = {
     "sensors": {"model", "dialects", "transport", "hooks", "triggers", "metrics"},
     "queues": {"model", "dialects", "transport", "hooks", "triggers"},
     "operators": {"model", "dialects", "transport", "handlers", "hooks", "triggers", "spark", "metrics"},
-    # The Airflow plugin (the Queues page): a web app over the hook and the core.
-    "plugins": {"model", "dialects", "transport", "hooks"},
+    # The Airflow plugin (the Queues page): a web app over the hook and the core, its settings' defaults
+    # read from the provider's declaration of them (get_provider_info's config section).
+    "plugins": {"model", "dialects", "transport", "hooks", "root"},
     # The package's __init__ and get_provider_info (the Airflow entry point) import nothing below them.
     "root": set(),
 }

@@ -351,6 +351,53 @@ def test_an_admin_deletes_a_group_and_every_role_reads_only_its_own_connections(
     assert (event, owner, extra["group"], extra["done"]) == ("sqlqueue.delete_failed", "admin", group, 2)
 
 
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_home_counts_the_failed_messages_of_each_connection_the_user_may_read(
+    app: Client, queues: Transport, target: EngineTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow's Home shows home.js, which reads /api/home: per stored sqlqueue connection the user may
+    read, the error queue's count (exact, as the page's summary) or why it could not be read."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+
+    from airflow_provider_sqlqueue.plugins import SqlQueuePlugin
+
+    reachable, broken = "sqlqueue_home_stored", "sqlqueue_home_broken"
+    missing = tmp_path / "no such folder" / "queues.db"
+    stored = [
+        Connection.from_json(json.dumps(target.airflow_connection()), conn_id=reachable),
+        Connection(conn_id=broken, conn_type="sqlqueue", host=str(missing), extra='{"engine": "sqlite"}'),
+    ]
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # as the API server: stored ones are found
+    with create_session() as session:
+        session.add_all(stored)
+    try:
+        answers = {}
+        for role in ("OP", "VIEWER", None):
+            app.as_role(role)
+            answers[role] = app.get("/api/home")
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id.in_([reachable, broken])).delete()
+    shown = {row["conn_id"]: row for row in answers["OP"].json()["connections"]}
+    failed = queues.queue("error").count()
+    assert failed == 3 and shown[reachable]["failed"] == failed and shown[reachable]["failed_exact"] is True
+    assert shown[reachable]["error"] is None and table(shown[reachable]["error_queue"]) == "error"
+    assert shown[broken]["failed"] is None and shown[broken]["error"], shown[broken]
+    assert answers["OP"].json()["failed"] >= failed and answers["OP"].json()["not_shown"] == 0
+    assert answers["VIEWER"].json()["connections"] == []  # a viewer reads no connection
+    assert answers[None].status_code == 401
+
+    bundle = app.get("/home.js")
+    assert bundle.status_code == 200 and bundle.headers["content-type"].startswith("text/javascript")
+    [entry] = SqlQueuePlugin.react_apps
+    assert entry["destination"] == "dashboard" and entry["bundle_url"].endswith("/home.js")
+    assert (
+        f'globalThis["{entry["name"]}"] = ' in bundle.text
+        and 'new URL("api/home", import.meta.url)' in bundle.text
+    )
+
+
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("conn_type", ["postgres", "sqlite"])
 def test_a_connection_of_another_type_is_not_served_even_to_an_admin_and_is_never_opened(

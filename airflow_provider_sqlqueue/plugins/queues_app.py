@@ -43,7 +43,7 @@ from ..transport.failed import (
     delete_failed,
     retry_failed,
 )
-from ..transport.overview import FAILED_LIMIT, QueuesOverview, queues_overview
+from ..transport.overview import FAILED_LIMIT, QueuesOverview, queue_depth, queues_overview
 from .access import (
     DELETE_EVENT,
     NOT_SERVED,
@@ -545,6 +545,40 @@ def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
     }
 
 
+HOME_CONNECTIONS = 10  # Home counts the failed messages of this many connections; the rest are a number
+
+
+def _failed_of(conn_id: str) -> dict[str, Any]:
+    """One connection's failed messages as Home shows them: its error queue's depth, exact below
+    :func:`exact_below` as the page's summary counts it; never raises."""
+    opened = _Opened(conn_id)
+    answer: dict[str, Any] = {"conn_id": conn_id, "error_queue": None, "failed": None, "failed_exact": False}
+    try:
+        with opened as hook:
+            transport = hook.get_transport()
+            errors = transport.queue(transport.error_queue or "error", error_queue=None)
+            answer["error_queue"] = str(errors.address)
+            if errors.exists():
+                answer["failed"], answer["failed_exact"] = queue_depth(errors, exact_below())
+            return answer | {"error": None}
+    except Exception as error:
+        log.warning("Queues page: Home's count of %s: %s", conn_id, type(error).__name__)
+        return answer | {"error": _scrubbed(error, opened.hook)}
+
+
+def _read_home(user: Any) -> dict[str, Any]:
+    """The failed messages of each connection ``user`` may read, for Airflow's Home (``home.js``)."""
+    require_view(user)
+    known = queue_connection_ids(user)
+    shown = [_failed_of(conn_id) for conn_id in known[:HOME_CONNECTIONS]]
+    return {
+        "connections": shown,
+        "failed": sum(row["failed"] or 0 for row in shown),
+        "failed_exact": all(row["failed_exact"] or row["failed"] is None for row in shown),
+        "not_shown": len(known) - len(shown),
+    }
+
+
 def _read_group(user: Any, query: GroupQuery) -> dict[str, Any]:
     require_read(user, query.conn_id)
     listed = _on_error_queue(
@@ -790,6 +824,16 @@ def create_app() -> FastAPI:
             raise HTTPException(status.HTTP_404_NOT_FOUND, "No such icon.")
         svg = (Path(__file__).parent / "icons" / f"{name}.svg").read_bytes()
         return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/home.js", include_in_schema=False)
+    def home_count_bundle() -> Response:
+        """The component Airflow's Home shows (``react_apps``, Airflow 3.1 and later): no data in it."""
+        script = (Path(__file__).parent / "home.js").read_bytes()
+        return Response(script, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/home")
+    def home_counts(user: UserDep) -> Any:
+        return _read_home(user)
 
     @app.post("/api/retry")
     def retry_failed_messages(request: Request, body: ActionRequest, user: UserDep) -> Any:

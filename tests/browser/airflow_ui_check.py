@@ -481,6 +481,7 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
         f"the summary shows {shown_failed!r} failed messages (class {summary.get_attribute('class')!r})",
     )
     log(f"summary: {shown_failed} failed messages, coloured as a problem")
+    check_home(page, stack, images)
 
     check_message_view(page, frame, failed, images)
     frame.locator("#back").click()
@@ -518,6 +519,67 @@ def check_queues_page(page: Any, stack: AirflowStack, queue_file: Path, images: 
     page.screenshot(path=str(images / "airflow-ui-queues-retried.png"))
     log(f"retried after a confirmation: {outcome.inner_text()!r}; {FAILING_QUEUE} holds them, Ids kept")
     check_depth_history(page, stack, queue_file, images)
+
+
+HOME_SECTION = '[data-testid="sqlqueue-home"]'  # home.js's section on Airflow's Home
+
+
+def open_home(page: Any, stack: AirflowStack) -> dict[str, Any]:
+    """Airflow's Home in ``page``, and what its SQL Queue section read from /sqlqueue/api/home."""
+    with page.expect_response(lambda answer: urlsplit(answer.url).path == "/sqlqueue/api/home") as answered:
+        page.goto(f"{stack.base_url}/", wait_until="domcontentloaded")
+    answer = answered.value
+    expect(answer.ok, f"Home's /sqlqueue/api/home answered {answer.status}: {answer.text()[:200]}")
+    return answer.json()
+
+
+def check_home(page: Any, stack: AirflowStack, images: Path) -> None:
+    """Airflow's Home shows the connection's failed messages (home.js, a react_apps entry) in red, and its
+    link opens the connection's Queues page."""
+    home = page.context.new_page()
+    try:
+        counts = open_home(home, stack)
+        section = home.locator(HOME_SECTION)
+        section.wait_for(timeout=30_000)
+        total = home.locator("#sqlqueue-home-failed")
+        shown = total.inner_text()
+        expect(
+            shown == f"{FAILING} failed messages" and counts["failed"] == FAILING,
+            f"Home shows {shown!r} (/api/home: {counts['failed']}), not {FAILING} failed messages",
+        )
+        colour = "element => getComputedStyle(element).color"
+        red, text = total.evaluate(colour), section.locator("h2").evaluate(colour)
+        expect(red != text, f"Home's failed count is coloured {red}, as its heading")
+        link = section.get_by_role("link", name=f"Queues page of {CONN_ID}")
+        expect(link.count() == 1, f"Home has {link.count()} links to the Queues page of {CONN_ID}")
+        home.screenshot(path=str(images / "airflow-ui-home.png"))
+        for mode in ("dark", "light"):
+            home.evaluate("(mode) => localStorage.setItem('theme', mode)", mode)
+            open_home(home, stack)
+            home.locator(f"{HOME_SECTION} #sqlqueue-home-failed").wait_for(timeout=30_000)
+            found = home.evaluate(LAYOUT_PROBE, HOME_SECTION)
+            expect(
+                not found["low"] and found["checked"] >= 3,
+                f"Home's panel, {mode}: contrast under 4.5:1: {found['low']}",
+            )
+            expect(
+                not found["unnamed"] and not found["unspoken"],
+                f"Home's panel, {mode}: {found['unnamed']} {found['unspoken']}",
+            )
+            log(f"Home's panel, {mode}: contrast >= {found['lowest']}:1 over {found['checked']} texts")
+            if mode == "dark":
+                home.screenshot(path=str(images / "airflow-ui-home-dark.png"))
+        link = home.locator(HOME_SECTION).get_by_role("link", name=f"Queues page of {CONN_ID}")
+        link.click()
+        home.wait_for_url(re.compile(rf"{QUEUES_PAGE}\?conn_id={CONN_ID}$"), timeout=30_000)
+        home.locator("#summary-failed").wait_for(timeout=30_000)
+        log(f"Home shows {total_text(counts)} for {CONN_ID}; its link opened {home.url}")
+    finally:
+        home.close()
+
+
+def total_text(counts: dict[str, Any]) -> str:
+    return f"{counts['failed']} failed messages in {len(counts['connections'])} connection(s)"
 
 
 DRAIN_STEPS = 3  # receives of DRAIN_BATCH while the page refreshes itself
@@ -745,6 +807,13 @@ def check_viewer(context: Any, stack: AirflowStack, queue_file: Path, images: Pa
     context.clear_cookies()  # the admin's session ends here
     page = context.new_page()
     log_in(page, stack, "viewer")
+    counts = open_home(page, stack)
+    page.wait_for_timeout(500)  # the component renders what /api/home answered
+    expect(
+        counts["connections"] == [] and page.locator(HOME_SECTION).count() == 0,
+        f"the viewer's Home shows SQL Queue counts: {counts}",
+    )
+    log("the viewer's Home shows no SQL Queue section (/api/home lists no connection for a viewer)")
     page.goto(f"{stack.base_url}/plugin/sqlqueue-queues", wait_until="domcontentloaded")
     frame = page.frame_locator("iframe")
     frame.locator("h1").wait_for(timeout=30_000)
@@ -858,8 +927,9 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
 PHONE = {"width": 390, "height": 844}
 # In the page's frame: sideways scroll, targets under 24 px or off-screen, and text under 4.5:1 contrast
 # against the background it is drawn on (alpha layers composed), as WCAG 2.x computes it.
-LAYOUT_PROBE = r"""() => {
+LAYOUT_PROBE = r"""(scope) => {
   const doc = document.documentElement;
+  const root = scope ? document.querySelector(scope) : document.body;
   const canvas = document.createElement("canvas").getContext("2d", {willReadFrequently: true});
   const rgba = (text) => {
     canvas.clearRect(0, 0, 1, 1);
@@ -891,7 +961,7 @@ LAYOUT_PROBE = r"""() => {
   };
   const low = [];
   let checked = 0, lowest = 99;
-  for (const el of document.querySelectorAll("body *")) {
+  for (const el of root.querySelectorAll("*")) {
     if (["SCRIPT", "STYLE"].includes(el.tagName) || !shown(el) || el.closest("button:disabled")) continue;
     if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
     const fg = rgba(getComputedStyle(el).color), bg = background(el);
@@ -902,13 +972,13 @@ LAYOUT_PROBE = r"""() => {
     const text = el.textContent.trim().slice(0, 30);
     if (ratio < 4.5) low.push(`${el.tagName}.${el.className} ${text}: ${ratio.toFixed(2)}`);
   }
-  const targets = [...document.querySelectorAll(
+  const targets = [...root.querySelectorAll(
     "button, select, label.check, .pagination a, nav.back a, td a, .tile a")].filter(shown);
   const box = (e) => e.getBoundingClientRect();
   const name = (e) => e.getAttribute("aria-label") || e.textContent.trim().slice(0, 30) || e.id;
   // Accessible names: every control named, no two buttons (or links to different places) named alike, and
   // each one's visible words inside its name (WCAG 2.5.3), so a voice user can say what they see.
-  const controls = [...document.querySelectorAll("button, a[href]")].filter(shown);
+  const controls = [...root.querySelectorAll("button, a[href]")].filter(shown);
   const words = (text) => text.toLowerCase().replace(/[^\p{L}\p{N}]+/gu, " ").trim();
   const accessible = (e) => (e.getAttribute("aria-label") || e.innerText || "").trim();
   const seen = new Map();
