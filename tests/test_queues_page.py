@@ -229,6 +229,47 @@ def test_a_viewer_is_served_no_connection_and_cannot_tell_forbidden_from_unknown
         assert "payment service unreachable" not in shown.text and 'class="retry"' not in shown.text
 
 
+def connection_reader_auth_manager() -> Any:
+    """An auth manager as deployments configure one (FAB, Keycloak) with a role that may read connections
+    but not edit them, which Airflow's simple auth manager has not: its USER may GET a connection."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    class ConnectionReaderAuthManager(SimpleAuthManager):
+        def is_authorized_connection(self, *, method: Any, user: Any, details: Any = None) -> bool:
+            if str(user.role).upper() == "USER":
+                return method == "GET"
+            return super().is_authorized_connection(method=method, user=user, details=details)
+
+    return ConnectionReaderAuthManager()
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # decided before any database
+def test_a_user_who_may_read_but_not_edit_the_connection_is_told_so_and_changes_nothing(
+    app: Client, queues: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.api_fastapi import app as api_app
+
+    reader = connection_reader_auth_manager()
+    monkeypatch.setattr(api_app._AuthManagerState, "instance", reader)
+    app.manager = reader
+    app.as_role("USER")
+    page = app.get("/queues", conn_id=CONN_ID)
+    assert page.status_code == 200 and "payment service unreachable" in page.text
+    note = re.search(r'<p class="muted" id="retry-not-allowed">([^<]*)</p>', page.text)
+    assert note and note.group(1) == f"Retrying and deleting need the right to edit connection {CONN_ID}."
+    assert "data-action=" not in page.text  # no retry or delete button
+    group = a_group(queues, "payments")
+    refused = retry(app, group, Origin="http://airflow.test")
+    assert refused.status_code == 403, refused.text
+    assert (
+        refused.json()["detail"] == f"retrying failed messages needs the right to edit connection {CONN_ID}"
+    )
+    assert delete(app, group=group).status_code == 403
+    assert queues.queue("error").count() == 3 and queues.queue("payments").count() == 0
+    app.as_role("OP")  # the same manager: OP edits, and the page offers the actions
+    assert 'id="retry-not-allowed"' not in app.get("/queues", conn_id=CONN_ID).text
+
+
 def queues_app_not_served() -> str:
     from airflow_provider_sqlqueue.plugins.queues_app import NOT_SERVED
 
