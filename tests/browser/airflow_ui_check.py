@@ -919,6 +919,7 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
     )
     log(f"audit log: admin's retry ({sum(retried)} messages), op's deletes {deleted}")
     check_stale_tab(context, page, stack, queue_file)
+    check_archive(page, stack, queue_file, images)
     check_session_end(context, page, stack)
     page.close()
 
@@ -1143,6 +1144,63 @@ def check_stale_tab(context: Any, page: Any, stack: AirflowStack, queue_file: Pa
     with open_transport(f"sqlite:///{queue_file}") as transport:
         expect(transport.queue("error").count() == 0, "the error queue is not empty after both retries")
     log(f"a stale tab's retry of its selection says: {said!r}")
+
+
+def check_archive(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    """As op: the error queue's archive, opened from the Queues page, lists what the deletes moved and holds
+    at both widths in both modes; restoring one message asks first and moves it back into the error queue."""
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.archive import ErrorArchive
+    from airflow_provider_sqlqueue.transport.browse import browse
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        archived = ErrorArchive.of(transport.queue("error")).count()
+    expect(archived > 0, "the archive is empty before its check")
+    frame = page.frame_locator("iframe")
+    results = []
+    for size, label in ((PHONE, "phone"), (VIEWPORT, "desktop")):
+        page.set_viewport_size(size)
+        for mode in ("light", "dark"):
+            set_airflow_mode(page, stack, mode)
+            frame.locator("#archive-link a").click()
+            frame.locator("#archived").wait_for(timeout=30_000)
+            results.append(f"{label} {mode} {probe_layout(page, 'archive', mode)['lowest']}:1")
+            if label == "phone" and mode == "dark":
+                page.screenshot(path=str(images / "airflow-ui-archive-phone-dark.png"))
+    set_airflow_mode(page, stack, "light")
+    page.set_viewport_size(VIEWPORT)
+    frame.locator("#archive-link a").click()
+    rows = frame.locator("#archived tr[data-id]")
+    rows.first.wait_for(timeout=30_000)
+    expect(
+        rows.count() == archived,
+        f"the archive page lists {rows.count()} messages, the table holds {archived}",
+    )
+    message_id = rows.first.get_attribute("data-id")
+    page.screenshot(path=str(images / "airflow-ui-archive.png"))
+    rows.first.get_by_role("button", name=re.compile("^Restore archived message")).click()
+    check_dialog(page, frame, "Restore 1 message?")
+    frame.locator("#confirm-yes").click()
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        "the restore's outcome",
+        lambda: outcome.inner_text().startswith("Restored 1 message") or outcome.inner_text(),
+        30,
+        1000,
+    )
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        error = transport.queue("error")
+        back = [str(message.id) for message in browse(error, 10)]
+        left = ErrorArchive.of(error).count()
+    expect(
+        back == [message_id] and left == archived - 1,
+        f"after restoring {message_id} the error queue holds {back}, the archive {left} of {archived}",
+    )
+    log(
+        f"archive: {archived} listed, contrast {', '.join(results)}; "
+        f"restored {message_id} after a confirmation"
+    )
 
 
 def check_session_end(context: Any, page: Any, stack: AirflowStack) -> None:
