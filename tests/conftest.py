@@ -363,6 +363,18 @@ EXTENDED = (
     # run, and through FreeTDS the pump's abuse matrix (tests/test_pump_transaction_abuse.py) and every
     # statement run in every run; what a kill or a thousand competing receives add is not the driver's.
     *((file, "*", ("sqlserver-freetds",)) for file in ("test_reliability.py", "test_exactly_once_faults.py")),
+    # The pump's three strategies and competing processes through FreeTDS, on that reasoning too: how many
+    # receives run at once, and in how many processes, is not the driver's; Driver 18 runs both every run.
+    (
+        "test_pump.py",
+        "test_each_strategy_handles_every_message_exactly_once",
+        tuple(f"sqlserver-freetds-{strategy}" for strategy in ("monitor", "adaptive", "fixed")),
+    ),
+    (
+        "test_competition.py",
+        "test_competing_processes_receive_each_message_exactly_once",
+        ("sqlserver-freetds",),
+    ),
 )
 
 
