@@ -1076,9 +1076,13 @@ def check_phones_and_modes(page: Any, stack: AirflowStack, images: Path) -> None
             results.append(("queues", label, mode, probe_layout(page, "queues", mode)))
             if label == "phone":
                 page.screenshot(path=str(images / f"airflow-ui-queues-phone-{mode}.png"))
+            elif mode == "dark":
+                page.screenshot(path=str(images / "airflow-ui-queues-dark.png"))
             frame.locator("#failed tr[data-group] a.messages").first.click()
             frame.locator("#messages").wait_for(timeout=30_000)
             results.append(("group", label, mode, probe_layout(page, "group", mode)))
+            if label == "desktop" and mode == "light":
+                page.screenshot(path=str(images / "airflow-ui-group.png"))
             if label == "phone" and mode == "dark":
                 frame.locator("#retry-group").click()
                 check_dialog(page, frame, f"Retry {FAILING} messages?")
