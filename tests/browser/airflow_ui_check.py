@@ -843,6 +843,21 @@ def check_viewer(context: Any, stack: AirflowStack, queue_file: Path, images: Pa
     page.close()
 
 
+def confirm(page: Any, frame: Any, title: str, outcome_starts: str) -> str:
+    """The open confirmation asks ``title``; confirmed, the page's outcome starts ``outcome_starts``."""
+    check_dialog(page, frame, title)
+    frame.locator("#confirm-yes").click()
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        f"the outcome {outcome_starts!r}",
+        lambda: outcome.inner_text().startswith(outcome_starts) or outcome.inner_text(),
+        30,
+        1000,
+    )
+    return outcome.inner_text()
+
+
 def confirm_and_click(page: Any, frame: Any, button: Any, expected: str) -> None:
     """Click a Delete button, check the page's confirmation says ``expected`` (how many) and confirm it.
     (Airflow's frame is sandboxed without ``allow-modals``: the page asks itself, not with ``confirm()``.)"""
@@ -1129,17 +1144,7 @@ def check_stale_tab(context: Any, page: Any, stack: AirflowStack, queue_file: Pa
     other_frame.locator("#no-failed").wait_for(timeout=30_000)
     other.close()
     button.click()
-    check_dialog(page, frame, "Retry 2 messages?")
-    frame.locator("#confirm-yes").click()
-    outcome = frame.locator("#outcome")
-    wait_page(
-        page,
-        "the stale tab's outcome",
-        lambda: outcome.inner_text().startswith("Retried 0 messages.") or outcome.inner_text(),
-        30,
-        1000,
-    )
-    said = outcome.inner_text()
+    said = confirm(page, frame, "Retry 2 messages?", "Retried 0 messages.")
     expect(
         "None of the 2 messages this page showed was still in the error queue" in said
         and "another tab" in said,
@@ -1183,16 +1188,7 @@ def check_archive(page: Any, stack: AirflowStack, queue_file: Path, images: Path
     message_id = rows.first.get_attribute("data-id")
     page.screenshot(path=str(images / "airflow-ui-archive.png"))
     rows.first.get_by_role("button", name=re.compile("^Restore archived message")).click()
-    check_dialog(page, frame, "Restore 1 message?")
-    frame.locator("#confirm-yes").click()
-    outcome = frame.locator("#outcome")
-    wait_page(
-        page,
-        "the restore's outcome",
-        lambda: outcome.inner_text().startswith("Restored 1 message") or outcome.inner_text(),
-        30,
-        1000,
-    )
+    confirm(page, frame, "Restore 1 message?", "Restored 1 message")
     with open_transport(f"sqlite:///{queue_file}") as transport:
         error = transport.queue("error")
         back = [str(message.id) for message in browse(error, 10)]
