@@ -76,7 +76,7 @@ def test_a_batch_failing_half_way_leaves_the_error_queue_and_the_archive_as_they
     """The archive refuses the second row (a CHECK on its ErrorRowVersion): its batch is undone whole."""
     rows = list(failed_rows(error_queue))
     archive = ErrorArchive.of(error_queue)
-    ddl = transport.dialect.create_archive_table(archive.address)
+    ddl = transport.dialect.sql("create_archive_table", archive.address)
     refused = rows[1].row_version
     rawsql.execute(transport, ddl[: ddl.rindex("\n)")] + f",\n    CHECK (ErrorRowVersion <> {refused})\n)")
     before = error_rows(error_queue)

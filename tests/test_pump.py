@@ -109,8 +109,8 @@ class ReceiveCounter:
 
     def __init__(self, transport: Transport, queue: TableQueue) -> None:
         # the receive from the start of the queue, and on PostgreSQL the one after its low-water mark
-        after = transport.dialect.receive_batch_after(queue.address)
-        self.statements = {transport.dialect.receive_batch(queue.address), *([after] if after else [])}
+        after = transport.dialect.optional_sql("receive_batch_after", queue.address)
+        self.statements = {transport.dialect.sql("receive_batch", queue.address), *([after] if after else [])}
         self.count = 0
         self.lock = threading.Lock()
 

@@ -118,9 +118,11 @@ def test_a_receive_through_a_row_version_takes_none_above_it_and_at_most_its_siz
             cursor.execute(f'SELECT RowVersion FROM "{target.schema}"."orders" ORDER BY RowVersion')
             through = [row[0] for row in cursor.fetchall()][11]
             if lock_mode == "row":
-                statement = forced.dialect.receive_batch_through(queue.address)
+                statement = forced.dialect.optional_sql("receive_batch_through", queue.address)
             else:
-                statement = forced.dialect.receive_batch_through_without_row_locks(queue.address)
+                statement = forced.dialect.optional_sql(
+                    "receive_batch_through_without_row_locks", queue.address
+                )
             assert statement is not None
             taken = [
                 len(forced.dialect.receive_rows(cursor, queue.address, statement, size, through))
@@ -150,7 +152,7 @@ def test_a_purge_batch_deletes_at_most_its_size_under_a_nested_loop_plan(
         [OutgoingMessage(b"e%d" % n, time_to_be_received=timedelta(microseconds=1)) for n in range(30)]
     )
     queue.send(b"lasting")
-    statement = forced.dialect.purge_expired_batch(queue.address)
+    statement = forced.dialect.sql("purge_expired_batch", queue.address)
     with raw_connection(target) as connection:
         deleted = connection.execute(statement, (5,)).rowcount
         connection.commit()
@@ -166,7 +168,7 @@ def test_a_delayed_move_batch_takes_at_most_its_size_under_a_nested_loop_plan(
     store.create()
     for n in range(12):
         store.store("orders", OutgoingMessage(b"d%d" % n), delay=timedelta(0))
-    statement = forced.dialect.select_due_delayed(store.address)
+    statement = forced.dialect.sql("select_due_delayed", store.address)
     with raw_connection(target) as connection:
         moved = connection.execute(statement, (3,)).fetchall()
         connection.rollback()

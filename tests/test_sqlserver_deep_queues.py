@@ -41,7 +41,7 @@ def test_the_rowversion_key_only_grows_and_keys_the_index_receives_read(layout: 
 
 @pytest.mark.parametrize("dialect", [SqlServerDialect(), BabelfishDialect()], ids=["sqlserver", "babelfish"])
 def test_a_receive_reads_from_the_head_past_held_rows_without_a_low_water_mark(dialect) -> None:
-    receive = dialect.receive_batch(ADDRESS)
+    receive = dialect.sql("receive_batch", ADDRESS)
     assert "READPAST" in receive and "TOP(?)" in receive and "ORDER BY [RowVersion]" in receive
     assert ">" not in receive.split("ORDER BY")[0], "no RowVersion bound: every receive starts at the head"
-    assert dialect.receive_batch_after(ADDRESS) is None
+    assert dialect.optional_sql("receive_batch_after", ADDRESS) is None

@@ -301,13 +301,15 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
                     extra={"layout": layout, "index": index.name},
                 )
             )
-    out.append(Statement("add_body_string", "add_body_string", d.add_body_string(address), (exp.Alter,), 0))
-    out.append(Statement("drop_table", "drop_table", d.drop_table(address), (exp.Drop,), 0))
+    out.append(
+        Statement("add_body_string", "add_body_string", d.sql("add_body_string", address), (exp.Alter,), 0)
+    )
+    out.append(Statement("drop_table", "drop_table", d.sql("drop_table", address), (exp.Drop,), 0))
 
     # The creation's batches as begin_creation executes them: the transaction (a plain batch), then the lock,
     # named with the catalog: the address's, else the connection's database (current_catalog).
     executed = record_creation(d, address)
-    opening = d.open_transaction()
+    opening = d.optional_sql("open_transaction")
     sql, params = d.lock_for_create(address, CURRENT_CATALOG)
     out.append(
         Statement(
@@ -404,19 +406,21 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
             extra={"recoverable": False},
         )
     )
-    out.append(Statement("receive_batch", "receive_batch", d.receive_batch(address), (exp.Delete,), 1))
-    out.append(Statement("peek_estimate", "peek_estimate", d.peek_estimate(address), (exp.Select,), 0))
-    out.append(Statement("peek_bounds", "peek_bounds", d.peek_bounds(address), (exp.Select,), 0))
-    out.append(Statement("count_exact", "count_exact", d.count_exact(address), (exp.Select,), 0))
-    out.append(Statement("browse", "browse", d.browse(address), (exp.Select,), 1))
-    out.append(Statement("oldest_headers", "oldest_headers", d.oldest_headers(address), (exp.Select,), 0))
-    out.append(Statement("failed_newest", "failed_newest", d.failed_newest(address), (exp.Select,), 1))
-    out.append(Statement("count_expired", "count_expired", d.count_expired(address), (exp.Select,), 0))
+    out.append(Statement("receive_batch", "receive_batch", d.sql("receive_batch", address), (exp.Delete,), 1))
+    out.append(Statement("peek_estimate", "peek_estimate", d.sql("peek_estimate", address), (exp.Select,), 0))
+    out.append(Statement("peek_bounds", "peek_bounds", d.sql("peek_bounds", address), (exp.Select,), 0))
+    out.append(Statement("count_exact", "count_exact", d.sql("count_exact", address), (exp.Select,), 0))
+    out.append(Statement("browse", "browse", d.sql("browse", address), (exp.Select,), 1))
+    out.append(
+        Statement("oldest_headers", "oldest_headers", d.sql("oldest_headers", address), (exp.Select,), 0)
+    )
+    out.append(Statement("failed_newest", "failed_newest", d.sql("failed_newest", address), (exp.Select,), 1))
+    out.append(Statement("count_expired", "count_expired", d.sql("count_expired", address), (exp.Select,), 0))
     out.append(
         Statement(
             "purge_expired_batch",
             "purge_expired_batch",
-            d.purge_expired_batch(address),
+            d.sql("purge_expired_batch", address),
             (exp.Delete, exp.Select),
             1,
         )
@@ -425,15 +429,23 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     # Delayed delivery, rendered for the same address as if it were an endpoint's delayed table.
     out.append(
         Statement(
-            "create_delayed_table", "create_delayed_table", d.create_delayed_table(address), (exp.Create,), 0
+            "create_delayed_table",
+            "create_delayed_table",
+            d.sql("create_delayed_table", address),
+            (exp.Create,),
+            0,
         )
     )
     for index in d.delayed_indexes(address):
         out.append(Statement("delayed_index", f"delayed_index {index.name}", index.create, (exp.Create,), 0))
     stored = len(d.store_delayed_params("{}", b"", None, timedelta(seconds=1)))
-    out.append(Statement("store_delayed", "store_delayed", d.store_delayed(address), (exp.Insert,), stored))
     out.append(
-        Statement("select_due_delayed", "select_due_delayed", d.select_due_delayed(address), (exp.Select,), 1)
+        Statement("store_delayed", "store_delayed", d.sql("store_delayed", address), (exp.Insert,), stored)
+    )
+    out.append(
+        Statement(
+            "select_due_delayed", "select_due_delayed", d.sql("select_due_delayed", address), (exp.Select,), 1
+        )
     )
     for recoverable in (True, False):
         [move] = d.move_delayed_rows(address, MOVE_DESTINATION, 3, recoverable)
@@ -451,7 +463,7 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         Statement(
             "select_delayed_rows",
             "select_delayed_rows 3",
-            d.select_delayed_rows(address, 3),
+            d.sql("select_delayed_rows", address, 3),
             (exp.Select,),
             3,
         )
@@ -460,15 +472,17 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         Statement(
             "delete_delayed_rows",
             "delete_delayed_rows 3",
-            d.delete_delayed_rows(address, 3),
+            d.sql("delete_delayed_rows", address, 3),
             (exp.Delete,),
             3,
         )
     )
     out.append(
-        Statement("next_due_delayed", "next_due_delayed", d.next_due_delayed(address), (exp.Select,), 0)
+        Statement(
+            "next_due_delayed", "next_due_delayed", d.sql("next_due_delayed", address), (exp.Select,), 0
+        )
     )
-    out.append(Statement("count_delayed", "count_delayed", d.count_delayed(address), (exp.Select,), 0))
+    out.append(Statement("count_delayed", "count_delayed", d.sql("count_delayed", address), (exp.Select,), 0))
     sql, params = d.try_lock_delayed_mover(address)
     out.append(
         Statement(
@@ -501,7 +515,11 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
     # the restore from the address (as the archive) into RESTORE_DESTINATION.
     out.append(
         Statement(
-            "create_archive_table", "create_archive_table", d.create_archive_table(address), (exp.Create,), 0
+            "create_archive_table",
+            "create_archive_table",
+            d.sql("create_archive_table", address),
+            (exp.Create,),
+            0,
         )
     )
     for index in d.archive_indexes(address):
@@ -534,7 +552,7 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         Statement(
             "browse_archive",
             "browse_archive",
-            d.browse_archive(address),
+            d.sql("browse_archive", address),
             (exp.Select,),
             2,
             d.browse_archive_params(100, 51),
@@ -544,13 +562,13 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         Statement(
             "purge_archive_batch",
             "purge_archive_batch",
-            d.purge_archive_batch(address),
+            d.sql("purge_archive_batch", address),
             (exp.Delete, exp.Select),
             3,
             d.purge_archive_params(30 * 86400, 10_000),
         )
     )
-    out.append(Statement("count_archive", "count_archive", d.count_archive(address), (exp.Select,), 0))
+    out.append(Statement("count_archive", "count_archive", d.sql("count_archive", address), (exp.Select,), 0))
 
     # Native publish/subscribe (transport/subscriptions.py): the subscription table's statements rendered
     # for the same address as if it were SubscriptionRouting.
@@ -568,7 +586,7 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         Statement(
             "subscribe",
             "subscribe",
-            d.subscribe(address),
+            d.sql("subscribe", address),
             (exp.Update, exp.Insert) if d.variant == "babelfish" else (exp.Merge,),
             len(subscribe_params),
             subscribe_params,
@@ -578,7 +596,7 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         Statement(
             "unsubscribe",
             "unsubscribe",
-            d.unsubscribe(address),
+            d.sql("unsubscribe", address),
             (exp.Delete, exp.Select),
             2,
             SUBSCRIPTION[:2],
@@ -589,7 +607,7 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
             Statement(
                 "select_subscribers",
                 f"select_subscribers {topics} topic{'s' if topics > 1 else ''}",
-                d.select_subscribers(address, topics),
+                d.sql("select_subscribers", address, topics),
                 (exp.Select,),
                 topics,
                 extra={"topics": topics},
@@ -2422,7 +2440,7 @@ def test_the_creation_opens_its_transaction_in_a_plain_batch_before_the_lock(
     dialect = VARIANTS[variant]()
     address = ADDRESSES[case_name]
     lock, params = dialect.lock_for_create(address, CURRENT_CATALOG)
-    expected: list[tuple[str, tuple[Any, ...]]] = [(dialect.open_transaction(), ())]
+    expected: list[tuple[str, tuple[Any, ...]]] = [(dialect.optional_sql("open_transaction"), ())]
     if address.catalog is None:
         expected.append((dialect.current_catalog(), ((),)))
     expected.append((lock, (params,)))
@@ -2431,11 +2449,11 @@ def test_the_creation_opens_its_transaction_in_a_plain_batch_before_the_lock(
 
 # ---- negative self-test: the checks can fail -------------------------------------------------------------
 _ORDERS = QueueAddress("orders", "dbo")
-_GOOD_RECEIVE = DIALECT.receive_batch(_ORDERS)
-_GOOD_PEEK = DIALECT.peek_estimate(_ORDERS)
-_GOOD_PURGE = DIALECT.purge_expired_batch(_ORDERS)
+_GOOD_RECEIVE = DIALECT.sql("receive_batch", _ORDERS)
+_GOOD_PEEK = DIALECT.sql("peek_estimate", _ORDERS)
+_GOOD_PURGE = DIALECT.sql("purge_expired_batch", _ORDERS)
 _GOOD_LOCK, _GOOD_LOCK_PARAMS = DIALECT.lock_for_create(_ORDERS)
-_GOOD_OPEN = DIALECT.open_transaction()
+_GOOD_OPEN = DIALECT.optional_sql("open_transaction")
 # The creation's single batch before the transaction got a batch of its own (open_transaction): a
 # parameterised call that changes @@TRANCOUNT, error 266.
 _OLD_ONE_BATCH_LOCK = _GOOD_LOCK.replace(
@@ -2446,12 +2464,12 @@ _OLD_ONE_BATCH_LOCK = _GOOD_LOCK.replace(
 _OLD_ONE_BATCH_TYPES = OPEN_TRANSACTION_TYPES + LOCK_TYPES[1:]
 _GOOD_SEND = DIALECT.send(_ORDERS)
 _GOOD_HEAP_INDEX = DIALECT.indexes(_ORDERS, TableOptions("heap"))[0].create
-_GOOD_MOVE = DIALECT.select_due_delayed(_ORDERS)
+_GOOD_MOVE = DIALECT.sql("select_due_delayed", _ORDERS)
 _GOOD_MOVE_ROWS = DIALECT.move_delayed_rows(_ORDERS, MOVE_DESTINATION, 3, True)[0]
-_GOOD_STORE = DIALECT.store_delayed(_ORDERS)
+_GOOD_STORE = DIALECT.sql("store_delayed", _ORDERS)
 _GOOD_MOVER_LOCK, _GOOD_MOVER_LOCK_PARAMS = DIALECT.try_lock_delayed_mover(_ORDERS)
 _SPECIAL = QueueAddress("my]table", "db@", "n service.bus&#")
-_GOOD_SPECIAL_PEEK = DIALECT.peek_estimate(_SPECIAL)
+_GOOD_SPECIAL_PEEK = DIALECT.sql("peek_estimate", _SPECIAL)
 
 
 def _like(kind: str, sql: str, placeholders: int, **changes: Any) -> Statement:
@@ -2878,7 +2896,7 @@ def test_checks_accept_the_unbroken_originals() -> None:
 
 
 _BABELFISH = BabelfishDialect()
-_BF_RECEIVE = _BABELFISH.receive_batch(_ORDERS)
+_BF_RECEIVE = _BABELFISH.sql("receive_batch", _ORDERS)
 
 
 def _babelfish_like(kind: str, sql: str, placeholders: int, **changes: Any) -> Statement:

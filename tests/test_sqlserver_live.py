@@ -96,7 +96,7 @@ def test_the_creation_lock_opens_its_own_transaction_whatever_the_driver_left_op
         if implicit_transactions:
             connection.execute("SET IMPLICIT_TRANSACTIONS ON")
         assert connection.execute("SELECT @@TRANCOUNT").fetchone()[0] == 0
-        connection.execute(dialect.open_transaction())
+        connection.execute(dialect.optional_sql("open_transaction"))
         cursor = connection.execute(statement, params)
         [[result]] = dialect.fetch_rows(cursor)
         assert result >= 0, f"sp_getapplock answered {result}"

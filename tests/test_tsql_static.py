@@ -565,16 +565,17 @@ def test_allow_lists_hold_only_what_is_used() -> None:
 
 
 # ---- a subclass added later is picked up --------------------------------------------------------------
+# A receive as Babelfish's table writes it, as a variant's statement table would override SQL Server's.
+_BABELFISH_LIKE_RECEIVE = (
+    "DELETE FROM {table} OUTPUT deleted.[Id], CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > "
+    "GETUTCDATE() THEN 0 ELSE 1 END AS [Expired], deleted.[Headers], deleted.[Body], deleted.[RowVersion] "
+    "WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
+    "ORDER BY [RowVersion])"
+)
+
+
 def _babelfish_like_receive(dialect: SqlServerDialect, address: QueueAddress) -> str:
-    table = dialect.qualified_name(address)
-    return (
-        "DELETE FROM "
-        + table
-        + " OUTPUT deleted.[Id], CASE WHEN deleted.[Expires] IS NULL OR deleted.[Expires] > GETUTCDATE() "
-        "THEN 0 ELSE 1 END AS [Expired], deleted.[Headers], deleted.[Body], deleted.[RowVersion] "
-        f"WHERE [RowVersion] IN (SELECT TOP(?) [RowVersion] FROM {table} WITH (UPDLOCK, READPAST, ROWLOCK) "
-        "ORDER BY [RowVersion])"
-    )
+    return _BABELFISH_LIKE_RECEIVE.format(table=dialect.qualified_name(address))
 
 
 def test_a_subclass_defined_later_is_enumerated_rendered_and_checked() -> None:
@@ -582,8 +583,7 @@ def test_a_subclass_defined_later_is_enumerated_rendered_and_checked() -> None:
     differing statements and the static checks, with no edit to the tests; a broken override fails."""
 
     class ProbeDialect(SqlServerDialect):
-        def receive_batch(self, address: QueueAddress) -> str:
-            return _babelfish_like_receive(self, address)
+        statements = {**SqlServerDialect.statements, "receive_batch": _BABELFISH_LIKE_RECEIVE}
 
     ProbeDialect.__module__ = "airflow_provider_sqlqueue.dialects.probe"
     try:

@@ -76,7 +76,7 @@ class BabelfishDialect(SqlServerDialect):
       parameters lose work through Microsoft's ODBC driver.
     - Names with ``]`` or non-ASCII characters are refused (see :meth:`resolve`).
     - ``MERGE`` is refused, so a subscribe is an UPDATE then an INSERT where the row is missing (see
-      :meth:`subscribe`).
+      the ``subscribe`` statement).
     - ``OBJECT_ID`` still finds a table another session dropped (until this session's next transaction),
       so a table's existence is read from ``sys.tables``.
 

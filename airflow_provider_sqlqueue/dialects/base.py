@@ -4,8 +4,10 @@ A dialect holds all SQL text of its engine, named by what each statement does. I
 transport above it except the error types and the address value, so the transport composes dialects and
 never the other way round. Statements use the parameter style of the engine's DB-API driver.
 
-The text of the statements is data (``statements.py`` and each engine's table); here is what each one must
-do, so that one page says what an engine has to provide. The Spark bridge's are declared in ``bridge.py``.
+The text of the statements is data (``statements.py`` and each engine's table), asked for by name with
+:meth:`Dialect.sql`; ``statements.py`` says what each must do. What stays here is code: choosing a statement
+by lock mode or layout, building parameters, driver glue, error classification and inspection. The Spark
+bridge's are declared in ``bridge.py``.
 """
 
 from __future__ import annotations
@@ -300,12 +302,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     @abstractmethod
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]: ...
 
-    def add_body_string(self, address: QueueAddress) -> str:
-        return self.sql("add_body_string", address)
-
-    def drop_table(self, address: QueueAddress) -> str:
-        return self.sql("drop_table", address)
-
     @abstractmethod
     def lock_for_create(
         self, address: QueueAddress, current_catalog: str | None = None
@@ -315,11 +311,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         ``current_catalog`` is the connection's database (from :meth:`current_catalog`), which names the
         lock where the address has no catalog of its own, so that every creator of the table agrees on it.
         """
-
-    def open_transaction(self) -> str | None:
-        """A batch without parameters that makes sure a transaction is open, for locks owned by it, where
-        the driver may not have opened one yet."""
-        return self.optional_sql("open_transaction")
 
     def current_catalog(self) -> str | None:
         """A query (no parameters, no privilege needed) for the connection's current database, or None
@@ -340,11 +331,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """A query whose first row exists when the table has a Recoverable column without a default, which
         the reference's INSERT on this engine does not write; None where its INSERT writes the column."""
         return None
-
-    def set_recoverable_default(self, address: QueueAddress) -> list[str]:
-        """Statements (no parameters) that give Recoverable its default inside a savepoint, waiting a
-        bounded time for the table's lock; ``set_recoverable_default_failed`` undoes them."""
-        return self.sql_list("set_recoverable_default", address)
 
     def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
         """The layout (:attr:`layout`) of the existing table at ``address``, read from the catalog where
@@ -413,26 +399,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     def raw_params(self, row: Row) -> tuple[Any, ...]:
         return (row.id, row.correlation_id, row.reply_to_address, row.headers, row.body)
 
-    def receive_batch(self, address: QueueAddress) -> str:
-        """DELETE of the oldest unlocked rows (one parameter: how many), returning them as :class:`Row`."""
-        return self.sql("receive_batch", address)
-
-    def receive_batch_after(self, address: QueueAddress) -> str | None:
-        """:meth:`receive_batch` that picks only rows after a RowVersion (parameters: that RowVersion, how
-        many), for engines whose deleted rows linger in the index (see ``transport/queue/low_water.py``);
-        None where a receive never walks deleted rows."""
-        return self.optional_sql("receive_batch_after", address)
-
-    def receive_batch_through(self, address: QueueAddress) -> str | None:
-        """:meth:`receive_batch` that picks only rows up to a RowVersion (parameters: that RowVersion, how
-        many), for code that receives what was queued before a moment, as a Spark stream under
-        Trigger.AvailableNow does; None where no caller needs it."""
-        return self.optional_sql("receive_batch_through", address)
-
-    def receive_batch_through_without_row_locks(self, address: QueueAddress) -> str | None:
-        """:meth:`receive_batch_through` for a role that competes through advisory locks."""
-        return self.optional_sql("receive_batch_through_without_row_locks", address)
-
     def receive_rows(
         self,
         cursor: Any,
@@ -441,7 +407,7 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         max_messages: int,
         after: int | None = None,
     ) -> list[Any]:
-        """Run the receive (``statement`` is :meth:`receive_batch`'s text, or :meth:`receive_batch_after`'s
+        """Run the receive (``statement`` is statement ``receive_batch``, or ``receive_batch_after``
         with ``after``) and return the deleted rows."""
         cursor.execute(statement, (max_messages,) if after is None else (after, max_messages))
         return self.received_rows(self.fetch_rows(cursor))
@@ -450,64 +416,16 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """The receive's rows as :class:`Row` takes them, where the statement cannot return them so."""
         return rows
 
-    def peek_estimate(self, address: QueueAddress) -> str:
-        """Upper bound of the unlocked rows (max - min + 1 of RowVersion); cost independent of length."""
-        return self.sql("peek_estimate", address)
-
-    def peek_bounds(self, address: QueueAddress) -> str:
-        """Oldest and newest RowVersion of the unlocked rows (NULLs when empty), with the peek's hints."""
-        return self.sql("peek_bounds", address)
-
-    def count_exact(self, address: QueueAddress) -> str:
-        """Exact number of committed, unexpired rows."""
-        return self.sql("count_exact", address)
-
     # Read-only browsing for tools (``sqlqueue peek`` and ``stats``): plain SELECTs that delete nothing.
-    def browse(self, address: QueueAddress) -> str:
-        """SELECT of the oldest N unexpired committed rows in RowVersion order (one parameter: N), as
-        Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires; takes no lasting locks."""
-        return self.sql("browse", address)
-
-    def oldest_headers(self, address: QueueAddress) -> str:
-        """SELECT of RowVersion and Headers of the oldest unexpired committed row (no parameter; no row when
-        none): what a gauge needs for the oldest message's age, without its body. Takes no lasting locks."""
-        return self.sql("oldest_headers", address)
-
-    def count_expired(self, address: QueueAddress) -> str:
-        """Number of rows whose Expires has passed by the database clock (what a purge would delete)."""
-        return self.sql("count_expired", address)
 
     def queue_tables(self, schema: str | None) -> tuple[str, Sequence[Any]]:
         """Query listing (schema, table) of the tables in ``schema`` shaped like queue tables."""
         raise NotImplementedError(f"{self.display_name} cannot list queue tables")
 
     # Failed-message management (``transport.failed``): read in keyset pages, move or delete row by row.
-    def failed_page(self, address: QueueAddress) -> str:
-        """SELECT of RowVersion, Id and Headers of the rows after a RowVersion, in RowVersion order, at most
-        N of them; parameters from :meth:`failed_page_params`. Read-only, no lasting locks."""
-        return self.sql("failed_page", address)
 
     def failed_page_params(self, after: int, size: int) -> tuple[Any, ...]:
         return (after, size)
-
-    def failed_newest(self, address: QueueAddress) -> str:
-        """SELECT of RowVersion, Id and Headers of the newest N rows (one parameter: N), newest first: the
-        bounded sample the Queues page groups. Read-only, no lasting locks."""
-        return self.sql("failed_newest", address)
-
-    def failed_messages(self, address: QueueAddress) -> str:
-        """SELECT of the rows whose Id is the parameter (an error queue may hold a message more than
-        once), as Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires, oldest first."""
-        return self.sql("failed_messages", address)
-
-    def take_failed_row(self, address: QueueAddress) -> str:
-        """DELETE of the row whose RowVersion is the parameter, returning its Id, CorrelationId,
-        ReplyToAddress, Headers and Body (no row when another session took it first)."""
-        return self.sql("take_failed_row", address)
-
-    def purge_expired_batch(self, address: QueueAddress) -> str:
-        """DELETE of up to N expired rows that no receiver holds (one parameter: N)."""
-        return self.sql("purge_expired_batch", address)
 
     def purge_returns_count(self) -> bool:
         """True when the purge statement returns its count as a row instead of through rowcount."""
@@ -519,21 +437,12 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """Query answering whether this role may take row locks on the table (NULL when it is missing)."""
         return None
 
-    def _without_row_locks(self, name: str, address: QueueAddress) -> str:
+    def without_row_locks(self, name: str, address: QueueAddress) -> str:
+        """Statement ``name`` (``receive_batch``, ``peek_estimate``, ``peek_bounds``,
+        ``purge_expired_batch``) as a role without row-lock rights runs it: its ``_without_row_locks``
+        form where the engine has one, else the statement itself."""
         own = f"{name}_without_row_locks"
         return self.sql(own if own in self.statements else name, address)
-
-    def receive_batch_without_row_locks(self, address: QueueAddress) -> str:
-        return self._without_row_locks("receive_batch", address)
-
-    def peek_estimate_without_row_locks(self, address: QueueAddress) -> str:
-        return self._without_row_locks("peek_estimate", address)
-
-    def peek_bounds_without_row_locks(self, address: QueueAddress) -> str:
-        return self._without_row_locks("peek_bounds", address)
-
-    def purge_expired_batch_without_row_locks(self, address: QueueAddress) -> str:
-        return self._without_row_locks("purge_expired_batch", address)
 
     @abstractmethod
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
@@ -548,14 +457,9 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         statistics views; never raises for what the role may not read."""
         return TableStorage(applicable=False, note=self.storage_note)
 
-    def vacuum_table(self, address: QueueAddress) -> str | None:
-        """The plain (not FULL) vacuum of one table, run outside a transaction; None where the engine
-        gives deleted rows' storage back by itself."""
-        return self.optional_sql("vacuum_table", address)
-
     def vacuum_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """Query returning (may this role vacuum the table, its size in bytes with indexes); None where
-        :meth:`vacuum_table` is None."""
+        the engine has no ``vacuum_table`` statement."""
         return None
 
     def rowversion_index_is_clustered(self, cursor: Any, address: QueueAddress) -> bool | None:
@@ -564,32 +468,17 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         return None
 
     # ---- delayed delivery (the ``<endpoint>.Delayed`` table) -----------------------------------
-    def create_delayed_table(self, address: QueueAddress) -> str:
-        """DDL of a delayed-message table: Headers, Body, Due (UTC, database clock) and RowVersion."""
-        return self.sql("create_delayed_table", address)
 
     def delayed_indexes(self, address: QueueAddress) -> list[IndexSpec]:
         """The index on Due that the mover and the next-due query read through."""
         return [self.index_spec(address, "Due", "create_delayed_index")]
 
-    def store_delayed(self, address: QueueAddress) -> str:
-        """INSERT of one delayed message; parameters from :meth:`store_delayed_params`.
-
-        Due is the given absolute time, or the database clock plus the given delay.
-        """
-        return self.sql("store_delayed", address)
-
     @abstractmethod
     def store_delayed_params(
         self, headers: str, body: bytes, deliver_at: datetime | None, delay: timedelta | None
     ) -> tuple[Any, ...]:
-        """Parameters of :meth:`store_delayed`; exactly one of ``deliver_at`` (aware UTC) and ``delay``."""
-
-    def select_due_delayed(self, address: QueueAddress) -> str:
-        """Up to N rows (one parameter: N) whose Due has passed by the database clock, oldest Due first:
-        RowVersion and Headers only, so the mover learns each row's destination while the bodies stay on
-        the server. Where another mover could run (SQL Server's hints) the rows are locked until commit."""
-        return self.sql("select_due_delayed", address)
+        """Parameters of statement ``store_delayed``: exactly one of ``deliver_at`` (aware UTC) and
+        ``delay``."""
 
     def move_delayed_rows(
         self,
@@ -616,23 +505,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
             recoverable=self.fragment("true") + ", " if with_recoverable else "",
         )
 
-    def select_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        """Headers, Body and RowVersion of the delayed rows whose RowVersions are the ``rows`` parameters
-        (the rows the mover sends to the error queue instead of moving)."""
-        return self.sql("select_delayed_rows", address, rows)
-
-    def delete_delayed_rows(self, address: QueueAddress, rows: int) -> str:
-        """DELETE of the delayed rows whose RowVersions are the ``rows`` parameters."""
-        return self.sql("delete_delayed_rows", address, rows)
-
-    def next_due_delayed(self, address: QueueAddress) -> str:
-        """The database clock and the earliest Due (NULL when empty), so the wait is skew-free."""
-        return self.sql("next_due_delayed", address)
-
-    def count_delayed(self, address: QueueAddress) -> str:
-        """Number of messages waiting in a delayed table."""
-        return self.sql("count_delayed", address)
-
     @abstractmethod
     def try_lock_delayed_mover(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
         """Try, without waiting, to take the session-level lock that elects the one mover of a delayed
@@ -656,12 +528,6 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         return self.quote(name), self.qualified_name(address)
 
     # ---- the archive beside an error queue (``transport/archive.py``) ----------------------------
-    def create_archive_table(self, address: QueueAddress) -> str:
-        """DDL of an error queue's archive table: the queue's columns (``Recoverable`` nullable, as tables
-        of later NServiceBus versions have none), ``ErrorRowVersion`` (the row's RowVersion in the error
-        queue; named so that the archive is not listed as a queue) and ``ArchivedAt`` (UTC, the database
-        clock, its default)."""
-        return self.sql("create_archive_table", address)
 
     def archive_indexes(self, address: QueueAddress) -> list[IndexSpec]:
         """The index on ArchivedAt that the purge by age reads through."""
@@ -700,27 +566,11 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
             recoverable=self.fragment("restored_recoverable") + ", " if with_recoverable else "",
         )
 
-    def browse_archive(self, archive: QueueAddress) -> str:
-        """SELECT of one page of an archive, newest archived first (ArchivedAt, ErrorRowVersion and Id
-        descending, so pages do not overlap): Id, CorrelationId, ReplyToAddress, Headers, the Body's size
-        in bytes (the bodies stay on the server), ErrorRowVersion, ArchivedAt and Expires; parameters from
-        :meth:`browse_archive_params`. Read-only."""
-        return self.sql("browse_archive", archive)
-
     def browse_archive_params(self, offset: int, size: int) -> tuple[Any, ...]:
         return (size, offset)
 
-    def purge_archive_batch(self, archive: QueueAddress) -> str:
-        """DELETE of up to N archived rows archived before a number of seconds ago by the database clock;
-        parameters from :meth:`purge_archive_params`; its count as :meth:`purge_expired_batch`'s."""
-        return self.sql("purge_archive_batch", archive)
-
     def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
         return (older_than_seconds, size)
-
-    def count_archive(self, archive: QueueAddress) -> str:
-        """Number of rows in an archive table."""
-        return self.sql("count_archive", archive)
 
     # ---- native publish/subscribe (``transport/subscriptions.py``) -------------------------------
     # The subscription table has the reference's three columns, QueueAddress, Endpoint and Topic
@@ -730,24 +580,8 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """DDL of the subscription table: QueueAddress, Endpoint, Topic, primary key (Endpoint, Topic)."""
         return self.sql("create_subscription_table", address, width=str(SUBSCRIPTION_COLUMN_LENGTH))
 
-    def subscribe(self, address: QueueAddress) -> str:
-        """The upsert of one subscription: insert (Endpoint, Topic) -> QueueAddress, or set QueueAddress
-        where the row exists with another one; parameters from :meth:`subscribe_params`. Where it can race
-        with a concurrent subscriber of the same key (an engine that ignores the statement's locking
-        hints), the loser fails with a duplicate key (:meth:`is_duplicate_key`) and is run again."""
-        return self.sql("subscribe", address)
-
     def subscribe_params(self, endpoint: str, topic: str, queue_address: str) -> tuple[Any, ...]:
         return (endpoint, topic, queue_address)
-
-    def unsubscribe(self, address: QueueAddress) -> str:
-        """DELETE of the row of an endpoint (first parameter) and topic (second); its count as
-        :meth:`purge_expired_batch`'s (a row holding it where :meth:`purge_returns_count`, else rowcount)."""
-        return self.sql("unsubscribe", address)
-
-    def select_subscribers(self, address: QueueAddress, topics: int) -> str:
-        """``SELECT DISTINCT QueueAddress`` of the rows whose Topic is one of the ``topics`` parameters."""
-        return self.sql("select_subscribers", address, topics)
 
     def select_subscriptions(
         self, address: QueueAddress, by_topic: bool, by_endpoint: bool, limited: bool = False

@@ -86,15 +86,11 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
     def prepare_connection(self, connection: Any) -> None:
         PostgresDialect.prepare_connection(self, connection)
 
-    def __getattribute__(self, name: str) -> Any:
-        value = super().__getattribute__(name)
-        if name in _STATEMENT_METHODS and callable(value):
-
-            def converted(*args: Any, **kwargs: Any) -> Any:
-                return _to_qmark(value(*args, **kwargs))
-
-            return converted
-        return value
+    def sql_list(
+        self, name: str, address: QueueAddress | None = None, /, rows: int | None = None, **values: str
+    ) -> list[str]:
+        """PostgreSQL's statement in pyodbc's parameter style: every statement is rendered here."""
+        return [_to_qmark(text) for text in super().sql_list(name, address, rows, **values)]
 
     def display_sql(self, sql: str) -> str:
         return sql
@@ -203,76 +199,6 @@ class _QmarkCursor:
         return getattr(self._cursor, name)
 
 
-_STATEMENT_METHODS = {
-    "create_table",
-    "create_subscription_table",
-    "subscribe",
-    "unsubscribe",
-    "select_subscribers",
-    "select_subscriptions",
-    "vacuum_check",
-    "add_body_string",
-    "drop_table",
-    "lock_for_create",
-    "table_exists",
-    "index_exists",
-    "column_exists",
-    "recoverable_default_missing",
-    "send",
-    "send_batch",
-    "insert_raw",
-    "receive_batch",
-    "receive_batch_after",
-    "receive_batch_through",
-    "peek_estimate",
-    "peek_bounds",
-    "count_exact",
-    "browse",
-    "oldest_headers",
-    "failed_newest",
-    "count_expired",
-    "queue_tables",
-    "purge_expired_batch",
-    "failed_page",
-    "failed_messages",
-    "take_failed_row",
-    "create_archive_table",
-    "archive_indexes",
-    "archive_failed_row",
-    "purge_archive_batch",
-    "count_archive",
-    "restore_archived",
-    "browse_archive",
-    "row_lock_probe",
-    "receive_batch_without_row_locks",
-    "receive_batch_through_without_row_locks",
-    "peek_estimate_without_row_locks",
-    "peek_bounds_without_row_locks",
-    "purge_expired_batch_without_row_locks",
-    "indexes",
-    "create_delayed_table",
-    "delayed_indexes",
-    "store_delayed",
-    "select_due_delayed",
-    "move_delayed_rows",
-    "select_delayed_rows",
-    "delete_delayed_rows",
-    "next_due_delayed",
-    "count_delayed",
-    "try_lock_delayed_mover",
-    "unlock_delayed_mover",
-}
-
-
-def _to_qmark(value: Any) -> Any:
-    """Rewrite psycopg's ``%s`` / ``%%`` into pyodbc's ``?`` / ``%`` in a statement or statement tuple."""
-    if isinstance(value, str):
-        return _PLACEHOLDER.sub(lambda m: "%" if m.group(1) == "%" else "?", value)
-    if isinstance(value, tuple) and value and isinstance(value[0], str):
-        return (_to_qmark(value[0]), *value[1:])
-    if isinstance(value, list):
-        return [
-            _to_qmark(item) if isinstance(item, str) else type(item)(item.name, _to_qmark(item.create))
-            for item in value
-        ]
-    return value
+def _to_qmark(statement: str) -> str:
+    """Rewrite psycopg's ``%s`` / ``%%`` into pyodbc's ``?`` / ``%``."""
+    return _PLACEHOLDER.sub(lambda m: "%" if m.group(1) == "%" else "?", statement)

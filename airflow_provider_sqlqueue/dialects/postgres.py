@@ -318,6 +318,18 @@ STATEMENTS: StatementTable = {
     # INDEX_CLEANUP ON: with few dead rows on a large table a vacuum would otherwise skip the indexes and
     # leave the rows' line pointers behind, and pages holding them cannot be given back.
     "vacuum_table": "VACUUM (INDEX_CLEANUP ON) {table}",
+    # May this role vacuum the table (schema, table), and its size in bytes with indexes: VACUUM skips, with
+    # only a warning, a table the role does not own (PostgreSQL 17: or lacks MAINTAIN on); asking first
+    # turns that into a clear refusal.
+    "vacuum_check": (
+        "SELECT pg_has_role(c.relowner, 'USAGE') "
+        "OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
+        "OR (CASE WHEN current_setting('server_version_num')::int >= 170000 "
+        "THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END), "
+        "pg_total_relation_size(c.oid) "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
+    ),
     "set_storage_parameters": "ALTER TABLE {table} SET ({settings})",
     # ---- the Spark bridge's own (see statements.BRIDGE)
     "bridge_older_than": "{column} < clock_timestamp() - make_interval(secs => %s)",

@@ -50,18 +50,7 @@ class PostgresStorage(Dialect):
         return self.sql("set_storage_parameters", address, settings=settings)
 
     def vacuum_check(self, address: QueueAddress) -> tuple[str, Sequence[Any]] | None:
-        # VACUUM skips, with only a warning, a table the role does not own (PostgreSQL 17: or lacks MAINTAIN
-        # on); asking first turns that into a clear refusal.
-        return (
-            "SELECT pg_has_role(c.relowner, 'USAGE') "
-            "OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) "
-            "OR (CASE WHEN current_setting('server_version_num')::int >= 170000 "
-            "THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END), "
-            "pg_total_relation_size(c.oid) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-            (address.schema, address.table),
-        )
+        return self.sql("vacuum_check"), (address.schema, address.table)
 
     def table_storage(self, cursor: Any, address: QueueAddress) -> TableStorage:
         cursor.execute(_CATALOG, (address.schema, address.table))
@@ -106,7 +95,7 @@ class PostgresStorage(Dialect):
         dead: int | None,
         heap_pages: int,
     ) -> tuple[str, ...]:
-        vacuum = self.display_sql(self.vacuum_table(address) or "")
+        vacuum = self.display_sql(self.optional_sql("vacuum_table", address) or "")
         settings = dict(parameters)
         advice = []
         if settings.get("autovacuum_enabled", "").lower() in ("false", "off", "no", "0"):

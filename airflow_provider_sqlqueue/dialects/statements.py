@@ -44,41 +44,89 @@ PORTABLE_FRAGMENTS = {
 _ROW = "Id, CorrelationId, ReplyToAddress, Headers, Body, RowVersion, Expires"
 _UNEXPIRED = "WHERE Expires IS NULL OR Expires > {now}"
 
+# What the statements every engine writes in its own words must do (a caller asks for each by name,
+# ``dialect.sql(name, address)``; ``optional_sql`` where an engine may have none). Parameters in order:
+# - receive_batch: DELETE of the oldest rows no receiver holds (how many), returning Row's columns: Id,
+#   CorrelationId, ReplyToAddress, Expired, Headers, Body, RowVersion, Expires.
+# - receive_batch_after: the same, only rows after a RowVersion (that RowVersion, how many), for engines whose
+#   deleted rows linger in the index (transport/queue/low_water.py); none where a receive never walks them.
+# - receive_batch_through (and ``_without_row_locks``): only rows up to a RowVersion (that RowVersion, how
+#   many), for a Spark stream under Trigger.AvailableNow; none where no caller needs it.
+# - peek_estimate: upper bound of the unheld rows, max - min + 1 of RowVersion, at a cost independent of the
+#   queue's length; peek_bounds: their oldest and newest RowVersion (NULLs when empty), with its hints.
+# - purge_expired_batch: DELETE of up to N expired rows no receiver holds (N); its count through rowcount, or
+#   as a row where ``purge_returns_count``.
+# - ``<statement>_without_row_locks``: the same work for a role without the rights row locks ask for
+#   (PostgreSQL's UPDATE); Dialect.without_row_locks picks it.
+# - open_transaction: a batch without parameters that makes sure a transaction is open (for locks it owns);
+#   current_catalog: the connection's database, no parameter and no privilege needed.
+# - set_recoverable_default: statements (no parameters) that give Recoverable its default inside a
+#   savepoint, waiting a bounded time for the table's lock; ``set_recoverable_default_failed`` undoes them.
+# - vacuum_table: the plain vacuum of one table, outside a transaction; none where the engine gives deleted
+#   rows' storage back by itself.
+# - create_delayed_table: Headers, Body, Due (UTC, the database clock) and RowVersion. store_delayed: one
+#   delayed message (Dialect.store_delayed_params), Due the given time or the database clock plus the delay.
+# - create_archive_table: the queue's columns (Recoverable nullable: tables of later NServiceBus versions have
+#   none), ErrorRowVersion (the row's RowVersion in the error queue, named so that the archive is not listed
+#   as a queue) and ArchivedAt (UTC, the database clock, its default).
+# - purge_archive_batch: DELETE of up to N archived rows archived more than S seconds ago by the database
+#   clock (Dialect.purge_archive_params); its count as purge_expired_batch's.
 PORTABLE: StatementTable = {
     "drop_table": "DROP TABLE IF EXISTS {table}",
+    # the committed rows not yet expired
     "count_exact": "SELECT count(*) FROM {table} " + _UNEXPIRED,
     # A plain read: no row locks, never waits for receivers; rows a receiver has deleted but not yet
-    # committed still show until its transaction commits (PostgreSQL's MVCC, SQLite's WAL reader).
+    # committed still show until its transaction commits (PostgreSQL's MVCC, SQLite's WAL reader). The oldest
+    # N (parameter) in RowVersion order, for `sqlqueue peek` and `stats`.
     "browse": f"SELECT {_ROW} FROM {{table}} {_UNEXPIRED} ORDER BY RowVersion LIMIT {{p}}",
+    # The oldest unexpired row's RowVersion and Headers, no row when none: a gauge's oldest message age,
+    # without its body. No lasting locks, as browse.
     "oldest_headers": "SELECT RowVersion, Headers FROM {table} "
     + _UNEXPIRED
     + " ORDER BY RowVersion LIMIT 1",
+    # what a purge would delete, by the database clock
     "count_expired": "SELECT count(*) FROM {table} WHERE Expires <= {now}",
+    # Failed messages (transport/failed.py), read in keyset pages, moved or deleted row by row; the reads
+    # take no lasting locks. A page: the rows after a RowVersion, at most N (Dialect.failed_page_params).
     "failed_page": "SELECT RowVersion, Id, Headers FROM {table} WHERE {after} ORDER BY RowVersion LIMIT {p}",
+    # the newest N, newest first: the bounded sample the Queues page groups
     "failed_newest": "SELECT RowVersion, Id, Headers FROM {table} ORDER BY RowVersion DESC LIMIT {p}",
+    # the rows of one Id (an error queue may hold a message more than once), oldest first
     "failed_messages": f"SELECT {_ROW} FROM {{table}} WHERE Id = {{p}} ORDER BY RowVersion",
+    # the row of one RowVersion, deleted; no row when another session took it first
     "take_failed_row": (
         "DELETE FROM {table} WHERE RowVersion = {p} RETURNING Id, CorrelationId, ReplyToAddress, Headers, "
         "Body"
     ),
     # ---- the delayed table
+    # Up to N due rows, oldest Due first: RowVersion and Headers only, so the mover learns each row's
+    # destination while the bodies stay on the server (SQL Server's hints lock them until commit).
     "select_due_delayed": "SELECT RowVersion, Headers FROM {table} WHERE Due <= {now} ORDER BY Due LIMIT {p}",
+    # the rows of the given RowVersions, which the mover sends to the error queue instead of moving
     "select_delayed_rows": "SELECT Headers, Body, RowVersion FROM {table} WHERE RowVersion IN ({marks})",
     "delete_delayed_rows": "DELETE FROM {table} WHERE RowVersion IN ({marks})",
+    # the database clock with the earliest Due (NULL when empty), so that the mover's wait is skew-free
     "next_due_delayed": "SELECT {now}, min(Due) FROM {table}",
     "count_delayed": "SELECT count(*) FROM {table}",
     # ---- the archive beside an error queue
     "count_archive": "SELECT count(*) FROM {table}",
+    # One page, newest archived first (no two pages overlap): the Body's size in bytes, the bodies stay on the
+    # server. Parameters from Dialect.browse_archive_params.
     "browse_archive": (
         "SELECT Id, CorrelationId, ReplyToAddress, Headers, {body_size}, ErrorRowVersion, ArchivedAt, "
         "Expires FROM {table} ORDER BY ArchivedAt DESC, ErrorRowVersion DESC, Id DESC LIMIT {p} OFFSET {p}"
     ),
-    # ---- the subscription table
+    # ---- the subscription table: QueueAddress, Endpoint, Topic, keyed by (Endpoint, Topic)
+    # The upsert of (endpoint, topic) -> queue address (Dialect.subscribe_params). Where it can race with a
+    # subscriber of the same key (an engine that ignores its locking hints), the loser fails with a
+    # duplicate key (Dialect.is_duplicate_key) and runs it again.
     "subscribe": (
         "INSERT INTO {table} (Endpoint, Topic, QueueAddress) VALUES ({p}, {p}, {p}) "
         "ON CONFLICT (Endpoint, Topic) DO UPDATE SET QueueAddress = EXCLUDED.QueueAddress"
     ),
+    # (endpoint, topic); its count as purge_expired_batch's
     "unsubscribe": "DELETE FROM {table} WHERE Endpoint = {p} AND Topic = {p}",
+    # the queues of the subscribers to any of the given topics
     "select_subscribers": "SELECT DISTINCT QueueAddress FROM {table} WHERE Topic IN ({marks})",
     "select_subscriptions": (
         "SELECT QueueAddress, Endpoint, Topic FROM {table}{where} ORDER BY Topic, Endpoint{limit}"

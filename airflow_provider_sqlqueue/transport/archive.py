@@ -159,7 +159,7 @@ def archive_script(dialect: Dialect, error_queue: QueueAddress) -> str:
     """The DDL that :meth:`ErrorArchive.create` runs for the archive of ``error_queue`` (a resolved
     address), as a script a DBA can review and run; no database needed."""
     address = archive_address(dialect, error_queue)
-    statements = [dialect.create_archive_table(address)]
+    statements = [dialect.sql("create_archive_table", address)]
     statements += [index.create for index in dialect.archive_indexes(address)]
     return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
 
@@ -207,7 +207,7 @@ class ErrorArchive:
             begin_creation(cursor, dialect, address, self.transport.current_catalog())
             created = not table_exists_on(cursor, dialect, address)
             if created:
-                cursor.execute(dialect.create_archive_table(address), ())
+                cursor.execute(dialect.sql("create_archive_table", address), ())
             for index in dialect.archive_indexes(address):
                 cursor.execute(*dialect.index_exists(address, index.name))
                 if not first_value(cursor, dialect):
@@ -243,7 +243,7 @@ class ErrorArchive:
     def count(self) -> int:
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
-            cursor.execute(self.transport.dialect.count_archive(self.address), ())
+            cursor.execute(self.transport.dialect.sql("count_archive", self.address), ())
             value = first_value(cursor, self.transport.dialect)
             connection.commit()
         return int(value or 0)
@@ -264,7 +264,7 @@ class ErrorArchive:
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
             params = dialect.browse_archive_params(offset, limit + 1)
-            cursor.execute(dialect.browse_archive(self.address), params)
+            cursor.execute(dialect.sql("browse_archive", self.address), params)
             rows = dialect.fetch_rows(cursor)
             connection.commit()
         messages = [_archived_message(row) for row in rows[:limit]]
@@ -335,7 +335,7 @@ class ErrorArchive:
         if not self.exists():
             return 0
         dialect = self.transport.dialect
-        statement = dialect.purge_archive_batch(self.address)
+        statement = dialect.sql("purge_archive_batch", self.address)
         params = dialect.purge_archive_params(seconds, batch_size)
         started = time.monotonic()
         total = batches = 0

@@ -143,7 +143,7 @@ def browse(queue: TableQueue, max_messages: int = 10) -> list[BrowsedMessage]:
     if not 1 <= max_messages <= MAX_BROWSE:
         raise ConfigurationError(f"max_messages must be between 1 and {MAX_BROWSE:,}, not {max_messages}")
     try:
-        rows = _query(queue, queue.resolved_dialect().browse(queue.address), (max_messages,))
+        rows = _query(queue, queue.resolved_dialect().sql("browse", queue.address), (max_messages,))
     except Exception as error:
         _require(queue, error)
         raise
@@ -174,7 +174,7 @@ def estimated_depth(queue: TableQueue) -> int:
     read: two index edges, whatever the queue's length, with no row lock taken (so nothing is written and
     SELECT is enough), unlike :meth:`TableQueue.peek_estimate`, which skips rows receivers hold."""
     try:
-        rows = _query(queue, queue.dialect.peek_estimate_without_row_locks(queue.address), ())
+        rows = _query(queue, queue.dialect.without_row_locks("peek_estimate", queue.address), ())
     except Exception as error:
         _require(queue, error)
         raise
@@ -186,7 +186,7 @@ def oldest_time_sent(queue: TableQueue) -> datetime | None:
     from that one row's RowVersion and Headers, never its body; None when the queue is empty or the header
     is absent or unreadable."""
     try:
-        rows = _query(queue, queue.resolved_dialect().oldest_headers(queue.address), ())
+        rows = _query(queue, queue.resolved_dialect().sql("oldest_headers", queue.address), ())
     except Exception as error:
         _require(queue, error)
         raise
@@ -202,7 +202,7 @@ def oldest_time_sent(queue: TableQueue) -> datetime | None:
 def count_expired(queue: TableQueue) -> int:
     """How many messages of ``queue`` have expired and wait for a receive or a purge to delete them."""
     try:
-        rows = _query(queue, queue.resolved_dialect().count_expired(queue.address), ())
+        rows = _query(queue, queue.resolved_dialect().sql("count_expired", queue.address), ())
     except Exception as error:
         _require(queue, error)
         raise

@@ -139,7 +139,7 @@ class DelayedStore:
         self.transport = transport
         self.address = transport.resolve(address)
         self._listeners: list[Callable[[float], None]] = []
-        self._sql_store = self.dialect.store_delayed(self.address)  # the same INSERT in either layout
+        self._sql_store = self.dialect.sql("store_delayed", self.address)  # the same INSERT in either layout
         self._layout: tuple[Dialect, Dialect] | None = None  # (the engine's dialect, the table's) once read
 
     @property
@@ -182,7 +182,7 @@ class DelayedStore:
             begin_creation(cursor, dialect, address, self.transport.current_catalog())
             created = not table_exists_on(cursor, dialect, address)
             if created:
-                cursor.execute(dialect.create_delayed_table(address), ())
+                cursor.execute(dialect.sql("create_delayed_table", address), ())
             for index in dialect.delayed_indexes(address):
                 cursor.execute(*dialect.index_exists(address, index.name))
                 if not dialect.fetch_rows(cursor):
@@ -195,7 +195,7 @@ class DelayedStore:
 
     def create_script(self, column_layout: ColumnLayout = "sqlserver-transport") -> str:
         dialect = dialect_for_layout(self.dialect, column_layout)
-        statements = [dialect.create_delayed_table(self.address)]
+        statements = [dialect.sql("create_delayed_table", self.address)]
         statements += [index.create for index in dialect.delayed_indexes(self.address)]
         return "".join(f"{dialect.display_sql(statement)};\n" for statement in statements)
 
@@ -208,7 +208,7 @@ class DelayedStore:
     def count(self) -> int:
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
-            cursor.execute(self.dialect.count_delayed(self.address), ())
+            cursor.execute(self.dialect.sql("count_delayed", self.address), ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
         return int(rows[0][0] or 0) if rows else 0
@@ -426,7 +426,7 @@ class DelayedMover:
     def _query_next_due(self) -> tuple[Any, Any]:
         def query(connection: Any) -> tuple[Any, Any]:
             cursor = connection.cursor()
-            cursor.execute(self.store.table_dialect(cursor).next_due_delayed(self.address), ())
+            cursor.execute(self.store.table_dialect(cursor).sql("next_due_delayed", self.address), ())
             rows = self.dialect.fetch_rows(cursor)
             connection.commit()
             return (rows[0][0], rows[0][1]) if rows else (None, None)
@@ -508,7 +508,7 @@ class DelayedMover:
             cursor.execute(begin, ())
         started = time.monotonic()
         delayed = self.store.table_dialect(cursor)
-        cursor.execute(delayed.select_due_delayed(self.address), (self.batch_size,))
+        cursor.execute(delayed.sql("select_due_delayed", self.address), (self.batch_size,))
         due = delayed.fetch_rows(cursor)
         if due:
             self._move_rows(connection, cursor, due, delayed)
@@ -583,9 +583,9 @@ class DelayedMover:
     ) -> None:
         rows: list[Any] = []
         for chunk in _padded_chunks(list(failed), MAX_ROWS_PER_MOVE_STATEMENT, pad=False):
-            cursor.execute(delayed.select_delayed_rows(self.address, len(chunk)), chunk)
+            cursor.execute(delayed.sql("select_delayed_rows", self.address, len(chunk)), chunk)
             rows += delayed.fetch_rows(cursor)
-            cursor.execute(delayed.delete_delayed_rows(self.address, len(chunk)), chunk)
+            cursor.execute(delayed.sql("delete_delayed_rows", self.address, len(chunk)), chunk)
         for headers_text, body, row_version in rows:
             failed_queue, reason = failed[_row_key(row_version)]
             log.error("%s: %s; moving it to the error queue", self.name, reason)

@@ -109,9 +109,11 @@ def bounds_statement(
     composer = _Composer(transport)
     for number, (address, is_queue) in enumerate(terms):
         dialect = transport.dialect if dialect_of is None else dialect_of(address)
-        bounds = composer.source(f"b{number}", "q_lo, q_hi", dialect.peek_bounds_without_row_locks(address))
+        bounds = composer.source(
+            f"b{number}", "q_lo, q_hi", dialect.without_row_locks("peek_bounds", address)
+        )
         if is_queue:
-            oldest = composer.source(f"o{number}", "q_rv, q_headers", dialect.oldest_headers(address))
+            oldest = composer.source(f"o{number}", "q_rv, q_headers", dialect.sql("oldest_headers", address))
             composer.selects.append(
                 f"SELECT {number}, b{number}.q_lo, b{number}.q_hi, o{number}.q_rv, o{number}.q_headers "
                 f"FROM {bounds} LEFT JOIN {oldest} ON 1 = 1"
@@ -133,7 +135,7 @@ def exact_statement(
     composer = _Composer(transport)
     for number, address in enumerate(addresses):
         dialect = transport.dialect if dialect_of is None else dialect_of(address)
-        count = composer.source(f"c{number}", "q_count", dialect.count_exact(address))
+        count = composer.source(f"c{number}", "q_count", dialect.sql("count_exact", address))
         composer.selects.append(f"SELECT {number}, c{number}.q_count FROM {count}")
     return composer.statement()
 

@@ -219,7 +219,7 @@ def failed_rows(
     of ``page_size`` rows, each page its own short read-only statement; with ``up_to`` only the rows up
     to that RowVersion, with ``after`` only those after that one."""
     dialect = error_queue.resolved_dialect()
-    statement = dialect.failed_page(error_queue.address)
+    statement = dialect.sql("failed_page", error_queue.address)
     while True:
         try:
             rows = _query(error_queue, statement, dialect.failed_page_params(after, page_size))
@@ -295,7 +295,7 @@ def _rows_with_ids(error_queue: TableQueue, ids: Sequence[str]) -> Iterator[Fail
     """The rows of ``error_queue`` whose Id is one of ``ids`` (a message may be there more than once), by
     one lookup per Id rather than a read of every header."""
     dialect = error_queue.resolved_dialect()
-    statement = dialect.failed_messages(error_queue.address)
+    statement = dialect.sql("failed_messages", error_queue.address)
     for wanted in ids:
         try:
             rows = _query(error_queue, statement, (dialect.row_id(uuid.UUID(wanted)),))
@@ -339,7 +339,7 @@ def failed_sample(error_queue: TableQueue, limit: int = 1000) -> FailedSample:
         raise ConfigurationError(f"limit must be an int between 1 and {MAX_SAMPLE:,}, not {limit!r}")
     dialect = error_queue.resolved_dialect()
     try:
-        rows = _query(error_queue, dialect.failed_newest(error_queue.address), (limit + 1,))
+        rows = _query(error_queue, dialect.sql("failed_newest", error_queue.address), (limit + 1,))
     except Exception as error:
         _require(error_queue, error)
         raise
@@ -371,7 +371,9 @@ def show_failed(error_queue: TableQueue, message_id: str) -> list[BrowsedMessage
         ) from None
     dialect = error_queue.resolved_dialect()
     try:
-        rows = _query(error_queue, dialect.failed_messages(error_queue.address), (dialect.row_id(wanted),))
+        rows = _query(
+            error_queue, dialect.sql("failed_messages", error_queue.address), (dialect.row_id(wanted),)
+        )
     except Exception as error:
         _require(error_queue, error)
         raise
@@ -475,7 +477,7 @@ def retry_failed(
 
     outcome = FailureOutcome()
     dialect = error_queue.resolved_dialect()
-    take = dialect.take_failed_row(error_queue.address)
+    take = dialect.sql("take_failed_row", error_queue.address)
     selected = _selected(
         error_queue, selection, bounded=True, after=after, up_to=up_to, max_rows=max_rows, progress=outcome
     )
@@ -540,7 +542,7 @@ def delete_failed(
     dialect = error_queue.resolved_dialect()
     archive = None
     if permanent:
-        take = [dialect.take_failed_row(error_queue.address)]
+        take = [dialect.sql("take_failed_row", error_queue.address)]
     else:
         try:
             archive = ErrorArchive.of(error_queue)

@@ -255,7 +255,7 @@ class SubscriptionStore:
         default) a subscribe differing only in case updates the row, which keeps its first spelling."""
         dialect = self.transport.dialect
         endpoint, topic, queue = values
-        cursor.execute(dialect.subscribe(address), dialect.subscribe_params(*values))
+        cursor.execute(dialect.sql("subscribe", address), dialect.subscribe_params(*values))
         dialect.fetch_rows(cursor)  # surfaces an error of a later statement of the batch
         cursor.execute(
             dialect.select_subscriptions(address, True, True),
@@ -281,7 +281,7 @@ class SubscriptionStore:
 
     def _unsubscribe_on(self, cursor: Any, address: QueueAddress, values: tuple[str, str]) -> int:
         dialect = self.transport.dialect
-        cursor.execute(dialect.unsubscribe(address), values)
+        cursor.execute(dialect.sql("unsubscribe", address), values)
         if dialect.purge_returns_count():
             return int(first_value(cursor, dialect) or 0)
         return max(int(cursor.rowcount), 0)
@@ -367,7 +367,7 @@ class SubscriptionStore:
     def _look_up(self, topics: tuple[str, ...], connection: Any) -> builtins.list[str]:
         dialect = self.transport.dialect
         address = self.address
-        statement = dialect.select_subscribers(address, len(topics))
+        statement = dialect.sql("select_subscribers", address, len(topics))
         rows: builtins.list[Any] = []
 
         def read(cursor: Any) -> None:

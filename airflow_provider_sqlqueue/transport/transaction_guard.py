@@ -255,7 +255,7 @@ def open_transaction(dialect: Dialect, connection: Any) -> None:
     none, and ``@@TRANCOUNT`` 0 would read as ended); psycopg opens one before the first statement."""
     cursor = connection.cursor()
     try:
-        for begin in (dialect.begin_write(), dialect.open_transaction()):
+        for begin in (dialect.begin_write(), dialect.optional_sql("open_transaction")):
             if begin:
                 cursor.execute(begin)
     finally:

@@ -182,9 +182,9 @@ def _move_stream_batch(
         else:
             dialect = transport.dialect
             if queue.uses_row_locks(cursor):
-                receive = dialect.receive_batch_through(queue.address)
+                receive = dialect.optional_sql("receive_batch_through", queue.address)
             else:
-                receive = dialect.receive_batch_through_without_row_locks(queue.address)
+                receive = dialect.optional_sql("receive_batch_through_without_row_locks", queue.address)
             if receive is None:
                 raise ValueError(f"{queue.address}: a stream's receive cannot stop at a RowVersion here")
             statement = sql.move_to_stream_staging(receive)

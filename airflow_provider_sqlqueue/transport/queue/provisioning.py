@@ -68,7 +68,7 @@ def begin_creation(
     begin = dialect.begin_write()
     if begin:
         cursor.execute(begin, ())
-    opening = dialect.open_transaction()
+    opening = dialect.optional_sql("open_transaction")
     if opening:
         cursor.execute(opening)  # no parameters: a plain batch, never a procedure call
     catalog = current_catalog
@@ -145,7 +145,7 @@ def _create_once(
         if options.body_string and not created:
             cursor.execute(*dialect.column_exists(address, "BodyString"))
             if not first_value(cursor, dialect):
-                cursor.execute(dialect.add_body_string(address), ())
+                cursor.execute(dialect.sql("add_body_string", address), ())
         if not created:
             _give_recoverable_its_default(cursor, dialect, address)
         connection.commit()
@@ -174,7 +174,7 @@ def _give_recoverable_its_default(cursor: Any, dialect: Dialect, address: QueueA
     cursor.execute(*check)
     if not first_value(cursor, dialect):
         return
-    statements = dialect.set_recoverable_default(address)
+    statements = dialect.sql_list("set_recoverable_default", address)
     try:
         for statement in statements:
             cursor.execute(statement, ())
@@ -226,7 +226,7 @@ def table_exists(transport: ConnectingTransport, address: QueueAddress) -> bool:
 
 def drop_table(transport: ConnectingTransport, address: QueueAddress) -> None:
     with transport.connection(address) as connection:
-        connection.cursor().execute(transport.dialect.drop_table(address), ())
+        connection.cursor().execute(transport.dialect.sql("drop_table", address), ())
         connection.commit()
     log.info("dropped queue %s", address)
 

@@ -31,12 +31,12 @@ class QueueStatements:
         self.send = dialect.send(address)
         self.send_batch_full = dialect.send_batch(address, dialect.send_batch_rows)
         self.insert_raw = dialect.insert_raw(address)
-        self.receive_batch = dialect.receive_batch(address)
-        self.receive_batch_after = dialect.receive_batch_after(address)
-        self.peek_estimate = dialect.peek_estimate(address)
-        self.peek_bounds = dialect.peek_bounds(address)
-        self.count_exact = dialect.count_exact(address)
-        self.purge_expired_batch = dialect.purge_expired_batch(address)
+        self.receive_batch = dialect.sql("receive_batch", address)
+        self.receive_batch_after = dialect.optional_sql("receive_batch_after", address)
+        self.peek_estimate = dialect.sql("peek_estimate", address)
+        self.peek_bounds = dialect.sql("peek_bounds", address)
+        self.count_exact = dialect.sql("count_exact", address)
+        self.purge_expired_batch = dialect.sql("purge_expired_batch", address)
         self._send_batch_sized: dict[tuple[int, bool], str] = {}
         self._without_recoverable: dict[str, str] = {}
         self._queue = queue
@@ -51,10 +51,10 @@ class QueueStatements:
     def _without_row_locks(self) -> LockingStatements:
         dialect, address = self._queue.dialect, self._queue.address
         return LockingStatements(
-            dialect.receive_batch_without_row_locks(address),
-            dialect.peek_estimate_without_row_locks(address),
-            dialect.peek_bounds_without_row_locks(address),
-            dialect.purge_expired_batch_without_row_locks(address),
+            dialect.without_row_locks("receive_batch", address),
+            dialect.without_row_locks("peek_estimate", address),
+            dialect.without_row_locks("peek_bounds", address),
+            dialect.without_row_locks("purge_expired_batch", address),
         )
 
     def locking(self, row_locks: bool) -> LockingStatements:

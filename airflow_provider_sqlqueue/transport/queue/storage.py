@@ -63,7 +63,7 @@ def vacuum_table(transport: StorageTransport, address: QueueAddress) -> VacuumRe
         cursor = connection.cursor()
         if not table_exists_on(cursor, dialect, address):
             raise QueueNotFound(f"queue {address} does not exist")
-        statement, check = dialect.vacuum_table(address), dialect.vacuum_check(address)
+        statement, check = dialect.optional_sql("vacuum_table", address), dialect.vacuum_check(address)
         rows = []
         if statement is not None and check is not None:
             cursor.execute(*check)
