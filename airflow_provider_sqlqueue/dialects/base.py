@@ -291,9 +291,9 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
         """Fragment ``name`` of this engine's statements, its parameter marker and clock filled."""
         return self.fragments[name].format(p=self.placeholder, now=self.clock)
 
-    def optional_sql(self, name: str, address: QueueAddress | None = None) -> str | None:
+    def optional_sql(self, name: str, address: QueueAddress | None = None, /, **values: str) -> str | None:
         """:meth:`sql`, or None where this engine has no statement ``name``."""
-        return self.sql(name, address) if name in self.statements else None
+        return self.sql(name, address, **values) if name in self.statements else None
 
     # ---- provisioning --------------------------------------------------------------------------
     @abstractmethod
@@ -447,6 +447,22 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     @abstractmethod
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         """Check the indexes and column types of an existing table; never raises for a finding."""
+
+    def missing_indexes(self, address: QueueAddress, options: TableOptions, first: set[str]) -> list[Finding]:
+        """A finding for each index of :meth:`indexes` whose column (``rowversion``, ``expires``) leads none
+        of the table's indexes (``first``: their first columns, lower case)."""
+        findings = []
+        for spec in self.indexes(address, options):
+            column = "rowversion" if spec.name.endswith("RowVersion") else "expires"
+            if column not in first:
+                purpose = (
+                    "receiving and peeking read the oldest rows through it"
+                    if column == "rowversion"
+                    else "purging expired messages finds them through it"
+                )
+                message = f"Queue table {address} has no index on {column} ({purpose})."
+                findings.append(Finding(f"missing_{column}_index", message, spec.create))
+        return findings
 
     # ---- storage: what deleted rows leave behind (PostgreSQL's vacuum) -------------------------
     # Why a queue table on this engine needs no scheduled vacuum; empty where it may (PostgreSQL).
@@ -631,17 +647,17 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     def savepoint(self, name: str) -> str:
         """Mark a savepoint in the open transaction (a batching pump's message, before its handler's
         writes)."""
-        return f"SAVEPOINT {self.quote(name)}"
+        return self.sql("savepoint", name=self.quote(name))
 
     def rollback_to_savepoint(self, name: str) -> str:
         """Undo what ran since :meth:`savepoint`, keeping the transaction; fails where the transaction
         is gone (the engine rolled it back), which the caller takes as the whole transaction's failure."""
-        return f"ROLLBACK TO SAVEPOINT {self.quote(name)}"
+        return self.sql("rollback_to_savepoint", name=self.quote(name))
 
     def release_savepoint(self, name: str) -> str | None:
         """Forget the savepoint, keeping its work in the transaction; None where the engine has no
         statement for it (the savepoint then ends with the transaction)."""
-        return f"RELEASE SAVEPOINT {self.quote(name)}"
+        return self.optional_sql("release_savepoint", name=self.quote(name))
 
     # ---- driver glue ---------------------------------------------------------------------------
     # The DB-API connection class of this dialect's driver as "module.Class": a caller's connection of

@@ -147,20 +147,14 @@ class SqliteOverOdbc(_Pyodbc, SqliteDialect):
     def begin_write(self) -> None:
         return None  # the driver opens a transaction before the first statement itself
 
-    def select_oldest(self, address: QueueAddress) -> str:
-        return self.sql("select_oldest", address)
-
-    def delete_row_versions(self, address: QueueAddress, count: int) -> str:
-        return self.sql("delete_row_versions", address, count)
-
     def receive_rows(
         self, cursor: Any, address: QueueAddress, statement: str, max_messages: int
     ) -> list[Any]:
-        cursor.execute(self.select_oldest(address), (max_messages,))
+        cursor.execute(self.sql("select_oldest", address), (max_messages,))
         rows = cursor.fetchall()
         if not rows:
             return []
-        cursor.execute(self.delete_row_versions(address, len(rows)), [row[6] for row in rows])
+        cursor.execute(self.sql("delete_row_versions", address, len(rows)), [row[6] for row in rows])
         if cursor.rowcount != len(rows):
             raise TransientDatabaseError(
                 f"another receiver took some of the {len(rows)} rows selected from {address}; "

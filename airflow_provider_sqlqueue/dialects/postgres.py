@@ -136,8 +136,6 @@ STATEMENTS: StatementTable = {
         "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "
         "BodyString text GENERATED ALWAYS AS (encode(Body, 'escape')) STORED"
     ),
-    "create_rowversion_index": "CREATE UNIQUE INDEX {index} ON {on} (RowVersion)",
-    "create_expires_index": "CREATE INDEX {index} ON {on} (Expires) WHERE Expires IS NOT NULL",
     # A send queues one NOTIFY on the table's channel when it inserted a row: delivered when the
     # transaction commits, and never for one that rolls back.
     "insert": (
@@ -180,6 +178,7 @@ STATEMENTS: StatementTable = {
         "ELSE has_any_column_privilege(to_regclass(%s), 'UPDATE') END"
     ),
     "lock_for_create": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+    "current_catalog": "SELECT current_database()",
     # The reference's PostgreSQL INSERT writes no Recoverable: a table made before the column had its
     # default gets it (a change to the catalog only; nothing is rewritten). The ALTER needs the table's
     # ACCESS EXCLUSIVE lock for a moment, so it waits at most 5 s for open receive transactions (receivers
@@ -243,7 +242,6 @@ STATEMENTS: StatementTable = {
         "    Due timestamptz NOT NULL,\n"
         "    RowVersion bigint GENERATED ALWAYS AS IDENTITY NOT NULL\n)"
     ),
-    "create_delayed_index": "CREATE INDEX {index} ON {on} (Due)",
     "store_delayed": (
         "INSERT INTO {table} (Headers, Body, Due) "
         "VALUES (%s, %s, COALESCE(%s::timestamptz, statement_timestamp() + %s::interval))"
@@ -284,7 +282,6 @@ STATEMENTS: StatementTable = {
         "    ErrorRowVersion bigint NOT NULL,\n"
         "    ArchivedAt timestamptz NOT NULL DEFAULT statement_timestamp()\n)"
     ),
-    "create_archive_index": "CREATE INDEX {index} ON {on} (ArchivedAt)",
     "archive_failed_row": (
         "WITH taken AS (DELETE FROM {table} WHERE RowVersion = %s "
         "RETURNING Id, CorrelationId, ReplyToAddress, {recoverable} AS Recoverable, Expires, Headers, "
@@ -494,9 +491,6 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
                 f"another database than the connected one ({current_catalog!r}); open a transport on it"
             )
 
-    def current_catalog(self) -> str:
-        return "SELECT current_database()"
-
     def qualified_name(self, address: QueueAddress) -> str:
         parts = [address.catalog, address.schema, address.table]
         return ".".join(self.quote(part) for part in parts if part is not None)
@@ -604,24 +598,7 @@ class PostgresDialect(PostgresStorage, PostgresTransactionState):
     def inspect(self, cursor: Any, address: QueueAddress, options: TableOptions) -> list[Finding]:
         cursor.execute(self.sql("inspect_indexes"), (address.schema, address.table))
         first_columns = {name for name, _partial in cursor.fetchall()}
-        findings = []
-        table = str(address)
-        for spec in self.indexes(address, options):
-            column = "rowversion" if spec.name.endswith("RowVersion") else "expires"
-            if column not in first_columns:
-                purpose = (
-                    "receiving and peeking read the oldest rows through it"
-                    if column == "rowversion"
-                    else "purging expired messages finds them through it"
-                )
-                findings.append(
-                    Finding(
-                        f"missing_{column}_index",
-                        f"Queue table {table} has no index on {column} ({purpose}).",
-                        spec.create,
-                    )
-                )
-        return findings
+        return self.missing_indexes(address, options, first_columns)
 
     # ---- delayed delivery ----------------------------------------------------------------------
     def store_delayed_params(

@@ -81,8 +81,6 @@ STATEMENTS: StatementTable = {
     "add_body_string": (
         "ALTER TABLE {table} ADD COLUMN BodyString TEXT GENERATED ALWAYS AS (CAST(Body AS TEXT)) VIRTUAL"
     ),
-    "create_expires_index": "CREATE INDEX {index} ON {on} (Expires) WHERE Expires IS NOT NULL",
-    "create_rowversion_index": "CREATE UNIQUE INDEX {index} ON {on} (RowVersion)",
     "table_exists": "SELECT 1 FROM {schema}sqlite_master WHERE type = 'table' AND name = ?",
     "index_exists": "SELECT 1 FROM {schema}sqlite_master WHERE type = 'index' AND name = ?",
     "column_exists": "SELECT 1 FROM pragma_table_xinfo(?, ?) WHERE lower(name) = lower(?)",
@@ -130,7 +128,6 @@ STATEMENTS: StatementTable = {
         "    Due TEXT NOT NULL,\n"
         "    RowVersion INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL\n)"
     ),
-    "create_delayed_index": "CREATE INDEX {index} ON {on} (Due)",
     "store_delayed": (
         "INSERT INTO {table} (Headers, Body, Due) VALUES (?, ?, COALESCE(?, strftime('%Y-%m-%d %H:%M:%f', "
         "'now', ?)))"
@@ -156,7 +153,6 @@ STATEMENTS: StatementTable = {
         "    ErrorRowVersion INTEGER NOT NULL,\n"
         "    ArchivedAt TEXT NOT NULL DEFAULT ({now})\n)"
     ),
-    "create_archive_index": "CREATE INDEX {index} ON {on} (ArchivedAt)",
     # As the delayed move, under the caller's write lock. The last statement answers with a row when the
     # DELETE took one (changes()), not through RETURNING, which the SQLite ODBC driver loses
     # (tests/test_pyodbc_layer.py); it takes the RowVersion as every statement here does.
@@ -309,10 +305,6 @@ class SqliteDialect(SqliteTransactionState, Dialect):
 
     def indexes(self, address: QueueAddress, options: TableOptions) -> list[IndexSpec]:
         return [self.index_spec(address, "Expires", "create_expires_index")]
-
-    def current_catalog(self) -> None:
-        """SQLite has no catalog (a schema part names an attached database): nothing to look up."""
-        return None
 
     def lock_for_create(self, address: QueueAddress, current_catalog: str | None = None) -> None:
         return None  # BEGIN IMMEDIATE already holds the database's single write lock

@@ -114,6 +114,11 @@ STATEMENTS: StatementTable = {
         "IF @opened = 1 AND @@TRANCOUNT > 1 COMMIT TRANSACTION"
     ),
     "current_catalog": "SELECT DB_NAME()",
+    # A batching pump's message savepoint; T-SQL has no RELEASE (the savepoint ends with the transaction).
+    # Babelfish ends the whole transaction on some statement errors (a missing table, a failed conversion)
+    # and opens a new one: the savepoint is then gone and the rollback fails, as it should.
+    "savepoint": "SAVE TRANSACTION {name}",
+    "rollback_to_savepoint": "ROLLBACK TRANSACTION {name}",
     "table_exists": "SELECT OBJECT_ID(?, 'U')",
     "index_exists": "SELECT index_id FROM {catalog}sys.indexes WHERE object_id = OBJECT_ID(?) AND name = ?",
     "column_exists": "SELECT COL_LENGTH(?, ?)",
@@ -398,17 +403,6 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
             resource = f"sqlqueue_{short_hash(resource)}_lock"
         return self.sql("lock_for_create"), (resource,)
 
-    def savepoint(self, name: str) -> str:
-        return f"SAVE TRANSACTION {self.quote(name)}"
-
-    def rollback_to_savepoint(self, name: str) -> str:
-        # Babelfish ends the whole transaction on some statement errors (a missing table, a failed
-        # conversion) and opens a new one: the savepoint is then gone and this fails, as it should.
-        return f"ROLLBACK TRANSACTION {self.quote(name)}"
-
-    def release_savepoint(self, name: str) -> None:
-        return None  # T-SQL has no RELEASE: the savepoint ends with the transaction
-
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:
         return self.sql("table_exists"), (self.qualified_name(address),)
 
@@ -472,21 +466,7 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
                     f"DROP INDEX [Index_Expires] ON {table}; {heap[1].create}",
                 )
             )
-        for spec in self.indexes(address, options):
-            column = "rowversion" if spec.name == "Index_RowVersion" else "expires"
-            if column not in first_columns:
-                purpose = (
-                    "receiving and peeking read the oldest rows through it"
-                    if column == "rowversion"
-                    else "purging expired messages finds them through it"
-                )
-                findings.append(
-                    Finding(
-                        f"missing_{column}_index",
-                        f"Queue table {address} has no index on {column} ({purpose}).",
-                        spec.create,
-                    )
-                )
+        findings += self.missing_indexes(address, options, first_columns)
         cursor.execute(self.headers_column_type(address), (table,))
         row = cursor.fetchone()
         if options.unicode_headers and row is not None and str(row[0]).lower() == "varchar":

@@ -59,7 +59,8 @@ _UNEXPIRED = "WHERE Expires IS NULL OR Expires > {now}"
 # - ``<statement>_without_row_locks``: the same work for a role without the rights row locks ask for
 #   (PostgreSQL's UPDATE); Dialect.without_row_locks picks it.
 # - open_transaction: a batch without parameters that makes sure a transaction is open (for locks it owns);
-#   current_catalog: the connection's database, no parameter and no privilege needed.
+#   current_catalog: the connection's database, no parameter and no privilege needed (none where the engine
+#   has no catalog: SQLite's schema part names an attached database).
 # - set_recoverable_default: statements (no parameters) that give Recoverable its default inside a
 #   savepoint, waiting a bounded time for the table's lock; ``set_recoverable_default_failed`` undoes them.
 # - vacuum_table: the plain vacuum of one table, outside a transaction; none where the engine gives deleted
@@ -73,6 +74,15 @@ _UNEXPIRED = "WHERE Expires IS NULL OR Expires > {now}"
 #   clock (Dialect.purge_archive_params); its count as purge_expired_batch's.
 PORTABLE: StatementTable = {
     "drop_table": "DROP TABLE IF EXISTS {table}",
+    # {index} named from the table (Dialect.index_spec) on {on}
+    "create_rowversion_index": "CREATE UNIQUE INDEX {index} ON {on} (RowVersion)",
+    "create_expires_index": "CREATE INDEX {index} ON {on} (Expires) WHERE Expires IS NOT NULL",
+    "create_delayed_index": "CREATE INDEX {index} ON {on} (Due)",
+    "create_archive_index": "CREATE INDEX {index} ON {on} (ArchivedAt)",
+    # A batching pump's message in the batch's transaction: mark, undo to the mark, forget the mark.
+    "savepoint": "SAVEPOINT {name}",
+    "rollback_to_savepoint": "ROLLBACK TO SAVEPOINT {name}",
+    "release_savepoint": "RELEASE SAVEPOINT {name}",
     # the committed rows not yet expired
     "count_exact": "SELECT count(*) FROM {table} " + _UNEXPIRED,
     # A plain read: no row locks, never waits for receivers; rows a receiver has deleted but not yet
