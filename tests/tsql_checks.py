@@ -321,7 +321,9 @@ def check_sqlfluff_allow_lists(tree: FluffTree, sql: str) -> None:
 # ---- the same lists on sqlglot's tree -----------------------------------------------------------------
 _NAME = r"\[(?:[^\]]|\]\])*\]"
 _DELETE_OUTPUT_WHERE = re.compile(
-    rf"DELETE FROM (?P<table>(?:{_NAME}\.)*{_NAME}) (?P<output>OUTPUT .+?) (?P<where>WHERE .*)", re.DOTALL
+    rf"DELETE FROM (?P<table>(?:{_NAME}\.)*{_NAME})(?P<hints> WITH \([A-Z, ]+\))? (?P<output>OUTPUT .+?) "
+    r"(?P<where>WHERE .*)",
+    re.DOTALL,
 )
 _OUTPUT_INTO = re.compile(rf" INTO (?:{_NAME}\.)*{_NAME} \([^()]*\)$")
 # Words that open (BEGIN of a block, CASE) or close (END) a nesting level; BEGIN TRAN[SACTION] opens none.
@@ -412,7 +414,8 @@ def for_sqlglot(sql: str) -> str:
     """The statement as sqlglot 30 can read it.
 
     sqlglot rejects the valid ``DELETE FROM t OUTPUT ... WHERE ...`` (the form Babelfish runs for the
-    receive) and reads the equivalent ``DELETE t OUTPUT ... FROM t WHERE ...``: only that shape is
+    receive; a table hint may follow ``t``) and reads the equivalent ``DELETE t OUTPUT ... FROM t WHERE ...``
+    (the hint on the FROM): only that shape is
     rewritten, for sqlglot alone (sqlfluff reads the statement as executed). sqlglot also rejects a
     qualified ``OUTPUT ... INTO [schema].[table] (columns)`` target (the delayed mover's), so that clause
     is left out of its text; the mover's checker holds the INTO clause on the text. Batches with IF are
@@ -422,7 +425,7 @@ def for_sqlglot(sql: str) -> str:
     if match is None:
         return sql
     output = _OUTPUT_INTO.sub("", match["output"])
-    return f"DELETE {match['table']} {output} FROM {match['table']} {match['where']}"
+    return f"DELETE {match['table']} {output} FROM {match['table']}{match['hints'] or ''} {match['where']}"
 
 
 def parse_sqlglot(sql: str) -> list[exp.Expression]:

@@ -133,6 +133,15 @@ SELECT TOP (1) [RowVersion], [Headers] FROM [n service.bus&#].[db@].[my]]table] 
 -- failed_newest
 SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [n service.bus&#].[db@].[my]]table] WITH (READPAST, READCOMMITTEDLOCK) ORDER BY [RowVersion] DESC
 
+-- failed_page
+SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [n service.bus&#].[db@].[my]]table] WITH (READPAST, READCOMMITTEDLOCK) WHERE [RowVersion] > ? ORDER BY [RowVersion]
+
+-- failed_messages
+SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [n service.bus&#].[db@].[my]]table] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Id] = ? ORDER BY [RowVersion]
+
+-- take_failed_row
+DELETE FROM [n service.bus&#].[db@].[my]]table] WITH (ROWLOCK) OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Headers], deleted.[Body] WHERE [RowVersion] = ?
+
 -- count_expired
 SELECT count_big(*) FROM [n service.bus&#].[db@].[my]]table] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
 

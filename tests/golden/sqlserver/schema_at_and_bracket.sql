@@ -133,6 +133,15 @@ SELECT TOP (1) [RowVersion], [Headers] FROM [s@]]x].[orders] WITH (READPAST, REA
 -- failed_newest
 SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [s@]]x].[orders] WITH (READPAST, READCOMMITTEDLOCK) ORDER BY [RowVersion] DESC
 
+-- failed_page
+SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [s@]]x].[orders] WITH (READPAST, READCOMMITTEDLOCK) WHERE [RowVersion] > ? ORDER BY [RowVersion]
+
+-- failed_messages
+SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [s@]]x].[orders] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Id] = ? ORDER BY [RowVersion]
+
+-- take_failed_row
+DELETE FROM [s@]]x].[orders] WITH (ROWLOCK) OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Headers], deleted.[Body] WHERE [RowVersion] = ?
+
 -- count_expired
 SELECT count_big(*) FROM [s@]]x].[orders] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
 

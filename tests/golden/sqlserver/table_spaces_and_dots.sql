@@ -133,6 +133,15 @@ SELECT TOP (1) [RowVersion], [Headers] FROM [dbo].[order queue. v2] WITH (READPA
 -- failed_newest
 SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) ORDER BY [RowVersion] DESC
 
+-- failed_page
+SELECT TOP (?) [RowVersion], [Id], [Headers] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) WHERE [RowVersion] > ? ORDER BY [RowVersion]
+
+-- failed_messages
+SELECT [Id], [CorrelationId], [ReplyToAddress], [Headers], [Body], [RowVersion], [Expires] FROM [dbo].[order queue. v2] WITH (READPAST, READCOMMITTEDLOCK) WHERE [Id] = ? ORDER BY [RowVersion]
+
+-- take_failed_row
+DELETE FROM [dbo].[order queue. v2] WITH (ROWLOCK) OUTPUT deleted.[Id], deleted.[CorrelationId], deleted.[ReplyToAddress], deleted.[Headers], deleted.[Body] WHERE [RowVersion] = ?
+
 -- count_expired
 SELECT count_big(*) FROM [dbo].[order queue. v2] WITH (READPAST) WHERE [Expires] <= GETUTCDATE()
 
