@@ -233,7 +233,7 @@ class _CreationCursor:
 
     def execute(self, sql: str, *args: Any) -> None:
         self.executed.append((sql, args))
-        if sql == self.dialect.current_catalog():
+        if sql == self.dialect.optional_sql("current_catalog"):
             self.rows = [(CURRENT_CATALOG,)]
         elif "sp_getapplock" in sql:
             self.rows = [(0,)]
@@ -702,7 +702,13 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         # The catalog that names the creation lock where the address has none.
         out.append(
             Statement(
-                "current_catalog", "current_catalog", d.current_catalog(), (exp.Select,), 0, None, False
+                "current_catalog",
+                "current_catalog",
+                d.optional_sql("current_catalog"),
+                (exp.Select,),
+                0,
+                None,
+                False,
             )
         )
         # The one statement that tells Babelfish from SQL Server (SqlServerDialect.server_variant).
@@ -2519,7 +2525,7 @@ def test_the_creation_opens_its_transaction_in_a_plain_batch_before_the_lock(
     lock, params = dialect.lock_for_create(address, CURRENT_CATALOG)
     expected: list[tuple[str, tuple[Any, ...]]] = [(dialect.optional_sql("open_transaction"), ())]
     if address.catalog is None:
-        expected.append((dialect.current_catalog(), ((),)))
+        expected.append((dialect.optional_sql("current_catalog"), ((),)))
     expected.append((lock, (params,)))
     assert record_creation(dialect, address) == expected
 

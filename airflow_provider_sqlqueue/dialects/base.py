@@ -308,14 +308,9 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     ) -> tuple[str, Sequence[Any]] | None:
         """A statement that serialises concurrent creators of the same queue inside the transaction.
 
-        ``current_catalog`` is the connection's database (from :meth:`current_catalog`), which names the
+        ``current_catalog`` is the connection's database (its statement ``current_catalog``), which names the
         lock where the address has no catalog of its own, so that every creator of the table agrees on it.
         """
-
-    def current_catalog(self) -> str | None:
-        """A query (no parameters, no privilege needed) for the connection's current database, or None
-        where the engine has no catalog; a transport runs it at most once (Transport.current_catalog)."""
-        return self.optional_sql("current_catalog")
 
     @abstractmethod
     def table_exists(self, address: QueueAddress) -> tuple[str, Sequence[Any]]:

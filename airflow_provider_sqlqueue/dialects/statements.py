@@ -59,8 +59,9 @@ _UNEXPIRED = "WHERE Expires IS NULL OR Expires > {now}"
 # - ``<statement>_without_row_locks``: the same work for a role without the rights row locks ask for
 #   (PostgreSQL's UPDATE); Dialect.without_row_locks picks it.
 # - open_transaction: a batch without parameters that makes sure a transaction is open (for locks it owns);
-#   current_catalog: the connection's database, no parameter and no privilege needed (none where the engine
-#   has no catalog: SQLite's schema part names an attached database).
+#   current_catalog: the connection's database, no parameter and no privilege needed, run at most once by a
+#   transport (Transport.current_catalog); none where the engine has no catalog (SQLite's schema part names an
+#   attached database).
 # - set_recoverable_default: statements (no parameters) that give Recoverable its default inside a
 #   savepoint, waiting a bounded time for the table's lock; ``set_recoverable_default_failed`` undoes them.
 # - vacuum_table: the plain vacuum of one table, outside a transaction; none where the engine gives deleted

@@ -126,7 +126,7 @@ class Transport:
         self._variant_known = False
         # The connection string's database wins without a query; else the first connection asks once.
         # SQLite has no catalog (its "database" is the file).
-        has_catalog = dialect.current_catalog() is not None
+        has_catalog = dialect.optional_sql("current_catalog") is not None
         self._catalog = database if has_catalog else None
         self._catalog_known = database is not None or not has_catalog
         self._catalog_lock = threading.Lock()
@@ -207,7 +207,7 @@ class Transport:
         with self._catalog_lock:
             if self._catalog_known:
                 return
-            query = self.dialect.current_catalog()
+            query = self.dialect.optional_sql("current_catalog")
             if query is not None:
                 cursor = connection.cursor()
                 try:
@@ -236,7 +236,11 @@ class Transport:
         """
         parsed = QueueAddress.parse(address)
         current = self._catalog if self._catalog_known else None
-        if parsed.catalog is not None and not self._catalog_known and self.dialect.current_catalog():
+        if (
+            parsed.catalog is not None
+            and not self._catalog_known
+            and self.dialect.optional_sql("current_catalog")
+        ):
             current = self.current_catalog()
         resolved = self.dialect.resolve(parsed, self.default_schema, current)
         if resolved.catalog is not None and resolved.catalog == current:

@@ -72,7 +72,7 @@ def begin_creation(
     if opening:
         cursor.execute(opening)  # no parameters: a plain batch, never a procedure call
     catalog = current_catalog
-    query = None if address.catalog or catalog else dialect.current_catalog()
+    query = None if address.catalog or catalog else dialect.optional_sql("current_catalog")
     if query:
         cursor.execute(query, ())
         rows = dialect.fetch_rows(cursor)
