@@ -108,15 +108,6 @@ class PostgresOverOdbc(_Pyodbc, PostgresDialect):
         interval = None if delay is None else f"{delay.total_seconds()} seconds"
         return (headers, body, at, interval)
 
-    def inspect(self, cursor: Any, address: QueueAddress, options: Any) -> Any:
-        return super().inspect(_QmarkCursor(cursor), address, options)
-
-    def table_storage(self, cursor: Any, address: QueueAddress) -> Any:
-        return super().table_storage(_QmarkCursor(cursor), address)
-
-    def table_layout(self, cursor: Any, address: QueueAddress) -> str | None:
-        return super().table_layout(_QmarkCursor(cursor), address)
-
     def classify(self, error: BaseException, address: QueueAddress | None = None) -> SqlQueueError | None:
         import pyodbc
 
@@ -178,19 +169,6 @@ class SqliteOverOdbc(_Pyodbc, SqliteDialect):
 
 class _SqliteText(sqlite3.Error):
     """Lets the SQLite dialect classify an ODBC error by its message, as it does sqlite3's."""
-
-
-class _QmarkCursor:
-    """A cursor that takes psycopg-style statements (for the PostgreSQL dialect's own inspection)."""
-
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        return self._cursor.execute(_to_qmark(sql), params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
 
 
 def _to_qmark(statement: str) -> str:

@@ -328,6 +328,21 @@ STATEMENTS: StatementTable = {
         "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
     ),
     "set_storage_parameters": "ALTER TABLE {table} SET ({settings})",
+    # A table's (schema, table) oid, storage parameters, sizes in bytes, whether this role may read
+    # pg_stat_user_tables, and its heap pages. The reloptions as text, one per line: drivers differ in what
+    # they make of a text[] (psqlODBC: '{...}').
+    "table_storage": (
+        "SELECT c.oid, array_to_string(c.reloptions, chr(10)), pg_table_size(c.oid), pg_indexes_size(c.oid), "
+        "has_table_privilege('pg_catalog.pg_stat_user_tables', 'SELECT'), "
+        "pg_relation_size(c.oid) / current_setting('block_size')::int "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
+    ),
+    # the live and dead rows and last vacuums of a table (its oid)
+    "table_statistics": (
+        "SELECT n_live_tup, n_dead_tup, last_vacuum, last_autovacuum FROM pg_stat_user_tables "
+        "WHERE relid = %s"
+    ),
     # ---- the Spark bridge's own (see statements.BRIDGE)
     "bridge_older_than": "{column} < clock_timestamp() - make_interval(secs => %s)",
     "bridge_seconds_since": "EXTRACT(EPOCH FROM (clock_timestamp() - {column}))",

@@ -21,18 +21,6 @@ DEAD_ROWS_WORTH_A_VACUUM = 1000
 # Table pages (8 MiB of the default 8 KiB pages) from which mostly empty ones are worth a VACUUM.
 EMPTY_PAGES_WORTH_A_VACUUM = 1024
 
-_CATALOG = (
-    # The reloptions as text, one per line: drivers differ in what they make of a text[] (psqlODBC: '{...}').
-    "SELECT c.oid, array_to_string(c.reloptions, chr(10)), pg_table_size(c.oid), pg_indexes_size(c.oid), "
-    "has_table_privilege('pg_catalog.pg_stat_user_tables', 'SELECT'), "
-    "pg_relation_size(c.oid) / current_setting('block_size')::int "
-    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
-)
-_STATISTICS = (
-    "SELECT n_live_tup, n_dead_tup, last_vacuum, last_autovacuum FROM pg_stat_user_tables WHERE relid = %s"
-)
-
 
 def parse_reloptions(reloptions: str | None) -> StorageParameters:
     """``pg_class.reloptions`` (``name=value`` lines) as pairs."""
@@ -53,7 +41,7 @@ class PostgresStorage(Dialect):
         return self.sql("vacuum_check"), (address.schema, address.table)
 
     def table_storage(self, cursor: Any, address: QueueAddress) -> TableStorage:
-        cursor.execute(_CATALOG, (address.schema, address.table))
+        cursor.execute(self.sql("table_storage"), (address.schema, address.table))
         found = cursor.fetchall()
         if not found:
             return TableStorage(applicable=True, note=f"queue table {address} not found")
@@ -62,7 +50,7 @@ class PostgresStorage(Dialect):
         statistics: Sequence[Any] = (None, None, None, None)
         note = ""
         if may_read_statistics:
-            cursor.execute(_STATISTICS, (oid,))
+            cursor.execute(self.sql("table_statistics"), (oid,))
             rows = cursor.fetchall()
             if rows:
                 statistics = rows[0]
