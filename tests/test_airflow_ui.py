@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,5 +75,13 @@ def test_airflow_ui_connection_form_deferred_sensor_and_queues_page(tmp_path: Pa
         kill_leftovers(home)
     print(output)
     assert process.returncode == 0, f"the UI check failed (exit {process.returncode}):\n{output[-6000:]}"
-    shots = sorted(p.name for p in (tmp_path / "images").glob("airflow-ui-*.png"))
-    assert len(shots) == 14, shots
+    shots = {p.name for p in (tmp_path / "images").glob("airflow-ui-*.png")}
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    shown = {
+        name
+        for page in docs.rglob("*.md")
+        for name in re.findall(r"images/(airflow-ui-[\w-]+\.png)", page.read_text(encoding="utf-8"))
+    }
+    assert shown and shown <= shots, (
+        f"the docs show screenshots the check did not take: {sorted(shown - shots)}"
+    )

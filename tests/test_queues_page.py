@@ -250,7 +250,8 @@ def test_a_user_who_may_read_but_not_edit_the_connection_is_told_so_and_changes_
     from airflow.api_fastapi import app as api_app
 
     reader = connection_reader_auth_manager()
-    monkeypatch.setattr(api_app._AuthManagerState, "instance", reader)
+    state = getattr(api_app, "_AuthManagerState", None)  # Airflow 3.1; 3.0 keeps a module global
+    monkeypatch.setattr(*((state, "instance") if state is not None else (api_app, "auth_manager")), reader)
     app.manager = reader
     app.as_role("USER")
     page = app.get("/queues", conn_id=CONN_ID)
@@ -431,12 +432,15 @@ def test_home_counts_the_failed_messages_of_each_connection_the_user_may_read(
 
     bundle = app.get("/home.js")
     assert bundle.status_code == 200 and bundle.headers["content-type"].startswith("text/javascript")
+    assert 'new URL("api/home", import.meta.url)' in bundle.text
+    from airflow.plugins_manager import AirflowPlugin
+
+    if not hasattr(AirflowPlugin, "react_apps"):  # Airflow 3.0: no React apps, so Home shows none
+        assert "react_apps" not in vars(SqlQueuePlugin)
+        return
     [entry] = SqlQueuePlugin.react_apps
     assert entry["destination"] == "dashboard" and entry["bundle_url"].endswith("/home.js")
-    assert (
-        f'globalThis["{entry["name"]}"] = ' in bundle.text
-        and 'new URL("api/home", import.meta.url)' in bundle.text
-    )
+    assert f'globalThis["{entry["name"]}"] = ' in bundle.text
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)
@@ -787,10 +791,11 @@ def test_airflow_config_names_every_setting_of_the_provider_with_its_default(tmp
 
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__SQLQUEUE__DEPTH_ALERT": "50000"}
     airflow = str(Path(sys.executable).with_name("airflow"))
-    listed = subprocess.run(
-        [airflow, "config", "list", "--section", "sqlqueue", "--show-values"],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
+    listing = [airflow, "config", "list", "--section", "sqlqueue"]
+    usage = subprocess.run([*listing, "--help"], capture_output=True, text=True, env=env, timeout=300)
+    if "--show-values" in usage.stdout:  # Airflow 3.1 hides the values unless asked; 3.0 always shows them
+        listing.append("--show-values")
+    listed = subprocess.run(listing, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert listed.returncode == 0, listed.stderr
     shown = dict(re.findall(r"^(\w+) = (\S+)$", listed.stdout, flags=re.M))
     expected = {
