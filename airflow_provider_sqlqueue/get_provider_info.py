@@ -33,8 +33,9 @@ def _option(kind: str, default: object, description: str) -> dict[str, Any]:
 
 
 # Every setting the provider reads from Airflow's configuration, declared here so that `airflow config list`
-# names each with its default and `airflow config get-value sqlqueue <name>` answers. The modules that read
-# them take their defaults from this one declaration.
+# names each with its default and `airflow config get-value sqlqueue <name>` answers. The Queues page's
+# modules take their defaults from it; the hook's guard (False) and the core's EXACT_BELOW, which may not
+# import it, are held to it by tests/test_queues_page.py.
 SETTINGS_SECTION: dict[str, Any] = {
     "description": "The SQL Queue provider: what a connection may name, and the Queues page.",
     "options": {

@@ -132,7 +132,7 @@ def file_options_in_extra_allowed() -> bool:
     """May a PostgreSQL connection's extras name files for libpq to write or read settings from?"""
     from airflow.providers.common.compat.sdk import conf
 
-    return conf.getboolean("sqlqueue", "allow_file_options_in_extra", fallback=False)  # the declared default
+    return conf.getboolean("sqlqueue", "allow_file_options_in_extra", fallback=False)
 
 
 def libpq_option_refusal(key: str, value: str) -> str | None:

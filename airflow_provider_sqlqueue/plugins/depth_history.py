@@ -27,9 +27,8 @@ SAMPLES = 180  # per queue: an hour at the page's refresh of 20 s
 QUEUES = 500  # per connection
 CONNECTIONS = 50
 MIN_GAP_SECONDS = 1.0
-REFRESH_SECONDS = int(
-    setting_default("page_refresh_seconds")
-)  # the page's auto-refresh, which a user can switch off
+# the page's auto-refresh, which a user can switch off
+REFRESH_SECONDS = int(setting_default("page_refresh_seconds"))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 // and later). Airflow imports this module and renders the component it leaves at globalThis["SQL Queue"]
 // with Airflow's own React (globalThis.React), so it needs no build step. The counts come from the
 // plugin's /api/home with the user's Airflow session, which lists only the connections the user may read;
-// each links to that connection's Queues page. Colours are Airflow's theme tokens, so dark mode follows.
+// each links to that connection's Queues page. Colours are shades of Airflow's palette, per mode (below).
 const React = globalThis.React;
 const h = React.createElement;
 const API = new URL("api/home", import.meta.url);

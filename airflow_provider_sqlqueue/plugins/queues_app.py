@@ -108,7 +108,7 @@ def _step(outcome: FailureOutcome, after: int) -> dict[str, Any]:
 
 def refresh_seconds() -> int:
     """How often the open page reads itself again: ``[sqlqueue] page_refresh_seconds``
-    (``AIRFLOW__SQLQUEUE__PAGE_REFRESH_SECONDS``), default 20, at least 2."""
+    (``AIRFLOW__SQLQUEUE__PAGE_REFRESH_SECONDS``), the declared default otherwise, at least 2."""
     from airflow.configuration import conf
 
     fallback = int(setting_default("page_refresh_seconds"))
@@ -117,7 +117,7 @@ def refresh_seconds() -> int:
 
 def exact_below() -> int:
     """Below which estimated depth the page counts exactly when asked: ``[sqlqueue] exact_count_below``
-    (``AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW``), default 100,000."""
+    (``AIRFLOW__SQLQUEUE__EXACT_COUNT_BELOW``), the declared default otherwise."""
     from airflow.configuration import conf
 
     return conf.getint("sqlqueue", "exact_count_below", fallback=int(setting_default("exact_count_below")))
