@@ -312,8 +312,6 @@ DAG_TEST_FILES = (
     "test_openlineage.py",
     "test_request_reply_airflow.py",
 )
-# The test files whose tests run Spark jobs and reads on every engine.
-SPARK_JOB_FILES = ("test_spark_jobs.py", "test_spark_source.py", "test_spark_source_write.py")
 EXTENDED_RUN = pytest.StashKey[tuple[int | None, int, int]]()
 EXTENDED = (
     (  # one kill point per engine and read mode runs in every CI run (after_sink); the others rotate
@@ -350,31 +348,54 @@ EXTENDED = (
         "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
         ("sqlite",),
     ),
-    # The slow DAG runs and Spark jobs on SQL Server through FreeTDS: Microsoft's ODBC Driver 18, SQL Server's
-    # own, runs them in every CI run, and the core suite runs every statement and transaction through both
-    # drivers in every run; what a DAG run or a Spark job adds above the hook (scheduling, retries,
-    # executors, kills) is not the driver's. The time they took in every run pays for the Airflow surface on
-    # the oldest supported Airflow (.ci/airflow-oldest), which .ci/test runs after the suite.
+    # The slow DAG runs on SQL Server through FreeTDS (other files' FreeTDS runs: FREETDS_ABOVE_THE_DRIVER):
+    # Microsoft's ODBC Driver 18, SQL Server's own, runs them in every CI run, and the core suite runs every
+    # statement and transaction through both drivers in every run; what a DAG run adds above the hook
+    # (scheduling, retries, triggers) is not the driver's.
     *(
-        (file, "*", ("sqlserver-freetds", "sqlserver-freetds-parquet", "sqlserver-freetds-queue"))
-        for file in (*DAG_TEST_FILES, *SPARK_JOB_FILES)
+        (file, "*", ("sqlserver-freetds",))
+        for file in (
+            "test_airflow_dags.py",
+            "test_airflow_surface_dags.py",
+            "test_airflow_own_transaction.py",
+        )
     ),
-    # The slow kill and scale runs through FreeTDS, on the same reasoning: Driver 18 runs them in every CI
-    # run, and through FreeTDS the pump's abuse matrix (tests/test_pump_transaction_abuse.py) and every
-    # statement run in every run; what a kill or a thousand competing receives add is not the driver's.
-    *((file, "*", ("sqlserver-freetds",)) for file in ("test_reliability.py", "test_exactly_once_faults.py")),
-    # The pump's three strategies and competing processes through FreeTDS, on that reasoning too: how many
-    # receives run at once, and in how many processes, is not the driver's; Driver 18 runs both every run.
-    (
-        "test_pump.py",
-        "test_each_strategy_handles_every_message_exactly_once",
-        tuple(f"sqlserver-freetds-{strategy}" for strategy in ("monitor", "adaptive", "fixed")),
-    ),
-    (
+)
+
+
+# The FreeTDS runs, slow or not, of the test files whose tests exercise what sits above the driver: a CLI
+# command, the pump's batching and strategies, an endpoint, the Queues page, request/reply, Spark jobs and
+# reads, kills and competition at scale. Microsoft's ODBC Driver 18 runs every one of them in every CI run,
+# and through FreeTDS every run still takes the files where the driver shows: every statement and type
+# bound (test_queue, test_hostile_names, test_wire_compat, test_delayed's times, test_failed's headers), the
+# transaction guard and the pump's transaction matrix (test_execute_and_send_guard,
+# test_pump_transaction_abuse, test_airflow_own_transaction), timeouts (test_bounded_reads), connections,
+# pools and session resets. These take about 700 s of a process in a run, a sixth of the SQL Server share.
+FREETDS_ABOVE_THE_DRIVER = frozenset(
+    {
+        "test_archive_restore.py",
+        "test_airflow_units.py",
+        "test_cli.py",
         "test_competition.py",
-        "test_competing_processes_receive_each_message_exactly_once",
-        ("sqlserver-freetds",),
-    ),
+        "test_consume.py",
+        "test_endpoint.py",
+        "test_exactly_once_faults.py",
+        "test_failed_archive.py",
+        "test_metrics.py",
+        "test_openlineage.py",
+        "test_pubsub.py",
+        "test_pump.py",
+        "test_pump_batching.py",
+        "test_queues_page.py",
+        "test_readme.py",
+        "test_reliability.py",
+        "test_request_reply.py",
+        "test_request_reply_airflow.py",
+        "test_spark_jobs.py",
+        "test_spark_source.py",
+        "test_spark_source_write.py",
+        "test_spark_staged_runs.py",
+    }
 )
 
 
@@ -386,7 +407,10 @@ def _matches_rule(item: pytest.Item, rule: tuple[str, str, tuple[str, ...]]) -> 
 
 
 def _extended(item: pytest.Item) -> bool:
-    """Whether a slow test is in the extended tier (a rule of EXTENDED matches it)."""
+    """Whether a test is in the extended tier: a slow test a rule of EXTENDED matches, or a FreeTDS run of a
+    file in FREETDS_ABOVE_THE_DRIVER."""
+    if item.path.name in FREETDS_ABOVE_THE_DRIVER and "sqlserver-freetds" in item.name:
+        return True
     return item.get_closest_marker("slow") is not None and any(_matches_rule(item, r) for r in EXTENDED)
 
 
@@ -458,6 +482,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tier = sorted((item for item in items if _extended(item)), key=lambda item: item.nodeid)
     if _whole_suite(config):
         unmatched = [rule[:2] for rule in EXTENDED if not any(_matches_rule(item, rule) for item in tier)]
+        unmatched += [
+            (file, "sqlserver-freetds")
+            for file in sorted(FREETDS_ABOVE_THE_DRIVER)
+            if not any(item.path.name == file for item in tier)
+        ]
         if unmatched:
             raise pytest.UsageError(f"tests/conftest.py EXTENDED rules match no test: {unmatched}")
     share = extended_share(config.rootpath)

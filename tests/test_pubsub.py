@@ -182,9 +182,9 @@ def test_the_lookup_cache_follows_its_clock(target: EngineTarget) -> None:
         assert cached.subscriber_queues(["T"]) == [] and cached.lookups == 3
 
 
-# CI runs SQL Server through ODBC Driver 18 only; the FreeTDS run here is the extended tier's: the
-# deterministic race test covers Babelfish's upsert in CI.
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-freetds"], indirect=True)
+# Through Driver 18 in every CI run (the FreeTDS runs of this file take turns: tests/conftest.py); the
+# deterministic race test covers Babelfish's upsert too.
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-msodbc"], indirect=True)
 def test_concurrent_subscribers_of_one_key_leave_one_row(transport: Transport) -> None:
     """The upsert is safe under concurrency (on Babelfish, which refuses MERGE and ignores locking hints,
     through its UPDATE-then-INSERT variant run again when it loses the race)."""
@@ -212,7 +212,7 @@ def test_concurrent_subscribers_of_one_key_leave_one_row(transport: Transport) -
     }
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-freetds"], indirect=True)
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-msodbc"], indirect=True)
 def test_endpoint_publish_and_create(transport: Transport) -> None:
     sales = Endpoint(transport, "Sales", instance_specific_queue=False)
     assert str(transport.subscriptions.address) in sales.create()
@@ -225,7 +225,7 @@ def test_endpoint_publish_and_create(transport: Transport) -> None:
     assert copy.reply_to_address == sales.reply_to_address
 
 
-@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-freetds"], indirect=True)
+@pytest.mark.parametrize("target", ["sqlite", "postgresql", "sqlserver-msodbc"], indirect=True)
 def test_a_handler_publish_rolls_back_with_the_receive(transport: Transport) -> None:
     transport.subscriptions.create()
     for name in ("orders", "error", "billing", "shipping"):
