@@ -1,0 +1,169 @@
+"""The depth history table (transport/depth_samples.py) on every engine: one sample a queue a minute however
+many writers sample at once, the purge of samples older than the retention, and a sampler whose table is
+absent warning once and sampling on without it, never raising."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import timedelta
+
+import pytest
+from conftest import EngineTarget
+
+from airflow_provider_sqlqueue.transport import QueueAddress, Transport
+from airflow_provider_sqlqueue.transport.depth_samples import (
+    PURGE_EVERY,
+    DepthSampler,
+    DepthSampleTable,
+    depth_samples_address,
+)
+
+START = 1_780_000_000.0  # a Unix time on a minute boundary's far side: 2026-05-28 20:26:40 UTC
+MINUTE = 60.0
+
+
+class Clock:
+    """Unix seconds that a test moves by hand, shared by samplers that stand for different processes."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def history_table(transport: Transport) -> DepthSampleTable:
+    orders = transport.queue("orders").address
+    return DepthSampleTable(transport, depth_samples_address(transport, orders))
+
+
+def test_concurrent_writers_leave_one_sample_a_queue_a_minute(target: EngineTarget) -> None:
+    """Six samplers, each on its own transport (six triggerers or pumps), sample one queue in the same
+    minute at once: one row holds the minute and exactly one of them inserted it; a sampler asked again in
+    that minute runs no statement; the next minute gets the next row."""
+    with target.open() as transport:
+        table = history_table(transport)
+        assert table.create() is True and table.create() is False
+        orders = transport.queue("orders").address
+        clock = Clock()
+        writers = [target.open() for _ in range(6)]
+        try:
+            samplers = [DepthSampler(writer, clock=clock) for writer in writers]
+            barrier = threading.Barrier(len(samplers))
+            failures: list[BaseException] = []
+
+            def write(sampler: DepthSampler, messages: int) -> None:
+                try:
+                    barrier.wait(30)
+                    sampler.sample(orders, messages, exact=False, failed=messages % 2)
+                except BaseException as error:
+                    failures.append(error)
+
+            threads = [
+                threading.Thread(target=write, args=(sampler, 100 + n)) for n, sampler in enumerate(samplers)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert not failures, failures
+            assert sum(sampler.written for sampler in samplers) == 1
+            assert all(table.address not in sampler._off for sampler in samplers)
+            [samples] = table.read(0).values()
+            assert len(samples) == 1 and 100 <= samples[0].messages <= 105
+            assert samples[0].failed == samples[0].messages % 2 and samples[0].exact is False
+            assert samples[0].at.timestamp() == START // MINUTE * MINUTE
+
+            assert samplers[0].sample(orders, 7, exact=True) is None  # the same minute: nothing asked
+            clock.now += MINUTE
+            assert samplers[0].sample(orders, 7, exact=True) is not None
+            rows = table.read(0)["orders"]
+            assert [(s.messages, s.exact, s.failed) for s in rows][1:] == [(7, True, None)]
+            assert rows[1].minute == rows[0].minute + 1
+        finally:
+            for writer in writers:
+                writer.close()
+
+
+def test_the_purge_deletes_what_is_older_than_the_retention_at_most_now_and_then(
+    target: EngineTarget,
+) -> None:
+    with target.open() as transport:
+        table = history_table(transport)
+        table.create()
+        orders = transport.queue("orders").address
+        clock = Clock()
+        sampler = DepthSampler(transport, retention=timedelta(hours=1), clock=clock)
+        for messages in (5, 4, 3):  # three minutes; the first sample ran the purge (nothing to delete)
+            sampler.sample(orders, messages, exact=True)
+            clock.now += MINUTE
+        assert [s.messages for s in table.read(0)["orders"]] == [5, 4, 3]
+
+        clock.now = START + 3600 + MINUTE  # the first sample is now older than the hour kept
+        assert timedelta(seconds=clock.now - START) > PURGE_EVERY
+        sampler.sample(orders, 2, exact=True)
+        assert [s.messages for s in table.read(0)["orders"]] == [4, 3, 2]
+
+        clock.now += 2 * MINUTE  # the second is older than the hour now, but the purge ran 2 minutes ago
+        sampler.sample(orders, 1, exact=True)
+        assert [s.messages for s in table.read(0)["orders"]] == [4, 3, 2, 1]
+        clock.now += PURGE_EVERY.total_seconds()
+        sampler.sample(orders, 0, exact=True)
+        assert [s.messages for s in table.read(0)["orders"]] == [2, 1, 0]
+        assert table.read(int((START + 3600) // MINUTE) + 3) == {"orders": table.read(0)["orders"][1:]}
+
+
+def test_a_sampler_without_its_table_warns_once_and_never_raises(
+    target: EngineTarget, caplog: pytest.LogCaptureFixture
+) -> None:
+    with target.open() as transport:
+        orders = transport.queue("orders").address
+        clock = Clock()
+        sampler = DepthSampler(transport, clock=clock)
+        with caplog.at_level(logging.WARNING, "airflow_provider_sqlqueue.transport.depth_samples"):
+            for minute in range(3):
+                clock.now = START + minute * MINUTE
+                sampler.sample(orders, minute, exact=False)
+        warnings = [r for r in caplog.records if "not sampling queue depths" in r.getMessage()]
+        assert len(warnings) == 1, caplog.text
+        assert "sqlqueue_depth_samples" in warnings[0].getMessage()
+        assert sampler.written == 0 and not history_table(transport).exists()
+
+
+def test_a_sampler_without_retention_samples_nothing(target: EngineTarget) -> None:
+    with target.open() as transport:
+        table = history_table(transport)
+        table.create()
+        sampler = DepthSampler(transport, retention=None)
+        assert sampler.sample(transport.queue("orders").address, 3, exact=True) is None
+        assert table.read(0) == {}
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_the_table_lives_in_the_schema_of_the_queue_it_samples(target: EngineTarget) -> None:
+    with target.open() as transport:
+        elsewhere = depth_samples_address(transport, QueueAddress("orders", "sales"))
+        assert (elsewhere.table, elsewhere.schema) == ("sqlqueue_depth_samples", "sales")
+        beside = depth_samples_address(transport, transport.queue("orders").address)
+        assert (beside.table, beside.schema) == ("sqlqueue_depth_samples", target.schema)
+
+
+def test_the_command_line_scripts_and_creates_the_table_where_asked(
+    target: EngineTarget, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sqlqueue script --depth-history`` prints the DDL that ``sqlqueue create --depth-history`` runs; the
+    table is made in the schema of the queues named, once."""
+    from airflow_provider_sqlqueue import cli
+
+    database = ["--url", target.url, *(["--schema", target.schema] if target.schema else [])]
+    assert cli.main(["script", *database, "--depth-history"]) == cli.Exit.OK
+    script = capsys.readouterr().out
+    assert script.startswith("-- depth history sqlqueue_depth_samples") and "PRIMARY KEY" in script
+    assert cli.main(["create", *database, "orders", "error", "--depth-history", "--json"]) == cli.Exit.OK
+    made = json.loads(capsys.readouterr().out)["created"]
+    with target.open() as transport:
+        table = history_table(transport)
+        assert made[-1] == str(table.address) and len(made) == 4 and table.exists()  # and error_archive
+        assert table.create_script() in script
