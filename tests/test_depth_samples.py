@@ -167,3 +167,97 @@ def test_the_command_line_scripts_and_creates_the_table_where_asked(
         table = history_table(transport)
         assert made[-1] == str(table.address) and len(made) == 4 and table.exists()  # and error_archive
         assert table.create_script() in script
+
+
+def test_a_trigger_event_loop_leaves_the_depths_it_polled(
+    target: EngineTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deferred sensor's trigger polls through the triggerer's shared poller; its reads leave samples:
+    the exact count the threshold asked for, and the error queue's estimate as Failed. One a minute."""
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    import asyncio
+
+    from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger
+
+    for key, value in target.airflow_env().items():
+        monkeypatch.setenv(key, value)
+    with target.open() as transport:
+        transport.queue("error").create()
+        orders = transport.queue("orders")
+        orders.create()
+        table = history_table(transport)
+        table.create()
+        transport.queue("error").send(b"failed before")
+        for body in (b"a", b"b"):
+            orders.send(body)
+
+    async def first_event() -> dict[str, object]:
+        trigger = PendingMessagesTrigger("orders", min_messages=2, poll_interval=0.2)
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    assert asyncio.run(first_event())["depth"] == 2
+    with target.open() as transport:
+        [samples] = history_table(transport).read(0).values()
+    assert 1 <= len(samples) <= 2  # one a minute: two where the polls straddled a minute's end
+    assert (samples[-1].queue, samples[-1].messages, samples[-1].exact) == ("orders", 2, True)
+    assert samples[-1].failed == 1
+
+
+@pytest.mark.parametrize("retention_hours", ["24", "0"])
+def test_a_pump_run_through_the_hook_leaves_its_peeks_depth(
+    target: EngineTarget, monkeypatch: pytest.MonkeyPatch, retention_hours: str
+) -> None:
+    """A pump (the monitoring strategy) run by the hook samples the depth its first peek saw; with
+    ``[sqlqueue] depth_history_retention_hours`` 0 it samples nothing."""
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow_provider_sqlqueue.hooks.sqlqueue import SqlQueueHook
+
+    for key, value in target.airflow_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW__SQLQUEUE__DEPTH_HISTORY_RETENTION_HOURS", retention_hours)
+    with target.open() as transport:
+        transport.queue("error").create()
+        orders = transport.queue("orders")
+        orders.create()
+        history_table(transport).create()
+        for n in range(5):
+            orders.send(f"m{n}".encode())
+    handled: list[object] = []
+    hook = SqlQueueHook()
+    try:
+        stats = hook.consume("orders", handled.append, timeout=60)
+    finally:
+        hook.close()
+    assert stats.processed == 5 and len(handled) == 5
+    with target.open() as transport:
+        history = history_table(transport).read(0)
+    if retention_hours == "0":
+        assert history == {}
+        return
+    samples = history["orders"]
+    assert 1 <= len(samples) <= 2 and samples[0].messages == 5 and samples[0].exact is False
+    assert samples[0].failed is None  # a peek reads no error queue
+
+
+def test_the_provisioning_operator_creates_the_table_when_asked(
+    target: EngineTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ProvisionQueuesOperator(depth_history=True)`` makes the table beside the endpoint's queue (its dry
+    run scripts it); without it, no table."""
+    pytest.importorskip("airflow.sdk", reason="the Airflow extra is not installed")
+    from airflow_provider_sqlqueue.operators.provision import ProvisionQueuesOperator
+
+    for key, value in target.airflow_env().items():
+        monkeypatch.setenv(key, value)
+    plain = ProvisionQueuesOperator(task_id="plain", endpoint="orders", audit_queue=None).execute({})
+    with target.open() as transport:
+        table = history_table(transport)
+        assert not table.exists() and str(table.address) not in plain["created"]
+        script = ProvisionQueuesOperator(
+            task_id="dry", endpoint="orders", depth_history=True, dry_run=True
+        ).execute({})
+        assert table.create_script() in script and not table.exists()
+        made = ProvisionQueuesOperator(task_id="made", endpoint="orders", depth_history=True).execute({})
+        assert str(table.address) in made["created"] and table.exists()

@@ -787,6 +787,7 @@ def test_airflow_config_names_every_setting_of_the_provider_with_its_default(tmp
     with the default the code falls back to, and the environment overrides one."""
     from airflow_provider_sqlqueue.plugins.depth_history import REFRESH_SECONDS
     from airflow_provider_sqlqueue.plugins.thresholds import DEFAULTS
+    from airflow_provider_sqlqueue.transport.depth_samples import RETENTION
     from airflow_provider_sqlqueue.transport.overview import EXACT_BELOW
 
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__SQLQUEUE__DEPTH_ALERT": "50000"}
@@ -802,6 +803,7 @@ def test_airflow_config_names_every_setting_of_the_provider_with_its_default(tmp
         "allow_file_options_in_extra": "False",
         "page_refresh_seconds": str(REFRESH_SECONDS),
         "exact_count_below": str(EXACT_BELOW),
+        "depth_history_retention_hours": str(int(RETENTION.total_seconds() // 3600)),
         **{name: str(value) for name, value in DEFAULTS.items()},
         "depth_alert": "50000",
     }

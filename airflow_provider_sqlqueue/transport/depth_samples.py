@@ -7,8 +7,9 @@ sample costs no read of its own: it is the depth the poll already read (a trigge
 queue's estimate, ``Failed``; a pump's peek gives none).
 
 **Where.** One table per schema, :data:`DEPTH_SAMPLES_TABLE` beside the queues it samples (in their schema
-and catalog, named as the Spark bridge's tables are), made where the queues are provisioned
-(``sqlqueue create``, ``ProvisionQueuesOperator``, the DDL of ``sqlqueue script``). Its columns: QueueName
+and catalog, named as the Spark bridge's tables are), made only when asked, where queues are provisioned
+(``sqlqueue create --depth-history``, or the DDL of ``sqlqueue script --depth-history``): a deployment that
+never asks pays nothing but one warning per writer. Its columns: QueueName
 (the queue's table name), SampledMinute (the UTC minute, as minutes since the Unix epoch: an integer every
 engine and driver binds alike), Messages, MessagesExact and Failed, keyed by (QueueName, SampledMinute).
 
@@ -257,8 +258,9 @@ class DepthSampler:
                 self._off.add(table.address)
             log.warning(
                 "not sampling queue depths into %s any more: %s: %s. The Queues page shows the depth it "
-                "reads itself; create the table with the provisioning role (`sqlqueue create`, the DDL of "
-                "`sqlqueue script`, ProvisionQueuesOperator) and grant this role INSERT and DELETE on it",
+                "reads itself; create the table with the provisioning role (`sqlqueue create "
+                "--depth-history`, or the DDL of `sqlqueue script --depth-history`) and grant this role "
+                "INSERT and DELETE on it",
                 table.address,
                 type(error).__name__,
                 error,

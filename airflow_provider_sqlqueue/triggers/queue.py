@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from ..hooks.sqlqueue import SqlQueueHook
+from ..hooks.sqlqueue import SqlQueueHook, depth_history_retention
 from ..metrics import emit_queue_gauges
 from ..transport import ConfigurationError, TransientDatabaseError
 from ..transport.overview import QueueGauges
@@ -60,7 +60,9 @@ def shared_watch(
     async def close(_transport: Any) -> None:
         await hook.aclose()
 
-    database = SharedDatabase(shared_database_key(conn_id), hook.aget_transport, close)
+    database = SharedDatabase(
+        shared_database_key(conn_id), hook.aget_transport, close, depth_history_retention()
+    )
     return SHARED_POLLERS.watch(database, queue_name, interval=poll_interval, exact_from=exact_from)
 
 
