@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from conftest import EngineTarget
@@ -15,6 +16,7 @@ from conftest import EngineTarget
 from airflow_provider_sqlqueue.transport import QueueAddress, Transport
 from airflow_provider_sqlqueue.transport.depth_samples import (
     PURGE_EVERY,
+    DepthSample,
     DepthSampler,
     DepthSampleTable,
     depth_samples_address,
@@ -261,3 +263,43 @@ def test_the_provisioning_operator_creates_the_table_when_asked(
         assert table.create_script() in script and not table.exists()
         made = ProvisionQueuesOperator(task_id="made", endpoint="orders", depth_history=True).execute({})
         assert str(table.address) in made["created"] and table.exists()
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_role_that_may_only_read_the_table_draws_it_but_does_not_write_it(
+    target: EngineTarget, postgres_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A monitoring role with SELECT alone on the history table (the Queues page's) reads the samples; as a
+    writer it is refused, warns once and samples on without raising."""
+    import uuid
+
+    from sqlalchemy.engine import make_url
+
+    from airflow_provider_sqlqueue.transport import open_transport
+
+    with target.open() as admin:
+        table = history_table(admin)
+        table.create()
+        table.record(DepthSample("orders", 100, 4, True, None))
+    name, password = f"qread_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    postgres_server.execute(f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
+    try:
+        postgres_server.execute(f'GRANT USAGE ON SCHEMA "{target.schema}" TO "{name}"')
+        postgres_server.execute(f'GRANT SELECT ON "{target.schema}"."sqlqueue_depth_samples" TO "{name}"')
+        url = make_url(target.url).set(username=name, password=password).render_as_string(hide_password=False)
+        with open_transport(url, default_schema=target.schema) as monitoring:
+            assert [s.messages for s in history_table(monitoring).read(0)["orders"]] == [4]
+            clock = Clock()
+            sampler = DepthSampler(monitoring, clock=clock)
+            with caplog.at_level(logging.WARNING, "airflow_provider_sqlqueue.transport.depth_samples"):
+                for minute in range(3):
+                    clock.now = START + minute * MINUTE
+                    sampler.sample(monitoring.queue("orders").address, 9, exact=True)
+            warnings = [r for r in caplog.records if "not sampling queue depths" in r.getMessage()]
+            assert len(warnings) == 1 and "PermissionDenied" in warnings[0].getMessage(), caplog.text
+            assert sampler.written == 0
+    finally:
+        postgres_server.execute(f'DROP OWNED BY "{name}"')
+        postgres_server.execute(f'DROP ROLE "{name}"')
+    with target.open() as admin:
+        assert [s.messages for s in history_table(admin).read(0)["orders"]] == [4]
