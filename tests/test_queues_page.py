@@ -715,7 +715,7 @@ def test_the_page_draws_the_stored_depth_history_and_falls_back_to_its_own_reads
 ) -> None:
     """Without the depth history table the page draws what its own reads saw, and says so; with it, the
     samples the triggers and pumps stored (here written as a sampler writes them) of the last three hours,
-    read with a SELECT alone, the older ones left out."""
+    read with a SELECT alone, the older ones left out; the error queue's from the Failed they carry."""
     import time
 
     from airflow_provider_sqlqueue.transport.depth_samples import (
@@ -740,7 +740,8 @@ def test_the_page_draws_the_stored_depth_history_and_falls_back_to_its_own_reads
     assert seen["history_source"] == "table" and seen["history_retention_hours"] == 24
     assert [(p["messages"], p["failed"]) for p in seen["history"][orders]] == [(9, 2), (6, 2), (3, 2)]
     error = next(row["queue"] for row in seen["queues"] if row["kind"] == "error queue")
-    assert seen["history"][error] == []  # nothing sampled it
+    # nothing sampled the error queue itself: its series is the Failed the other queues' samples carry
+    assert [(p["messages"], p["exact"]) for p in seen["history"][error]] == [(2, False)] * 3
     page = app.get("/queues", conn_id=CONN_ID).text
     assert 'id="history-note" data-source="table"' in page and "kept 24 hours" in page
     chart = page.split(f'data-queue="{orders}">\n<figcaption>')[1].split("</figcaption>")[0]

@@ -29,7 +29,13 @@ from typing import Any
 
 from ..get_provider_info import setting_default
 from ..model.errors import SqlQueueError
-from ..transport.depth_samples import DepthSampleTable, depth_samples_address, history_points, minute_of
+from ..transport.depth_samples import (
+    DepthSample,
+    DepthSampleTable,
+    depth_samples_address,
+    history_points,
+    minute_of,
+)
 from ..transport.roles import DepthHistoryTransport
 
 __all__ = [
@@ -99,11 +105,18 @@ class DepthHistory:
 
 
 def stored_series(
-    transport: DepthHistoryTransport, queues: dict[str, Any], now: datetime
+    transport: DepthHistoryTransport,
+    queues: dict[str, Any],
+    now: datetime,
+    error_queue: str | None = None,
 ) -> dict[str, list[dict[str, Any]]] | None:
     """The stored samples of the last :data:`STORED_WINDOW` of ``queues`` ({name the page shows: resolved
     address}), as :meth:`DepthHistory.series` gives them, read with one SELECT per history table; None when
-    no table could be read (absent, or this role may not read it): the page then shows its own samples."""
+    no table could be read (absent, or this role may not read it): the page then shows its own samples.
+
+    The error queue (``error_queue``, one of ``queues``) is seldom polled itself, but every trigger's sample
+    carries its estimate as Failed: where it has no samples of its own, its series is the highest Failed of
+    each minute in its table, an estimate (the queues sampled there share the connection's error queue)."""
     since = minute_of((now - STORED_WINDOW).timestamp())
     tables: dict[Any, list[tuple[str, Any]]] = {}
     for name, address in queues.items():
@@ -118,8 +131,22 @@ def stored_series(
             continue
         read_any = True
         for name, address in named:
-            series[name] = history_points(samples.get(address.table, []))
+            own = samples.get(address.table, [])
+            if name == error_queue and not own:
+                own = failed_counts(samples)
+            series[name] = history_points(own)
     return series if read_any else None
+
+
+def failed_counts(samples: dict[str, list[DepthSample]]) -> list[DepthSample]:
+    """The error queue's estimate over time as the samples of other queues carry it (Failed): the highest
+    of each minute, oldest first, as samples of their own (not exact)."""
+    by_minute: dict[int, int] = {}
+    for queue_samples in samples.values():
+        for sample in queue_samples:
+            if sample.failed is not None:
+                by_minute[sample.minute] = max(by_minute.get(sample.minute, 0), sample.failed)
+    return [DepthSample("", minute, failed, False, None) for minute, failed in sorted(by_minute.items())]
 
 
 def sparkline(points: list[dict[str, Any]], width: int = 120, height: int = 28) -> dict[str, Any]:

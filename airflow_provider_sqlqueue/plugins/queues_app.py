@@ -272,7 +272,7 @@ def _overview(conn_id: str, exact: bool = False, queue_name: str | None = None) 
                 for name in names
                 if name not in internal
             }
-            stored = stored_series(transport, watched, overview.checked_at)
+            stored = stored_series(transport, watched, overview.checked_at, overview.error_queue)
             return _Read(
                 overview,
                 transport.description,
