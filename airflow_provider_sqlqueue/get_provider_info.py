@@ -34,8 +34,8 @@ def _option(kind: str, default: object, description: str) -> dict[str, Any]:
 
 # Every setting the provider reads from Airflow's configuration, declared here so that `airflow config list`
 # names each with its default and `airflow config get-value sqlqueue <name>` answers. The Queues page's
-# modules take their defaults from it; the hook's guard (False) and the core's EXACT_BELOW, which may not
-# import it, are held to it by tests/test_queues_page.py.
+# modules take their defaults from it; the hook's guard (False), the core's EXACT_BELOW and RETENTION (the
+# depth history's), which may not import it, are held to it by tests/test_queues_page.py.
 SETTINGS_SECTION: dict[str, Any] = {
     "description": "The SQL Queue provider: what a connection may name, and the Queues page.",
     "options": {
@@ -65,6 +65,13 @@ SETTINGS_SECTION: dict[str, Any] = {
         ),
         "depth_alert": _option(
             "integer", 10000, "Messages a queue may hold before its depth is shown red (0: off)."
+        ),
+        "depth_history_retention_hours": _option(
+            "integer",
+            24,
+            "Hours the depth history (sqlqueue_depth_samples, one sample a queue a minute, written by the "
+            "triggers' polls and the pumps' peeks) keeps its samples before they are deleted (0: sample "
+            "nothing).",
         ),
     },
 }

@@ -710,6 +710,44 @@ def test_the_summary_the_group_totals_pages_and_a_selection_come_from_one_path(
     assert api.status_code == 422 and "12 hexadecimal digits" in api.json()["detail"]
 
 
+def test_the_page_draws_the_stored_depth_history_and_falls_back_to_its_own_reads_without_it(
+    app: Client, queues: Transport
+) -> None:
+    """Without the depth history table the page draws what its own reads saw, and says so; with it, the
+    samples the triggers and pumps stored (here written as a sampler writes them) of the last three hours,
+    read with a SELECT alone, the older ones left out; the error queue's from the Failed they carry."""
+    import time
+
+    from airflow_provider_sqlqueue.transport.depth_samples import (
+        DepthSample,
+        DepthSampleTable,
+        depth_samples_address,
+        minute_of,
+    )
+
+    app.as_role("OP")
+    before = app.get("/api/queues", conn_id=CONN_ID).json()
+    orders = next(row["queue"] for row in before["queues"] if table(row["queue"]) == "orders")
+    assert before["history_source"] == "memory" and before["history"][orders][-1]["messages"] == 3
+    assert 'id="history-note" data-source="memory"' in app.get("/queues", conn_id=CONN_ID).text
+
+    history = DepthSampleTable(queues, depth_samples_address(queues, queues.queue("orders").address))
+    history.create()
+    now = minute_of(time.time())
+    for ago, messages in ((200, 50), (3, 9), (2, 6), (1, 3)):  # the first is older than the page's window
+        history.record(DepthSample("orders", now - ago, messages, True, 2))
+    seen = app.get("/api/queues", conn_id=CONN_ID).json()
+    assert seen["history_source"] == "table" and seen["history_retention_hours"] == 24
+    assert [(p["messages"], p["failed"]) for p in seen["history"][orders]] == [(9, 2), (6, 2), (3, 2)]
+    error = next(row["queue"] for row in seen["queues"] if row["kind"] == "error queue")
+    # nothing sampled the error queue itself: its series is the Failed the other queues' samples carry
+    assert [(p["messages"], p["exact"]) for p in seen["history"][error]] == [(2, False)] * 3
+    page = app.get("/queues", conn_id=CONN_ID).text
+    assert 'id="history-note" data-source="table"' in page and "kept 24 hours" in page
+    chart = page.split(f'data-queue="{orders}">\n<figcaption>')[1].split("</figcaption>")[0]
+    assert "9 → 3 messages" in chart and "(3 samples)" in chart, chart
+
+
 def test_the_depth_history_is_bounded_per_queue_and_per_connection() -> None:
     from datetime import datetime, timedelta, timezone
 
@@ -787,6 +825,7 @@ def test_airflow_config_names_every_setting_of_the_provider_with_its_default(tmp
     with the default the code falls back to, and the environment overrides one."""
     from airflow_provider_sqlqueue.plugins.depth_history import REFRESH_SECONDS
     from airflow_provider_sqlqueue.plugins.thresholds import DEFAULTS
+    from airflow_provider_sqlqueue.transport.depth_samples import RETENTION
     from airflow_provider_sqlqueue.transport.overview import EXACT_BELOW
 
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__SQLQUEUE__DEPTH_ALERT": "50000"}
@@ -802,6 +841,7 @@ def test_airflow_config_names_every_setting_of_the_provider_with_its_default(tmp
         "allow_file_options_in_extra": "False",
         "page_refresh_seconds": str(REFRESH_SECONDS),
         "exact_count_below": str(EXACT_BELOW),
+        "depth_history_retention_hours": str(int(RETENTION.total_seconds() // 3600)),
         **{name: str(value) for name, value in DEFAULTS.items()},
         "depth_alert": "50000",
     }

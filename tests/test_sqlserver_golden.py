@@ -100,6 +100,10 @@ ARCHIVE_DESTINATION = QueueAddress("error_archive", "dbo")
 # Where a restore from an archive puts its rows back (the case address then rendered as the archive).
 RESTORE_DESTINATION = QueueAddress("error", "dbo")
 
+# A depth sample as the golden files bind it: the queue's table, its minute (since the Unix epoch), messages,
+# exact, failed.
+DEPTH_SAMPLE = ("orders", 29_666_666, 1_250, False, 3)
+
 # A subscription as the golden files bind it: endpoint, topic (a .NET FullName) and queue address.
 SUBSCRIPTION = ("Sales", "Sales.Events.OrderPlaced", "Sales@[dbo]@[sqlqueue]")
 
@@ -122,7 +126,8 @@ CASES: dict[str, str | QueueAddress] = {
 # Everything a statement may contain as a literal: fixed words and numbers, never a value from a caller.
 FIXED_STRINGS = {"Exclusive", "Transaction", "U", "Headers"}
 # 5: the columns queue_tables looks for; 200: the subscription table's column width (the reference's)
-FIXED_NUMBERS = {"0", "1", "5", "200", "255", "60000"}
+# 128: the depth history's QueueName, a table name (SQL Server's longest identifier)
+FIXED_NUMBERS = {"0", "1", "5", "128", "200", "255", "60000"}
 FORBIDDEN_CLOCKS = {"GETDATE", "SYSDATETIME", "SYSUTCDATETIME", "SYSDATETIMEOFFSET", "CURRENT_TIMESTAMP"}
 FORBIDDEN_HINTS = {"NOLOCK", "READUNCOMMITTED"}
 APPLOCK_RESOURCE_MAX = 255  # sp_getapplock @Resource is nvarchar(255)
@@ -135,6 +140,8 @@ SYSTEM_VARIABLES_BY_KIND = {
     "restore_archived": ["@@ROWCOUNT"],
     "purge_archive_batch": ["@@ROWCOUNT"],
     "unsubscribe": ["@@ROWCOUNT"],
+    "record_depth_sample": ["@@ROWCOUNT"],
+    "purge_depth_samples": ["@@ROWCOUNT"],
 }
 # table_exists binds the quoted name (OBJECT_ID) on SQL Server; Babelfish's reads sys.tables by schema, name.
 TABLE_EXISTS_PARAMETERS: dict[type[SqlServerDialect], int] = {BabelfishDialect: 2}
@@ -576,6 +583,48 @@ def render(case_name: str, address: QueueAddress, dialect: SqlServerDialect = DI
         )
     )
     out.append(Statement("count_archive", "count_archive", d.sql("count_archive", address), (exp.Select,), 0))
+
+    # The depth history (transport/depth_samples.py): its statements rendered for the same address as if it
+    # were sqlqueue_depth_samples, with DEPTH_SAMPLE bound.
+    out.append(
+        Statement(
+            "create_depth_samples_table",
+            "create_depth_samples_table",
+            d.sql("create_depth_samples_table", address),
+            (exp.Create,),
+            0,
+        )
+    )
+    out.append(
+        Statement(
+            "record_depth_sample",
+            "record_depth_sample",
+            d.sql("record_depth_sample", address),
+            (exp.Insert, exp.Select),
+            7,
+            d.depth_sample_params(*DEPTH_SAMPLE),
+        )
+    )
+    out.append(
+        Statement(
+            "purge_depth_samples",
+            "purge_depth_samples",
+            d.sql("purge_depth_samples", address),
+            (exp.Delete, exp.Select),
+            1,
+            (DEPTH_SAMPLE[1] - 1440,),
+        )
+    )
+    out.append(
+        Statement(
+            "read_depth_samples",
+            "read_depth_samples",
+            d.sql("read_depth_samples", address),
+            (exp.Select,),
+            1,
+            (DEPTH_SAMPLE[1] - 180,),
+        )
+    )
 
     # Native publish/subscribe (transport/subscriptions.py): the subscription table's statements rendered
     # for the same address as if it were SubscriptionRouting.
@@ -1916,6 +1965,95 @@ def check_server_variant(statement: Statement, trees: list[exp.Expression], addr
     )
 
 
+# The depth history of a schema's queues: one sample a queue (its table name) a minute (since the epoch).
+DEPTH_SAMPLE_COLUMNS = [
+    ("QueueName", "NVARCHAR(128)", False),
+    ("SampledMinute", "BIGINT", False),
+    ("Messages", "BIGINT", False),
+    ("MessagesExact", "BIT", False),
+    ("Failed", "BIGINT", True),
+]
+
+
+def check_create_depth_samples_table(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """Five columns, each NULL or NOT NULL said, keyed by (QueueName, SampledMinute): the key is what keeps
+    the history to one sample a queue a minute."""
+    sql = statement.sql
+    found = []
+    for definition in all_nodes(trees, exp.ColumnDef):
+        nullable = [c.kind for c in definition.constraints if isinstance(c.kind, exp.NotNullColumnConstraint)]
+        fail_unless(len(nullable) == 1, f"{definition.name}: say NULL or NOT NULL explicitly")
+        found.append(
+            (
+                definition.name,
+                definition.args["kind"].sql(dialect="tsql").upper(),
+                bool(nullable[0].args.get("allow_null")),
+            )
+        )
+    fail_unless(found == DEPTH_SAMPLE_COLUMNS, f"depth sample columns {found} != {DEPTH_SAMPLE_COLUMNS}")
+    fail_unless(
+        sql.endswith("    PRIMARY KEY ([QueueName], [SampledMinute])\n)") and "IDENTITY" not in sql,
+        f"not keyed by (QueueName, SampledMinute):\n{sql}",
+    )
+
+
+def check_record_depth_sample(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """INSERT of the bound sample unless its key holds a row, that key range read under (UPDLOCK, HOLDLOCK)
+    so that concurrent writers of one key serialise instead of both inserting; then the count."""
+    sql = statement.sql
+    insert, _count = trees
+    qualified = expected_qualified_name(address)
+    fail_unless(
+        sql.startswith(
+            f"INSERT INTO {qualified} ([QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed]) "
+            "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM "
+        ),
+        f"not an INSERT ... SELECT of the five bound values:\n{sql}",
+    )
+    [exists] = all_nodes([insert], exp.Exists)
+    probe = exists.this
+    source = probe.args["from_"].this
+    fail_unless(_qualified(source) == qualified, f"NOT EXISTS reads another table:\n{sql}")
+    fail_unless(table_hints(source) == ["UPDLOCK", "HOLDLOCK"], f"hints {table_hints(source)}:\n{sql}")
+    fail_unless(
+        _where_equals(probe.args.get("where")) == ["QueueName", "SampledMinute"], f"not by key:\n{sql}"
+    )
+    fail_unless(sql.endswith("; SELECT @@ROWCOUNT"), f"the count is not selected:\n{sql}")
+    key = DEPTH_SAMPLE[:2]
+    fail_unless(statement.params == (*DEPTH_SAMPLE, *key), f"bound values {statement.params}")
+
+
+def check_purge_depth_samples(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """The samples before a bound minute, then the count."""
+    fail_unless(
+        statement.sql
+        == f"DELETE FROM {expected_qualified_name(address)} WHERE [SampledMinute] < ?; SELECT @@ROWCOUNT",
+        f"purge:\n{statement.sql}",
+    )
+
+
+def check_read_depth_samples(
+    statement: Statement, trees: list[exp.Expression], address: QueueAddress
+) -> None:
+    """Every column of the samples from a bound minute on, by queue then minute: a SELECT alone."""
+    sql = statement.sql
+    [select] = trees
+    fail_unless(
+        [c.name for c in select.expressions]
+        == ["QueueName", "SampledMinute", "Messages", "MessagesExact", "Failed"],
+        f"columns:\n{sql}",
+    )
+    fail_unless(_qualified(select.args["from_"].this) == expected_qualified_name(address), f"table:\n{sql}")
+    fail_unless(_order(select) == [("QueueName", False), ("SampledMinute", False)], f"order:\n{sql}")
+    fail_unless("WHERE [SampledMinute] >= ?" in sql, f"not from a bound minute:\n{sql}")
+
+
 # The subscription table (native publish/subscribe), as the reference's SQL Server transport creates it.
 SUBSCRIPTION_COLUMNS = [
     ("QueueAddress", "NVARCHAR(200)"),
@@ -2097,6 +2235,10 @@ SEMANTICS: dict[str, Callable[[Statement, list[exp.Expression], QueueAddress], N
     "browse_archive": check_browse_archive,
     "purge_archive_batch": check_purge_archive,
     "count_archive": check_count_archive,
+    "create_depth_samples_table": check_create_depth_samples_table,
+    "record_depth_sample": check_record_depth_sample,
+    "purge_depth_samples": check_purge_depth_samples,
+    "read_depth_samples": check_read_depth_samples,
     "create_subscription_table": check_create_subscription_table,
     "subscribe": check_subscribe,
     "unsubscribe": check_unsubscribe,

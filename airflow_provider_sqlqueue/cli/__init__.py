@@ -101,6 +101,15 @@ def _subscriptions_option(parser: argparse.ArgumentParser, verb: str) -> None:
     )
 
 
+def _depth_history_option(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--depth-history",
+        action="store_true",
+        help=f"{verb} the depth history table (sqlqueue_depth_samples) in each named queue's schema, or in "
+        "--schema / the default schema: triggers and pumps sample queue depths into it for the Queues page",
+    )
+
+
 def _table_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("table options")
     group.add_argument(
@@ -192,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("queues", nargs="*", metavar="QUEUE", help="queue address, e.g. orders or orders@[sales]")
     _subscriptions_option(p, "also create")
+    _depth_history_option(p, "also create")
     _table_options(p)
     p.add_argument(
         "--add-missing-indexes",
@@ -366,6 +376,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("queues", nargs="*", metavar="QUEUE")
     _subscriptions_option(p, "also script")
+    _depth_history_option(p, "also script")
     p.add_argument("--engine", choices=["sqlserver", "postgresql", "sqlite"], help="render for this engine")
     p.add_argument(
         "--error-queue",

@@ -52,13 +52,26 @@ def _is_error_queue(address: Any, error_address: Any, explicit: bool) -> bool:
 
 
 def _needs_tables(args: argparse.Namespace, command: str) -> None:
-    if not args.queues and not args.subscriptions:
-        raise CliError(Exit.USAGE, f"{command} needs queue names, --subscriptions, or both")
+    if not args.queues and not args.subscriptions and not args.depth_history:
+        raise CliError(Exit.USAGE, f"{command} needs queue names, --subscriptions, --depth-history, or some")
+
+
+def _depth_history_addresses(resolve: Any, queues: list[Any], schema: str | None) -> list[Any]:
+    """The depth history tables ``--depth-history`` makes: one in each schema of the named queues (resolved
+    addresses), or in ``--schema`` (the default schema) when none is named."""
+    from ..transport import QueueAddress
+    from ..transport.depth_samples import DEPTH_SAMPLES_TABLE
+
+    places = [(queue.schema, queue.catalog) for queue in queues] or [(schema, None)]
+    return list(
+        dict.fromkeys(resolve(QueueAddress(DEPTH_SAMPLES_TABLE, s, c)) for s, c in dict.fromkeys(places))
+    )
 
 
 # ---- create / drop -------------------------------------------------------------------------------------
 def create(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..transport.archive import ErrorArchive
+    from ..transport.depth_samples import DepthSampleTable
 
     _needs_tables(args, "create")
     options = table_options(args)
@@ -75,6 +88,11 @@ def create(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.subscriptions:
             store = transport.subscriptions
             (created if store.create() else existing).append(str(store.address))
+        if args.depth_history:
+            queues = [transport.queue(name).address for name in dict.fromkeys(args.queues)]
+            for address in _depth_history_addresses(transport.resolve, queues, None):
+                table = DepthSampleTable(transport, address)
+                (created if table.create() else existing).append(str(address))
         if args.json:
             print_json({"created": created, "existing": existing})
         else:
@@ -128,12 +146,14 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..dialects import get_dialect
     from ..transport import QueueAddress
     from ..transport.archive import ErrorArchive, archive_address, archive_script
+    from ..transport.depth_samples import DepthSampleTable
     from ..transport.queue.provisioning import table_script
     from ._support import database_choice
 
     _needs_tables(args, "script")
     options = table_options(args)
     subscriptions: tuple[str, str] | None = None
+    histories: list[tuple[str, str]] = []
     if args.engine:
         if database_choice(args) is not None and (args.url or args.conn_id):
             raise CliError(Exit.USAGE, "give either --engine or a database (--url / --conn-id), not both")
@@ -155,6 +175,15 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
                 str(address),
                 f"{dialect.display_sql(dialect.create_subscription_table(address))};\n",
             )
+        if args.depth_history:
+            named = [
+                dialect.resolve(QueueAddress.parse(name), args.schema) for name in dict.fromkeys(args.queues)
+            ]
+            for address in _depth_history_addresses(
+                lambda a: dialect.resolve(a, args.schema), named, args.schema
+            ):
+                statement = dialect.sql("create_depth_samples_table", address)
+                histories.append((str(address), f"{dialect.display_sql(statement)};\n"))
     else:
         if database_choice(args) is None:
             raise CliError(
@@ -176,6 +205,10 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
             if args.subscriptions:
                 store = transport.subscriptions
                 subscriptions = (str(store.address), store.create_script())
+            if args.depth_history:
+                named = [transport.queue(name).address for name in dict.fromkeys(args.queues)]
+                for address in _depth_history_addresses(transport.resolve, named, None):
+                    histories.append((str(address), DepthSampleTable(transport, address).create_script()))
         finally:
             transport.close()
     described = f"layout {options.layout}" if engine == "SQL Server" else ""
@@ -197,6 +230,12 @@ def script(args: argparse.Namespace, out: Console, err: Console) -> int:
         address, ddl = subscriptions
         lines.append(
             f"-- subscription table {address} ({engine}), shared by every endpoint; made by sqlqueue script"
+        )
+        lines.append(ddl)
+    for address, ddl in histories:
+        lines.append(
+            f"-- depth history {address} ({engine}): queue depths that triggers and pumps sample for the "
+            "Queues page; made by sqlqueue script"
         )
         lines.append(ddl)
     sys.stdout.write("\n".join(lines))

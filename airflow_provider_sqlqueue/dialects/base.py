@@ -583,6 +583,13 @@ class Dialect(BridgeStatements, TransactionStates, ABC):
     def purge_archive_params(self, older_than_seconds: int, size: int) -> tuple[Any, ...]:
         return (older_than_seconds, size)
 
+    # ---- the depth history of a schema's queues (``transport/depth_samples.py``) ------------------
+    def depth_sample_params(
+        self, queue_name: str, minute: int, messages: int, exact: bool, failed: int | None
+    ) -> tuple[Any, ...]:
+        """record_depth_sample's parameters: one sample of ``queue_name`` (a table name) at ``minute``."""
+        return (queue_name, minute, messages, exact, failed)
+
     # ---- native publish/subscribe (``transport/subscriptions.py``) -------------------------------
     # The subscription table has the reference's three columns, QueueAddress, Endpoint and Topic
     # (SUBSCRIPTION_COLUMN_LENGTH characters each, all NOT NULL), keyed by (Endpoint, Topic): one row per

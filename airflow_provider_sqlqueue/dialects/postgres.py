@@ -302,6 +302,16 @@ STATEMENTS: StatementTable = {
         "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} "
         "WHERE ArchivedAt < statement_timestamp() - %s * interval '1 second' LIMIT %s))"
     ),
+    # ---- the depth history of the schema's queues
+    "create_depth_samples_table": (
+        "CREATE TABLE {table} (\n"
+        "    QueueName varchar(128) NOT NULL,\n"
+        "    SampledMinute bigint NOT NULL,\n"
+        "    Messages bigint NOT NULL,\n"
+        "    MessagesExact boolean NOT NULL,\n"
+        "    Failed bigint NULL,\n"
+        "    PRIMARY KEY (QueueName, SampledMinute)\n)"
+    ),
     # ---- the subscription table, as the reference's PostgreSQL transport creates it ("SubscriptionRouting"
     # quoted, its columns unquoted and so folded to lower case, fillfactor=100)
     "create_subscription_table": (

@@ -177,6 +177,16 @@ STATEMENTS: StatementTable = {
         "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
         "WHERE ArchivedAt < strftime('%Y-%m-%d %H:%M:%f', 'now', ?) LIMIT ?)"
     ),
+    # ---- the depth history of the schema's queues
+    "create_depth_samples_table": (
+        "CREATE TABLE {table} (\n"
+        "    QueueName TEXT NOT NULL,\n"
+        "    SampledMinute INTEGER NOT NULL,\n"
+        "    Messages INTEGER NOT NULL,\n"
+        "    MessagesExact INTEGER NOT NULL,\n"
+        "    Failed INTEGER NULL,\n"
+        "    PRIMARY KEY (QueueName, SampledMinute)\n)"
+    ),
     # ---- the subscription table (the reference's columns and key); one writer at a time, so no upsert races
     "create_subscription_table": (
         "CREATE TABLE {table} (\n"

@@ -258,6 +258,28 @@ STATEMENTS: StatementTable = {
         "ORDER BY [ArchivedAt]); SELECT @@ROWCOUNT"
     ),
     "count_archive": "SELECT count_big(*) FROM {table}",
+    # ---- the depth history of the schema's queues. A sample is inserted unless its key holds one; the key
+    # range locked (UPDLOCK, HOLDLOCK) to the end of the statement serialises writers of the same key. Where
+    # an engine ignores the hints (Babelfish), the loser fails on the key and the writer takes that as done.
+    "create_depth_samples_table": (
+        "CREATE TABLE {table} (\n"
+        "    [QueueName] nvarchar(128) NOT NULL,\n"
+        "    [SampledMinute] bigint NOT NULL,\n"
+        "    [Messages] bigint NOT NULL,\n"
+        "    [MessagesExact] bit NOT NULL,\n"
+        "    [Failed] bigint NULL,\n"
+        "    PRIMARY KEY ([QueueName], [SampledMinute])\n)"
+    ),
+    "record_depth_sample": (
+        "INSERT INTO {table} ([QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed]) "
+        "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM {table} WITH (UPDLOCK, HOLDLOCK) "
+        "WHERE [QueueName] = ? AND [SampledMinute] = ?); SELECT @@ROWCOUNT"
+    ),
+    "purge_depth_samples": "DELETE FROM {table} WHERE [SampledMinute] < ?; SELECT @@ROWCOUNT",
+    "read_depth_samples": (
+        "SELECT [QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed] FROM {table} "
+        "WHERE [SampledMinute] >= ? ORDER BY [QueueName], [SampledMinute]"
+    ),
     # ---- the subscription table, as the reference creates it. The reference writes PRIMARY KEY CLUSTERED; a
     # primary key is clustered by default on a table without a clustered index, so this is the same table,
     # in a form both test grammars read.
@@ -414,6 +436,12 @@ class SqlServerDialect(SqlServerTransactionState, Dialect):
 
     def column_exists(self, address: QueueAddress, column: str) -> tuple[str, Sequence[Any]]:
         return self.sql("column_exists"), (self.qualified_name(address), column)
+
+    def depth_sample_params(
+        self, queue_name: str, minute: int, messages: int, exact: bool, failed: int | None
+    ) -> tuple[Any, ...]:
+        """The sample, then its key again for the NOT EXISTS that keeps the insert to one per key."""
+        return (queue_name, minute, messages, exact, failed, queue_name, minute)
 
     # ---- runtime -------------------------------------------------------------------------------
     def expires_params(self, time_to_be_received: timedelta | None) -> tuple[Any, ...]:

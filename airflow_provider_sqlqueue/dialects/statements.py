@@ -73,6 +73,12 @@ _UNEXPIRED = "WHERE Expires IS NULL OR Expires > {now}"
 #   as a queue) and ArchivedAt (UTC, the database clock, its default).
 # - purge_archive_batch: DELETE of up to N archived rows archived more than S seconds ago by the database
 #   clock (Dialect.purge_archive_params); its count as purge_expired_batch's.
+# - create_depth_samples_table: the depth history of a schema's queues (transport/depth_samples.py):
+#   QueueName (the queue's table name), SampledMinute (the UTC minute, as minutes since the Unix epoch),
+#   Messages, MessagesExact and Failed (its error queue's count, NULL when not read), keyed by (QueueName,
+#   SampledMinute). record_depth_sample: the insert of one sample unless that key holds one already, safe
+#   against concurrent writers of the same key (Dialect.depth_sample_params); purge_depth_samples: DELETE of
+#   the samples before a minute; read_depth_samples: the samples from a minute on, by queue then minute.
 PORTABLE: StatementTable = {
     "drop_table": "DROP TABLE IF EXISTS {table}",
     # {index} named from the table (Dialect.index_spec) on {on}
@@ -126,6 +132,17 @@ PORTABLE: StatementTable = {
     "browse_archive": (
         "SELECT Id, CorrelationId, ReplyToAddress, Headers, {body_size}, ErrorRowVersion, ArchivedAt, "
         "Expires FROM {table} ORDER BY ArchivedAt DESC, ErrorRowVersion DESC, Id DESC LIMIT {p} OFFSET {p}"
+    ),
+    # ---- the depth history (transport/depth_samples.py): the key decides, so the loser of a race inserts
+    # nothing instead of failing
+    "record_depth_sample": (
+        "INSERT INTO {table} (QueueName, SampledMinute, Messages, MessagesExact, Failed) "
+        "VALUES ({p}, {p}, {p}, {p}, {p}) ON CONFLICT (QueueName, SampledMinute) DO NOTHING"
+    ),
+    "purge_depth_samples": "DELETE FROM {table} WHERE SampledMinute < {p}",
+    "read_depth_samples": (
+        "SELECT QueueName, SampledMinute, Messages, MessagesExact, Failed FROM {table} "
+        "WHERE SampledMinute >= {p} ORDER BY QueueName, SampledMinute"
     ),
     # ---- the subscription table: QueueAddress, Endpoint, Topic, keyed by (Endpoint, Topic)
     # The upsert of (endpoint, topic) -> queue address (Dialect.subscribe_params). Where it can race with a

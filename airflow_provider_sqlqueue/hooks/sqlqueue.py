@@ -45,6 +45,7 @@ from ..transport import (
     open_transport,
 )
 from ..transport.connection import DEFAULT_ODBC_DRIVER
+from ..transport.depth_samples import RETENTION, DepthSampler
 from ..transport.odbc_drivers import reads_port_keyword
 from ..transport.odbc_string import (
     driver_manager_refusal,
@@ -119,6 +120,17 @@ ENGINE_ALIASES = {
 def _options(text: str | None) -> dict[str, str]:
     """``key=value;key=value`` driver options from the connection's extra (braces may quote ';')."""
     return {key.lower(): value for key, value in parse_odbc_string(text or "").items()}
+
+
+def depth_history_retention() -> timedelta | None:
+    """How long the triggers and pumps of this Airflow keep depth samples (``[sqlqueue]
+    depth_history_retention_hours``, the core's :data:`~..transport.depth_samples.RETENTION` when unset);
+    None where it is 0 or less: they sample nothing."""
+    from airflow.providers.common.compat.sdk import conf
+
+    default = int(RETENTION / timedelta(hours=1))
+    hours = conf.getint("sqlqueue", "depth_history_retention_hours", fallback=default)
+    return timedelta(hours=hours) if hours > 0 else None
 
 
 class SqlQueueHook(DbApiHook):
@@ -796,7 +808,9 @@ class SqlQueueHook(DbApiHook):
         the queue is empty, or ``timeout`` seconds pass; return the pump's counts. ``settings`` and
         ``options`` are the pump's (:class:`PumpSettings`, e.g. ``max_concurrency=4, batch_size=50``; see
         "Batch size" in docs/concurrency.md), or its ``error_queue`` / ``audit_queue``."""
-        pump = MessagePump(self.get_queue(queue_name), handler, settings, **options)
+        queue = self.get_queue(queue_name)
+        options.setdefault("depth_sampler", DepthSampler(queue.transport, depth_history_retention()))
+        pump = MessagePump(queue, handler, settings, **options)
         return pump.run(max_messages=max_messages, until_empty=True, timeout=timeout)
 
     # ---- publish/subscribe ---------------------------------------------------------------------

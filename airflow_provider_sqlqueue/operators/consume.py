@@ -9,9 +9,10 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
 from ..hooks.queues_page_link import QueuesPageLink
-from ..hooks.sqlqueue import SqlQueueHook
+from ..hooks.sqlqueue import SqlQueueHook, depth_history_retention
 from ..metrics import PumpReporter, emit_queue_gauges
 from ..transport import MessagePump, PumpSettings, load_handler
+from ..transport.depth_samples import DepthSampler
 from ..transport.overview import queue_gauges
 
 # What pump_options may hold besides the settings: the pump's error and audit queues.
@@ -93,8 +94,10 @@ class ConsumeMessagesOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
         try:
+            queue = hook.get_queue(self.queue_name)
+            sampler = DepthSampler(queue.transport, depth_history_retention())
             pump = MessagePump(
-                hook.get_queue(self.queue_name), self.handler, self.pump_settings, **self.pump_wiring
+                queue, self.handler, self.pump_settings, depth_sampler=sampler, **self.pump_wiring
             )
             self._pump = pump
             if self._killed:  # on_kill came before the pump existed

@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 from ..hooks.sqlqueue import SqlQueueHook
 from ..transport import QueueAddress, TableOptions
 from ..transport.archive import ErrorArchive
+from ..transport.depth_samples import DepthSampleTable, depth_samples_address
 from ._rendered import as_names
 
 
@@ -84,6 +85,9 @@ class ProvisionQueuesOperator(BaseOperator):
         under the endpoint's name, as an NServiceBus endpoint subscribes at start; the shared subscription
         table is created first if missing (templated). A dry run adds the table's DDL to the script and
         subscribes nothing.
+    :param depth_history: also create the depth history table (``sqlqueue_depth_samples``) in the endpoint's
+        primary queue's schema, where the triggers and pumps sample queue depths for the Queues page (listed
+        among the created or existing names; a dry run adds its DDL to the script).
     :param dry_run: create nothing; return the DDL script (real queue names in it).
     :param script_path: with ``dry_run``, also write the script to this file (templated).
     :return: ``{"created": [...], "existing": [...], "findings": {...}}`` (the archive table and, with
@@ -119,6 +123,7 @@ class ProvisionQueuesOperator(BaseOperator):
         dry_run: bool = False,
         script_path: str | None = None,
         subscribe_to: Sequence[str] = (),
+        depth_history: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +147,7 @@ class ProvisionQueuesOperator(BaseOperator):
         self.dry_run = dry_run
         self.script_path = script_path
         self.subscribe_to = subscribe_to
+        self.depth_history = depth_history
 
     def queue_names(self) -> list[str]:
         return endpoint_queues(
@@ -166,6 +172,16 @@ class ProvisionQueuesOperator(BaseOperator):
         result["subscribed"] = topics
         self.log.info("subscribed %s to %s", self.endpoint, ", ".join(topics))
 
+    def _depth_history(self, hook: SqlQueueHook, primary: str, result: dict[str, Any]) -> None:
+        """Create the depth history table of the primary queue's schema if missing (a dry run: its DDL)."""
+        transport = hook.get_transport()
+        address = depth_samples_address(transport, hook.get_queue(primary).address)
+        table = DepthSampleTable(transport, address)
+        if self.dry_run:
+            result["script"] += "\n" + table.create_script()
+        else:
+            result["created" if table.create() else "existing"].append(str(address))
+
     def execute(self, context: Any) -> Any:
         names = self.queue_names()
         hook = SqlQueueHook(sqlqueue_conn_id=self.sqlqueue_conn_id)
@@ -182,6 +198,8 @@ class ProvisionQueuesOperator(BaseOperator):
             topics = as_names("subscribe_to", self.subscribe_to)
             if topics:
                 self._subscribe(hook, topics, result)
+            if self.depth_history:
+                self._depth_history(hook, names[0], result)
         finally:
             hook.close()
         if self.dry_run:

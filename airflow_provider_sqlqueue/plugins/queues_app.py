@@ -58,7 +58,7 @@ from .access import (
     require_read,
     require_view,
 )
-from .depth_history import DepthHistory, sparkline
+from .depth_history import DepthHistory, sparkline, stored_series
 from .failed_views import (
     ARCHIVE_LIST_LIMIT,
     BODY_PREVIEW_BYTES,
@@ -113,6 +113,15 @@ def refresh_seconds() -> int:
 
     fallback = int(setting_default("page_refresh_seconds"))
     return max(conf.getint("sqlqueue", "page_refresh_seconds", fallback=fallback), 2)
+
+
+def history_retention_hours() -> int:
+    """``[sqlqueue] depth_history_retention_hours``, as the triggers and pumps keep their samples (the page
+    says it; it deletes nothing)."""
+    from airflow.configuration import conf
+
+    fallback = int(setting_default("depth_history_retention_hours"))
+    return conf.getint("sqlqueue", "depth_history_retention_hours", fallback=fallback)
 
 
 def exact_below() -> int:
@@ -216,6 +225,7 @@ class _Read(NamedTuple):
     internal: dict[str, str] | None = None
     error_archive: str | None = None
     picked: str | None = None
+    stored_history: dict[str, list[dict[str, Any]]] | None = None
 
 
 def _picked(transport: Any, queue_name: str | None) -> str | None:
@@ -257,6 +267,12 @@ def _overview(conn_id: str, exact: bool = False, queue_name: str | None = None) 
                 str(transport.subscriptions.address): "subscriptions",
             }
             internal |= hook.bridge_table_names(names)
+            watched = {
+                name: transport.queue(name, error_queue=None).address
+                for name in names
+                if name not in internal
+            }
+            stored = stored_series(transport, watched, overview.checked_at, overview.error_queue)
             return _Read(
                 overview,
                 transport.description,
@@ -268,6 +284,7 @@ def _overview(conn_id: str, exact: bool = False, queue_name: str | None = None) 
                 internal,
                 archive,
                 _picked(transport, queue_name),
+                stored,
             )
     except Exception as error:
         log.warning("Queues page: connection %s: %s", conn_id, type(error).__name__)
@@ -530,13 +547,16 @@ def _read_queues(user: Any, query: QueuesQuery) -> dict[str, Any]:
         read.overview.checked_at,
         {row["queue"]: (row["messages"], row["messages_exact"]) for row in watched},
     )
-    history = DEPTH_HISTORY.series(chosen)
+    history = DEPTH_HISTORY.series(chosen) if read.stored_history is None else read.stored_history
     return {
         "conn_id": chosen,
         "database": read.description,
         "picked_queue": read.picked,
         **shown,
         "history": {row["queue"]: history.get(row["queue"], []) for row in watched},
+        # where the history comes from: the depth history table, or this page's own reads (depth_history.py)
+        "history_source": "memory" if read.stored_history is None else "table",
+        "history_retention_hours": history_retention_hours(),
         "refresh_seconds": refresh_seconds(),
         "subscriptions": None if read.subscriptions is None else read.subscriptions.as_json(),
         "subscriptions_error": read.subscriptions_error,

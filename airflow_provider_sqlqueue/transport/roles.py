@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConnectingTransport",
+    "DepthHistoryTransport",
     "EngineTransport",
     "LeaseTransport",
     "OpenedQueue",
@@ -144,6 +145,13 @@ class SubscriptionTransport(ProvisioningTransport, Protocol):
     def queue(
         self, address: str | QueueAddress, *, error_queue: str | object | None = ...
     ) -> OpenedQueue: ...
+
+
+class DepthHistoryTransport(ProvisioningTransport, Protocol):
+    """What the depth history (:mod:`.depth_samples`) needs: its table's address resolved beside a queue's,
+    connections to write and read it, and the creation lock's catalog."""
+
+    def resolve(self, address: str | QueueAddress) -> QueueAddress: ...
 
 
 class SubscriberLookup(Protocol):

@@ -24,13 +24,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ..model.address import QueueAddress
 from ..model.errors import TransientDatabaseError
 from .depth_reads import DepthReader, QueueLook, Target
+from .depth_samples import RETENTION, DepthSampler
 from .wakeup import WakeUpListener
 
 if TYPE_CHECKING:
@@ -47,11 +49,13 @@ PUSH_SPACING = 0.02  # at least this long between two reads that pushes started
 @dataclass(frozen=True)
 class SharedDatabase:
     """How a poller reaches its database: ``key`` names it (watchers with the same key share a poller),
-    ``open`` makes its transport (awaited once, by the poller) and ``close`` ends it."""
+    ``open`` makes its transport (awaited once, by the poller) and ``close`` ends it. ``depth_retention``:
+    how long the depth samples its reads leave (:mod:`.depth_samples`) are kept; None: it samples none."""
 
     key: str
     open: Callable[[], Awaitable[Transport]]
     close: Callable[[Transport], Awaitable[None]]
+    depth_retention: timedelta | None = RETENTION
 
 
 class Watch:
@@ -97,6 +101,7 @@ class SharedPoller:
         self.reads = 0
         self.transport: Transport | None = None
         self._reader: DepthReader | None = None
+        self._sampler: DepthSampler | None = None
         self._listener: WakeUpListener | None = None
         self._targets: dict[str, Target | BaseException] = {}
         self._read_set: dict[str, None] = {}  # the queues each read reads, in the statement's order
@@ -203,6 +208,7 @@ class SharedPoller:
         if self.transport is None:
             self.transport = await self.database.open()
             self._reader = DepthReader(self.transport)
+            self._sampler = DepthSampler(self.transport, self.database.depth_retention)
         exact_from: dict[str, int] = {}
         for watch in served:
             if watch.exact_from is not None:
@@ -231,7 +237,20 @@ class SharedPoller:
         result: dict[str, QueueLook | BaseException] = {}
         for name, target in targets.items():
             result[name] = target if isinstance(target, BaseException) else looks[target.address]
+        self._sample(looks.values())
         return result
+
+    def _sample(self, looks: Iterable[QueueLook | BaseException]) -> None:
+        """What this read saw of each queue into the depth history (at most once a minute a queue): the
+        exact count where the read counted, else the estimate, and the error queue's estimate. A queue
+        whose read failed has nothing to sample."""
+        if self._sampler is None:
+            return
+        for look in looks:
+            if not isinstance(look, QueueLook):
+                continue
+            counted = look.exact is not None
+            self._sampler.sample(look.address, look.exact if counted else look.estimate, counted, look.failed)
 
     def _target(self, name: str) -> Target | BaseException:
         known = self._targets.get(name)

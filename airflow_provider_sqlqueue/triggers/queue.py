@@ -14,7 +14,9 @@ wake its triggers at once; one statement per poll reads every watched queue's Ro
 message's headers and its error queue's estimate (``transport/depth_reads.py``), plus one exact count for
 the queues whose estimate reached a threshold. Each trigger checks its own condition on what it is handed,
 and sends the queue's gauges (docs/operating.md, "Metrics"): the depth it saw, the oldest message's age
-and the error queue's estimate.
+and the error queue's estimate. The poller also samples what it read into the depth history
+(``transport/depth_samples.py``), at most once a minute a queue, kept ``[sqlqueue]
+depth_history_retention_hours``.
 
 Transient database failures (a restart, a lost connection) are logged and polled through. Any other
 failure (a missing queue or connection, an unexpected driver error) ends the task trigger with an
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from ..hooks.sqlqueue import SqlQueueHook
+from ..hooks.sqlqueue import SqlQueueHook, depth_history_retention
 from ..metrics import emit_queue_gauges
 from ..transport import ConfigurationError, TransientDatabaseError
 from ..transport.overview import QueueGauges
@@ -60,7 +62,9 @@ def shared_watch(
     async def close(_transport: Any) -> None:
         await hook.aclose()
 
-    database = SharedDatabase(shared_database_key(conn_id), hook.aget_transport, close)
+    database = SharedDatabase(
+        shared_database_key(conn_id), hook.aget_transport, close, depth_history_retention()
+    )
     return SHARED_POLLERS.watch(database, queue_name, interval=poll_interval, exact_from=exact_from)
 
 

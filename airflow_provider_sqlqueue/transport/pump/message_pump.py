@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError, QueueNotFound, SqlQueueError
+from ..depth_samples import DepthSampler
 from ..queue import TableQueue, TransactionMode
 from ..queue.startup import (
     inspect_at_start,
@@ -61,6 +62,9 @@ class MessagePump:
     :param delayed: the delayed table for ``context.send(..., delay=...)`` (an Endpoint passes its own).
     :param endpoint: the Endpoint the pump runs for (its handlers' replies and publishes name it).
     :param name: the pump's name in logs and thread names (default ``pump <queue>``).
+    :param depth_sampler: where the monitoring peek's depths go, at most one sample a minute (the depth
+        history of :mod:`..depth_samples`); by default a sampler keeping :data:`~..depth_samples.RETENTION`,
+        None for none.
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class MessagePump:
         delayed: DelayedStore | None = None,
         endpoint: Any = None,
         name: str | None = None,
+        depth_sampler: DepthSampler | object | None = ...,
         **options: Any,
     ) -> None:
         if not isinstance(queue, TableQueue):
@@ -102,6 +107,9 @@ class MessagePump:
         self.delayed = delayed
         self.endpoint = endpoint
         self.name = name or f"pump {self.queue.address}"
+        self.depth_sampler: DepthSampler | None = (
+            DepthSampler(self.transport) if depth_sampler is ... else depth_sampler  # type: ignore[assignment]
+        )
         self.machine = socket.gethostname()
         self.peek_breaker = CircuitBreaker(
             f"Failed to peek {self.queue.address}", settings.circuit_breaker, settings.on_critical_error
@@ -379,6 +387,8 @@ class MessagePump:
                 continue
             self.counters.add("peeks")
             self.peek_breaker.success()
+            if self.depth_sampler is not None:
+                self.depth_sampler.sample(self.queue.address, pending, exact=False)
             if self.receive_breaker.triggered:
                 pending = min(pending, 1)  # probe with one receive while receiving keeps failing
             if pending <= 0:

@@ -230,6 +230,28 @@ DELETE FROM [n service.bus&#].[db@].[my]]table] WHERE [ArchivedAt] < DATEADD(sec
 -- count_archive
 SELECT count_big(*) FROM [n service.bus&#].[db@].[my]]table]
 
+-- create_depth_samples_table
+CREATE TABLE [n service.bus&#].[db@].[my]]table] (
+    [QueueName] nvarchar(128) NOT NULL,
+    [SampledMinute] bigint NOT NULL,
+    [Messages] bigint NOT NULL,
+    [MessagesExact] bit NOT NULL,
+    [Failed] bigint NULL,
+    PRIMARY KEY ([QueueName], [SampledMinute])
+)
+
+-- record_depth_sample
+-- params: ["orders", 29666666, 1250, false, 3, "orders", 29666666]
+INSERT INTO [n service.bus&#].[db@].[my]]table] ([QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed]) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM [n service.bus&#].[db@].[my]]table] WITH (UPDLOCK, HOLDLOCK) WHERE [QueueName] = ? AND [SampledMinute] = ?); SELECT @@ROWCOUNT
+
+-- purge_depth_samples
+-- params: [29665226]
+DELETE FROM [n service.bus&#].[db@].[my]]table] WHERE [SampledMinute] < ?; SELECT @@ROWCOUNT
+
+-- read_depth_samples
+-- params: [29666486]
+SELECT [QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed] FROM [n service.bus&#].[db@].[my]]table] WHERE [SampledMinute] >= ? ORDER BY [QueueName], [SampledMinute]
+
 -- create_subscription_table
 CREATE TABLE [n service.bus&#].[db@].[my]]table] (
     [QueueAddress] nvarchar(200) NOT NULL,

@@ -230,6 +230,28 @@ DELETE FROM [dbo].[orders] WHERE [ArchivedAt] < DATEADD(second, ?, GETUTCDATE())
 -- count_archive
 SELECT count_big(*) FROM [dbo].[orders]
 
+-- create_depth_samples_table
+CREATE TABLE [dbo].[orders] (
+    [QueueName] nvarchar(128) NOT NULL,
+    [SampledMinute] bigint NOT NULL,
+    [Messages] bigint NOT NULL,
+    [MessagesExact] bit NOT NULL,
+    [Failed] bigint NULL,
+    PRIMARY KEY ([QueueName], [SampledMinute])
+)
+
+-- record_depth_sample
+-- params: ["orders", 29666666, 1250, false, 3, "orders", 29666666]
+INSERT INTO [dbo].[orders] ([QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed]) SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders] WITH (UPDLOCK, HOLDLOCK) WHERE [QueueName] = ? AND [SampledMinute] = ?); SELECT @@ROWCOUNT
+
+-- purge_depth_samples
+-- params: [29665226]
+DELETE FROM [dbo].[orders] WHERE [SampledMinute] < ?; SELECT @@ROWCOUNT
+
+-- read_depth_samples
+-- params: [29666486]
+SELECT [QueueName], [SampledMinute], [Messages], [MessagesExact], [Failed] FROM [dbo].[orders] WHERE [SampledMinute] >= ? ORDER BY [QueueName], [SampledMinute]
+
 -- create_subscription_table
 CREATE TABLE [dbo].[orders] (
     [QueueAddress] nvarchar(200) NOT NULL,
