@@ -36,7 +36,7 @@ from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError, HeaderFormatError, PermissionDenied, QueueNotFound
 from . import headers as h
 from .browse import canonical_id, column_text
-from .queue.provisioning import begin_creation, create_racing, first_value, table_exists, table_exists_on
+from .queue.provisioning import create_side_table, first_value, table_exists
 from .queue.received_rows import as_utc
 
 if TYPE_CHECKING:
@@ -198,24 +198,14 @@ class ErrorArchive:
     def create(self) -> bool:
         """Create the table and its ArchivedAt index if missing (safe from many processes); True if
         created. Needs the right to create a table in the error queue's schema."""
-        return create_racing(self.transport.dialect, self._create_once, f"error archive {self.address}")
-
-    def _create_once(self) -> bool:
         dialect, address = self.transport.dialect, self.address
-        with self.transport.connection(address) as connection:
-            cursor = connection.cursor()
-            begin_creation(cursor, dialect, address, self.transport.current_catalog())
-            created = not table_exists_on(cursor, dialect, address)
-            if created:
-                cursor.execute(dialect.sql("create_archive_table", address), ())
-            for index in dialect.archive_indexes(address):
-                cursor.execute(*dialect.index_exists(address, index.name))
-                if not first_value(cursor, dialect):
-                    cursor.execute(index.create, ())
-            connection.commit()
-        if created:
-            log.info("created the archive %s of error queue %s", address, self.error_queue.address)
-        return created
+        return create_side_table(
+            self.transport,
+            address,
+            dialect.sql("create_archive_table", address),
+            f"the archive {address} of error queue {self.error_queue.address}",
+            dialect.archive_indexes(address),
+        )
 
     def create_script(self) -> str:
         """The DDL :meth:`create` runs for a new archive, as a script a DBA can review and run."""

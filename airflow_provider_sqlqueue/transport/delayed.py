@@ -49,7 +49,7 @@ from . import headers as h
 from .callers import write_in_callers_transaction
 from .headers import decode_headers
 from .message import MAX_TIME_TO_BE_RECEIVED, OutgoingMessage
-from .queue.provisioning import begin_creation, create_racing, table_exists_on
+from .queue.provisioning import create_side_table, table_exists_on
 from .recoverability import (
     CircuitBreaker,
     CircuitBreakerSettings,
@@ -171,26 +171,14 @@ class DelayedStore:
         ``column_layout="postgresql-transport"``: NServiceBus.Transport.PostgreSql's delayed table (Id,
         Headers, Body, Due), which that transport's own mover reads too (PostgreSQL only)."""
         dialect = dialect_for_layout(self.dialect, column_layout)
-        return create_racing(
-            self.dialect, lambda: self._create_once(dialect), f"delayed table {self.address}"
+        created = create_side_table(
+            self.transport,
+            self.address,
+            dialect.sql("create_delayed_table", self.address),
+            f"delayed table {self.address}",
+            dialect.delayed_indexes(self.address),
         )
-
-    def _create_once(self, dialect: Dialect) -> bool:
-        address = self.address
-        with self.transport.connection(address) as connection:
-            cursor = connection.cursor()
-            begin_creation(cursor, dialect, address, self.transport.current_catalog())
-            created = not table_exists_on(cursor, dialect, address)
-            if created:
-                cursor.execute(dialect.sql("create_delayed_table", address), ())
-            for index in dialect.delayed_indexes(address):
-                cursor.execute(*dialect.index_exists(address, index.name))
-                if not dialect.fetch_rows(cursor):
-                    cursor.execute(index.create, ())
-            connection.commit()
         self._layout = None
-        if created:
-            log.info("created delayed table %s", address)
         return created
 
     def create_script(self, column_layout: ColumnLayout = "sqlserver-transport") -> str:

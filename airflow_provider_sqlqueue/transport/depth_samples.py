@@ -36,7 +36,7 @@ from typing import Any
 
 from ..model.address import QueueAddress
 from ..model.errors import TransientDatabaseError
-from .queue.provisioning import begin_creation, create_racing, table_exists, table_exists_on
+from .queue.provisioning import create_side_table, table_exists
 from .roles import DepthHistoryTransport
 
 __all__ = [
@@ -111,20 +111,12 @@ class DepthSampleTable:
     def create(self) -> bool:
         """Create the table if missing (safe from many processes at once; needs the right to create a table
         in the schema); True when this call created it."""
-        return create_racing(self.transport.dialect, self._create_once, f"depth history {self.address}")
-
-    def _create_once(self) -> bool:
-        dialect, address = self.transport.dialect, self.address
-        with self.transport.connection(address) as connection:
-            cursor = connection.cursor()
-            begin_creation(cursor, dialect, address, self.transport.current_catalog())
-            created = not table_exists_on(cursor, dialect, address)
-            if created:
-                cursor.execute(dialect.sql("create_depth_samples_table", address), ())
-            connection.commit()
-        if created:
-            log.info("created the depth history %s", address)
-        return created
+        return create_side_table(
+            self.transport,
+            self.address,
+            self.transport.dialect.sql("create_depth_samples_table", self.address),
+            f"the depth history {self.address}",
+        )
 
     def create_script(self) -> str:
         """The table's DDL as a script a DBA can review and run."""

@@ -36,7 +36,7 @@ from ..dialects.base import SUBSCRIPTION_COLUMN_LENGTH
 from ..model.address import QueueAddress
 from ..model.errors import ConfigurationError
 from .callers import write_in_callers_transaction
-from .queue.provisioning import begin_creation, create_racing, first_value, table_exists_on
+from .queue.provisioning import create_side_table, first_value
 
 if TYPE_CHECKING:
     from .roles import SubscriptionTransport
@@ -178,21 +178,12 @@ class SubscriptionStore:
     def create(self) -> bool:
         """Create the table if missing (safe from many processes at once; needs DDL rights); True when
         this call created it."""
-        return create_racing(self.transport.dialect, self._create_once, f"subscription table {self.address}")
-
-    def _create_once(self) -> bool:
-        transport, address = self.transport, self.address
-        dialect = transport.dialect
-        with transport.connection(address) as connection:
-            cursor = connection.cursor()
-            begin_creation(cursor, dialect, address, transport.current_catalog())
-            created = not table_exists_on(cursor, dialect, address)
-            if created:
-                cursor.execute(dialect.create_subscription_table(address), ())
-            connection.commit()
-        if created:
-            log.info("created subscription table %s", address)
-        return created
+        return create_side_table(
+            self.transport,
+            self.address,
+            self.transport.dialect.create_subscription_table(self.address),
+            f"subscription table {self.address}",
+        )
 
     def create_script(self) -> str:
         """The table's DDL as a script a DBA can review and run."""

@@ -8,11 +8,12 @@ existence check that tells a missing table from another failure.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...dialects import dialect_for_layout, dialect_for_table
 from ...dialects.base import Dialect, Finding, TableOptions
+from ...dialects.index_spec import IndexSpec
 from ...model.address import QueueAddress
 from ...model.errors import ConfigurationError, PermissionDenied, QueueNotFound, TransientDatabaseError
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "begin_creation",
+    "create_side_table",
     "create_table",
     "drop_table",
     "first_value",
@@ -116,6 +118,38 @@ def create_racing(dialect: Dialect, create_once: Callable[[], bool], what: str) 
             raise
     log.info("%s was created concurrently; checking again", what)
     return create_once()
+
+
+def create_side_table(
+    transport: ProvisioningTransport,
+    address: QueueAddress,
+    create: str,
+    what: str,
+    indexes: Sequence[IndexSpec] = (),
+) -> bool:
+    """Create a table beside the queues (the delayed table, an error queue's archive, the subscriptions, the
+    depth history) with ``create`` and any of ``indexes`` it lacks, in one transaction holding the
+    creators' lock (:func:`begin_creation`), run once more when another process won the race
+    (:func:`create_racing`). ``what`` names the table in the log. True when this call created it."""
+    dialect = transport.dialect
+
+    def create_once() -> bool:
+        with transport.connection(address) as connection:
+            cursor = connection.cursor()
+            begin_creation(cursor, dialect, address, transport.current_catalog())
+            created = not table_exists_on(cursor, dialect, address)
+            if created:
+                cursor.execute(create, ())
+            for index in indexes:
+                cursor.execute(*dialect.index_exists(address, index.name))
+                if not dialect.fetch_rows(cursor):
+                    cursor.execute(index.create, ())
+            connection.commit()
+        if created:
+            log.info("created %s", what)
+        return created
+
+    return create_racing(dialect, create_once, what)
 
 
 def _create_once(
