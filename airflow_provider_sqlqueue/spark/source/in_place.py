@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -283,9 +283,15 @@ def _record_unreadable(transport: Transport, sql: BridgeSql, stream_id: str, key
     raise StreamConflict(f"stream {stream_id} keeps changing: the unreadable messages could not be recorded")
 
 
-def read_held(options: SourceOptions, bounds: list[tuple[int, int]]) -> Iterator[Any]:
+def read_held(
+    options: SourceOptions,
+    bounds: list[tuple[int, int]],
+    note: Callable[[Transport, BridgeSql, list[tuple[int, int]], list[int]], None] | None = None,
+) -> Iterator[Any]:
     """The executors' read of held slices (from, to exclusive) as Arrow record batches of the source's
-    columns; the rows whose headers cannot be read are left out and recorded in the stream's row."""
+    columns; the rows whose headers cannot be read are left out. Once every slice is read to its end,
+    ``note`` gets the slices and those rows' RowVersions (a batch read's: its run's row); without it they
+    are recorded in the stream's row."""
     unreadable: list[int] = []
     with options.open(pool_size=1, max_overflow=0) as transport:
         sql = held_sql(transport, options)
@@ -299,10 +305,13 @@ def read_held(options: SourceOptions, bounds: list[tuple[int, int]]) -> Iterator
             connection.commit()
         if unreadable:
             log.error(
-                "stream %s: %d message(s) of %s have headers that cannot be read; they go to the error queue "
-                "when the micro-batch is committed",
-                options.stream_id,
+                "%s: %d message(s) of %s have headers that cannot be read; they go to the error queue "
+                "when the read is committed",
+                options.run_id if note is not None else f"stream {options.stream_id}",
                 len(unreadable),
                 options.queue,
             )
+        if note is not None:
+            note(transport, sql, bounds, unreadable)
+        elif unreadable:
             _record_unreadable(transport, sql, str(options.stream_id), unreadable)
