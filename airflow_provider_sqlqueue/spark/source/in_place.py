@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql.datasource import InputPartition
-
 from ...transport import ConfigurationError, Transport
 from ..reading.hold import HeldRows, RowHold
 from ..reading.transactions import execute, execute_counted
@@ -44,14 +42,12 @@ from .staging import StreamConflict, StreamMark
 
 __all__ = [
     "INITIAL_OFFSET",
-    "HeldSlices",
     "StreamHold",
     "held_offset",
     "is_in_place",
     "newest_row_version",
     "offset_ranges",
     "read_held",
-    "slices_of",
 ]
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark")
@@ -59,14 +55,6 @@ log = logging.getLogger("airflow_provider_sqlqueue.spark")
 Ranges = tuple[tuple[int, int], ...]
 
 INITIAL_OFFSET: dict = {"position": 0, "ranges": []}
-
-
-class HeldSlices(InputPartition):
-    """RowVersion slices (from, to exclusive) of held rows that one task reads."""
-
-    def __init__(self, bounds: list[tuple[int, int]]) -> None:
-        super().__init__(bounds)
-        self.bounds = bounds
 
 
 def is_in_place(offset: dict) -> bool:
@@ -84,24 +72,6 @@ def offset_ranges(offset: dict) -> Ranges:
 
 def held_offset(ranges: Ranges) -> dict:
     return {"position": ranges[-1][1], "ranges": [list(pair) for pair in ranges]}
-
-
-def slices_of(ranges: Ranges, parts: int) -> list[HeldSlices]:
-    """The ranges cut into at most ``parts`` tasks of about the same number of rows."""
-    total = sum(high - low + 1 for low, high in ranges)
-    share = max(1, -(-total // max(1, parts)))
-    tasks: list[list[tuple[int, int]]] = [[]]
-    room = share
-    for low, high in ranges:
-        while low <= high:
-            if room == 0:
-                tasks.append([])
-                room = share
-            take = min(room, high - low + 1)
-            tasks[-1].append((low, low + take))
-            low += take
-            room -= take
-    return [HeldSlices(bounds) for bounds in tasks if bounds]
 
 
 def held_sql(transport: Transport, options: SourceOptions) -> BridgeSql:
