@@ -113,3 +113,8 @@ def slow_rows(messages: DataFrame) -> DataFrame:
 def first_orders(messages: DataFrame) -> DataFrame:
     """Only the first few orders: Spark reads the slices it needs for them, not every slice."""
     return order_rows(messages).limit(3)
+
+
+def no_orders(messages: DataFrame) -> DataFrame:
+    """No order at all: Spark reads no slice of the messages."""
+    return order_rows(messages).limit(0)

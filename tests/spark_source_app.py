@@ -26,7 +26,7 @@ from pyspark.sql.datasource import InputPartition
 
 from airflow_provider_sqlqueue.spark import SqlQueueDataSource
 from airflow_provider_sqlqueue.spark.config import url_from_environment
-from airflow_provider_sqlqueue.spark.source.in_place import HeldSlices
+from airflow_provider_sqlqueue.spark.source.batch import ReadTask
 from airflow_provider_sqlqueue.spark.source.options import SourceOptions
 from airflow_provider_sqlqueue.spark.source.stream import PositionRange, SqlQueueStreamReader
 from airflow_provider_sqlqueue.transport import open_transport
@@ -72,7 +72,7 @@ class KillingStreamReader(SqlQueueStreamReader):
         return end
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, HeldSlices):  # read in place: RowVersions, the first one queued first
+        if isinstance(partition, ReadTask):  # read in place: RowVersions, the first one queued first
             low = partition.bounds[0][0] - self.first_row_version
         else:
             assert isinstance(partition, PositionRange)

@@ -31,7 +31,13 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs a Java runtime (apt-get install default-jre-headless)", allow_module_level=True)
 
 from reliability_figures import counted
-from spark_cluster import SparkStandalone, base_python, install_executor_site, spark_test_java_options
+from spark_cluster import (
+    SPARK_HOME,
+    SparkStandalone,
+    base_python,
+    install_executor_site,
+    spark_test_java_options,
+)
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
 from test_spark_jobs import (
     ORDER_COLUMNS,
@@ -233,6 +239,9 @@ def test_the_operator_drains_on_the_cluster_through_dag_test(
         "SQLQUEUE_TEST_PY_FILES": str(shipped),
         "SQLQUEUE_TEST_EXECUTOR_PYTHON": base_python(),
         "SQLQUEUE_TEST_EXECUTOR_PATH": str(executor_site),
+        # an application on the cluster keeps Spark's real home, as submit() does: the drain's read of the
+        # data source is planned on the driver by the executors' Python, which has no PySpark but the zip
+        "SPARK_HOME": str(SPARK_HOME),
     }
     run = run_dag(target, "sqlqueue_test_spark_cluster", env=env)
     assert_succeeded(run, target)

@@ -43,10 +43,12 @@ from test_spark_jobs import (
 from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.spark import DRAIN_JOB
 from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
-from airflow_provider_sqlqueue.spark.drain.messages import slice_bounds, staged_messages
+from airflow_provider_sqlqueue.spark.drain.messages import run_messages, source_options
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
 from airflow_provider_sqlqueue.spark.reading.hold import RowHold, consecutive_ranges
 from airflow_provider_sqlqueue.spark.reading.row_batches import row_batches, streams_in_chunks
+from airflow_provider_sqlqueue.spark.source.batch import plan_tasks, slice_bounds
+from airflow_provider_sqlqueue.spark.source.options import SourceOptions
 from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError, HeaderFormatError
 
@@ -68,10 +70,11 @@ def test_ranges_hold_exactly_the_row_versions_and_slices_stay_inside_them() -> N
     assert covered == [3, 4, 5, 7, *range(9, 21)]
 
 
-def test_phase_two_gives_each_task_consecutive_slices_up_to_read_partition_rows(spark) -> None:
+def test_phase_two_gives_each_task_consecutive_slices_up_to_read_partition_rows() -> None:
     """Tasks have a fixed cost, so phase 2 groups consecutive slices into tasks of ``read_partition_rows``
     (never fewer tasks than ``partitions``, nor more than slices); a slice still bounds what one read
-    statement fetches. Planning the frame reads nothing."""
+    statement fetches. The drain's settings reach the data source's read as its options, whose plan of
+    held ranges reads nothing."""
     from airflow_provider_sqlqueue.spark.drain.config import DrainConfig
 
     def tasks(count: int, held: list[tuple[int, int]] | None, **options: int) -> int:
@@ -79,8 +82,10 @@ def test_phase_two_gives_each_task_consecutive_slices_up_to_read_partition_rows(
         run = DrainConfig(
             url="postgresql://reader@127.0.0.1:1/none", input_queue="q", sink="table:t", run_id="r", **values
         )
+        read = SourceOptions.parse(source_options(run, held))
+        assert read.held_ranges == (None if held is None else tuple(held))
         low, high = (held[0][0], held[-1][1]) if held else (1, count)
-        return staged_messages(spark, run, count, low, high, held).rdd.getNumPartitions()
+        return len(plan_tasks(read, count, low, high, read.held_ranges))
 
     assert tasks(20_000, [(1, 20_000)]) == 4  # held: 20 slices of 1,000, 5 to a task
     assert tasks(20_000, None) == 4  # staged: the same
@@ -377,7 +382,7 @@ def test_held_rows_are_skipped_by_receivers_and_a_row_committed_late_inside_them
                 assert len(batch) == 0
             slow_sender.commit()  # the late row is now queued, inside the span of the held rows
             drain._to_processing()
-            messages = staged_messages(spark, run, held.count, held.low, held.high, held.ranges)
+            messages = run_messages(spark, run, held.ranges)
             written = drain.commit(apply_transform(transform, messages, run), held.count)
         finally:
             drain._release_hold(None)
@@ -412,21 +417,24 @@ def test_phase_two_sets_apart_the_unreadable_held_rows_it_reads_and_the_commit_m
 
 
 @POSTGRES
+@pytest.mark.parametrize(("transform", "written"), [("first_orders", 3), ("no_orders", 0)])
 def test_held_slices_a_transform_leaves_unread_have_their_headers_checked_before_the_commit(
-    spark, target, bridge
+    spark, target, bridge, transform: str, written: int
 ) -> None:
-    """A transform that needs only a few rows (a limit) leaves most slices unread: the driver reads their
-    headers itself, so the unreadable rows there still reach the error queue when the hold commits."""
+    """A transform that needs only a few rows (a limit) may leave slices unread, and one that needs none
+    (``limit(0)``) reads no slice: the driver reads the headers of every slice no read task noted as read to
+    its end, so the unreadable rows there still reach the error queue when the hold commits."""
     send_orders(bridge, 150)
     send_unreadable(bridge, "[1, 2]")
     send_orders(bridge, 150, first_order_id=151)
     send_unreadable(bridge, "")  # an empty string is an empty header map: readable
     send_unreadable(bridge, '{"NServiceBus.MessageId": null, "x": [1]}')
     echoed: list[str] = []
-    run = config(target, read_in_place=True, read_slice_rows=50, transform="spark_faults.first_orders")
+    run = config(target, read_in_place=True, read_slice_rows=50, transform=f"spark_faults.{transform}")
     summary = run_drain(spark, run, echo=echoed.append)
-    assert any("left" in line and "unread" in line for line in echoed), echoed
-    assert summary["written"] == 3 and summary["poisoned"] == 2
+    if transform == "no_orders":
+        assert any("left 7 slice(s)" in line and "unread" in line for line in echoed), echoed
+    assert summary["written"] == written and summary["poisoned"] == 2
     assert summary["received"] == summary["processed"] == 301
     assert error_queue_headers(bridge) == ["[1, 2]", '{"NServiceBus.MessageId": null, "x": [1]}']
     assert int(scalar(bridge, f"SELECT count(*) FROM {table(bridge, 'orders')}")) == 0

@@ -275,7 +275,7 @@ def test_message_row_decodes_headers_text_and_times() -> None:
 
 
 def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
-    from airflow_provider_sqlqueue.spark.drain import staged_messages
+    from airflow_provider_sqlqueue.spark.drain import run_messages
 
     orders = bridge.queue("orders")
     orders.send(b'{"a": "\xc3\xa9"}', headers={"NServiceBus.ContentType": "application/json"})
@@ -284,7 +284,8 @@ def test_messages_frame_decodes_text_bodies_only(spark, target, bridge) -> None:
     try:
         drain.start_run()
         drain.receive(1)
-        frame = staged_messages(spark, drain.config, *drain.runs.staged_stats())
+        drain._to_processing()
+        frame = run_messages(spark, drain.config)
         rows = sorted(frame.collect(), key=lambda row: row.row_version)
     finally:
         drain.close()

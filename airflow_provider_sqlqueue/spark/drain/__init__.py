@@ -26,14 +26,13 @@ Only the transport core, the database driver and PySpark are used here: no Airfl
 - ``config.py``: :class:`DrainConfig`, what one drain is asked to do;
 - ``run.py``: :class:`Drain` and :func:`run_drain`, the run on the driver from start to commit or abort;
 - ``receive.py``: phase 1, the receivers on the executors;
-- ``messages.py``: the messages DataFrame, read from staging by the executors;
+- ``messages.py``: the messages DataFrame, the run read with ``spark.read.format("sqlqueue")``;
 - ``transform.py``: loading and applying the user's transform;
 - ``sinks.py``: checking and writing the table, queue or file sink;
 - ``runs.py``: the run's row, its staged messages, orphaned runs.
 
-What the drain shares with the ``sqlqueue`` data source (the statements' helpers, holding rows in place,
-the messages' columns and schema, the heartbeat, :class:`DrainError` and the drills' :class:`InjectedFault`)
-is in :mod:`..reading`.
+The drain is an application of the ``sqlqueue`` data source (:mod:`..source`): phase 2 reads the run with
+``spark.read.format("sqlqueue")`` and its run id (and the held ranges, with ``read_in_place``).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from ..reading.columns import message_row
 from ..reading.errors import DrainError, InjectedFault
 from ..reading.schema import messages_schema
 from .config import DrainConfig
-from .messages import staged_messages
+from .messages import run_messages, staged_messages
 from .run import Drain, run_drain, summary_json
 from .transform import load_transform
 
@@ -55,6 +54,7 @@ __all__ = [
     "message_row",
     "messages_schema",
     "run_drain",
+    "run_messages",
     "staged_messages",
     "summary_json",
 ]

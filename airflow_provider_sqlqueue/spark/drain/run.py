@@ -24,11 +24,11 @@ from ..reading.transactions import (
     rows_changed,
     table_exists,
 )
+from ..source.batch import held_read_notes, slice_bounds
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
 from .copy_text import copy_chunks
-from .headers_check import HeadersCheck
-from .messages import slice_bounds, staged_messages
+from .messages import run_messages
 from .receive import receive_into_staging
 from .runs import RunLedger
 from .sinks import SinkWriter
@@ -60,7 +60,6 @@ class Drain:
         self.runs = RunLedger(self.transport, self.sql, config, self.input, self.echo)
         self.writer = SinkWriter(self.transport, self.sql, config, self.echo)
         self.hold: RowHold | None = None
-        self.headers_check: HeadersCheck | None = None
         self.held_slices: list[tuple[int, int]] = []
         self.summary: dict[str, Any] = {
             "run_id": config.run_id,
@@ -103,10 +102,7 @@ class Drain:
                 "provisioning step (ProvisionSparkBridgeOperator, create_bridge_tables) or let the job "
                 "create them with --create-tables (needs DDL rights)"
             )
-        probe = apply_transform(
-            transform, staged_messages(self.spark, self.config, 0, None, None), self.config
-        )
-        schema = probe.schema
+        schema = apply_transform(transform, run_messages(self.spark, None), self.config).schema
         self.writer.check(schema)
         return schema
 
@@ -161,7 +157,7 @@ class Drain:
             try:
                 self.spark.sparkContext.setJobGroup("sqlqueue-warm-up", "warm up phase 2 while holding")
                 result = apply_transform(
-                    transform, staged_messages(self.spark, self.config, 1, 0, 0, [(0, 0)]), self.config
+                    transform, run_messages(self.spark, self.config, [(0, 0)]), self.config
                 )
                 chunks = copy_chunks(result) if self.sink.kind == "table" and self.sql.can_copy else None
                 if chunks is not None:
@@ -192,9 +188,8 @@ class Drain:
     def _move_unreadable_held(self, hold: RowHold) -> None:
         """Move the held messages whose headers phase 2 could not read to the error queue, first reading the
         headers of any slice the transform left unread, and count them as unreadable, not received."""
-        check = self.headers_check
-        unreadable = check.found() if check is not None else set()
-        unread = check.unread(self.held_slices) if check is not None else self.held_slices
+        unreadable, checked = held_read_notes(self.transport, self.sql, self.config.run_id)
+        unread = [bounds for bounds in self.held_slices if bounds not in checked]
         if unread:
             self.echo(
                 f"the transform left {len(unread)} slice(s) of the held messages unread: "
@@ -304,6 +299,8 @@ class Drain:
                 self.summary["hold_seconds"] = round(time.monotonic() - phase1, 3)
                 self._to_processing()
                 warming.join()
+                # the reads of the held rows note what they found in the run's Summary (the warm-up's not)
+                execute(self.transport, self.sql.set_summary(), ("{}", config.run_id))
             elif state == RECEIVING:
                 self.echo(f"phase 1: {config.partitions} receiver(s) drain {self.input.name} into staging")
                 tasks = self.receive(job_attempt)
@@ -312,12 +309,12 @@ class Drain:
                 self.echo(f"run {config.run_id} was already processing: finishing it without receiving more")
             receive_seconds = time.monotonic() - phase1
             if held is not None:
-                staged, low, high = held.count, held.low, held.high
+                staged = held.count
                 self.summary.update(
                     received=held.count, expired=held.expired, poisoned=0, batches=held.batches
                 )
             else:
-                staged, low, high = self.runs.staged_stats()
+                staged = self.runs.staged_stats()[0]
                 self.summary.update(
                     received=sum(t["received"] for t in tasks),
                     expired=sum(t["expired"] for t in tasks),
@@ -342,17 +339,7 @@ class Drain:
                     f"{staged} staged for the run"
                 )
             phase2 = time.monotonic()
-            if held is not None:
-                self.headers_check = HeadersCheck.start(self.spark)
-            messages = staged_messages(
-                self.spark,
-                config,
-                staged,
-                low,
-                high,
-                held.ranges if held is not None else None,
-                self.headers_check,
-            )
+            messages = run_messages(self.spark, config, held.ranges if held is not None else None)
             result = apply_transform(transform, messages, config)
             self.echo(f"phase 2: transform and commit {staged} message(s) to {self.sink}")
             self.summary["process_seconds"] = None

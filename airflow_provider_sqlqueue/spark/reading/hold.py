@@ -14,9 +14,9 @@ A lock first and a delete at the commit would write every row twice; one delete 
 
 The executors get the held rows as ranges of consecutive RowVersions, every one of them held. A RowVersion
 is never reused, so no other row can appear inside such a range later. Expired rows go with the delete.
-The hold does not read the headers: phase 2's executors read them anyway and report the unreadable rows
-(:mod:`.headers_check`), and the commit moves those to the error queue in the hold's transaction, so they
-commit, or come back, with the run.
+The hold does not read the headers: phase 2's executors (the data source's read of the held ranges) read
+them anyway and note the unreadable rows in the run's row, and the commit moves those to the error queue in
+the hold's transaction, so they commit, or come back, with the run.
 """
 
 from __future__ import annotations

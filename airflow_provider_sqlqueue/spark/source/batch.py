@@ -15,10 +15,13 @@ its run id, and a new read with that run id returns them.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -28,24 +31,61 @@ from ..moves import stage_batch
 from ..reading.heartbeat import Heartbeat
 from ..reading.transactions import execute, execute_counted, require_bridge_layout
 from ..runs import Runs
-from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
+from ..tables import ABORTED, COMMITTED, PROCESSING, READ, RECEIVING, BridgeSql
+from .in_place import read_held
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged
 
-__all__ = ["SqlQueueBatchReader", "StagedSlice", "ack_read", "release_read"]
+__all__ = [
+    "ReadTask",
+    "SqlQueueBatchReader",
+    "ack_read",
+    "held_read_notes",
+    "plan_tasks",
+    "release_read",
+    "slice_bounds",
+]
+
+log = logging.getLogger("airflow_provider_sqlqueue.spark")
 
 READ_SINK = "spark.read"
-SLICE_ROWS = 20_000
 HEARTBEAT_SECONDS = 30.0
 
 
-class StagedSlice(InputPartition):
-    """Staged rows of one run with ``low <= RowVersion < high``."""
+class ReadTask(InputPartition):
+    """The RowVersion slices (from, to exclusive) one read task reads, in order: of the run's staged rows, or
+    of the rows an application holds in the queue (``heldRanges``)."""
 
-    def __init__(self, low: int, high: int) -> None:
-        super().__init__((low, high))
-        self.low = low
-        self.high = high
+    def __init__(self, bounds: list[tuple[int, int]]) -> None:
+        super().__init__(bounds)
+        self.bounds = bounds
+
+
+def slice_bounds(ranges: Sequence[tuple[int, int]], rows_per_slice: int) -> list[tuple[int, int]]:
+    """Inclusive RowVersion ranges cut into slices (from, to exclusive) of at most ``rows_per_slice``."""
+    bounds = []
+    for low, high in ranges:
+        for start in range(low, high + 1, rows_per_slice):
+            bounds.append((start, min(start + rows_per_slice, high + 1)))
+    return bounds
+
+
+def plan_tasks(
+    options: SourceOptions, count: int, low: int, high: int, held: Sequence[tuple[int, int]] | None = None
+) -> list[ReadTask]:
+    """The read tasks of ``count`` rows between RowVersions ``low`` and ``high``: held rows in their ``held``
+    ranges, staged rows evenly over the span. Slices of at most ``sliceRows`` rows bound what one statement
+    fetches; consecutive slices go to one task up to ``partitionRows`` rows, as tasks have a fixed cost
+    (never fewer tasks than ``partitions``, nor more than slices)."""
+    if held is not None:
+        bounds = slice_bounds(held, options.slice_rows)
+    else:
+        span = high - low + 1
+        slices = min(max(options.partitions, math.ceil(count / options.slice_rows)), span)
+        edges = [low + (span * i) // slices for i in range(slices)] + [high + 1]
+        bounds = [(edges[i], edges[i + 1]) for i in range(slices)]
+    tasks = min(len(bounds), max(options.partitions, math.ceil(count / options.partition_rows)))
+    return [ReadTask(bounds[len(bounds) * i // tasks : len(bounds) * (i + 1) // tasks]) for i in range(tasks)]
 
 
 def _run_id(options: SourceOptions) -> str:
@@ -59,7 +99,8 @@ def _run_id(options: SourceOptions) -> str:
 
 
 def _start(runs: Runs, queue: Any, run_id: str) -> str:
-    """Register the run, or resume it; return its state (``receiving`` or ``read``)."""
+    """Register the run, or resume it; return its state: ``receiving``, ``read``, or ``processing`` (an
+    application's run whose messages are staged: the read receives no more)."""
     row, _created = runs.start(run_id, queue.name, READ_SINK)
     if row.state == COMMITTED:
         raise ConfigurationError(
@@ -67,7 +108,7 @@ def _start(runs: Runs, queue: Any, run_id: str) -> str:
         )
     if row.state == ABORTED:
         return RECEIVING if runs.restart(run_id, READ_SINK) else _start(runs, queue, run_id)
-    if row.state not in (RECEIVING, READ):
+    if row.state not in (RECEIVING, READ, PROCESSING):
         raise ConfigurationError(f"run id {run_id} is a {row.state} run of the drain job, not a batch read")
     return row.state
 
@@ -129,9 +170,12 @@ class SqlQueueBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
-    def partitions(self) -> list[StagedSlice]:
+    def partitions(self) -> list[ReadTask]:
         options = self.options
         run_id = _run_id(options)
+        if options.held_ranges is not None:  # the application holds them: nothing to receive or count
+            ranges = options.held_ranges
+            return plan_tasks(options, sum(high - low + 1 for low, high in ranges), 0, 0, ranges)
         with options.open(pool_size=options.receivers + 1, max_overflow=1) as transport:
             sql = bridge_sql(transport, options, check=True)
             queue = transport.queue(options.queue)
@@ -142,17 +186,54 @@ class SqlQueueBatchReader(DataSourceReader):
                 _receive(transport, sql, queue, options, run_id)
             count, low, high = execute(transport, sql.staged_stats(), (run_id,), write=False)[0]
         count = int(count or 0)
-        if not count:
-            return []
-        low, high = int(low), int(high)
-        slices = min(max(options.partitions, math.ceil(count / SLICE_ROWS)), high - low + 1)
-        edges = [low + ((high - low + 1) * i) // slices for i in range(slices)] + [high + 1]
-        return [StagedSlice(edges[i], edges[i + 1]) for i in range(slices)]
+        return plan_tasks(options, count, int(low), int(high)) if count else []
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, StagedSlice):  # PySpark's placeholder: the run staged nothing
+        if not isinstance(partition, ReadTask):  # PySpark's placeholder: the run staged nothing
             return
-        yield from read_staged(self.options, _run_id(self.options), partition.low, partition.high)
+        run_id = _run_id(self.options)
+        if self.options.held_ranges is not None:
+            yield from read_held(self.options, partition.bounds, partial(note_held_read, run_id))
+            return
+        for low, high in partition.bounds:
+            yield from read_staged(self.options, run_id, low, high)
+
+
+def note_held_read(
+    run_id: str, transport: Transport, sql: BridgeSql, bounds: list[tuple[int, int]], unreadable: list[int]
+) -> None:
+    """Executor side, a task's held slices read to their end: add them (``checked``) and their rows whose
+    headers cannot be read (``unreadable``) to the run's Summary, a compare-and-set (a retried task adds the
+    same). Only while the application keeps its Summary a JSON object: before, nothing is noted, and the
+    application reads the headers of slices noted nowhere itself (:func:`held_read_notes`)."""
+    for _ in range(20):
+        rows = execute(transport, sql.get_run(), (run_id,), write=False)
+        text = rows[0][3] if rows else None
+        notes = json.loads(text) if text else None
+        if not isinstance(notes, dict):
+            return
+        checked = sorted({tuple(pair) for pair in notes.get("checked", ())} | set(bounds))
+        marked = {
+            **notes,
+            "checked": [list(pair) for pair in checked],
+            "unreadable": sorted(set(notes.get("unreadable", ())) | set(unreadable)),
+        }
+        params = (json.dumps(marked), run_id, text)
+        if marked == notes or execute_counted(transport, sql.counted(sql.set_summary_if()), params) == 1:
+            return
+    log.warning("run %s keeps changing: the held slices read were not noted (they are read again)", run_id)
+
+
+def held_read_notes(
+    transport: Transport, sql: BridgeSql, run_id: str
+) -> tuple[set[int], set[tuple[int, int]]]:
+    """Driver side, after the reads of held rows: the unreadable RowVersions the tasks found, and the slices
+    they read to their end."""
+    rows = execute(transport, sql.get_run(), (run_id,), write=False)
+    notes = json.loads(rows[0][3]) if rows and rows[0][3] else {}
+    notes = notes if isinstance(notes, dict) else {}
+    unreadable = {int(key) for key in notes.get("unreadable", ())}
+    return unreadable, {(int(low), int(high)) for low, high in notes.get("checked", ())}
 
 
 def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:

@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
-
-from pyspark.sql.datasource import InputPartition
 
 from ...transport import ConfigurationError, Transport
 from ..reading.hold import HeldRows, RowHold
@@ -44,14 +42,12 @@ from .staging import StreamConflict, StreamMark
 
 __all__ = [
     "INITIAL_OFFSET",
-    "HeldSlices",
     "StreamHold",
     "held_offset",
     "is_in_place",
     "newest_row_version",
     "offset_ranges",
     "read_held",
-    "slices_of",
 ]
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark")
@@ -59,14 +55,6 @@ log = logging.getLogger("airflow_provider_sqlqueue.spark")
 Ranges = tuple[tuple[int, int], ...]
 
 INITIAL_OFFSET: dict = {"position": 0, "ranges": []}
-
-
-class HeldSlices(InputPartition):
-    """RowVersion slices (from, to exclusive) of held rows that one task reads."""
-
-    def __init__(self, bounds: list[tuple[int, int]]) -> None:
-        super().__init__(bounds)
-        self.bounds = bounds
 
 
 def is_in_place(offset: dict) -> bool:
@@ -84,24 +72,6 @@ def offset_ranges(offset: dict) -> Ranges:
 
 def held_offset(ranges: Ranges) -> dict:
     return {"position": ranges[-1][1], "ranges": [list(pair) for pair in ranges]}
-
-
-def slices_of(ranges: Ranges, parts: int) -> list[HeldSlices]:
-    """The ranges cut into at most ``parts`` tasks of about the same number of rows."""
-    total = sum(high - low + 1 for low, high in ranges)
-    share = max(1, -(-total // max(1, parts)))
-    tasks: list[list[tuple[int, int]]] = [[]]
-    room = share
-    for low, high in ranges:
-        while low <= high:
-            if room == 0:
-                tasks.append([])
-                room = share
-            take = min(room, high - low + 1)
-            tasks[-1].append((low, low + take))
-            low += take
-            room -= take
-    return [HeldSlices(bounds) for bounds in tasks if bounds]
 
 
 def held_sql(transport: Transport, options: SourceOptions) -> BridgeSql:
@@ -283,9 +253,15 @@ def _record_unreadable(transport: Transport, sql: BridgeSql, stream_id: str, key
     raise StreamConflict(f"stream {stream_id} keeps changing: the unreadable messages could not be recorded")
 
 
-def read_held(options: SourceOptions, bounds: list[tuple[int, int]]) -> Iterator[Any]:
+def read_held(
+    options: SourceOptions,
+    bounds: list[tuple[int, int]],
+    note: Callable[[Transport, BridgeSql, list[tuple[int, int]], list[int]], None] | None = None,
+) -> Iterator[Any]:
     """The executors' read of held slices (from, to exclusive) as Arrow record batches of the source's
-    columns; the rows whose headers cannot be read are left out and recorded in the stream's row."""
+    columns; the rows whose headers cannot be read are left out. Once every slice is read to its end,
+    ``note`` gets the slices and those rows' RowVersions (a batch read's: its run's row); without it they
+    are recorded in the stream's row."""
     unreadable: list[int] = []
     with options.open(pool_size=1, max_overflow=0) as transport:
         sql = held_sql(transport, options)
@@ -299,10 +275,13 @@ def read_held(options: SourceOptions, bounds: list[tuple[int, int]]) -> Iterator
             connection.commit()
         if unreadable:
             log.error(
-                "stream %s: %d message(s) of %s have headers that cannot be read; they go to the error queue "
-                "when the micro-batch is committed",
-                options.stream_id,
+                "%s: %d message(s) of %s have headers that cannot be read; they go to the error queue "
+                "when the read is committed",
+                options.run_id if note is not None else f"stream {options.stream_id}",
                 len(unreadable),
                 options.queue,
             )
+        if note is not None:
+            note(transport, sql, bounds, unreadable)
+        elif unreadable:
             _record_unreadable(transport, sql, str(options.stream_id), unreadable)

@@ -12,6 +12,7 @@ database, and the read would fail later for want of a queue, leaving the file be
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ READ_OPTIONS = (
     "stageAhead",
     "readInPlace",
     "createTables",
+    "heldRanges",
+    "sliceRows",
+    "partitionRows",
 )
 _KNOWN_KEYS = {name.lower() for name in READ_OPTIONS} | {"path"}  # load("<queue>") passes path
 _TRUE = {"true", "1", "yes"}
@@ -116,6 +120,21 @@ def _require_sqlite_file(url: str) -> None:
         )
 
 
+def _ranges(text: Any) -> tuple[tuple[int, int], ...] | None:
+    """``heldRanges``: JSON ``[[low, high], ...]``, inclusive RowVersion ranges an application holds."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        ranges = tuple((int(low), int(high)) for low, high in json.loads(str(text)))
+    except (TypeError, ValueError):
+        ranges = ()
+    if not ranges or any(low > high for low, high in ranges):
+        raise ConfigurationError(
+            f"option heldRanges must be JSON [[low, high], ...] of inclusive RowVersion ranges, not {text!r}"
+        )
+    return ranges
+
+
 def _flag(options: Mapping[str, str], key: str) -> bool:
     text = str(options.get(key, "")).strip().lower()
     if text in _TRUE:
@@ -150,6 +169,9 @@ class SourceOptions:
     stage_ahead: bool = False
     read_in_place: bool | None = None
     create_tables: bool = False
+    held_ranges: tuple[tuple[int, int], ...] | None = None
+    slice_rows: int = 20_000
+    partition_rows: int = 250_000
     columns: tuple[tuple[str, bool], ...] | None = None
 
     @classmethod
@@ -188,6 +210,9 @@ class SourceOptions:
             stage_ahead=_flag(lowered, "stageahead"),
             read_in_place=None if lowered.get("readinplace") is None else _flag(lowered, "readinplace"),
             create_tables=_flag(lowered, "createtables"),
+            held_ranges=_ranges(lowered.get("heldranges")),
+            slice_rows=_positive(lowered, "slicerows", 20_000) or 20_000,
+            partition_rows=_positive(lowered, "partitionrows", 250_000) or 250_000,
         )
         _require_sqlite_file(url)
         return parsed

@@ -73,16 +73,15 @@ from ...transport import ConfigurationError, SqlQueueError, Transport
 from ..reading.hold import reason_not_to_hold
 from ..reading.transactions import execute, execute_counted
 from ..tables import STREAMING, BridgeSql
+from .batch import ReadTask, plan_tasks
 from .in_place import (
     INITIAL_OFFSET,
-    HeldSlices,
     StreamHold,
     held_offset,
     is_in_place,
     newest_row_version,
     offset_ranges,
     read_held,
-    slices_of,
 )
 from .options import SourceOptions
 from .staging import (
@@ -439,7 +438,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._plan_held(ranges)
                 if self.ceiling is None or ranges[-1][1] < self.ceiling:
                     self._hold().start_ahead(self._ahead_wanted, self.ceiling)
-            return slices_of(ranges, self.options.partitions)
+            return plan_tasks(self.options, sum(high - low + 1 for low, high in ranges), 0, 0, ranges)
         low, high = _position(start), _position(end)
         if high <= low:
             return []
@@ -532,7 +531,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- the executors ---------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, HeldSlices):
+        if isinstance(partition, ReadTask):
             yield from read_held(self.options, partition.bounds)
             return
         if not isinstance(partition, PositionRange):  # PySpark's placeholder: nothing was planned
