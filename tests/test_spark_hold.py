@@ -43,7 +43,7 @@ from test_spark_jobs import (
 from airflow_provider_sqlqueue.demo.orders import make_orders
 from airflow_provider_sqlqueue.spark import DRAIN_JOB
 from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
-from airflow_provider_sqlqueue.spark.drain.messages import run_messages, source_options
+from airflow_provider_sqlqueue.spark.drain.messages import run_messages, source_options, staged_messages
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
 from airflow_provider_sqlqueue.spark.reading.hold import RowHold, consecutive_ranges
 from airflow_provider_sqlqueue.spark.reading.row_batches import row_batches, streams_in_chunks
@@ -392,6 +392,30 @@ def test_held_rows_are_skipped_by_receivers_and_a_row_committed_late_inside_them
     with orders.receive(max_messages=10) as batch:
         assert [message.headers["NServiceBus.MessageId"] for message in batch] == ["late"]
     assert staged(bridge) == 0
+
+
+@POSTGRES
+def test_the_deprecated_staged_messages_warns_and_reads_what_run_messages_reads(
+    spark, target, bridge
+) -> None:
+    """``staged_messages``, the drain's old reader, says to use ``run_messages`` and returns the same rows;
+    reading deletes nothing: the released hold leaves every message queued."""
+    send_orders(bridge, 60)
+    run = config(target, read_in_place=True)
+    drain = Drain(spark, run)
+    try:
+        drain.prepare(load_transform(run.transform))
+        drain.start_run()
+        held = drain.hold_in_place()
+        drain._to_processing()
+        current = sorted(row["message_id"] for row in run_messages(spark, run, held.ranges).collect())
+        with pytest.warns(DeprecationWarning, match="use run_messages"):
+            deprecated = staged_messages(spark, run, held.count, held=held.ranges)
+        assert sorted(row["message_id"] for row in deprecated.collect()) == current
+    finally:
+        drain._release_hold(None)
+        drain.close()
+    assert len(current) == 60 and bridge.queue("orders").count() == 60
 
 
 @POSTGRES
