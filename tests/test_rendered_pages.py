@@ -176,7 +176,7 @@ def test_hand_measured_figures_in_prose_come_from_their_data(render) -> None:
         assert render.replace_blocks(text.replace(old, new), blocks, page_name) == text
 
 
-def test_a_transcribed_line_naming_an_undescribed_run_is_refused() -> None:
+def test_a_transcribed_line_naming_an_undescribed_run_is_refused(render) -> None:
     from pages.transcribed_text import UnknownRun, block_lines
 
     data = json.loads((DATA / "airflow-ui.json").read_text(encoding="utf-8"))
