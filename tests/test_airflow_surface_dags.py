@@ -24,6 +24,7 @@ from airflow.sdk.definitions._internal.abstractoperator import DEFAULT_QUEUE
 from test_airflow_dags import airflow_db, assert_succeeded, run_dag  # noqa: F401  (airflow_db: a fixture)
 
 from airflow_provider_sqlqueue.transport import OutgoingMessage
+from airflow_provider_sqlqueue.transport.depth_samples import DepthSampleTable, depth_samples_address
 from airflow_provider_sqlqueue.triggers.queue import PendingMessagesTrigger
 
 if TYPE_CHECKING:
@@ -159,11 +160,17 @@ def test_the_sensors_default_count_does_not_fire_on_an_overcounting_estimate(
         orders.send(b"fresh")
         time.sleep(0.05)
         assert orders.peek_estimate() == 3 and orders.count() == 1  # the estimate overcounts
+        history = DepthSampleTable(transport, depth_samples_address(transport, orders.address))
+        history.create()
 
     run = run_dag(target, "sqlqueue_test_sensor_count", env=TEST_DAGS)
 
     states = {ti["task_id"]: ti["state"] for ti in run.task_instances}
     assert states == {"poke": "skipped"}, run.output
+    with target.open() as transport:
+        samples = DepthSampleTable(transport, history.address).read(0)["orders"]
+    # each poke offered the depth it read; the table keeps the first of each minute
+    assert 1 <= len(samples) <= 2 and {s.messages for s in samples} == {1}, samples
 
     async def first_event_within(seconds: float) -> object:
         trigger = PendingMessagesTrigger(queue_name="orders", min_messages=3, poll_interval=0.2)

@@ -1,6 +1,6 @@
 """The depth history table (transport/depth_samples.py) on every engine: one sample a queue a minute however
 many writers sample at once, the purge of samples older than the retention, and a sampler whose table is
-absent warning once and sampling on without it, never raising."""
+absent saying so once and sampling on without it, never raising."""
 
 from __future__ import annotations
 
@@ -117,21 +117,33 @@ def test_the_purge_deletes_what_is_older_than_the_retention_at_most_now_and_then
         assert table.read(int((START + 3600) // MINUTE) + 3) == {"orders": table.read(0)["orders"][1:]}
 
 
-def test_a_sampler_without_its_table_warns_once_and_never_raises(
+def test_a_sampler_without_its_table_says_so_once_and_finds_it_when_created(
     target: EngineTarget, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The table is opt-in, so its absence is logged once at INFO (no warning, no failed insert), and a
+    table created while the sampler runs is written from the next catalog check on, within PURGE_EVERY."""
     with target.open() as transport:
         orders = transport.queue("orders").address
         clock = Clock()
         sampler = DepthSampler(transport, clock=clock)
-        with caplog.at_level(logging.WARNING, "airflow_provider_sqlqueue.transport.depth_samples"):
+        with caplog.at_level(logging.INFO, "airflow_provider_sqlqueue.transport.depth_samples"):
             for minute in range(3):
                 clock.now = START + minute * MINUTE
-                sampler.sample(orders, minute, exact=False)
-        warnings = [r for r in caplog.records if "not sampling queue depths" in r.getMessage()]
-        assert len(warnings) == 1, caplog.text
-        assert "sqlqueue_depth_samples" in warnings[0].getMessage()
+                assert sampler.sample(orders, minute, exact=False) is None
+        said = [r for r in caplog.records if "no depth history table" in r.getMessage()]
+        assert [r.levelno for r in said] == [logging.INFO], caplog.text
+        assert "sqlqueue_depth_samples" in said[0].getMessage()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
         assert sampler.written == 0 and not history_table(transport).exists()
+
+        table = history_table(transport)
+        table.create()
+        clock.now = START + 3 * MINUTE
+        assert sampler.sample(orders, 7, exact=False) is None  # not asked again before PURGE_EVERY
+        clock.now = START + PURGE_EVERY.total_seconds() + MINUTE
+        assert sampler.sample(orders, 8, exact=False) is not None
+        assert [s.messages for s in table.read(0)["orders"]] == [8] and sampler.written == 1
+        assert len([r for r in caplog.records if "no depth history table" in r.getMessage()]) == 1
 
 
 def test_a_sampler_without_retention_samples_nothing(target: EngineTarget) -> None:

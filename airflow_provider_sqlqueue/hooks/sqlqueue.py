@@ -45,7 +45,7 @@ from ..transport import (
     open_transport,
 )
 from ..transport.connection import DEFAULT_ODBC_DRIVER
-from ..transport.depth_samples import RETENTION, DepthSampler
+from ..transport.depth_samples import RETENTION, DepthSample, DepthSampler
 from ..transport.odbc_drivers import reads_port_keyword
 from ..transport.odbc_string import (
     driver_manager_refusal,
@@ -697,6 +697,14 @@ class SqlQueueHook(DbApiHook):
         if count_mode == "exact":
             return target.count()
         raise ConfigurationError(f"count_mode must be 'estimate' or 'exact', not {count_mode!r}")
+
+    def sample_depth(self, queue_name: str, messages: int, exact: bool) -> DepthSample | None:
+        """Offer ``messages``, a depth just read, to the queue's depth history (one sample a queue a minute,
+        where ``sqlqueue create --depth-history`` made its table and ``[sqlqueue]
+        depth_history_retention_hours`` is above 0), as the triggers' polls and the pumps' peeks do; the
+        sample offered, or None. Never raises: a history must not fail what read the depth."""
+        queue = self.get_queue(queue_name)
+        return DepthSampler(queue.transport, depth_history_retention()).sample(queue.address, messages, exact)
 
     def purge_expired(
         self,

@@ -44,7 +44,9 @@ class QueueSensor(BaseSensorOperator):
     :param deferrable: defer to the triggerer; defaults to ``[operators] default_deferrable``.
 
     Each poke, like each of the trigger's polls, sends the queue's gauges (depth as this poke counted it,
-    oldest message's age, its error queue's estimate) to Airflow's metrics backend (see metrics.py).
+    oldest message's age, its error queue's estimate) to Airflow's metrics backend (see metrics.py), and
+    offers the depth to the queue's depth history where its table exists (:meth:`SqlQueueHook.sample_depth`),
+    so the Queues page's chart covers a queue that only poking sensors watch.
     """
 
     template_fields: Sequence[str] = ("queue_name", "min_messages")
@@ -81,6 +83,7 @@ class QueueSensor(BaseSensorOperator):
                 # The estimate counts gaps and expired rows: confirm before succeeding.
                 depth = hook.depth(self.queue_name, "exact")
             self._emit_gauges(hook, depth)
+            hook.sample_depth(self.queue_name, depth, exact=self.count_mode == "exact" or depth >= threshold)
         finally:
             hook.close()
         self.log.info(

@@ -9,7 +9,7 @@ queue's estimate, ``Failed``; a pump's peek gives none).
 **Where.** One table per schema, :data:`DEPTH_SAMPLES_TABLE` beside the queues it samples (in their schema
 and catalog, named as the Spark bridge's tables are), made only when asked, where queues are provisioned
 (``sqlqueue create --depth-history``, or the DDL of ``sqlqueue script --depth-history``): a deployment that
-never asks pays nothing but one warning per writer. Its columns: QueueName
+never asks pays one catalog query per writer and table every :data:`PURGE_EVERY`. Its columns: QueueName
 (the queue's table name), SampledMinute (the UTC minute, as minutes since the Unix epoch: an integer every
 engine and driver binds alike), Messages, MessagesExact and Failed, keyed by (QueueName, SampledMinute).
 
@@ -19,9 +19,12 @@ pumps sample at once (each engine's ``record_depth_sample``). A sampler deletes 
 retention (``[sqlqueue] depth_history_retention_hours``, :data:`RETENTION` by default) at most every
 :data:`PURGE_EVERY`. So a table holds at most one row a queue a minute of the retention: 1,440 a queue a day.
 
-**Never in the way.** Sampling must not fail a trigger or a pump: a table that is absent or a role that may
-not write it gets one warning per table and sampler, and that table is not sampled again by it; a transient
-failure skips the minute; anything else is logged once and stops that table's sampling too.
+**Never in the way.** Sampling must not fail a trigger, a sensor or a pump. A sampler asks the catalog whether
+its table exists before its first insert (so an absent table costs no failed statement in the server's log)
+and, while it is absent, again at most every :data:`PURGE_EVERY`, so a table created later is found without
+a restart; its absence is the default, so it is logged once at INFO, not as a warning. A role that may not
+write an existing table gets one warning per table and sampler, and that table is not sampled again by it;
+a transient failure skips the minute; anything else is logged once and stops that table's sampling too.
 """
 
 from __future__ import annotations
@@ -210,6 +213,8 @@ class DepthSampler:
         self._last_minute: dict[QueueAddress, int] = {}  # the minute each queue was last sampled
         self._tables: dict[QueueAddress, DepthSampleTable] = {}
         self._off: set[QueueAddress] = set()  # tables this sampler stopped writing, each warned about once
+        self._present: set[QueueAddress] = set()  # tables the catalog showed
+        self._absent_until: dict[QueueAddress, float] = {}  # absent tables: when to ask the catalog again
         self._purged_at: dict[QueueAddress, float] = {}
         self.written = 0  # samples this sampler inserted (another writer may have had the minute first)
 
@@ -238,6 +243,8 @@ class DepthSampler:
             if table.address in self._off:
                 return None
             self._last_minute[queue] = minute
+        if not self._table_present(table, now):
+            return None
         sample = DepthSample(queue.table, minute, int(messages), bool(exact), failed)
         try:
             if table.record(sample):
@@ -258,6 +265,36 @@ class DepthSampler:
                 error,
             )
         return sample
+
+    def _table_present(self, table: DepthSampleTable, now: float) -> bool:
+        """Whether ``table`` exists, from the catalog the first time and, while it is absent, again every
+        :data:`PURGE_EVERY`; never raises (a failed check counts as absent until the next)."""
+        with self._lock:
+            if table.address in self._present:
+                return True
+            recheck = self._absent_until.get(table.address)
+            if recheck is not None and now < recheck:
+                return False
+            self._absent_until[table.address] = now + PURGE_EVERY.total_seconds()
+        try:
+            found = table.exists()
+        except Exception as error:
+            log.debug("depth history %s not checked: %s", table.address, error)
+            return False
+        if not found:
+            if recheck is None:
+                log.info(
+                    "no depth history table %s, so queue depths are not sampled into it (looked again "
+                    "every %s). The Queues page shows the depth it reads itself; `sqlqueue create "
+                    "--depth-history` makes the table",
+                    table.address,
+                    PURGE_EVERY,
+                )
+            return False
+        with self._lock:
+            self._present.add(table.address)
+            self._absent_until.pop(table.address, None)
+        return True
 
     def _table(self, queue: QueueAddress) -> DepthSampleTable:
         address = depth_samples_address(self.transport, queue)
