@@ -70,8 +70,8 @@ SETTINGS_SECTION: dict[str, Any] = {
             "integer",
             24,
             "Hours the depth history (sqlqueue_depth_samples, one sample a queue a minute, written by the "
-            "triggers' polls and the pumps' peeks) keeps its samples before they are deleted (0: sample "
-            "nothing).",
+            "triggers' polls, the sensors' pokes and the pumps' peeks) keeps its samples before they are "
+            "deleted (0: sample nothing).",
         ),
     },
 }

@@ -625,9 +625,61 @@ def check_depth_history(page: Any, stack: AirflowStack, queue_file: Path, images
         chart.count() == 1 and "→ 0 messages" in chart.inner_text(),
         f"the chart reads {chart.all_inner_texts()}",
     )
+    expect(
+        frame.locator("#history-note").get_attribute("data-source") == "memory",
+        "the page says its history is the table's although this database has none",
+    )
+    chart.scroll_into_view_if_needed()
+    page.screenshot(path=str(images / "airflow-ui-queues-history-page.png"))
+    log(f"depth history of {QUEUE} from the page's reads: {steps} (auto-refresh every 3 s), chart drawn")
+    check_stored_depth_history(page, stack, queue_file, images)
+
+
+def check_stored_depth_history(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
+    """With ``sqlqueue_depth_samples`` created beside the queues, the page draws the stored history instead
+    of its own: QUEUE filled and drained in steps, each step's count sampled by the product's DepthSampler.
+    Its clock is put a minute apart per step (one sample a queue a minute would otherwise make this check
+    wait a minute a step), as a pump's peeks a minute apart would write them."""
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.depth_samples import (
+        DepthSampler,
+        DepthSampleTable,
+        depth_samples_address,
+    )
+
+    with open_transport(f"sqlite:///{queue_file}") as transport:
+        queue = transport.queue(QUEUE)
+        table = DepthSampleTable(transport, depth_samples_address(transport, queue.address))
+        expect(table.create(), f"{table.address} existed before this check created it")
+        full = DRAIN_STEPS * DRAIN_BATCH
+        queue.send_batch(f"order {n}" for n in range(full - queue.count()))
+        start = time.time() - (DRAIN_STEPS + 1) * 60
+        for step in range(DRAIN_STEPS + 1):
+            sampler = DepthSampler(transport, clock=lambda at=start + step * 60: at)
+            expect(sampler.sample(queue.address, queue.count(), exact=True) is not None, "no sample offered")
+            if step < DRAIN_STEPS:
+                with queue.receive(DRAIN_BATCH) as batch:
+                    expect(len(batch.messages) == DRAIN_BATCH, f"received {len(batch.messages)}")
+    expected = [full - step * DRAIN_BATCH for step in range(DRAIN_STEPS + 1)]
+    answer = page.request.get(f"{stack.base_url}/sqlqueue/api/queues?conn_id={CONN_ID}").json()
+    seen = [sample["messages"] for sample in answer["history"][QUEUE]]
+    expect(answer["history_source"] == "table", f"the page's history source is {answer['history_source']!r}")
+    expect(seen[: len(expected)] == expected, f"the stored history of {QUEUE} reads {seen}, not {expected}")
+    page.reload(wait_until="domcontentloaded")
+    frame = page.frame_locator("iframe")
+    note = frame.locator("#history-note")
+    note.wait_for(timeout=30_000)
+    expect(
+        note.get_attribute("data-source") == "table", f"the page's history note reads {note.inner_text()!r}"
+    )
+    chart = frame.locator(f'figure.chart[data-queue="{QUEUE}"]')
+    expect(
+        chart.count() == 1 and f"{full} → 0 messages" in chart.inner_text().replace(",", ""),
+        f"the chart reads {chart.all_inner_texts()}",
+    )
     chart.scroll_into_view_if_needed()
     page.screenshot(path=str(images / "airflow-ui-queues-history.png"))
-    log(f"depth history of {QUEUE}: {steps} (auto-refresh every 3 s), chart drawn; screenshot")
+    log(f"stored depth history of {QUEUE} in {table.address}: {seen}, chart drawn; screenshot")
 
 
 POSTGRES_ENV = "SQLQUEUE_UI_CHECK_POSTGRES"  # JSON: url, schema, connection (never on a command line)
