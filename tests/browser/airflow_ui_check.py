@@ -27,8 +27,10 @@ browser:
     the window to Airflow's login.
 
 In (c) the admin also sees the summary, retries through the page's dialog (Escape closes it, Tab stays in
-it), watches a queue drain through the page's auto-refresh and its chart, and gets a sentence for a
-shortened group id; with SQLQUEUE_UI_CHECK_POSTGRES, the page runs on PostgreSQL too (check_postgres).
+it), watches a queue drain through the page's auto-refresh and its chart, then, once the depth history
+table exists, sees the chart drawn from it (check_stored_depth_history), and gets a sentence for a
+shortened group id; with SQLQUEUE_UI_CHECK_POSTGRES, the page runs on PostgreSQL too (check_postgres, the
+stored history included).
 
 Everything runs logged in through Airflow's login page, as ``admin``, ``viewer`` and ``op`` (simple auth
 manager accounts with random passwords; see airflow_stack.py).
@@ -632,14 +634,17 @@ def check_depth_history(page: Any, stack: AirflowStack, queue_file: Path, images
     chart.scroll_into_view_if_needed()
     page.screenshot(path=str(images / "airflow-ui-queues-history-page.png"))
     log(f"depth history of {QUEUE} from the page's reads: {steps} (auto-refresh every 3 s), chart drawn")
-    check_stored_depth_history(page, stack, queue_file, images)
+    check_stored_depth_history(page, stack, CONN_ID, {"url": f"sqlite:///{queue_file}"}, images)
 
 
-def check_stored_depth_history(page: Any, stack: AirflowStack, queue_file: Path, images: Path) -> None:
-    """With ``sqlqueue_depth_samples`` created beside the queues, the page draws the stored history instead
-    of its own: QUEUE filled and drained in steps, each step's count sampled by the product's DepthSampler.
-    Its clock is put a minute apart per step (one sample a queue a minute would otherwise make this check
-    wait a minute a step), as a pump's peeks a minute apart would write them."""
+def check_stored_depth_history(
+    page: Any, stack: AirflowStack, conn_id: str, database: dict[str, Any], images: Path | None
+) -> None:
+    """With ``sqlqueue_depth_samples`` created beside the queues of ``conn_id`` (``database``: its
+    ``open_transport`` arguments), the page draws the stored history instead of its own: QUEUE filled and
+    drained in steps, each step's count sampled by the product's DepthSampler. Its clock is put a minute
+    apart per step (one sample a queue a minute would otherwise make this check wait a minute a step), as a
+    pump's peeks a minute apart would write them. The chart's screenshot goes to ``images``, if given."""
     from airflow_provider_sqlqueue.transport import open_transport
     from airflow_provider_sqlqueue.transport.depth_samples import (
         DepthSampler,
@@ -647,8 +652,10 @@ def check_stored_depth_history(page: Any, stack: AirflowStack, queue_file: Path,
         depth_samples_address,
     )
 
-    with open_transport(f"sqlite:///{queue_file}") as transport:
+    with open_transport(**database) as transport:
         queue = transport.queue(QUEUE)
+        queue.create()
+        shown = str(queue.address)  # as the page names it: with its schema where the connection has one
         table = DepthSampleTable(transport, depth_samples_address(transport, queue.address))
         expect(table.create(), f"{table.address} existed before this check created it")
         full = DRAIN_STEPS * DRAIN_BATCH
@@ -661,25 +668,33 @@ def check_stored_depth_history(page: Any, stack: AirflowStack, queue_file: Path,
                 with queue.receive(DRAIN_BATCH) as batch:
                     expect(len(batch.messages) == DRAIN_BATCH, f"received {len(batch.messages)}")
     expected = [full - step * DRAIN_BATCH for step in range(DRAIN_STEPS + 1)]
-    answer = page.request.get(f"{stack.base_url}/sqlqueue/api/queues?conn_id={CONN_ID}").json()
-    seen = [sample["messages"] for sample in answer["history"][QUEUE]]
+    answer = page.request.get(f"{stack.base_url}/sqlqueue/api/queues?conn_id={conn_id}").json()
+    seen = [sample["messages"] for sample in answer["history"][shown]]
     expect(answer["history_source"] == "table", f"the page's history source is {answer['history_source']!r}")
-    expect(seen[: len(expected)] == expected, f"the stored history of {QUEUE} reads {seen}, not {expected}")
+    expect(seen[: len(expected)] == expected, f"the stored history of {shown} reads {seen}, not {expected}")
     page.reload(wait_until="domcontentloaded")
     frame = page.frame_locator("iframe")
+    frame.locator("#conn_id").select_option(conn_id)
     note = frame.locator("#history-note")
-    note.wait_for(timeout=30_000)
-    expect(
-        note.get_attribute("data-source") == "table", f"the page's history note reads {note.inner_text()!r}"
+    chart = frame.locator(f'figure.chart[data-queue="{shown}"]')
+    wait_page(
+        page,
+        f"{conn_id}'s page to draw {shown}'s stored history",
+        lambda: (
+            (
+                note.get_attribute("data-source", timeout=2000) == "table"
+                and chart.count() == 1
+                and f"{full} → 0 messages" in chart.inner_text().replace(",", "")
+            )
+            or f"history note {note.all_inner_texts()}, chart {chart.all_inner_texts()}"
+        ),
+        30,
+        1000,
     )
-    chart = frame.locator(f'figure.chart[data-queue="{QUEUE}"]')
-    expect(
-        chart.count() == 1 and f"{full} → 0 messages" in chart.inner_text().replace(",", ""),
-        f"the chart reads {chart.all_inner_texts()}",
-    )
-    chart.scroll_into_view_if_needed()
-    page.screenshot(path=str(images / "airflow-ui-queues-history.png"))
-    log(f"stored depth history of {QUEUE} in {table.address}: {seen}, chart drawn; screenshot")
+    if images is not None:
+        chart.scroll_into_view_if_needed()
+        page.screenshot(path=str(images / "airflow-ui-queues-history.png"))
+    log(f"{conn_id}: stored depth history of {shown} in {table.address}: {seen}, chart drawn")
 
 
 POSTGRES_ENV = "SQLQUEUE_UI_CHECK_POSTGRES"  # JSON: url, schema, connection (never on a command line)
@@ -729,6 +744,7 @@ def check_postgres(page: Any, stack: AirflowStack, postgres: dict[str, Any]) -> 
         left = transport.queue("error").count()
     expect((back, left) == (PG_FAILING, 0), f"after the retry {FAILING_QUEUE} holds {back}, error {left}")
     log(f"PostgreSQL: {PG_FAILING} failed in the summary, group {title!r}, fits 390 px; {said!r}")
+    check_stored_depth_history(page, stack, PG_CONN_ID, database, None)
 
 
 def check_dialog(page: Any, frame: Any, title: str) -> None:
