@@ -29,8 +29,9 @@ browser:
 In (c) the admin also sees the summary, retries through the page's dialog (Escape closes it, Tab stays in
 it), watches a queue drain through the page's auto-refresh and its chart, then, once the depth history
 table exists, sees the chart drawn from it (check_stored_depth_history), and gets a sentence for a
-shortened group id; with SQLQUEUE_UI_CHECK_POSTGRES, the page runs on PostgreSQL too (check_postgres, the
-stored history included).
+shortened group id; with SQLQUEUE_UI_CHECK_POSTGRES, the page runs on PostgreSQL too (check_postgres: the
+summary, a group's page and its confirmed retry at 390 px in both modes, the stored history, a message's
+and a group's confirmed deletes, the archive's list and a restore).
 
 Everything runs logged in through Airflow's login page, as ``admin``, ``viewer`` and ``op`` (simple auth
 manager accounts with random passwords; see airflow_stack.py).
@@ -692,7 +693,13 @@ def check_stored_depth_history(
         1000,
     )
     if images is not None:
-        chart.scroll_into_view_if_needed()
+        wait_page(  # the frame may still be swapping in the page the connection's pick loaded
+            page,
+            "the chart to scroll into view",
+            lambda: chart.scroll_into_view_if_needed(timeout=2000) is None,
+            30,
+            1000,
+        )
         page.screenshot(path=str(images / "airflow-ui-queues-history.png"))
     log(f"{conn_id}: stored depth history of {shown} in {table.address}: {seen}, chart drawn")
 
@@ -745,6 +752,70 @@ def check_postgres(page: Any, stack: AirflowStack, postgres: dict[str, Any]) -> 
     expect((back, left) == (PG_FAILING, 0), f"after the retry {FAILING_QUEUE} holds {back}, error {left}")
     log(f"PostgreSQL: {PG_FAILING} failed in the summary, group {title!r}, fits 390 px; {said!r}")
     check_stored_depth_history(page, stack, PG_CONN_ID, database, None)
+    check_postgres_deletes_and_archive(page, database)
+
+
+def check_postgres_deletes_and_archive(page: Any, database: dict[str, Any]) -> None:
+    """ServicePulse's workflow on PostgreSQL: one failed message deleted from its own page, the rest of its
+    group from the Queues page, each after a confirmation that says how many; the archive lists them and
+    restores one into the error queue. Every step is checked in the database too."""
+    from airflow_provider_sqlqueue.transport import open_transport
+    from airflow_provider_sqlqueue.transport.archive import ErrorArchive
+    from airflow_provider_sqlqueue.transport.browse import browse
+
+    with open_transport(**database) as transport:
+        archive = ErrorArchive.of(transport.queue("error"))
+        archived_before = archive.count() if archive.exists() else 0  # the first delete creates it
+    failed = len(fail_messages(None, 0, **database))  # the messages the retry put back fail again
+    expect(failed == PG_FAILING, f"PostgreSQL's error queue holds {failed}, not {PG_FAILING}")
+    frame = page.frame_locator("iframe")
+    page.reload(wait_until="domcontentloaded")
+    frame.locator("#conn_id").select_option(PG_CONN_ID)
+    group = frame.locator("#failed tr[data-group]").first
+    wait_page(page, "PostgreSQL's failed group", lambda: group.count() == 1 or "no group yet", 30, 1000)
+    group.locator("a.messages").click()
+    rows = frame.locator("#messages tr[data-id]")
+    wait_page(page, "the group's messages", lambda: rows.count() == failed or str(rows.count()), 30, 1000)
+    frame.locator("#messages tr[data-id] a.message").first.click()
+    confirm_and_click(page, frame, frame.locator("#delete-message"), "Delete 1 message?")
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        "the message's delete",
+        lambda: outcome.inner_text().startswith("Moved 1 message to the archive") or outcome.inner_text(),
+        30,
+        1000,
+    )
+    frame.locator("#back").click()
+    group.wait_for(timeout=30_000)
+    confirm_and_click(page, frame, group.locator("button.delete"), f"Delete {failed - 1} messages?")
+    frame.locator("#no-failed").wait_for(timeout=30_000)
+    with open_transport(**database) as transport:
+        error = transport.queue("error")
+        left, archived = error.count(), ErrorArchive.of(error).count()
+    expect(
+        (left, archived) == (0, archived_before + failed),
+        f"PostgreSQL's error queue holds {left}, its archive {archived} after the deletes",
+    )
+    frame.locator("#archive-link a").click()
+    listed = frame.locator("#archived tr[data-id]")
+    listed.first.wait_for(timeout=30_000)
+    expect(listed.count() == archived, f"the archive page lists {listed.count()}, the table holds {archived}")
+    message_id = listed.first.get_attribute("data-id")
+    listed.first.get_by_role("button", name=re.compile("^Restore archived message")).click()
+    confirm(page, frame, "Restore 1 message?", "Restored 1 message")
+    with open_transport(**database) as transport:
+        error = transport.queue("error")
+        back = [str(message.id) for message in browse(error, 10)]
+        kept = ErrorArchive.of(error).count()
+    expect(
+        back == [message_id] and kept == archived - 1,
+        f"after restoring {message_id} PostgreSQL's error queue holds {back}, its archive {kept}",
+    )
+    log(
+        f"PostgreSQL: deleted 1 of {failed} from its page and {failed - 1} from the group, each "
+        f"confirmed; the archive listed {archived} and restored {message_id}"
+    )
 
 
 def check_dialog(page: Any, frame: Any, title: str) -> None:
@@ -994,6 +1065,7 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
     deleted = [
         (owner, extra.get("id") is not None, extra.get("done"))
         for owner, extra in entries["sqlqueue.delete_failed"]
+        if extra.get("conn_id") == CONN_ID  # the PostgreSQL pass's deletes are the admin's
     ]
     expect(sum(retried) == FAILING, f"the audit log's retries by admin: {entries['sqlqueue.retry_failed']}")
     expect(
