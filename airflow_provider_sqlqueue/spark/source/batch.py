@@ -31,7 +31,7 @@ from ..moves import stage_batch
 from ..reading.heartbeat import Heartbeat
 from ..reading.transactions import execute, execute_counted, require_bridge_layout
 from ..runs import Runs
-from ..tables import ABORTED, COMMITTED, PROCESSING, READ, RECEIVING, BridgeSql
+from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
 from .in_place import read_held
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged
@@ -48,7 +48,6 @@ __all__ = [
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark")
 
-READ_SINK = "spark.read"
 HEARTBEAT_SECONDS = 30.0
 
 
@@ -96,21 +95,6 @@ def _run_id(options: SourceOptions) -> str:
             "id until ack_read or release_read, and a re-run with the same id reads them again"
         )
     return options.run_id
-
-
-def _start(runs: Runs, queue: Any, run_id: str) -> str:
-    """Register the run, or resume it; return its state: ``receiving``, ``read``, or ``processing`` (an
-    application's run whose messages are staged: the read receives no more)."""
-    row, _created = runs.start(run_id, queue.name, READ_SINK)
-    if row.state == COMMITTED:
-        raise ConfigurationError(
-            f"run id {run_id} was acknowledged: its messages were read and deleted. Use a new run id"
-        )
-    if row.state == ABORTED:
-        return RECEIVING if runs.restart(run_id, READ_SINK) else _start(runs, queue, run_id)
-    if row.state not in (RECEIVING, READ, PROCESSING):
-        raise ConfigurationError(f"run id {run_id} is a {row.state} run of the drain job, not a batch read")
-    return row.state
 
 
 def _receive(transport: Transport, sql: BridgeSql, queue: Any, options: SourceOptions, run_id: str) -> None:
@@ -182,7 +166,7 @@ class SqlQueueBatchReader(DataSourceReader):
             if not queue.exists():
                 raise ConfigurationError(f"queue {queue.name} does not exist")
             require_bridge_layout(queue, "queue")
-            if _start(Runs(transport, sql), queue, run_id) == RECEIVING:
+            if Runs(transport, sql).start_read(run_id, queue.name) == RECEIVING:
                 _receive(transport, sql, queue, options, run_id)
             count, low, high = execute(transport, sql.staged_stats(), (run_id,), write=False)[0]
         count = int(count or 0)
@@ -242,18 +226,8 @@ def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
     parsed = options if isinstance(options, SourceOptions) else SourceOptions.parse(options)
     run_id = _run_id(parsed)
     with parsed.open(pool_size=1, max_overflow=0) as transport:
-        sql = bridge_sql(transport, parsed)
-        runs = Runs(transport, sql)
         restore_to = transport.queue(parsed.queue).address if to_state == ABORTED else None
-        claim = sql.set_state((READ, RECEIVING))
-        count = runs.end(run_id, claim, (to_state, run_id), restore_to=restore_to)
-        if count is None:
-            row = runs.row(run_id)
-            if row is not None and row.state == to_state:
-                return 0
-            state = "unknown" if row is None else row.state
-            raise ConfigurationError(f"run {run_id} is {state}: it cannot become {to_state}")
-    return count
+        return Runs(transport, bridge_sql(transport, parsed)).end_read(run_id, to_state, restore_to)
 
 
 def ack_read(options: SourceOptions | Mapping[str, str]) -> int:
