@@ -22,9 +22,9 @@ from test_spark_jobs import send_orders
 from airflow_provider_sqlqueue import cli
 from airflow_provider_sqlqueue.cli._support import Exit
 from airflow_provider_sqlqueue.spark.config import split_credentials
-from airflow_provider_sqlqueue.spark.reading.transactions import execute
 from airflow_provider_sqlqueue.spark.runs import RunRow, Runs
 from airflow_provider_sqlqueue.spark.source import SourceOptions
+from airflow_provider_sqlqueue.spark.source.transactions import execute
 from airflow_provider_sqlqueue.spark.staged_runs import end_staged_run, staged_runs
 from airflow_provider_sqlqueue.spark.tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError

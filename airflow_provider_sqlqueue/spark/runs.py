@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..transport import ConfigurationError, QueueAddress, SqlQueueError, Transport
-from .reading.errors import DrainError
-from .reading.transactions import begin_write, execute, execute_counted, rows_changed
+from .source.errors import DrainError
+from .source.transactions import begin_write, execute, execute_counted, rows_changed
 from .tables import ABORTED, COMMITTED, PROCESSING, READ, RECEIVING, STREAMING, BridgeSql
 
 __all__ = ["BATCH_READ_SINK", "STREAM_SINK", "RunRow", "Runs"]

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ..transport import ConfigurationError, Transport
-from .reading.transactions import execute, table_exists
 from .runs import BATCH_READ_SINK, Runs
+from .source.transactions import execute, table_exists
 from .tables import (
     ABORTED,
     COMMITTED,

@@ -38,9 +38,9 @@ The drain is an application of the ``sqlqueue`` data source (:mod:`..source`): p
 
 from __future__ import annotations
 
-from ..reading.columns import message_row
-from ..reading.errors import DrainError, InjectedFault
-from ..reading.schema import messages_schema
+from ..source.columns import message_row
+from ..source.errors import DrainError, InjectedFault
+from ..source.schema import messages_schema
 from .config import DrainConfig
 from .messages import run_messages, staged_messages
 from .run import Drain, run_drain, summary_json

@@ -13,10 +13,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError, PermissionDenied
-from ..reading.errors import DrainError
-from ..reading.heartbeat import Heartbeat
-from ..reading.hold import HeldRows, RowHold, reason_not_to_hold
-from ..reading.transactions import (
+from ..runs import Runs
+from ..source.batch import held_read_notes, slice_bounds
+from ..source.errors import DrainError
+from ..source.heartbeat import Heartbeat
+from ..source.hold import HeldRows, RowHold, reason_not_to_hold
+from ..source.transactions import (
     begin_write,
     execute,
     execute_counted,
@@ -24,8 +26,6 @@ from ..reading.transactions import (
     rows_changed,
     table_exists,
 )
-from ..runs import Runs
-from ..source.batch import held_read_notes, slice_bounds
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
 from .copy_text import copy_chunks

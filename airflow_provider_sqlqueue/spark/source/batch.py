@@ -28,13 +28,13 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ...transport import ConfigurationError, Transport
 from ..moves import stage_batch
-from ..reading.heartbeat import Heartbeat
-from ..reading.transactions import execute, execute_counted, require_bridge_layout
 from ..runs import Runs
 from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
+from .heartbeat import Heartbeat
 from .in_place import read_held
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged
+from .transactions import execute, execute_counted, require_bridge_layout
 
 __all__ = [
     "ReadTask",

@@ -70,11 +70,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ...transport import ConfigurationError, Transport
-from ..reading.hold import reason_not_to_hold
-from ..reading.transactions import execute, execute_counted
 from ..runs import Runs
 from ..tables import STREAMING, BridgeSql
 from .batch import ReadTask, plan_tasks
+from .hold import reason_not_to_hold
 from .in_place import (
     INITIAL_OFFSET,
     StreamHold,
@@ -95,6 +94,7 @@ from .staging import (
     stage_stream_batch,
     taken_over,
 )
+from .transactions import execute, execute_counted
 
 __all__ = ["PositionRange", "SqlQueueStreamReader"]
 
