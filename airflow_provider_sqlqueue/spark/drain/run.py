@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError, PermissionDenied
 from ..runs import Runs
-from ..source.batch import held_read_notes, slice_bounds
+from ..source.batch import move_unreadable_held, slice_bounds
 from ..source.errors import DrainError
 from ..source.heartbeat import Heartbeat
 from ..source.hold import HeldRows, RowHold, reason_not_to_hold
@@ -181,28 +181,15 @@ class Drain:
     def _finish(self, cursor: Any, staged: int, written: int) -> None:
         """Inside the commit's transaction: end the run (with ``read_in_place`` the hold's uncommitted delete
         of the messages commits with it, and the unreadable ones phase 2 found go to the error queue)."""
-        if self.hold is not None:
-            self._move_unreadable_held(self.hold)
+        run_id, hold = self.config.run_id, self.hold
+        if hold is not None:  # the unreadable held messages count as unreadable, not received
+            slices = self.held_slices
+            unreadable = move_unreadable_held(self.transport, self.sql, run_id, hold, slices, self.echo)
+            readable = hold.held.count - unreadable
+            self.summary.update(poisoned=unreadable, received=readable, processed=readable)
             staged = 0  # nothing of the run is in staging
         self.summary["written"] = written
-        self.runs.commit_in(cursor, self.config.run_id, staged, self.summary)
-
-    def _move_unreadable_held(self, hold: RowHold) -> None:
-        """Move the held messages whose headers phase 2 could not read to the error queue, first reading the
-        headers of any slice the transform left unread, and count them as unreadable, not received."""
-        unreadable, checked = held_read_notes(self.transport, self.sql, self.config.run_id)
-        unread = [bounds for bounds in self.held_slices if bounds not in checked]
-        if unread:
-            self.echo(
-                f"the transform left {len(unread)} slice(s) of the held messages unread: "
-                "reading their headers to find unreadable ones"
-            )
-            unreadable |= hold.unreadable_in(unread)
-        hold.move_unreadable(sorted(unreadable))
-        if unreadable:
-            self.echo(f"{len(unreadable)} held message(s) with unreadable headers moved to the error queue")
-        readable = hold.held.count - len(unreadable)
-        self.summary.update(poisoned=len(unreadable), received=readable, processed=readable)
+        self.runs.commit_in(cursor, run_id, staged, self.summary)
 
     def receive(self, job_attempt: int) -> list[dict[str, Any]]:
         """Phase 1: receive into staging; return each receive task's counts."""

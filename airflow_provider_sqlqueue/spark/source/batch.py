@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -31,6 +31,7 @@ from ..moves import stage_batch
 from ..runs import Runs
 from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
 from .heartbeat import Heartbeat
+from .hold import RowHold
 from .in_place import read_held
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged
@@ -40,7 +41,7 @@ __all__ = [
     "ReadTask",
     "SqlQueueBatchReader",
     "ack_read",
-    "held_read_notes",
+    "move_unreadable_held",
     "plan_tasks",
     "release_read",
     "slice_bounds",
@@ -189,7 +190,7 @@ def note_held_read(
     """Executor side, a task's held slices read to their end: add them (``checked``) and their rows whose
     headers cannot be read (``unreadable``) to the run's Summary, a compare-and-set (a retried task adds the
     same). Only while the application keeps its Summary a JSON object: before, nothing is noted, and the
-    application reads the headers of slices noted nowhere itself (:func:`held_read_notes`)."""
+    application reads the headers of slices noted nowhere itself (:func:`move_unreadable_held`)."""
     for _ in range(20):
         rows = execute(transport, sql.get_run(), (run_id,), write=False)
         text = rows[0][3] if rows else None
@@ -208,16 +209,34 @@ def note_held_read(
     log.warning("run %s keeps changing: the held slices read were not noted (they are read again)", run_id)
 
 
-def held_read_notes(
-    transport: Transport, sql: BridgeSql, run_id: str
-) -> tuple[set[int], set[tuple[int, int]]]:
-    """Driver side, after the reads of held rows: the unreadable RowVersions the tasks found, and the slices
-    they read to their end."""
+def move_unreadable_held(
+    transport: Transport,
+    sql: BridgeSql,
+    run_id: str,
+    hold: RowHold,
+    slices: Sequence[tuple[int, int]],
+    echo: Callable[[str], None],
+) -> int:
+    """Driver side, after the reads of the held ``slices`` and before the hold commits: move the held rows
+    whose headers cannot be read to the error queue, in the hold's transaction, so they leave the queue with
+    the run or come back with it; return how many. The tasks noted what they found in the run's Summary; the
+    headers of a slice no task read to its end (a transform that read only some) are read here."""
     rows = execute(transport, sql.get_run(), (run_id,), write=False)
     notes = json.loads(rows[0][3]) if rows and rows[0][3] else {}
     notes = notes if isinstance(notes, dict) else {}
     unreadable = {int(key) for key in notes.get("unreadable", ())}
-    return unreadable, {(int(low), int(high)) for low, high in notes.get("checked", ())}
+    checked = {(int(low), int(high)) for low, high in notes.get("checked", ())}
+    unread = [bounds for bounds in slices if bounds not in checked]
+    if unread:
+        echo(
+            f"the transform left {len(unread)} slice(s) of the held messages unread: "
+            "reading their headers to find unreadable ones"
+        )
+        unreadable |= hold.unreadable_in(unread)
+    hold.move_unreadable(sorted(unreadable))
+    if unreadable:
+        echo(f"{len(unreadable)} held message(s) with unreadable headers moved to the error queue")
+    return len(unreadable)
 
 
 def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
