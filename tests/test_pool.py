@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_sqlqueue.model.errors import ConfigurationError
-from airflow_provider_sqlqueue.spark.reading.transactions import execute
+from airflow_provider_sqlqueue.spark.source.transactions import execute
 from airflow_provider_sqlqueue.transport import open_transport
 from airflow_provider_sqlqueue.transport.pool import ConnectionPool, PooledConnection, PoolExhausted
 

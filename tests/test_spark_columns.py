@@ -15,19 +15,19 @@ from hypothesis import strategies as st
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 from airflow_provider_sqlqueue.model.errors import HeaderFormatError
-from airflow_provider_sqlqueue.spark.reading.columns import (
+from airflow_provider_sqlqueue.spark.source.columns import (
     message_row,
     parse_time_sent,
     record_batch,
     staged_columns,
     times_sent_array,
 )
-from airflow_provider_sqlqueue.spark.reading.schema import arrow_schema, read_schema
 from airflow_provider_sqlqueue.spark.source.returned_rows import (
     source_arrow_schema,
     source_schema,
     staged_batches,
 )
+from airflow_provider_sqlqueue.spark.source.schema import arrow_schema, read_schema
 
 USUAL = ["2026-11-26 19:33:03:067691 Z", "0001-01-01 00:00:00:000000 Z", "2024-02-29 23:59:59:999999 Z"]
 UNUSUAL = [

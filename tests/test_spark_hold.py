@@ -45,10 +45,10 @@ from airflow_provider_sqlqueue.spark import DRAIN_JOB
 from airflow_provider_sqlqueue.spark.drain import Drain, load_transform, run_drain
 from airflow_provider_sqlqueue.spark.drain.messages import run_messages, source_options, staged_messages
 from airflow_provider_sqlqueue.spark.drain.transform import apply_transform
-from airflow_provider_sqlqueue.spark.reading.hold import RowHold, consecutive_ranges
-from airflow_provider_sqlqueue.spark.reading.row_batches import row_batches, streams_in_chunks
 from airflow_provider_sqlqueue.spark.source.batch import plan_tasks, slice_bounds
+from airflow_provider_sqlqueue.spark.source.hold import RowHold, consecutive_ranges
 from airflow_provider_sqlqueue.spark.source.options import SourceOptions
+from airflow_provider_sqlqueue.spark.source.row_batches import row_batches, streams_in_chunks
 from airflow_provider_sqlqueue.spark.tables import BridgeSql, bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError, HeaderFormatError
 

@@ -299,7 +299,7 @@ def test_headers_arrow_column_matches_the_item_pairs_form() -> None:
     import pyarrow as pa
 
     from airflow_provider_sqlqueue.spark.drain.messages import headers_array
-    from airflow_provider_sqlqueue.spark.reading.schema import arrow_schema, read_schema
+    from airflow_provider_sqlqueue.spark.source.schema import arrow_schema, read_schema
 
     maps = [{"a": "1", "b": None}, {}, {"NServiceBus.MessageId": "m", "é": "\u2028"}, {"only": ""}]
     built = headers_array(maps)
@@ -318,7 +318,7 @@ def test_copy_text_chunks_store_what_the_row_path_stores(spark, target) -> None:
 
     from airflow_provider_sqlqueue.spark.drain.copy_text import copy_chunks
     from airflow_provider_sqlqueue.spark.drain.sinks import SinkWriter
-    from airflow_provider_sqlqueue.spark.reading.transactions import execute
+    from airflow_provider_sqlqueue.spark.source.transactions import execute
 
     schema = T.StructType(
         [

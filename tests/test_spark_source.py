@@ -762,7 +762,7 @@ def test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one(targe
 
 def test_body_text_is_the_body_decoded_for_text_content_types_and_replaces_bytes_that_are_not_utf8() -> None:
     """What message_row() gives for each body: decoded by Arrow, by Python when a text body is not UTF-8."""
-    from airflow_provider_sqlqueue.spark.reading.columns import message_row
+    from airflow_provider_sqlqueue.spark.source.columns import message_row
     from airflow_provider_sqlqueue.spark.source.returned_rows import body_columns
 
     bodies = [b'{"a":1}', None, b"\xff\xfe", b"hi", b"", "\u00e9".encode()]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +24,7 @@ from airflow_provider_sqlqueue.cli._support import Exit
 from airflow_provider_sqlqueue.spark.config import split_credentials
 from airflow_provider_sqlqueue.spark.runs import RunRow, Runs
 from airflow_provider_sqlqueue.spark.source import SourceOptions
+from airflow_provider_sqlqueue.spark.source.transactions import execute
 from airflow_provider_sqlqueue.spark.staged_runs import end_staged_run, staged_runs
 from airflow_provider_sqlqueue.spark.tables import RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from airflow_provider_sqlqueue.transport import ConfigurationError
@@ -124,8 +126,6 @@ def test_an_acknowledged_batch_read_is_committed_and_a_drain_run_is_not_ended_by
     assert end_staged_run(queues, "orders", "nightly-2", "ack") == 9
     assert end_staged_run(queues, "orders", "nightly-2", "ack") == 0
     assert queues.queue("orders").count() == 0 and staged_runs(queues, "orders") == []
-    from airflow_provider_sqlqueue.spark.reading.transactions import execute
-
     sql = BridgeSql(queues, bridge_tables(queues, "orders"))
     execute(queues, sql.insert_run(), ("drain-7", queues.queue("orders").name, "table:totals"))
     with pytest.raises(ConfigurationError, match="drain job's run"):
@@ -159,6 +159,42 @@ def test_two_starts_of_one_run_id_at_once_make_one_run_and_both_resume_it(target
     send_orders(queues, 4)
     stage_a_batch_read(target, "raced-1")  # the batch read resumes the run a racing start made
     assert end_staged_run(queues, "orders", "raced-1", "release") == 4
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_streams_first_start_that_loses_the_race_for_its_row_takes_the_row(target, queues) -> None:
+    """Two queries start one new stream: the rival has inserted the stream's row but not committed it, so
+    this query reads no row, and its insert waits on the rival's key, then fails on it when the rival
+    commits. That unique violation is not a SqlQueueError: the start reads the rival's row and goes on from
+    it (as a run of the drain or a batch read does), instead of failing the query."""
+    from airflow_provider_sqlqueue.spark.runs import STREAM_SINK
+    from airflow_provider_sqlqueue.spark.source.staging import StreamMark
+    from airflow_provider_sqlqueue.spark.source.stream import SqlQueueStreamReader
+    from airflow_provider_sqlqueue.spark.tables import STREAMING
+
+    runs = Runs(queues, BridgeSql(queues, bridge_tables(queues, "orders")))
+    name = queues.queue("orders").name
+    reader = SqlQueueStreamReader(options(target, streamId="raced", stageAhead="false", readInPlace="false"))
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    with queues.connection() as rival, ThreadPoolExecutor(1) as pool:
+        rival.cursor().execute(
+            runs.sql.insert_stream(), ("raced", name, STREAM_SINK, StreamMark(0).summary())
+        )
+        started = pool.submit(reader.initialOffset)
+        deadline = time.monotonic() + 60
+        while execute(queues, waiting, write=False)[0][0] == 0:  # the query's insert waits on the key
+            assert not started.done(), started.exception()
+            assert time.monotonic() < deadline, "the query never inserted the stream's row"
+            time.sleep(0.05)
+        rival.commit()
+        offset = started.result(timeout=60)
+    assert offset["position"] == 0
+    row = runs.row("raced")
+    assert row is not None and (row.state, row.attempt, row.queue) == (STREAMING, 1, name)
+    assert StreamMark.parse(row.summary, "raced").owner == reader.owner  # the query went on to claim it
 
 
 def test_a_queue_without_the_bridge_tables_has_no_staged_runs(tmp_path, capsys) -> None:

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ..transport import ConfigurationError, Transport
-from .reading.transactions import execute, table_exists
-from .runs import Runs
+from .runs import BATCH_READ_SINK, Runs
+from .source.transactions import execute, table_exists
 from .tables import (
     ABORTED,
     COMMITTED,
@@ -34,10 +34,6 @@ from .tables import (
 )
 
 __all__ = ["StagedRun", "end_staged_run", "staged_runs", "staged_runs_beside", "staged_runs_listing"]
-
-# The Sink column of the data source's runs: a batch read's (spark/source/batch.py) and a stream's.
-BATCH_READ_SINK = "spark.read"
-STREAM_SINK = "spark.readStream"
 
 Kind = Literal["batch read", "stream", "drain"]
 Action = Literal["release", "ack"]

@@ -28,8 +28,9 @@ Only the transport core, the database driver and PySpark are used here: no Airfl
 - ``receive.py``: phase 1, the receivers on the executors;
 - ``messages.py``: the messages DataFrame, the run read with ``spark.read.format("sqlqueue")``;
 - ``transform.py``: loading and applying the user's transform;
-- ``sinks.py``: checking and writing the table, queue or file sink;
-- ``runs.py``: the run's row, its staged messages, orphaned runs.
+- ``sinks.py``: checking and writing the table, queue or file sink.
+
+The run's row, its staged messages and orphaned runs are the one run lifecycle's (``spark/runs.py``).
 
 The drain is an application of the ``sqlqueue`` data source (:mod:`..source`): phase 2 reads the run with
 ``spark.read.format("sqlqueue")`` and its run id (and the held ranges, with ``read_in_place``).
@@ -37,9 +38,9 @@ The drain is an application of the ``sqlqueue`` data source (:mod:`..source`): p
 
 from __future__ import annotations
 
-from ..reading.columns import message_row
-from ..reading.errors import DrainError, InjectedFault
-from ..reading.schema import messages_schema
+from ..source.columns import message_row
+from ..source.errors import DrainError, InjectedFault
+from ..source.schema import messages_schema
 from .config import DrainConfig
 from .messages import run_messages, staged_messages
 from .run import Drain, run_drain, summary_json

@@ -43,7 +43,7 @@ class DrainConfig:
     message_type: str | None = None
     read_in_place: bool | None = None
     """PostgreSQL: hold the messages in the queue under the driver's uncommitted delete instead of staging
-    them (``spark/drain/hold.py``). ``None`` (the default) holds them on PostgreSQL wherever holding keeps
+    them (``spark/source/hold.py``). ``None`` (the default) holds them on PostgreSQL wherever holding keeps
     what staging keeps, and stages otherwise (:meth:`Drain.holds_in_place`); ``True`` requires holding,
     ``False`` always stages."""
     fail_receive_batch: int | None = None

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..config import split_credentials
-from ..reading.columns import headers_array, message_row
-from ..reading.schema import TEXT_TYPES_PATTERN, messages_schema, read_schema
+from ..source.columns import headers_array, message_row
+from ..source.schema import TEXT_TYPES_PATTERN, messages_schema, read_schema
 from .config import DrainConfig
 
 if TYPE_CHECKING:

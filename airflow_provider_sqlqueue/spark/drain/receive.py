@@ -14,7 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..moves import stage_batch
-from ..reading.errors import InjectedFault
+from ..source.errors import InjectedFault
 from ..tables import BridgeSql, bridge_tables
 from .config import DrainConfig
 

@@ -13,10 +13,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError, PermissionDenied
-from ..reading.errors import DrainError
-from ..reading.heartbeat import Heartbeat
-from ..reading.hold import HeldRows, RowHold, reason_not_to_hold
-from ..reading.transactions import (
+from ..runs import Runs
+from ..source.batch import move_unreadable_held, slice_bounds
+from ..source.errors import DrainError
+from ..source.heartbeat import Heartbeat
+from ..source.hold import HeldRows, RowHold, reason_not_to_hold
+from ..source.transactions import (
     begin_write,
     execute,
     execute_counted,
@@ -24,13 +26,11 @@ from ..reading.transactions import (
     rows_changed,
     table_exists,
 )
-from ..source.batch import held_read_notes, slice_bounds
 from ..tables import COMMITTED, PROCESSING, RECEIVING, BridgeSql, bridge_tables, create_bridge_tables
 from .config import DrainConfig
 from .copy_text import copy_chunks
 from .messages import run_messages
 from .receive import receive_into_staging
-from .runs import RunLedger
 from .sinks import SinkWriter
 from .transform import apply_transform, load_transform
 
@@ -57,7 +57,7 @@ class Drain:
         self.input = self.transport.queue(config.input_queue)
         self.tables = bridge_tables(self.transport, config.input_queue, config.prefix)
         self.sql = BridgeSql(self.transport, self.tables, self.input.address)
-        self.runs = RunLedger(self.transport, self.sql, config, self.input, self.echo)
+        self.runs = Runs(self.transport, self.sql)
         self.writer = SinkWriter(self.transport, self.sql, config, self.echo)
         self.hold: RowHold | None = None
         self.held_slices: list[tuple[int, int]] = []
@@ -108,7 +108,8 @@ class Drain:
 
     def start_run(self) -> tuple[str, int]:
         """Register or resume the run; return (state, job attempt)."""
-        return self.runs.start()
+        row = self.runs.start_drain(self.config.run_id, self.input.name, str(self.sink))
+        return row.state, row.attempt
 
     def holds_in_place(self) -> bool:
         """Whether phase 1 holds the messages in place: as ``read_in_place`` asks, or, left unset, on
@@ -126,7 +127,7 @@ class Drain:
             return f"{self.sql.engine} cannot hold them in place"
         if self.config.fail_receive_batch is not None:
             return "the receive drill needs receive tasks"
-        if self.runs.staged_stats()[0]:
+        if self.runs.staged_stats(self.config.run_id)[0]:
             return f"run {self.config.run_id} has staged messages to finish"
         return reason_not_to_hold(self.transport, self.input)
 
@@ -134,7 +135,7 @@ class Drain:
     def hold_in_place(self) -> HeldRows:
         """Phase 1 with ``read_in_place``: hold the messages in the queue under the driver's uncommitted
         delete."""
-        if self.runs.staged_stats()[0]:
+        if self.runs.staged_stats(self.config.run_id)[0]:
             raise DrainError(
                 f"run {self.config.run_id} has messages staged by a run without read_in_place; "
                 "re-run it without read_in_place to finish it"
@@ -180,31 +181,20 @@ class Drain:
     def _finish(self, cursor: Any, staged: int, written: int) -> None:
         """Inside the commit's transaction: end the run (with ``read_in_place`` the hold's uncommitted delete
         of the messages commits with it, and the unreadable ones phase 2 found go to the error queue)."""
-        if self.hold is not None:
-            self._move_unreadable_held(self.hold)
+        run_id, hold = self.config.run_id, self.hold
+        if hold is not None:  # the unreadable held messages count as unreadable, not received
+            slices = self.held_slices
+            unreadable = move_unreadable_held(self.transport, self.sql, run_id, hold, slices, self.echo)
+            readable = hold.held.count - unreadable
+            self.summary.update(poisoned=unreadable, received=readable, processed=readable)
             staged = 0  # nothing of the run is in staging
-        self.runs.finish(cursor, staged, written, self.summary)
-
-    def _move_unreadable_held(self, hold: RowHold) -> None:
-        """Move the held messages whose headers phase 2 could not read to the error queue, first reading the
-        headers of any slice the transform left unread, and count them as unreadable, not received."""
-        unreadable, checked = held_read_notes(self.transport, self.sql, self.config.run_id)
-        unread = [bounds for bounds in self.held_slices if bounds not in checked]
-        if unread:
-            self.echo(
-                f"the transform left {len(unread)} slice(s) of the held messages unread: "
-                "reading their headers to find unreadable ones"
-            )
-            unreadable |= hold.unreadable_in(unread)
-        hold.move_unreadable(sorted(unreadable))
-        if unreadable:
-            self.echo(f"{len(unreadable)} held message(s) with unreadable headers moved to the error queue")
-        readable = hold.held.count - len(unreadable)
-        self.summary.update(poisoned=len(unreadable), received=readable, processed=readable)
+        self.summary["written"] = written
+        self.runs.commit_in(cursor, run_id, staged, self.summary)
 
     def receive(self, job_attempt: int) -> list[dict[str, Any]]:
         """Phase 1: receive into staging; return each receive task's counts."""
-        already_staged = self.runs.staged_stats()[0] if self.config.max_messages is not None else 0
+        limited = self.config.max_messages is not None
+        already_staged = self.runs.staged_stats(self.config.run_id)[0] if limited else 0
         return receive_into_staging(self.spark, self.config, job_attempt, already_staged)
 
     def commit(self, result: DataFrame, staged: int) -> int:
@@ -277,14 +267,16 @@ class Drain:
         if state != COMMITTED and self.config.read_in_place is None:
             self.config = config = replace(config, read_in_place=self.holds_in_place())
         if state == COMMITTED:
-            row = self.runs.row()
+            row = self.runs.row(config.run_id)
             previous = json.loads(row[3]) if row and row[3] else {}
             self.echo(f"run {config.run_id} was committed before: nothing to do")
             return {**previous, "skipped": True, "job_attempt": job_attempt}
         heartbeat = Heartbeat(self.transport, self.sql, config.run_id, config.heartbeat_interval)
         heartbeat.start()
         try:
-            self.summary["restored_orphans"] = self.runs.restore_orphans()
+            self.summary["restored_orphans"] = self.runs.restore_orphans(
+                config.run_id, self.input.name, self.input.address, config.orphan_timeout, self.echo
+            )
             tasks: list[dict[str, Any]] = []
             held: HeldRows | None = None
             phase1 = time.monotonic()
@@ -314,7 +306,7 @@ class Drain:
                     received=held.count, expired=held.expired, poisoned=0, batches=held.batches
                 )
             else:
-                staged = self.runs.staged_stats()[0]
+                staged = self.runs.staged_stats(self.config.run_id)[0]
                 self.summary.update(
                     received=sum(t["received"] for t in tasks),
                     expired=sum(t["expired"] for t in tasks),
@@ -365,7 +357,8 @@ class Drain:
                 self._release_hold(error)
             moved = None
             try:
-                moved = self.runs.abort(config.run_id, f"{type(error).__name__}: {error}")
+                reason = f"{type(error).__name__}: {error}"
+                moved = self.runs.abort(config.run_id, reason, self.input.address)
             except Exception as abort_error:
                 log.error(
                     "run %s failed (%s) and its staged messages could not be put back (%s); they stay staged "
@@ -391,7 +384,7 @@ class Drain:
             self.sql.counted(self.sql.set_state((RECEIVING,))),
             (PROCESSING, self.config.run_id),
         )
-        if changed != 1 and (self.runs.row() or (None,))[0] != PROCESSING:
+        if changed != 1 and (self.runs.row(self.config.run_id) or (None,))[0] != PROCESSING:
             # another driver of this run id moving it on is fine (one of the two commits)
             raise DrainError(f"run {self.config.run_id} left the receiving state while receiving")
 

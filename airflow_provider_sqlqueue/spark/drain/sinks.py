@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...transport import ConfigurationError, OutgoingMessage, PermissionDenied, Transport
 from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
 from ..config import safe_path_part
-from ..reading.transactions import execute, require_bridge_layout, table_exists
+from ..source.transactions import execute, require_bridge_layout, table_exists
 from ..tables import BridgeSql, sink_table_ddl
 from .config import DrainConfig
 

@@ -10,7 +10,16 @@ One module per part:
 - ``stream.py``: the stream reader, offsets as staging positions;
 - ``staging.py``: receives into the bridge's staging table, and reads of staged rows;
 - ``returned_rows.py``: the columns of the rows it returns (:func:`source_columns` names some of them);
+- ``in_place.py``: the reads of rows held in the queue (PostgreSQL), and ``hold.py``, the hold itself: a
+  batch kept in the queue under one connection's uncommitted delete;
+- ``transactions.py``: the bridge's statements run in their transaction, and the row counts of a
+  compare-and-set; ``heartbeat.py``: a run's heartbeat; ``errors.py``: the errors a read raises;
+- ``row_batches.py``, ``columns.py``, ``schema.py``: a SELECT's rows in batches, the messages' columns
+  and their schema;
 - ``writer.py``: the write side (``df.write``).
+
+The drain job (``spark/drain/``) is an application of this source and takes these parts from it; nothing
+here imports the drain.
 - ``pyspark_pair.py``: the refusal of a pyspark and pyspark-client of two versions, checked where a user's
   code first takes the data source or these names (not in Spark's own processes, which unpickle
   ``datasource.py`` directly).

@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -28,19 +28,20 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ...transport import ConfigurationError, Transport
 from ..moves import stage_batch
-from ..reading.heartbeat import Heartbeat
-from ..reading.transactions import execute, execute_counted, require_bridge_layout
 from ..runs import Runs
-from ..tables import ABORTED, COMMITTED, PROCESSING, READ, RECEIVING, BridgeSql
+from ..tables import ABORTED, COMMITTED, READ, RECEIVING, BridgeSql
+from .heartbeat import Heartbeat
+from .hold import RowHold
 from .in_place import read_held
 from .options import SourceOptions
 from .staging import bridge_sql, read_staged
+from .transactions import execute, execute_counted, require_bridge_layout
 
 __all__ = [
     "ReadTask",
     "SqlQueueBatchReader",
     "ack_read",
-    "held_read_notes",
+    "move_unreadable_held",
     "plan_tasks",
     "release_read",
     "slice_bounds",
@@ -48,7 +49,6 @@ __all__ = [
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark")
 
-READ_SINK = "spark.read"
 HEARTBEAT_SECONDS = 30.0
 
 
@@ -96,21 +96,6 @@ def _run_id(options: SourceOptions) -> str:
             "id until ack_read or release_read, and a re-run with the same id reads them again"
         )
     return options.run_id
-
-
-def _start(runs: Runs, queue: Any, run_id: str) -> str:
-    """Register the run, or resume it; return its state: ``receiving``, ``read``, or ``processing`` (an
-    application's run whose messages are staged: the read receives no more)."""
-    row, _created = runs.start(run_id, queue.name, READ_SINK)
-    if row.state == COMMITTED:
-        raise ConfigurationError(
-            f"run id {run_id} was acknowledged: its messages were read and deleted. Use a new run id"
-        )
-    if row.state == ABORTED:
-        return RECEIVING if runs.restart(run_id, READ_SINK) else _start(runs, queue, run_id)
-    if row.state not in (RECEIVING, READ, PROCESSING):
-        raise ConfigurationError(f"run id {run_id} is a {row.state} run of the drain job, not a batch read")
-    return row.state
 
 
 def _receive(transport: Transport, sql: BridgeSql, queue: Any, options: SourceOptions, run_id: str) -> None:
@@ -182,7 +167,7 @@ class SqlQueueBatchReader(DataSourceReader):
             if not queue.exists():
                 raise ConfigurationError(f"queue {queue.name} does not exist")
             require_bridge_layout(queue, "queue")
-            if _start(Runs(transport, sql), queue, run_id) == RECEIVING:
+            if Runs(transport, sql).start_read(run_id, queue.name) == RECEIVING:
                 _receive(transport, sql, queue, options, run_id)
             count, low, high = execute(transport, sql.staged_stats(), (run_id,), write=False)[0]
         count = int(count or 0)
@@ -205,7 +190,7 @@ def note_held_read(
     """Executor side, a task's held slices read to their end: add them (``checked``) and their rows whose
     headers cannot be read (``unreadable``) to the run's Summary, a compare-and-set (a retried task adds the
     same). Only while the application keeps its Summary a JSON object: before, nothing is noted, and the
-    application reads the headers of slices noted nowhere itself (:func:`held_read_notes`)."""
+    application reads the headers of slices noted nowhere itself (:func:`move_unreadable_held`)."""
     for _ in range(20):
         rows = execute(transport, sql.get_run(), (run_id,), write=False)
         text = rows[0][3] if rows else None
@@ -224,16 +209,34 @@ def note_held_read(
     log.warning("run %s keeps changing: the held slices read were not noted (they are read again)", run_id)
 
 
-def held_read_notes(
-    transport: Transport, sql: BridgeSql, run_id: str
-) -> tuple[set[int], set[tuple[int, int]]]:
-    """Driver side, after the reads of held rows: the unreadable RowVersions the tasks found, and the slices
-    they read to their end."""
+def move_unreadable_held(
+    transport: Transport,
+    sql: BridgeSql,
+    run_id: str,
+    hold: RowHold,
+    slices: Sequence[tuple[int, int]],
+    echo: Callable[[str], None],
+) -> int:
+    """Driver side, after the reads of the held ``slices`` and before the hold commits: move the held rows
+    whose headers cannot be read to the error queue, in the hold's transaction, so they leave the queue with
+    the run or come back with it; return how many. The tasks noted what they found in the run's Summary; the
+    headers of a slice no task read to its end (a transform that read only some) are read here."""
     rows = execute(transport, sql.get_run(), (run_id,), write=False)
     notes = json.loads(rows[0][3]) if rows and rows[0][3] else {}
     notes = notes if isinstance(notes, dict) else {}
     unreadable = {int(key) for key in notes.get("unreadable", ())}
-    return unreadable, {(int(low), int(high)) for low, high in notes.get("checked", ())}
+    checked = {(int(low), int(high)) for low, high in notes.get("checked", ())}
+    unread = [bounds for bounds in slices if bounds not in checked]
+    if unread:
+        echo(
+            f"the transform left {len(unread)} slice(s) of the held messages unread: "
+            "reading their headers to find unreadable ones"
+        )
+        unreadable |= hold.unreadable_in(unread)
+    hold.move_unreadable(sorted(unreadable))
+    if unreadable:
+        echo(f"{len(unreadable)} held message(s) with unreadable headers moved to the error queue")
+    return len(unreadable)
 
 
 def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
@@ -242,18 +245,8 @@ def _end_run(options: SourceOptions | Mapping[str, str], to_state: str) -> int:
     parsed = options if isinstance(options, SourceOptions) else SourceOptions.parse(options)
     run_id = _run_id(parsed)
     with parsed.open(pool_size=1, max_overflow=0) as transport:
-        sql = bridge_sql(transport, parsed)
-        runs = Runs(transport, sql)
         restore_to = transport.queue(parsed.queue).address if to_state == ABORTED else None
-        claim = sql.set_state((READ, RECEIVING))
-        count = runs.end(run_id, claim, (to_state, run_id), restore_to=restore_to)
-        if count is None:
-            row = runs.row(run_id)
-            if row is not None and row.state == to_state:
-                return 0
-            state = "unknown" if row is None else row.state
-            raise ConfigurationError(f"run {run_id} is {state}: it cannot become {to_state}")
-    return count
+        return Runs(transport, bridge_sql(transport, parsed)).end_read(run_id, to_state, restore_to)
 
 
 def ack_read(options: SourceOptions | Mapping[str, str]) -> int:

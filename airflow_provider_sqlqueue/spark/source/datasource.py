@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource
 
-from ..reading.schema import source_schema
+from .schema import source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceWriter

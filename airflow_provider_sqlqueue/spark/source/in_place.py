@@ -1,7 +1,7 @@
 """A stream read in place (PostgreSQL): a micro-batch's messages stay in the queue, held by the driver.
 
 Staging copies every message into another table and out again; on PostgreSQL that copy was most of the
-database's work for a stream. Read in place, as the drain's ``read_in_place`` does (``drain/hold.py``):
+database's work for a stream. Read in place, as the drain's ``read_in_place`` does (``hold.py``):
 - ``latestOffset`` deletes the oldest messages in the driver's own transaction and leaves the delete
   uncommitted; competing receivers skip them; the end offset names their RowVersions as ranges;
 - the executors read those ranges with plain reads (an uncommitted delete hides a row from no other
@@ -33,12 +33,12 @@ from dataclasses import replace
 from typing import Any
 
 from ...transport import ConfigurationError, Transport
-from ..reading.hold import HeldRows, RowHold
-from ..reading.transactions import execute, execute_counted
 from ..tables import BridgeSql, bridge_tables
+from .hold import HeldRows, RowHold
 from .options import SourceOptions
 from .returned_rows import staged_batches
 from .staging import StreamConflict, StreamMark
+from .transactions import execute, execute_counted
 
 __all__ = [
     "INITIAL_OFFSET",

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...transport import ConfigurationError
 from ...transport.headers import CORRELATION_ID, REPLY_TO_ADDRESS
-from ..reading.columns import record_batch, staged_columns
-from ..reading.row_batches import row_batches
-from ..reading.schema import TEXT_TYPES_PATTERN, arrow_schema, source_schema
+from .columns import record_batch, staged_columns
+from .row_batches import row_batches
+from .schema import TEXT_TYPES_PATTERN, arrow_schema, source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -66,7 +66,7 @@ def staged_batches(
     columns: Sequence[tuple[str, bool]] | None = None,
 ) -> Iterator[Any]:
     """Run a staged-slice SELECT and yield its rows as Arrow record batches of :func:`source_arrow_schema`,
-    each row what :func:`~..reading.columns.message_row` makes of it, built column by column; with
+    each row what :func:`~.columns.message_row` makes of it, built column by column; with
     ``columns`` (a ``.schema`` naming some of the source's columns), only those are built and handed to
     Spark. With ``unreadable`` (rows held in place, whose headers nobody read yet), rows whose headers are
     not a header map are left out and their RowVersions appended to it."""
@@ -126,7 +126,7 @@ def selected_columns(given: StructType) -> tuple[tuple[str, bool], ...] | None:
 def body_columns(bodies: list[bytes | None], content_types: list[str | None]) -> tuple[Any, Any]:
     """The ``body`` and ``body_text`` Arrow arrays: the text where the content type is a text type, decoded
     by Arrow when every such body is UTF-8, else body by body with replacement characters (as
-    :func:`~..reading.columns.message_row` does).
+    :func:`~.columns.message_row` does).
 
     When every body there is has a text type (the usual batch), ``body_text`` is the ``body`` column's own
     offsets and bytes read as text, its nulls where the body is null: Arrow checks the bytes are UTF-8 and

@@ -25,10 +25,10 @@ from typing import Any
 
 from ...transport import ConfigurationError, Transport
 from ..moves import move_batch, stage_rows
-from ..reading.transactions import begin_write, rows_changed, table_exists
 from ..tables import BridgeSql, bridge_tables, create_bridge_tables
 from .options import SourceOptions
 from .returned_rows import staged_batches
+from .transactions import begin_write, rows_changed, table_exists
 
 __all__ = [
     "StreamConflict",

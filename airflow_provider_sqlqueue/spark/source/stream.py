@@ -69,11 +69,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ...transport import ConfigurationError, SqlQueueError, Transport
-from ..reading.hold import reason_not_to_hold
-from ..reading.transactions import execute, execute_counted
+from ...transport import ConfigurationError, Transport
+from ..runs import Runs
 from ..tables import STREAMING, BridgeSql
 from .batch import ReadTask, plan_tasks
+from .hold import reason_not_to_hold
 from .in_place import (
     INITIAL_OFFSET,
     StreamHold,
@@ -94,10 +94,10 @@ from .staging import (
     stage_stream_batch,
     taken_over,
 )
+from .transactions import execute, execute_counted
 
 __all__ = ["PositionRange", "SqlQueueStreamReader"]
 
-STREAM_SINK = "spark.readStream"
 
 log = logging.getLogger("airflow_provider_sqlqueue.spark")
 
@@ -157,26 +157,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- the stream's row ----------------------------------------------------------------------
     def _mark(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
-        """The stream's row; creates it at position 0 the first time."""
-        for _ in range(2):
-            rows = execute(transport, sql.get_run(), (self.stream_id,), write=False)
-            if rows:
-                state, _, input_queue, summary = rows[0]
-                if state != STREAMING or input_queue != queue.name:
-                    raise ConfigurationError(
-                        f"stream id {self.stream_id} is used by a {state} run on {input_queue}; "
-                        "choose another streamId"
-                    )
-                return StreamMark.parse(summary, self.stream_id)
-            try:
-                execute(
-                    transport,
-                    sql.insert_stream(),
-                    (self.stream_id, queue.name, STREAM_SINK, StreamMark(0).summary()),
-                )
-            except SqlQueueError:
-                continue  # created concurrently
-        raise ConfigurationError(f"stream {self.stream_id}: its row could not be created")
+        """The stream's row; created at position 0 the first time."""
+        row = Runs(transport, sql).start_stream(self.stream_id, queue.name, StreamMark(0).summary())
+        if row.state != STREAMING or row.queue != queue.name:
+            raise ConfigurationError(
+                f"stream id {self.stream_id} is used by a {row.state} run on {row.queue}; "
+                "choose another streamId"
+            )
+        return StreamMark.parse(row.summary, self.stream_id)
 
     def _owned(self, transport: Transport, sql: BridgeSql, queue: Any) -> StreamMark:
         """The stream's row, owned by this query: claimed on the query's first call, and an error naming

@@ -34,9 +34,10 @@ from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 
 from ...transport import ConfigurationError, PermissionDenied, Transport, open_transport
 from ..config import NO_NEW_FILE, url_from_option
-from ..reading.transactions import require_bridge_layout, table_exists
 from ..row_messages import check_message_columns, row_message
 from ..tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
+from .errors import InjectedFault
+from .transactions import require_bridge_layout, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
@@ -60,10 +61,6 @@ WRITE_OPTIONS = {
 DRILL_OPTION = "failafterbatch"  # the failure drills: a task's first attempt fails after its N-th batch
 _KEYS = {name.lower(): name for name in WRITE_OPTIONS}
 SEND_CHUNK = 1000
-
-
-class InjectedFault(RuntimeError):
-    """Raised by the ``failAfterBatch`` drill, right after a batch committed."""
 
 
 def _option_key(key: str) -> str:

@@ -1,4 +1,6 @@
-"""Phase 1 without staging (PostgreSQL, ``read_in_place``): the driver takes the messages where they are.
+"""Reading in place (PostgreSQL) instead of staging: the driver takes the messages where they are. The drain's
+phase 1 with ``read_in_place`` holds its run's messages so, and a stream read in place each micro-batch's
+(``in_place.py``).
 
 Staging copies every message into another table and out again; on PostgreSQL that copy was most of a
 drain's cost. Here the driver's own transaction deletes the oldest rows, window by window of RowVersions,
