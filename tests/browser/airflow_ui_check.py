@@ -776,16 +776,7 @@ def check_postgres_deletes_and_archive(page: Any, database: dict[str, Any]) -> N
     group.locator("a.messages").click()
     rows = frame.locator("#messages tr[data-id]")
     wait_page(page, "the group's messages", lambda: rows.count() == failed or str(rows.count()), 30, 1000)
-    frame.locator("#messages tr[data-id] a.message").first.click()
-    confirm_and_click(page, frame, frame.locator("#delete-message"), "Delete 1 message?")
-    outcome = frame.locator("#outcome")
-    wait_page(
-        page,
-        "the message's delete",
-        lambda: outcome.inner_text().startswith("Moved 1 message to the archive") or outcome.inner_text(),
-        30,
-        1000,
-    )
+    delete_first_message(page, frame)
     frame.locator("#back").click()
     group.wait_for(timeout=30_000)
     confirm_and_click(page, frame, group.locator("button.delete"), f"Delete {failed - 1} messages?")
@@ -997,6 +988,20 @@ def confirm(page: Any, frame: Any, title: str, outcome_starts: str) -> str:
     return outcome.inner_text()
 
 
+def delete_first_message(page: Any, frame: Any) -> None:
+    """From a group's page: open its first message, delete it after the confirmation, see it archived."""
+    frame.locator("#messages tr[data-id] a.message").first.click()
+    confirm_and_click(page, frame, frame.locator("#delete-message"), "Delete 1 message?")
+    outcome = frame.locator("#outcome")
+    wait_page(
+        page,
+        "the message's delete",
+        lambda: outcome.inner_text().startswith("Moved 1 message to the archive") or outcome.inner_text(),
+        30,
+        1000,
+    )
+
+
 def confirm_and_click(page: Any, frame: Any, button: Any, expected: str) -> None:
     """Click a Delete button, check the page's confirmation says ``expected`` (how many) and confirm it.
     (Airflow's frame is sandboxed without ``allow-modals``: the page asks itself, not with ``confirm()``.)"""
@@ -1019,16 +1024,7 @@ def check_op(context: Any, stack: AirflowStack, queue_file: Path, images: Path) 
     frame = page.frame_locator("iframe")
     frame.locator("#failed").wait_for(timeout=30_000)
     frame.locator("#failed tr[data-group] a.messages").first.click()
-    frame.locator("#messages tr[data-id] a.message").first.click()
-    confirm_and_click(page, frame, frame.locator("#delete-message"), "Delete 1 message?")
-    outcome = frame.locator("#outcome")
-    wait_page(
-        page,
-        "the message's delete",
-        lambda: outcome.inner_text().startswith("Moved 1 message to the archive") or outcome.inner_text(),
-        30,
-        1000,
-    )
+    delete_first_message(page, frame)
     rows = frame.locator("#messages tr[data-id]")
     expect(rows.count() == FAILING - 1, f"the group lists {rows.count()} after one delete")
     frame.locator("#back").click()
