@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..queue import TransactionMode
 from .ended import HandlerEndedTransaction
 from .processing import CONSUMED, EMPTY, MESSAGE, RETRY, MessageProcessor
 from .savepoints import BatchSavepoints
@@ -42,7 +41,7 @@ class BatchReceiver:
         a lock handed over at once, instead of in the engine's busy handler, which sleeps in growing steps
         (up to 100 ms) while the lock may already be free."""
         pump = self._pump
-        if pump.dialect.single_writer and pump.transaction_mode is not TransactionMode.NONE:
+        if pump.dialect.single_writer and pump.transaction_mode.handled_in_receive:
             return self._writer
         return contextlib.nullcontext()
 

@@ -14,7 +14,7 @@ from .. import headers as h
 from ..lent import LentConnection, ReceiveConnection, receive_connection
 from ..message import OutgoingMessage, ReceivedMessage
 from ..publishing import PublishResult, publish_message
-from ..queue import ReceivedBatch, TableQueue, TransactionMode
+from ..queue import ReceivedBatch, TableQueue
 from ..subscriptions import topics_of
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class MessageContext:
         self._pump = pump
         self._batch = batch
         self.after_commit: list[Callable[[], None]] = []
-        self._buffered = buffered and pump.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
+        self._buffered = buffered and pump.transaction_mode.sends_join_receive
         self._pending_sends: dict[QueueAddress, tuple[TableQueue, list[OutgoingMessage]]] = {}
         self._pending_delayed: list[Callable[[], None]] = []
         self._savepoint = savepoint
@@ -118,7 +118,7 @@ class MessageContext:
                 "the handler call this context was given to has ended; use its connection only inside "
                 "that call"
             )
-        if self.transaction_mode is TransactionMode.NONE:
+        if not self.transaction_mode.handled_in_receive:
             raise ConfigurationError(
                 "transaction mode 'none' commits the receive before the handler runs, so there is no "
                 "receive transaction to write in; use transaction_mode='sends_atomic_with_receive' (or "
@@ -218,7 +218,7 @@ class MessageContext:
         if self._buffered:
             self._pending_delayed.append(lambda: store.store_on(self._batch.connection, prepared))
             self.after_commit.append(lambda: store.notify(prepared.due_in))
-        elif self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+        elif self.transaction_mode.sends_join_receive:
             store.store_on(self._batch.connection, prepared)
             self.after_commit.append(lambda: store.notify(prepared.due_in))
         else:
@@ -255,13 +255,8 @@ class MessageContext:
         topics = topics_of(topic, base_topics)
         outgoing = publish_message(self._outgoing(message, headers, time_to_be_received), None, None, topics)
         transport = self.queue.transport
-        if self.transaction_mode is not TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
-            if self.transaction_mode is TransactionMode.RECEIVE_ONLY and transport.dialect.single_writer:
-                raise ConfigurationError(
-                    f"{transport.dialect.display_name} has a single writer: a publish that commits on its "
-                    "own would wait for this receive's own write lock. Use "
-                    "transaction_mode='sends_atomic_with_receive'"
-                )
+        if not self.transaction_mode.sends_join_receive:
+            self.transaction_mode.check_own_commit(transport.dialect, "a publish")
             return transport.publish(topics[0], outgoing, base_topics=topics[1:])
         queues = transport.subscriptions.subscriber_queues(topics, connection=self._batch.connection)
         targets = list({target.address: target for target in map(transport.queue, queues)}.values())

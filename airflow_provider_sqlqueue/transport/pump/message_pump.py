@@ -174,7 +174,7 @@ class MessagePump:
         needed = self.max_concurrency
         if self.strategy is Strategy.MONITOR:
             needed += 1
-        if self.transaction_mode is not TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+        if not self.transaction_mode.sends_join_receive:
             needed += self.max_concurrency
         return needed
 

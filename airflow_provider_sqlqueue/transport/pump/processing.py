@@ -18,7 +18,7 @@ from ...dialects.transaction_state import TransactionState
 from ...model.errors import InvalidQueueName, TransactionEndedError
 from .. import headers as h
 from ..message import OutgoingMessage, ReceivedMessage
-from ..queue import ReceivedBatch, TransactionMode
+from ..queue import ReceivedBatch
 from ..recoverability import FailureInfo, failure_headers_text
 from ..transaction_guard import TransactionWatch
 from .context import MessageContext
@@ -63,7 +63,7 @@ class MessageProcessor:
         pump = self._pump
         watch = TransactionWatch(pump.dialect, batch.connection, _RowsCheck(pump, batch))
         watch.following = not pump.driver_reached
-        if pump.lends_connection and pump.transaction_mode is not TransactionMode.NONE:
+        if pump.lends_connection and pump.transaction_mode.handled_in_receive:
             watch.arm()
         return watch
 
@@ -136,7 +136,7 @@ class MessageProcessor:
         if failure is not None:
             error = failure
             pump.failures.record(message.id, error)
-            if pump.transaction_mode is TransactionMode.NONE:
+            if not pump.transaction_mode.handled_in_receive:
                 # The receive already committed and no transaction can put the message back: as the
                 # reference's ProcessWithNoTransaction, which calls its error handling once (attempt 1).
                 log.warning(
@@ -217,7 +217,7 @@ class MessageProcessor:
                 raise Rollback from error
             if marked:
                 savepoints.rollback(savepoint)
-            if pump.transaction_mode is TransactionMode.NONE or count > pump.immediate_retries:
+            if not pump.transaction_mode.handled_in_receive or count > pump.immediate_retries:
                 info, copy = pump.failures.get(message.id), _copy_text(message, drop_forward)
                 self._move_to_error_queue(message, batch, info, copy, counters)
                 return

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from ...model.address import QueueAddress
-from ...model.errors import ConfigurationError
 from ..lease import shared_cursor
 from ..message import OutgoingMessage, ReceivedMessage
 from .transaction_mode import TransactionMode
@@ -89,13 +88,9 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
         messages: Iterable[OutgoingMessage | bytes | str],
     ) -> list[uuid.UUID]:
         target = self._target(destination)
-        if self.transaction_mode is TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+        if self.transaction_mode.sends_join_receive:
             return target.send_on(self._connection, messages, commit=False)
-        if self.transaction_mode is TransactionMode.RECEIVE_ONLY and target.dialect.single_writer:
-            raise ConfigurationError(
-                f"{target.dialect.display_name} has a single writer: a send that commits on its own would "
-                "wait for this receive's own write lock. Use transaction_mode='sends_atomic_with_receive'"
-            )
+        self.transaction_mode.check_own_commit(target.dialect, "a send")
         return target.send_batch(messages)
 
     def rollback_to_savepoint(self, name: str) -> None:

@@ -67,7 +67,7 @@ class ReceiveBlock:
                 if poison:
                     queue.move_poison(cursor, poison)
                 batch = ReceivedBatch(queue, connection, messages, expired, len(poison), mode)
-                if mode is TransactionMode.NONE:
+                if not mode.handled_in_receive:
                     connection.commit()
             except BaseException:
                 # A driver may delete rows and then fail to hand them over: never keep such a DELETE.
@@ -84,7 +84,7 @@ class ReceiveBlock:
         queue, connection, batch = self._queue, self._connection, self._batch
         assert batch is not None
         if error is not None:
-            if self._mode is TransactionMode.NONE:
+            if not self._mode.handled_in_receive:
                 if batch.messages:
                     log.error(
                         "receive block on %s failed in transaction mode 'none'; %d message(s) were "
