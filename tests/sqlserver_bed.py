@@ -106,6 +106,27 @@ class SqlServerBed:
             f"PWD={_braced(self.password)};DATABASE={_braced(database)};Encrypt={self.encrypt}{trust}"
         )
 
+    def sessions_waiting_on_a_lock(self) -> int:
+        """How many sessions the server shows blocked on a lock: on the TDS engine from its PostgreSQL side
+        (each TDS session is a backend there), on SQL Server from ``sys.dm_exec_requests``."""
+        if self.kind == "babelfish" and self.workdir is not None:
+            import psycopg
+
+            port = int((self.workdir / "pg_port").read_text())
+            with psycopg.connect(
+                host=str(self.workdir / "run"), port=port, user="postgres", dbname="postgres", autocommit=True
+            ) as connection:
+                row = connection.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                ).fetchone()
+                return int(row[0]) if row else 0
+        import pyodbc
+
+        odbc = next(iter(self.drivers.values()))
+        with pyodbc.connect(odbc, autocommit=True) as connection:
+            sql = "SELECT COUNT(*) FROM sys.dm_exec_requests WHERE blocking_session_id <> 0"
+            return int(connection.execute(sql).fetchone()[0])
+
     def stop(self) -> None:
         if self.engine_dir is not None and self.workdir is not None:
             subprocess.run(["bash", str(self.engine_dir / "stop.sh"), str(self.workdir)], check=False)

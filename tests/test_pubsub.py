@@ -323,8 +323,34 @@ def reached_the_write(thread: threading.Thread, seconds: float) -> None:
         time.sleep(0.01)
 
 
+def blocked_on_the_server(
+    request: pytest.FixtureRequest, target: EngineTarget, transport: Transport, seconds: float
+) -> None:
+    """Wait until the server shows a session waiting on a lock: the racer's write, blocked by the first
+    transaction's uncommitted row. SQLite has no server to ask: there, ``reached_the_write`` waits."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if target.engine == "postgresql":
+            connection = transport.new_connection()
+            try:
+                cursor = connection.cursor()
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                waiting = cursor.fetchone()[0]
+            finally:
+                connection.close()
+        else:
+            waiting = request.getfixturevalue("sqlserver_bed").sessions_waiting_on_a_lock()
+        if waiting:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no session waited on a lock within {seconds} s")
+
+
 def test_a_subscriber_that_loses_the_race_for_a_new_row_still_subscribes(
-    transport: Transport, caplog: pytest.LogCaptureFixture
+    transport: Transport,
+    target: EngineTarget,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A second first-subscriber of one key writes while the first one's row is uncommitted: it waits,
     then updates that row (on Babelfish, whose INSERT then fails on the primary key, by running again)."""
@@ -347,8 +373,11 @@ def test_a_subscriber_that_loses_the_race_for_a_new_row_still_subscribes(
         racer = threading.Thread(target=second)
         with caplog.at_level(logging.INFO, logger="airflow_provider_sqlqueue.transport.subscriptions"):
             racer.start()
-            reached_the_write(racer, 60.0)
-            racer.join(1.0)  # it waits for the first transaction (a blocked writer, not a failure)
+            if target.engine == "sqlite":
+                reached_the_write(racer, 60.0)
+                racer.join(1.0)  # it waits for the first transaction (a blocked writer, not a failure)
+            else:
+                blocked_on_the_server(request, target, transport, 60.0)
             first.commit()
             racer.join(60)
     finally:
