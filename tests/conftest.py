@@ -338,7 +338,14 @@ EXTENDED = (
         "test_the_example_producer_reaches_both_example_consumer_dags_once_each",
         ("postgresql",),
     ),
-    ("test_spark_cluster.py", "test_the_data_source_reads_in_batch_and_streams_on_the_cluster", ("sqlite",)),
+    # The data source on the cluster: its stream is killed there in every run
+    # (test_a_worker_killed_mid_stream_loses_and_duplicates_nothing) and its batch read is the drain's,
+    # which the operator runs there in every run.
+    (
+        "test_spark_cluster.py",
+        "test_the_data_source_reads_in_batch_and_streams_on_the_cluster",
+        ("sqlite", "postgresql"),
+    ),
     # The dag.test() runs on PostgreSQL: SQLite and SQL Server (through Driver 18; FreeTDS below) run them in
     # every CI run; the DAGs hold no engine-specific code, and each engine's SQL behind the hook is the core
     # suite's.
@@ -360,6 +367,118 @@ EXTENDED = (
             "test_airflow_own_transaction.py",
         )
     ),
+    # The SQL Server runs, through Driver 18, of tests whose subject sits above the engine's SQL: Airflow's
+    # templating, mapping, retries, deferral and triggers; Spark's retries, checkpoints and sinks; the CLI's
+    # arguments and exit codes; the pump's strategies. SQLite runs each of them in every CI run, PostgreSQL
+    # where it has one, and the SQL they reach is the core suite's, run through both drivers in every run.
+    # SQL Server keeps in every run what its engine decides there: Airflow's own transaction, the
+    # exactly-once example, the sensor's estimate, Spark's receives and kills mid-receive, the table sink's
+    # kill, staged and orphaned runs, expired and unreadable rows, the CLI's create, peek, receive and
+    # inspect, the monitor strategy and the pump's transaction matrix.
+    *(
+        (file, test, ("sqlserver-msodbc",))
+        for file, tests in {
+            "test_airflow_surface_dags.py": (
+                "test_every_templated_field_takes_an_xcomarg_and_a_jinja_string",
+                "test_a_retried_send_repeats_its_message_ids_and_returns_a_summary",
+                "test_mapped_and_plain_tasks_run_on_the_default_executor_queue",
+                "test_failed_messages_of_one_queue_are_retried_by_the_operator_in_a_dag",
+                "test_provisioning_with_defaults_creates_the_same_tables_on_any_worker",
+            ),
+            "test_airflow_dags.py": (
+                "test_maintenance_example_provisions_endpoint_queues_idempotently_and_purges_expired",
+                "test_sensor_example_defers_until_more_orders_arrive_then_consumes_all",
+                "test_event_driven_example_drains_what_arrived",
+            ),
+            "test_request_reply_airflow.py": (
+                "test_the_example_dag_asks_the_service_and_uses_its_price",
+                "test_concurrent_deferred_requests_get_their_own_replies",
+                "test_a_reply_before_the_trigger_and_across_a_triggerer_restart_is_found",
+            ),
+            "test_openlineage.py": ("test_retry_all_reports_every_queue_it_retried_into_through_dag_test",),
+            "test_spark_jobs.py": (
+                "test_always_failing_transform_aborts_and_every_message_goes_back",
+                "test_transform_failing_once_is_retried_and_counted_exactly",
+                "test_messages_frame_decodes_text_bodies_only",
+                "test_file_sink_rows_carry_message_ids",
+                "test_fill_sends_each_batch_once_across_retries_and_reruns",
+            ),
+            "test_spark_source.py": (
+                "test_a_stream_stages_the_next_trigger_while_spark_runs_the_planned_one",
+                "test_a_new_checkpoint_refuses_a_batch_an_earlier_query_read_and_never_committed",
+                "test_a_query_restarted_from_a_checkpoint_older_than_the_streams_newest_is_refused",
+                "test_a_query_that_starts_on_a_stream_id_takes_it_and_the_other_reads_nothing_more",
+                "test_a_stream_without_a_read_limit_stages_a_bounded_batch_per_trigger",
+                "test_an_empty_queue_reads_as_an_empty_frame_and_an_empty_stream_ends",
+            ),
+            "test_spark_source_write.py": (
+                "test_spark_submit_takes_the_credentials_from_the_environment_only",
+                "test_writing_again_with_the_same_run_id_sends_nothing_and_without_one_sends_again",
+            ),
+            "test_cli.py": (
+                "test_time_to_be_received_stats_and_purge",
+                "test_receive_writes_json_lines_to_a_file_before_removing",
+                "test_send_bodies_from_stdin_files_and_lines",
+                "test_drop_asks_and_reports",
+                "test_airflow_conn_id_and_environment",
+                "test_send_many_with_count_in_batches",
+                "test_consume_takes_url_options_and_conn_ids",
+                "test_receive_waits_for_a_first_message",
+            ),
+        }.items()
+        for test in tests
+    ),
+    (  # the kill outside the transform, per sink: the table sink's is SQL Server's in every run
+        "test_spark_jobs.py",
+        "test_python_worker_killed_mid_transform_is_retried_per_sink_guarantee",
+        ("sqlserver-msodbc-queue", "sqlserver-msodbc-parquet"),
+    ),
+    (
+        "test_spark_source_write.py",
+        "test_a_task_failing_in_its_first_attempt_is_retried_without_duplicates",
+        ("None-sqlserver-msodbc", "1000-sqlserver-msodbc"),
+    ),
+    (  # a missing queue is refused by the same existence check on every engine; send's stays in every run
+        "test_cli.py",
+        "test_a_missing_queue_exits_3",
+        tuple(
+            f"sqlserver-msodbc-{command}"
+            for command in (
+                "receive",
+                "peek",
+                "depth",
+                "stats",
+                "purge-expired",
+                "inspect",
+                "drop",
+                "consume",
+            )
+        ),
+    ),
+    (
+        "test_pump.py",
+        "test_each_strategy_handles_every_message_exactly_once",
+        ("sqlserver-msodbc-adaptive", "sqlserver-msodbc-fixed"),
+    ),
+    # Staged reads are one code path on every engine: SQLite's staged stream is killed after the sink in
+    # every run, PostgreSQL's in-place one too.
+    (
+        "test_spark_source.py",
+        "test_stream_killed_at_each_point_then_restarted_delivers_exactly_once",
+        ("postgresql-staged-after_sink",),
+    ),
+    # The example Spark pipeline runs end to end on SQLite (README command 1) in every run.
+    ("test_spark_operator.py", "test_pipeline_demo_runs_the_example_dag_end_to_end", ("postgresql",)),
+    # The operator drains on the cluster with the provider shipped in every run
+    # (test_the_operator_drains_on_the_cluster_through_dag_test): the same job, submitted by Airflow.
+    (
+        "test_spark_cluster.py",
+        "test_the_drain_job_runs_on_a_standalone_cluster_with_the_provider_shipped",
+        ("postgresql",),
+    ),
+    # The fill-then-drain spark-submit runs on PostgreSQL in every run; the fill job writes through the
+    # same writer on every engine.
+    ("test_spark_jobs.py", "test_spark_submit_fill_then_drain_with_retries", ("sqlite",)),
 )
 
 
@@ -407,11 +526,14 @@ def _matches_rule(item: pytest.Item, rule: tuple[str, str, tuple[str, ...]]) -> 
 
 
 def _extended(item: pytest.Item) -> bool:
-    """Whether a test is in the extended tier: a slow test a rule of EXTENDED matches, or a FreeTDS run of a
-    file in FREETDS_ABOVE_THE_DRIVER."""
+    """Whether a test is in the extended tier: a test a rule of EXTENDED names (a rule for a whole file,
+    ``"*"``, takes only its slow tests), or a FreeTDS run of a file in FREETDS_ABOVE_THE_DRIVER."""
     if item.path.name in FREETDS_ABOVE_THE_DRIVER and "sqlserver-freetds" in item.name:
         return True
-    return item.get_closest_marker("slow") is not None and any(_matches_rule(item, r) for r in EXTENDED)
+    return any(
+        _matches_rule(item, rule) and (rule[1] != "*" or item.get_closest_marker("slow") is not None)
+        for rule in EXTENDED
+    )
 
 
 def extended_share(root: Path) -> int | None:
@@ -459,18 +581,21 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-# The modules that take most of a whole-suite run (each 6 to 20 minutes of one process on CI's 2-core
-# machine), heaviest first. Under .ci/test, pytest-xdist's loadfile scheduling deals modules to its
-# processes in collection order (--no-loadscope-reorder; by default it deals the modules with the most
-# tests first, however long they take), so these go first: a long module dealt last would keep one process
-# busy after the other finished.
+# The modules that take longest in a whole-suite run or in the oldest Airflow's step (.ci/airflow-oldest):
+# a single test of minutes, or many minutes of one process on CI's 2-core machine. Under .ci/test,
+# pytest-xdist's loadfile scheduling deals modules to its processes in collection order
+# (--no-loadscope-reorder; by default it deals the modules with the most tests first, however long they
+# take), so these go first: a long module dealt last would keep one process busy after the other finished.
 HEAVY_MODULES_FIRST = (
+    "test_triggerer_many_sensors.py",
     "test_spark_source.py",
     "test_spark_jobs.py",
     "test_airflow_surface_dags.py",
     "test_spark_source_write.py",
     "test_airflow_dags.py",
     "test_spark_cluster.py",
+    "test_spark_operator.py",
+    "test_event_trigger_restart.py",
 )
 
 
