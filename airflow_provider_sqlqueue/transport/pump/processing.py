@@ -109,10 +109,12 @@ class MessageProcessor:
         message: ReceivedMessage,
         batch: ReceivedBatch,
         after_commit: list[Callable[[], None]],
+        counters: Counters,
         watch: TransactionWatch,
     ) -> None:
-        """Forward, handle, move to the error queue or audit ``message``; what must wait for the commit
-        (delayed-send notifications) goes to ``after_commit``.
+        """Forward, handle, move to the error queue or audit ``message``, the one message of its receive;
+        what must wait for the commit (delayed-send notifications) goes to ``after_commit``, and
+        ``counters`` are added to the pump's after the commit.
 
         A handler failure rolls the receive back for an immediate retry; in transaction mode ``none`` the
         receive has already committed, so the message goes to the error queue after its first failure.
@@ -120,7 +122,6 @@ class MessageProcessor:
         :class:`HandlerEndedTransaction` once :mod:`.ended` settled the receive.
         """
         pump = self._pump
-        counters = pump.counters
         prepared = self._prepare(message, batch, counters)
         if prepared is None:
             return
