@@ -51,7 +51,7 @@ class Receiver:
 
         A receive of one message retries a failing handler by rolling back (the message is received
         again); a batch retries it in place, under a savepoint, so the rest of the batch still commits
-        (:meth:`~.processing.MessageProcessor.handle_in_batch`).
+        (:meth:`~.processing.MessageProcessor.handle`).
 
         Counts reach the pump's counters only once the receive committed, so one that rolls back is not
         counted as processed. A handler that ended the receive's transaction ends the receive there
@@ -74,12 +74,9 @@ class Receiver:
                             watch = self._processor.watch(batch)
                             savepoints = BatchSavepoints(batch, watch) if size > 1 else None
                             for message in batch:
-                                if savepoints is None:
-                                    self._processor.handle(message, batch, after_commit, counters, watch)
-                                else:
-                                    self._processor.handle_in_batch(
-                                        message, batch, after_commit, counters, watch, savepoints
-                                    )
+                                self._processor.handle(
+                                    message, batch, after_commit, counters, watch, savepoints
+                                )
                                 handled += 1
                 except HandlerEndedTransaction as ended:
                     if not ended.committed:
@@ -111,4 +108,3 @@ class Receiver:
             return EMPTY
         finally:
             pump.budget.settle_many(extra, max(0, handled - 1))
-
