@@ -23,7 +23,8 @@ Nothing here imports Airflow.
 The modules of this package, one idea each: :mod:`.message_pump` (the pump, its threads and loops),
 :mod:`.settings` (how a pump runs, declared once), :mod:`.roles` (what each part sees of the pump),
 :mod:`.strategy` (the strategies and the adaptive ramp-up), :mod:`.pacing` (message budget, monitor rounds,
-back-off), :mod:`.processing` (one message: forward, handle with retries, error queue, audit), :mod:`.context`
+back-off), :mod:`.receive` (one receive, of one message or a batch, for every strategy), :mod:`.processing`
+(one message: forward, handle with retries, error queue, audit), :mod:`.context`
 (what a handler may send), :mod:`.handler` (loading a handler) and :mod:`.stats` (counters).
 """
 

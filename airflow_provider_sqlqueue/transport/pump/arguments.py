@@ -8,7 +8,7 @@ import threading
 from ...model.errors import ConfigurationError
 from ..queue import TransactionMode
 from ..wakeup import WAKE_UP_MODES
-from .batching import MAX_BATCH_SIZE
+from .receive import MAX_BATCH_SIZE
 from .strategy import Strategy
 
 __all__ = ["MAX_CONCURRENCY", "MAX_IDLE_DELAY", "MIN_IDLE_DELAY", "check_pump_arguments"]

@@ -1,8 +1,8 @@
 """MessagePump: runs a handler over a queue with a concurrency limit, as the reference's receivers do.
 
 The pump owns its threads, its lifecycle (start, run, stop) and the three strategies' loops; what happens
-to one received message is :mod:`.processing`'s, and its counts are :mod:`.stats`'. Its parts see it
-through the narrow interfaces of :mod:`.roles`.
+to one receive is :mod:`.receive`'s, to one received message :mod:`.processing`'s, and its counts are
+:mod:`.stats`'. Its parts see it through the narrow interfaces of :mod:`.roles`.
 
 The lifecycle, the threads and the strategies' loops live together because they share one state (the halt
 and done events, the in-flight count, the budget).
@@ -28,11 +28,10 @@ from ..queue.startup import (
 )
 from ..recoverability import CircuitBreaker, FailureStore
 from ..wakeup import WakeUpListener
-from .batching import BatchReceiver
-from .ended import HandlerEndedTransaction
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
 from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
+from .receive import Receiver
 from .settings import PumpSettings
 from .stats import Counters, PumpStats
 from .strategy import AdaptiveStrategy, Strategy
@@ -132,7 +131,7 @@ class MessagePump:
         # set once a handler was given the driver's own object (see MessageContext.reached)
         self.driver_reached = False
         self._processor = MessageProcessor(self)
-        self._batches = BatchReceiver(self, self._processor)
+        self._receiver = Receiver(self, self._processor)
         self.counters = Counters()
         self.budget = MessageBudget(None)
         self._until_empty = False
@@ -518,33 +517,10 @@ class MessagePump:
         try:
             if self._halt.is_set():
                 return SKIPPED
-            if size > 1:
-                return self._batches.receive(size, received)
-            after_commit: list[Callable[[], None]] = []
-            self.counters.add("receives")
-            with self.queue.receive(1, transaction_mode=self.transaction_mode) as batch:
-                received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
-                self.receive_breaker.success()
-                if batch.expired:
-                    self.counters.add("expired", batch.expired)
-                if batch.poisoned:
-                    self.counters.add("poisoned", batch.poisoned)
-                if batch:
-                    self._processor.handle(batch[0], batch, after_commit, self._processor.watch(batch))
-                    outcome = MESSAGE
-                elif batch.expired or batch.poisoned:
-                    outcome = CONSUMED
-                else:
-                    self.counters.add("empty_receives")
-                    outcome = EMPTY
-            for action in after_commit:
-                action()
-            return outcome
+            return self._receiver.receive(size, received)
         except Rollback:
             self.counters.add("retried")
             return RETRY
-        except HandlerEndedTransaction as ended:  # settled already (pump/ended.py): counted and logged
-            return MESSAGE if ended.committed else RETRY
         except Exception as error:
             # The back-off happens before the monitor hears of this receive, so it throttles the rounds.
             self._database_failure(self.receive_breaker, error)

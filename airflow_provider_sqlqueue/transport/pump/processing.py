@@ -109,34 +109,72 @@ class MessageProcessor:
         message: ReceivedMessage,
         batch: ReceivedBatch,
         after_commit: list[Callable[[], None]],
+        counters: Counters,
         watch: TransactionWatch,
+        savepoints: BatchSavepoints | None = None,
     ) -> None:
-        """Forward, handle, move to the error queue or audit ``message``; what must wait for the commit
-        (delayed-send notifications) goes to ``after_commit``.
+        """Forward, handle, move to the error queue or audit ``message`` inside its receive's transaction;
+        what must wait for the commit (delayed-send notifications) goes to ``after_commit``, and
+        ``counters`` are added to the pump's after the commit.
 
-        A handler failure rolls the receive back for an immediate retry; in transaction mode ``none`` the
-        receive has already committed, so the message goes to the error queue after its first failure.
-        So does a handler that returns with the transaction aborted or nested; one that ended it raises
-        :class:`HandlerEndedTransaction` once :mod:`.ended` settled the receive.
+        A failing handler is retried one of two ways. Without ``savepoints`` (a receive of one message) the
+        receive rolls back (:class:`Rollback`) and the message is received again, as the reference's
+        receive strategies do. With them (a batch) it is retried in place: a failed attempt's sends were
+        buffered and are dropped with it, and so are its own statements, run under a savepoint marked with
+        the handler's first statement on the lent connection (:mod:`.savepoints`); once its retries are
+        spent the message goes to the error queue in the same transaction, so the rest of the batch still
+        commits. In a batch, raising (a database error while writing the sends, a savepoint the engine
+        already rolled back with the whole transaction, the savepoint that a lost connection could not mark,
+        or :class:`Rollback` when the stop gave up on this handler) rolls the whole batch back; the
+        savepoint's failure does not count against the message, whose handler had not run a statement yet;
+        a handler that nested a transaction, or aborted it through a driver object kept from before (no
+        savepoint of this attempt), rolls the whole batch back, counted against it.
+
+        Either way, in transaction mode ``none`` the receive has already committed, so the message goes to
+        the error queue after its first failure; a handler that returns with the transaction aborted or
+        nested fails like one that raised; one that ended it raises :class:`HandlerEndedTransaction` once
+        :mod:`.ended` settled the receive.
         """
         pump = self._pump
-        counters = pump.counters
         prepared = self._prepare(message, batch, counters)
         if prepared is None:
             return
         drop_forward, attempt = prepared
-        started = datetime.now(timezone.utc)
-        context = MessageContext(pump, message, batch, attempt, watch=watch)
-        failure: Exception | None = None
-        try:
-            self._call_handler(message, context)
-        except Exception as error:
-            failure = error
-        _, failure = self._after_handler(watch, message, batch, failure, drop_forward, counters)
-        if failure is not None:
+        started = datetime.now(timezone.utc) if pump.audit_queue is not None else None
+        context: MessageContext | None = None
+        savepoint = None
+        while True:
+            if self._pass_context:
+                savepoint = savepoints.attempt() if savepoints is not None else None
+                context = MessageContext(
+                    pump,
+                    message,
+                    batch,
+                    attempt,
+                    buffered=savepoints is not None,
+                    savepoint=savepoint,
+                    watch=watch,
+                )
+            failure: Exception | None = None
+            try:
+                self._call_handler(message, context)
+            except Exception as error:
+                if savepoints is not None and context is not None and context.savepoint_failed:
+                    raise  # the batch's transaction failed, not this message: the whole batch comes back
+                failure = error
+            state, failure = self._after_handler(watch, message, batch, failure, drop_forward, counters)
+            if failure is None:
+                break
             error = failure
-            pump.failures.record(message.id, error)
-            if not pump.transaction_mode.handled_in_receive:
+            count = pump.failures.record(message.id, error)
+            if savepoints is None:
+                if pump.transaction_mode.handled_in_receive:
+                    log.warning(
+                        "%s: handler failed on message %s (attempt %d of %d): %s: %s",
+                        pump.name, message.id, attempt, pump.immediate_retries + 1,
+                        type(error).__name__, error,
+                    )  # fmt: skip
+                    raise Rollback from error
                 # The receive already committed and no transaction can put the message back: as the
                 # reference's ProcessWithNoTransaction, which calls its error handling once (attempt 1).
                 log.warning(
@@ -147,69 +185,6 @@ class MessageProcessor:
                     message, batch, pump.failures.get(message.id), _copy_text(message, drop_forward), counters
                 )
                 return
-            log.warning(
-                "%s: handler failed on message %s (attempt %d of %d): %s: %s",
-                pump.name, message.id, attempt, pump.immediate_retries + 1, type(error).__name__, error,
-            )  # fmt: skip
-            raise Rollback from error
-        if pump.abandoned:
-            raise Rollback  # stop() gave up waiting for this handler
-        after_commit.extend(context.after_commit)
-        if pump.audit_queue is not None:
-            self._audit(message, batch, started, _copy_text(message, drop_forward), counters)
-        pump.failures.clear(message.id)
-        counters.add("processed")
-
-    def handle_in_batch(
-        self,
-        message: ReceivedMessage,
-        batch: ReceivedBatch,
-        after_commit: list[Callable[[], None]],
-        counters: Counters,
-        watch: TransactionWatch,
-        savepoints: BatchSavepoints,
-    ) -> None:
-        """Handle one message of a batch inside the batch's transaction, retrying a failing handler in place.
-
-        A failed attempt's sends were buffered and are dropped with it; so are its own statements, run
-        under a savepoint marked with the handler's first statement on the lent connection
-        (:mod:`.savepoints`; ``savepoints`` are the batch's). After
-        ``immediate_retries`` more attempts the message goes to the error queue in the same transaction
-        (after the rollback to the savepoint), so the rest of the batch still commits. Raising (a database
-        error while writing the sends, a savepoint the engine already rolled back with the whole
-        transaction, the savepoint that a lost connection could not mark, or :class:`Rollback` when the stop
-        gave up on this handler) rolls the whole batch back; the savepoint's failure does not count against
-        the message, whose handler had not run a statement yet. A handler that returns with the transaction
-        aborted fails like one that raised; one that nested a transaction, or aborted it through a driver
-        object kept from before (no savepoint of this attempt), rolls the whole batch back, counted against
-        it; one that ended the transaction raises :class:`HandlerEndedTransaction` once :mod:`.ended`
-        settled the batch. ``counters`` are added to the pump's after the commit.
-        """
-        pump = self._pump
-        prepared = self._prepare(message, batch, counters)
-        if prepared is None:
-            return
-        drop_forward, attempt = prepared
-        started = datetime.now(timezone.utc) if pump.audit_queue is not None else None
-        context: MessageContext | None = None
-        while True:
-            if self._pass_context:
-                savepoint = savepoints.attempt()
-                context = MessageContext(
-                    pump, message, batch, attempt, buffered=True, savepoint=savepoint, watch=watch
-                )
-            failure: Exception | None = None
-            try:
-                self._call_handler(message, context)
-            except Exception as error:
-                if context is not None and context.savepoint_failed:
-                    raise  # the batch's transaction failed, not this message: the whole batch comes back
-                failure = error
-            state, failure = self._after_handler(watch, message, batch, failure, drop_forward, counters)
-            if failure is None:
-                break
-            error = failure
-            count = pump.failures.record(message.id, error)
             marked = context is not None and context.savepoint_marked
             if state is TransactionState.NESTED or (state is TransactionState.FAILED and not marked):
                 # no savepoint of this attempt can undo it (or, nested, undo it alone): the whole
@@ -230,14 +205,15 @@ class MessageProcessor:
             if pump.abandoned:
                 raise Rollback
         if pump.abandoned:
-            raise Rollback  # stop() gave up waiting for this batch: every message of it comes back
+            raise Rollback  # stop() gave up waiting for this handler: its receive comes back
         if context is not None:
             try:
                 context.flush()
             except Exception as error:
                 pump.failures.record(message.id, error)  # a message whose sends always fail gets moved
                 raise
-            savepoints.finished(savepoint)  # released with the next message's mark, or by the commit
+            if savepoints is not None:
+                savepoints.finished(savepoint)  # released with the next message's mark, or by the commit
             after_commit.extend(context.after_commit)
         if started is not None:
             self._audit(message, batch, started, _copy_text(message, drop_forward), counters)

@@ -1,5 +1,5 @@
 """What each part of a pump needs of the pump: the narrow interfaces :class:`~.message_pump.MessagePump`
-offers its processor, handler context, batch receiver and adaptive strategy.
+offers its processor, handler context, receiver and adaptive strategy.
 
 The parts type their pump with these protocols instead of importing ``MessagePump``, so the pump package
 imports in one direction: ``message_pump`` builds the parts, the parts know only their role.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .pacing import MessageBudget
     from .stats import Counters
 
-__all__ = ["BatchingPump", "ContextPump", "ProcessingPump", "StrategyPump"]
+__all__ = ["ContextPump", "ProcessingPump", "ReceivingPump", "StrategyPump"]
 
 
 class ContextPump(Protocol):
@@ -47,7 +47,6 @@ class ProcessingPump(ContextPump, Protocol):
     error_queue: QueueAddress
     audit_queue: QueueAddress | None
     failures: FailureStore
-    counters: Counters
 
     @property
     def abandoned(self) -> bool: ...
@@ -56,8 +55,8 @@ class ProcessingPump(ContextPump, Protocol):
     def dialect(self) -> Dialect: ...
 
 
-class BatchingPump(Protocol):
-    """What the :class:`~.batching.BatchReceiver` needs for one batch: the queue, the run's message budget,
+class ReceivingPump(Protocol):
+    """What the :class:`~.receive.Receiver` needs for one receive: the queue, the run's message budget,
     the counters and the receive circuit breaker."""
 
     queue: TableQueue

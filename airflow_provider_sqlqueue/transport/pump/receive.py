@@ -1,10 +1,10 @@
-"""A batching pump's receive: up to ``batch_size`` messages in one transaction, handled one after another,
-committed once.
+"""A pump's one receive: up to ``size`` messages in one transaction, handled one after another, committed
+once.
 
-Per message the guarantees are the transaction mode's (see
-:meth:`~.processing.MessageProcessor.handle_in_batch`); what changes is what a failure of the whole batch
-returns: a crash, a lost connection or a failed write rolls every message of the batch back, to be received
-again (at least once, as before, just more of it).
+Every strategy's receives come here, one message or a batch; the strategies only decide how many run and
+how large. Per message the guarantees are the transaction mode's (see :mod:`.processing`); what a batch
+changes is what a failure of the whole receive returns: a crash, a lost connection or a failed write rolls
+every message of it back, to be received again (at least once, as before, just more of it).
 """
 
 from __future__ import annotations
@@ -20,26 +20,26 @@ from .savepoints import BatchSavepoints
 from .stats import Counters
 
 if TYPE_CHECKING:
-    from .roles import BatchingPump
+    from .roles import ReceivingPump
 
-__all__ = ["BatchReceiver"]
+__all__ = ["MAX_BATCH_SIZE", "Receiver"]
 
 MAX_BATCH_SIZE = 1000
 
 
-class BatchReceiver:
-    """Receives and handles one batch for a pump; the pump's loops decide when and how large."""
+class Receiver:
+    """Receives and handles one receive for a pump; the pump's loops decide when and how large."""
 
-    def __init__(self, pump: BatchingPump, processor: MessageProcessor) -> None:
+    def __init__(self, pump: ReceivingPump, processor: MessageProcessor) -> None:
         self._pump = pump
         self._processor = processor
         self._writer = threading.Lock()
 
     def _one_writer(self) -> contextlib.AbstractContextManager[object]:
-        """On an engine with one writer at a time (SQLite), a batch's transaction holds the write lock from
-        its receive to its commit, so the pump's other receives could only wait for it; they wait here, on
-        a lock handed over at once, instead of in the engine's busy handler, which sleeps in growing steps
-        (up to 100 ms) while the lock may already be free."""
+        """On an engine with one writer at a time (SQLite), a receive's transaction holds the write lock
+        from its DELETE to its commit, so the pump's other receives could only wait for it; they wait here,
+        on a lock handed over at once, instead of in the engine's busy handler, which sleeps in growing
+        steps (up to 100 ms) while the lock may already be free."""
         pump = self._pump
         if pump.dialect.single_writer and pump.transaction_mode.handled_in_receive:
             return self._writer
@@ -49,8 +49,12 @@ class BatchReceiver:
         """Receive up to ``size`` messages (fewer when the run's message budget has less room) and handle
         them; return the outcome. The caller reserved one message of the budget; the rest is reserved here.
 
-        Counts reach the pump's counters only once the batch committed, so a batch that rolls back is not
-        counted as processed. A handler that ended the batch's transaction ends the batch there
+        A receive of one message retries a failing handler by rolling back (the message is received
+        again); a batch retries it in place, under a savepoint, so the rest of the batch still commits
+        (:meth:`~.processing.MessageProcessor.handle`).
+
+        Counts reach the pump's counters only once the receive committed, so one that rolls back is not
+        counted as processed. A handler that ended the receive's transaction ends the receive there
         (:mod:`.ended` settled it): when that committed, the messages before it and the offender (moved to
         the error queue) count, and the rest were put back, uncounted.
         """
@@ -66,13 +70,14 @@ class BatchReceiver:
                     with pump.queue.receive(1 + extra, transaction_mode=pump.transaction_mode) as batch:
                         received(bool(batch) or bool(batch.expired) or bool(batch.poisoned))
                         pump.receive_breaker.success()
-                        watch = self._processor.watch(batch)
-                        savepoints = BatchSavepoints(batch, watch)
-                        for message in batch:
-                            self._processor.handle_in_batch(
-                                message, batch, after_commit, counters, watch, savepoints
-                            )
-                            handled += 1
+                        if batch:
+                            watch = self._processor.watch(batch)
+                            savepoints = BatchSavepoints(batch, watch) if size > 1 else None
+                            for message in batch:
+                                self._processor.handle(
+                                    message, batch, after_commit, counters, watch, savepoints
+                                )
+                                handled += 1
                 except HandlerEndedTransaction as ended:
                     if not ended.committed:
                         raise
