@@ -41,7 +41,7 @@ def purge_expired_at_start(queue: TableQueue, batch_size: int = DEFAULT_PURGE_BA
     total = 0
     try:
         while True:
-            deleted = queue._purge_expired_batch(batch_size)
+            deleted = queue.purge_expired_batch(batch_size)
             total += deleted
             if deleted < batch_size:
                 break

@@ -606,7 +606,7 @@ class TableQueue:
         started = time.monotonic()
         total = batches = 0
         while True:
-            deleted = self._purge_expired_batch(batch_size)
+            deleted = self.purge_expired_batch(batch_size)
             total += deleted
             batches += 1
             log.debug("purged %d expired message(s) from %s", deleted, self.address)
@@ -620,7 +620,7 @@ class TableQueue:
             log.info("purged %d expired message(s) from %s in %d batch(es)", total, self.address, batches)
         return total
 
-    def _purge_expired_batch(self, batch_size: int) -> int:
+    def purge_expired_batch(self, batch_size: int) -> int:
         """Delete up to ``batch_size`` expired rows that no receiver holds, in a transaction of its own."""
         with self.transport.connection(self.address) as connection:
             cursor = connection.cursor()
