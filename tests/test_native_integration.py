@@ -207,12 +207,13 @@ def test_a_batch_whose_connection_is_lost_before_a_handler_writes_comes_back_wit
 
     def handler(message, context) -> None:
         if message.body == b"first" and not ended:
-            # the session holding this receive: in a transaction whose last statement took from this
-            # test's orders table (other tests' sessions may be open in the same database)
+            # the session holding this receive: in a transaction that has written (the receive's DELETE
+            # gave it a transaction id; a peek's read-only transaction has none) and whose last statement
+            # took from this test's orders table (other tests' sessions may be open in the same database)
             orders = queues.dialect.qualified_name(queues.queue("orders").address)
             rows = postgres_server.query(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle in transaction' AND pid <> pg_backend_pid() "
+                "AND state = 'idle in transaction' AND backend_xid IS NOT NULL AND pid <> pg_backend_pid() "
                 f"AND strpos(query, '{orders.replace(chr(39), chr(39) * 2)}') > 0"
             )
             ended.append(len(rows))

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -888,13 +889,27 @@ def test_spark_submit_fill_then_drain_with_retries(target, bridge, tmp_path) -> 
 def writers_frozen(transport, engine: str) -> Iterator[None]:
     """Hold the bridge's receivers still: on PostgreSQL they wait for the staging table (inside their batch's
     transaction, after the run-state check), on SQLite for the write lock. Released (rolled back) on
-    leaving."""
+    leaving.
+
+    SQLite's busy handler sleeps between its tries, so a writer that waits in it can starve while the
+    receivers commit batch after batch: the lock is taken here with no busy wait, retried at once, so it
+    is held from the first gap between two of their transactions."""
     with transport.connection() as connection:
         cursor = connection.cursor()
         if engine == "postgresql":
             cursor.execute(f"LOCK TABLE {table(transport, 'sqlqueue_spark_staging')} IN SHARE MODE", ())
         else:
-            cursor.execute("BEGIN IMMEDIATE", ())
+            (busy_timeout,) = cursor.execute("PRAGMA busy_timeout").fetchone()
+            cursor.execute("PRAGMA busy_timeout = 0")
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    cursor.execute("BEGIN IMMEDIATE", ())
+                    break
+                except sqlite3.OperationalError as error:
+                    if "locked" not in str(error) or time.monotonic() > deadline:
+                        raise
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
         try:
             yield
         finally:
@@ -968,6 +983,10 @@ def test_spark_submit_driver_killed_mid_job_then_rerun_accounts_exactly(
         time.sleep(0.05)
     if phase == "receiving":
         with writers_frozen(bridge, target.engine):
+            # while frozen no receiver can finish its batch, so phase 1 cannot end before the kill
+            assert run_state(bridge, "killed") == "receiving" and bridge.queue("orders").count() > 0, (
+                "phase 1 ended before the receivers were held: the kill would not land mid-receive"
+            )
             time.sleep(1)  # every receiver now waits in the middle of its batch loop
             os.killpg(process.pid, signal.SIGKILL)  # the driver, its JVM and the Python workers
             process.wait(30)
