@@ -30,11 +30,11 @@ from ..recoverability import CircuitBreaker, FailureStore
 from ..wakeup import WakeUpListener
 from .handler import Handler, load_handler
 from .pacing import MessageBudget, MonitorRound
-from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
+from .processing import CONSUMED, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
 from .receive import Receiver
 from .settings import PumpSettings
 from .stats import Counters, PumpStats
-from .strategy import AdaptiveStrategy, Strategy
+from .strategy import PollingStrategy, Strategy
 
 if TYPE_CHECKING:
     from ...dialects.base import Dialect
@@ -118,8 +118,9 @@ class MessagePump:
             settings.circuit_breaker,
             settings.on_critical_error,
         )
-        self.adaptive = AdaptiveStrategy(
+        self.polling = PollingStrategy(
             self,
+            adaptive=self.strategy is Strategy.ADAPTIVE,
             success_threshold=settings.success_threshold,
             failure_threshold=settings.failure_threshold,
             slow_handler_threshold=settings.slow_handler_threshold,
@@ -215,12 +216,8 @@ class MessagePump:
             for number in range(self.max_concurrency):
                 self.spawn(self._task_worker, f"{self.name} task {number + 1}")
             self.spawn(self._monitor_loop, f"{self.name} monitor")
-        elif self.strategy is Strategy.FIXED:
-            for number in range(self.max_concurrency):
-                self.spawn(self._polling_loop, f"{self.name} worker {number + 1}")
-            self.note_workers(self.max_concurrency)
         else:
-            self.adaptive.start()
+            self.polling.start()
         return self
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
@@ -349,7 +346,7 @@ class MessagePump:
     def stats(self) -> PumpStats:
         c = self.counters
         if self.strategy is Strategy.ADAPTIVE:
-            workers = self.adaptive.workers.count
+            workers = self.polling.workers.count
         elif self.strategy is Strategy.FIXED:
             workers = self.max_concurrency
         else:
@@ -437,23 +434,6 @@ class MessagePump:
                         break
             finally:
                 self._slots.release()
-
-    def _polling_loop(self) -> None:
-        """A polling worker of the fixed strategy: receive, handle, sleep the idle delay when empty."""
-        while not self._halt.is_set():
-            if not self.budget.reserve():
-                if self.budget.exhausted:
-                    return
-                self.budget.wait(self.idle_delay)
-                continue
-            outcome = self.receive_one(size=self.batch_size)
-            self.settle(outcome)
-            if outcome == EMPTY:
-                self.counters.add("idle_rounds")
-                if self.drained():
-                    self.finish("empty")
-                    return
-                self.idle_sleep(self.idle_delay)
 
     def drained(self) -> bool:
         """After an empty receive: whether a run until the queue is empty may end here (nothing in flight).

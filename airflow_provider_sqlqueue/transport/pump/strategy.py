@@ -1,13 +1,13 @@
-"""The pump's strategies by name, and the adaptive one: its polling workers' loop, each worker's ramp-up
-controller, the workers' count and the slow-handler watch.
+"""The pump's strategies by name, and its polling workers: one loop for the fixed and the adaptive
+strategies, each adaptive worker's ramp-up controller, the workers' count and the slow-handler watch.
 
 The adaptive strategy follows the released 2.1/2.2 code of the reference (NServiceBus.SqlServer tags 2.1.0
 to 2.2.6: ``AdaptiveExecutor``, ``AdaptivePollingReceiver``, ``ReceiveRampUpController``, ``TaskTracker``,
 ``ExecutorTaskState``): one ramp-up controller per receive thread, ramp-up after more than 5 consecutive
 successes, retirement at 7 consecutive failures, and one more thread when a receive runs longer than 5 s.
 The back-off on empty receives is :class:`~.pacing.BoundedBackOff`. What each strategy does is described in
-:mod:`airflow_provider_sqlqueue.transport.pump` and docs/concurrency.md; the monitor's and the fixed
-strategy's loops are the pump's own.
+:mod:`airflow_provider_sqlqueue.transport.pump` and docs/concurrency.md; the monitor's loop is the
+pump's own.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .processing import EMPTY, ERROR, SKIPPED
 if TYPE_CHECKING:
     from .roles import StrategyPump
 
-__all__ = ["AdaptiveStrategy", "AdaptiveWorkers", "RampUpController", "SlowHandlerWatch", "Strategy"]
+__all__ = ["AdaptiveWorkers", "PollingStrategy", "RampUpController", "SlowHandlerWatch", "Strategy"]
 
 # The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.pump.
 log = logging.getLogger(__package__)
@@ -100,7 +100,7 @@ class RampUpController:
 
 
 class AdaptiveWorkers:
-    """How many adaptive polling workers run: at most ``max_workers``, never fewer than one while running.
+    """How many polling workers run: at most ``max_workers``, never fewer than one while running.
 
     The reference's ``TaskTracker`` refuses a new receive thread at the limit and restarts one at once when
     the last one exits; here the last worker simply declines to retire, which has the same effect and keeps
@@ -188,24 +188,29 @@ class SlowHandlerWatch:
             return len(late)
 
 
-class AdaptiveStrategy:
-    """A pump's adaptive polling workers: 2.1's ``AdaptiveExecutor`` over the pump's receives.
+class PollingStrategy:
+    """The polling workers of the fixed and the adaptive strategies: one worker loop over the pump's
+    receive (reserve the budget, receive, settle, wait after an empty receive) and two policies.
 
-    Each worker loops as a 2.1 receive thread: retire after ``failure_threshold`` empty receives in a row
-    (unless it is the last), start another worker after more than ``success_threshold`` messages in a row,
-    receive and handle one message, back off after an empty receive. A watch thread starts one more worker
-    for each receive running past the slow-handler threshold.
+    Fixed (``adaptive=False``): ``max_concurrency`` workers from the start, each waiting the idle delay
+    after an empty receive, as the seeds' polling workers do. Adaptive: 2.1's ``AdaptiveExecutor`` over
+    the pump's receives. Each worker loops as a 2.1 receive thread: retire after ``failure_threshold``
+    empty receives in a row (unless it is the last), start another worker after more than
+    ``success_threshold`` messages in a row, back off after an empty receive (:class:`BoundedBackOff`). A
+    watch thread starts one more worker for each receive running past the slow-handler threshold.
     """
 
     def __init__(
         self,
         pump: StrategyPump,
         *,
+        adaptive: bool,
         success_threshold: int = MINIMUM_CONSECUTIVE_SUCCESSES,
         failure_threshold: int = MAXIMUM_CONSECUTIVE_FAILURES,
         slow_handler_threshold: float = SLOW_HANDLER_SECONDS,
     ) -> None:
         RampUpController(success_threshold=success_threshold, failure_threshold=failure_threshold)  # checks
+        self.adaptive = adaptive
         self.success_threshold = success_threshold
         self.failure_threshold = failure_threshold
         self.workers = AdaptiveWorkers(pump.max_concurrency)
@@ -213,6 +218,10 @@ class AdaptiveStrategy:
         self._pump = pump
 
     def start(self) -> None:
+        if not self.adaptive:
+            for _ in range(self._pump.max_concurrency):
+                self.add_worker()
+            return
         self.add_worker()
         self._pump.spawn(self._watch_slow_handlers, f"{self._pump.name} slow-handler watch")
 
@@ -230,25 +239,30 @@ class AdaptiveStrategy:
 
     def _worker_loop(self) -> None:
         pump = self._pump
-        controller = RampUpController(
-            success_threshold=self.success_threshold, failure_threshold=self.failure_threshold
+        controller = (
+            RampUpController(
+                success_threshold=self.success_threshold, failure_threshold=self.failure_threshold
+            )
+            if self.adaptive
+            else None
         )
-        back_off = BoundedBackOff(pump.idle_delay, pump.idle_sleep)
+        back_off = BoundedBackOff(pump.idle_delay, pump.idle_sleep) if self.adaptive else None
         token = object()
         retired = False
         try:
             while not pump.halted:
-                if not controller.has_enough_work:
-                    retired = self.workers.retire()
-                    if retired:
-                        log.debug(
-                            "%s: retiring an adaptive worker after %d empty receives",
-                            pump.name, controller.consecutive_failures,
-                        )  # fmt: skip
-                        return
-                    controller.reset()  # the last worker keeps polling, at its backed-off pace
-                if controller.too_much_work():
-                    self.add_worker(f"more than {self.success_threshold} messages in a row")
+                if controller is not None:
+                    if not controller.has_enough_work:
+                        retired = self.workers.retire()
+                        if retired:
+                            log.debug(
+                                "%s: retiring an adaptive worker after %d empty receives",
+                                pump.name, controller.consecutive_failures,
+                            )  # fmt: skip
+                            return
+                        controller.reset()  # the last worker keeps polling, at its backed-off pace
+                    if controller.too_much_work():
+                        self.add_worker(f"more than {self.success_threshold} messages in a row")
                 if not pump.budget.reserve():
                     if pump.budget.exhausted:
                         return
@@ -263,12 +277,17 @@ class AdaptiveStrategy:
                 if outcome in (ERROR, SKIPPED):
                     continue
                 received = outcome != EMPTY
-                controller.record(received)
+                if controller is not None:
+                    controller.record(received)
                 if not received:
                     pump.counters.add("idle_rounds")
                     if pump.drained():
                         pump.finish("empty")
                         return
+                if back_off is None:
+                    if not received:
+                        pump.idle_sleep(pump.idle_delay)
+                    continue
                 delay = back_off.after(received)
                 if delay is not None:
                     log.debug("%s: empty receive; backed off %g s", pump.name, delay)
