@@ -197,7 +197,7 @@ def test_a_monitor_round_stranded_behind_the_stop_signals_releases_the_monitor_w
     stranded = MonitorRound(allowed=1)
     assert stranded.take(MessageBudget(None))
     halt = threading.Event()
-    monitor = threading.Thread(target=stranded.wait, args=(halt,), daemon=True)
+    monitor = threading.Thread(target=stranded.wait, args=(halt.is_set,), daemon=True)
     monitor.start()
     monitor.join(0.3)
     assert monitor.is_alive(), "the round's receive has not run: the monitor waits for it"

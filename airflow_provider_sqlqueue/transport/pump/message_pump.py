@@ -1,17 +1,14 @@
 """MessagePump: runs a handler over a queue with a concurrency limit, as the reference's receivers do.
 
-The pump owns its threads, its lifecycle (start, run, stop) and the three strategies' loops; what happens
-to one receive is :mod:`.receive`'s, to one received message :mod:`.processing`'s, and its counts are
-:mod:`.stats`'. Its parts see it through the narrow interfaces of :mod:`.roles`.
-
-The lifecycle, the threads and the strategies' loops live together because they share one state (the halt
-and done events, the in-flight count, the budget).
+The pump owns its threads, its lifecycle (start, run, stop) and the state they share (the halt and done
+events, the in-flight count, the budget). How many receives run is its strategy's (:mod:`.strategy`),
+what happens to one receive is :mod:`.receive`'s, to one received message :mod:`.processing`'s, and its
+counts are :mod:`.stats`'. Its parts see it through the narrow interfaces of :mod:`.roles`.
 """
 
 from __future__ import annotations
 
 import logging
-import queue as queue_module
 import socket
 import threading
 import time
@@ -29,12 +26,12 @@ from ..queue.startup import (
 from ..recoverability import CircuitBreaker, FailureStore
 from ..wakeup import WakeUpListener
 from .handler import Handler, load_handler
-from .pacing import MessageBudget, MonitorRound
+from .pacing import MessageBudget
 from .processing import CONSUMED, ERROR, MESSAGE, RETRY, SKIPPED, MessageProcessor, Rollback
 from .receive import Receiver
 from .settings import PumpSettings
 from .stats import Counters, PumpStats
-from .strategy import PollingStrategy, Strategy
+from .strategy import ConcurrencyPolicy, MonitorStrategy, PollingStrategy, Strategy
 
 if TYPE_CHECKING:
     from ...dialects.base import Dialect
@@ -118,12 +115,16 @@ class MessagePump:
             settings.circuit_breaker,
             settings.on_critical_error,
         )
-        self.polling = PollingStrategy(
-            self,
-            adaptive=self.strategy is Strategy.ADAPTIVE,
-            success_threshold=settings.success_threshold,
-            failure_threshold=settings.failure_threshold,
-            slow_handler_threshold=settings.slow_handler_threshold,
+        self.concurrency: ConcurrencyPolicy = (
+            MonitorStrategy(self)
+            if self.strategy is Strategy.MONITOR
+            else PollingStrategy(
+                self,
+                adaptive=self.strategy is Strategy.ADAPTIVE,
+                success_threshold=settings.success_threshold,
+                failure_threshold=settings.failure_threshold,
+                slow_handler_threshold=settings.slow_handler_threshold,
+            )
         )
         self.failures = FailureStore()
         # set by the first handler lent the receive's connection: from then on the pump reads the
@@ -144,8 +145,6 @@ class MessagePump:
         self._max_workers = 0
         self._threads: list[threading.Thread] = []
         self._threads_lock = threading.Lock()
-        self._work: queue_module.SimpleQueue[MonitorRound | None] = queue_module.SimpleQueue()
-        self._slots = threading.BoundedSemaphore(settings.max_concurrency)
         self._started_at: float | None = None
         self._stopped_at: float | None = None
         self.stop_reason: str | None = None
@@ -171,9 +170,7 @@ class MessagePump:
     def required_connections(self) -> int:
         """Pooled connections this pump can hold at once: one per receive in flight, one for the peek,
         and one per handler for sends outside the receive transaction."""
-        needed = self.max_concurrency
-        if self.strategy is Strategy.MONITOR:
-            needed += 1
+        needed = self.max_concurrency + self.concurrency.own_connections
         if not self.transaction_mode.sends_join_receive:
             needed += self.max_concurrency
         return needed
@@ -212,12 +209,7 @@ class MessagePump:
             "%s started: %s strategy, concurrency %d, %s", self.name, self.strategy.value,
             self.max_concurrency, self.transaction_mode.value,
         )  # fmt: skip
-        if self.strategy is Strategy.MONITOR:
-            for number in range(self.max_concurrency):
-                self.spawn(self._task_worker, f"{self.name} task {number + 1}")
-            self.spawn(self._monitor_loop, f"{self.name} monitor")
-        else:
-            self.polling.start()
+        self.concurrency.start()
         return self
 
     def spawn(self, target: Callable[[], None], name: str) -> None:
@@ -304,8 +296,7 @@ class MessagePump:
                     self._in_flight,
                     timeout,
                 )
-        for _ in range(self.max_concurrency):
-            self._work.put(None)
+        self.concurrency.release()
         if clean:
             with self._threads_lock:
                 threads = list(self._threads)
@@ -343,14 +334,14 @@ class MessagePump:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def until_empty(self) -> bool:
+        """Whether this run ends once the queue is empty."""
+        return self._until_empty
+
     def stats(self) -> PumpStats:
         c = self.counters
-        if self.strategy is Strategy.ADAPTIVE:
-            workers = self.polling.workers.count
-        elif self.strategy is Strategy.FIXED:
-            workers = self.max_concurrency
-        else:
-            workers = self._in_flight
+        workers = self.concurrency.running_workers()
         end = self._stopped_at or time.monotonic()
         return PumpStats(
             processed=c.get("processed"),
@@ -371,70 +362,7 @@ class MessagePump:
             elapsed=0.0 if self._started_at is None else end - self._started_at,
         )
 
-    # ---- strategies ----------------------------------------------------------------------------
-    def _monitor_loop(self) -> None:
-        """Peek, start up to that many receive tasks in the free slots, wait for their receives, repeat."""
-        while not self._halt.is_set():
-            flying = self._in_flight
-            try:
-                pending = self.queue.peek_estimate()
-            except Exception as error:
-                self._database_failure(self.peek_breaker, error)
-                continue
-            self.counters.add("peeks")
-            self.peek_breaker.success()
-            if self.depth_sampler is not None:
-                self.depth_sampler.sample(self.queue.address, pending, exact=False)
-            if self.receive_breaker.triggered:
-                pending = min(pending, 1)  # probe with one receive while receiving keeps failing
-            if pending <= 0:
-                self.counters.add("idle_rounds")
-                if self._until_empty and flying == 0:
-                    self.finish("empty")
-                    return
-                self._idle_wait()
-                continue
-            per_task = self._batch_for(pending)
-            current = MonitorRound(-(-pending // per_task), per_task)
-            while current.allowed > 0 and not current.cancelled and not self._halt.is_set():
-                if not self._take_slot():
-                    break
-                if not current.take(self.budget):
-                    self._slots.release()
-                    if current.allowed > 0 and not current.cancelled and not self.budget.exhausted:
-                        self.budget.wait(self.idle_delay)  # wait for reserved receives to settle
-                    break
-                self._work.put(current)
-            current.wait(self._halt)
-
-    def _batch_for(self, pending: int) -> int:
-        """A monitor task's batch: the peek's messages spread over the slots, at most ``batch_size``."""
-        if self.batch_size == 1:
-            return 1
-        return max(1, min(self.batch_size, -(-pending // self.max_concurrency)))
-
-    def _take_slot(self) -> bool:
-        while not self._halt.is_set():
-            if self._slots.acquire(timeout=0.05):
-                return True
-        return False
-
-    def _task_worker(self) -> None:
-        while True:
-            current = self._work.get()
-            if current is None:
-                return
-            try:
-                while True:
-                    outcome = self.receive_one(current.received, current.batch_size)
-                    self.settle(outcome)
-                    if outcome not in (MESSAGE, CONSUMED) or self._halt.is_set():
-                        break
-                    if not current.take(self.budget):
-                        break
-            finally:
-                self._slots.release()
-
+    # ---- what the strategies drive -------------------------------------------------------------
     def drained(self) -> bool:
         """After an empty receive: whether a run until the queue is empty may end here (nothing in flight).
 
@@ -450,7 +378,7 @@ class MessagePump:
             log.warning("peek of %s failed (%s); receiving on", self.queue.address, error)
             return False
 
-    def _idle_wait(self) -> None:
+    def idle_wait(self) -> None:
         """Sleep the idle delay; with ``until_empty``, wake as soon as nothing is in flight."""
         if not self._until_empty:
             self.idle_sleep(self.idle_delay)
@@ -493,7 +421,7 @@ class MessagePump:
 
         with self._flight:
             self._in_flight += 1
-        self.note_workers(self._in_flight if self.strategy is Strategy.MONITOR else 0)
+            self.note_workers(self._in_flight)
         try:
             if self._halt.is_set():
                 return SKIPPED
@@ -503,7 +431,7 @@ class MessagePump:
             return RETRY
         except Exception as error:
             # The back-off happens before the monitor hears of this receive, so it throttles the rounds.
-            self._database_failure(self.receive_breaker, error)
+            self.database_failure(self.receive_breaker, error)
             return ERROR
         finally:
             received(False)
@@ -511,7 +439,7 @@ class MessagePump:
                 self._in_flight -= 1
                 self._flight.notify_all()
 
-    def _database_failure(self, breaker: CircuitBreaker, error: BaseException) -> None:
+    def database_failure(self, breaker: CircuitBreaker, error: BaseException) -> None:
         cause = error.__cause__ or error
         if self.dialect.is_deadlock(cause):
             log.info("%s: chosen as a deadlock victim; retrying (%s)", self.name, error)

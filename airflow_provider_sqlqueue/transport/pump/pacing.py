@@ -102,12 +102,12 @@ class MonitorRound:
                 self.cancelled = True  # the queue ran dry: start no more tasks this round
             self._done.notify_all()
 
-    def wait(self, halt: threading.Event) -> None:
+    def wait(self, halted: Callable[[], bool]) -> None:
         """Until every receive this round started has run, or the pump halts: a round handed to the work
         queue after stop() queued the workers' exit signals is never run, and waiting for it would hold
         the monitor thread (and stop()'s join) until the stop timeout."""
         with self._done:
-            while self.pending > 0 and not halt.is_set():
+            while self.pending > 0 and not halted():
                 self._done.wait(0.1)
 
 

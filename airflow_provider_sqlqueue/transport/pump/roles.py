@@ -1,5 +1,5 @@
 """What each part of a pump needs of the pump: the narrow interfaces :class:`~.message_pump.MessagePump`
-offers its processor, handler context, receiver and adaptive strategy.
+offers its processor, handler context, receiver and strategies.
 
 The parts type their pump with these protocols instead of importing ``MessagePump``, so the pump package
 imports in one direction: ``message_pump`` builds the parts, the parts know only their role.
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ...model.address import QueueAddress
     from ..connection import Transport
     from ..delayed import DelayedStore
+    from ..depth_samples import DepthSampler
     from ..queue import TableQueue, TransactionMode
     from ..recoverability import CircuitBreaker, FailureStore
     from .pacing import MessageBudget
@@ -70,7 +71,8 @@ class ReceivingPump(Protocol):
 
 
 class StrategyPump(Protocol):
-    """What the adaptive strategy's workers drive: threads, one receive at a time, the run's end."""
+    """What a strategy drives: threads, one receive at a time, the run's end; and what the monitor's peek
+    reads (the queue, its breakers, the depth sampler)."""
 
     name: str
     idle_delay: float
@@ -78,9 +80,23 @@ class StrategyPump(Protocol):
     max_concurrency: int
     budget: MessageBudget
     counters: Counters
+    queue: TableQueue
+    peek_breaker: CircuitBreaker
+    receive_breaker: CircuitBreaker
+    depth_sampler: DepthSampler | None
 
     @property
     def halted(self) -> bool: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def until_empty(self) -> bool: ...
+
+    def idle_wait(self) -> None: ...
+
+    def database_failure(self, breaker: CircuitBreaker, error: BaseException) -> None: ...
 
     def spawn(self, target: Callable[[], None], name: str) -> None: ...
 

@@ -1,33 +1,46 @@
-"""The pump's strategies by name, and its polling workers: one loop for the fixed and the adaptive
-strategies, each adaptive worker's ramp-up controller, the workers' count and the slow-handler watch.
+"""The pump's three concurrency models as policies over its one receive path: the seeds' monitor (peek,
+then hand out that many receives to the free slots), and the polling workers of the fixed and the adaptive
+strategies (one worker loop; the adaptive ramp-up controller, the workers' count and the slow-handler
+watch decide how many loop).
+
+Each policy only decides how many receives run and when; what happens to one receive is the pump's
+(:meth:`~.message_pump.MessagePump.receive_one`, over :mod:`.receive` and :mod:`.processing`).
 
 The adaptive strategy follows the released 2.1/2.2 code of the reference (NServiceBus.SqlServer tags 2.1.0
 to 2.2.6: ``AdaptiveExecutor``, ``AdaptivePollingReceiver``, ``ReceiveRampUpController``, ``TaskTracker``,
 ``ExecutorTaskState``): one ramp-up controller per receive thread, ramp-up after more than 5 consecutive
 successes, retirement at 7 consecutive failures, and one more thread when a receive runs longer than 5 s.
 The back-off on empty receives is :class:`~.pacing.BoundedBackOff`. What each strategy does is described in
-:mod:`airflow_provider_sqlqueue.transport.pump` and docs/concurrency.md; the monitor's loop is the
-pump's own.
+:mod:`airflow_provider_sqlqueue.transport.pump` and docs/concurrency.md.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import queue as queue_module
 import threading
 import time
 from collections.abc import Callable, Hashable
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ...model.errors import ConfigurationError
-from .pacing import BoundedBackOff
-from .processing import EMPTY, ERROR, SKIPPED
+from .pacing import BoundedBackOff, MonitorRound
+from .processing import CONSUMED, EMPTY, ERROR, MESSAGE, SKIPPED
 
 if TYPE_CHECKING:
     from .roles import StrategyPump
 
-__all__ = ["AdaptiveWorkers", "PollingStrategy", "RampUpController", "SlowHandlerWatch", "Strategy"]
+__all__ = [
+    "AdaptiveWorkers",
+    "ConcurrencyPolicy",
+    "MonitorStrategy",
+    "PollingStrategy",
+    "RampUpController",
+    "SlowHandlerWatch",
+    "Strategy",
+]
 
 # The log lines keep the name they had before the split: airflow_provider_sqlqueue.transport.pump.
 log = logging.getLogger(__package__)
@@ -44,6 +57,19 @@ class Strategy(str, Enum):
     MONITOR = "monitor"
     ADAPTIVE = "adaptive"
     FIXED = "fixed"
+
+
+class ConcurrencyPolicy(Protocol):
+    """What the pump asks of its strategy: start its threads, let them go at a stop, say how many run."""
+
+    own_connections: int  # pooled connections the policy holds besides the receives' (the monitor's peek)
+
+    def start(self) -> None: ...
+
+    def release(self) -> None:
+        """Wake threads that wait for work so they can end (the pump has halted)."""
+
+    def running_workers(self) -> int: ...
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -215,7 +241,14 @@ class PollingStrategy:
         self.failure_threshold = failure_threshold
         self.workers = AdaptiveWorkers(pump.max_concurrency)
         self.slow_handlers = SlowHandlerWatch(slow_handler_threshold)
+        self.own_connections = 0
         self._pump = pump
+
+    def running_workers(self) -> int:
+        return self.workers.count
+
+    def release(self) -> None:
+        """Nothing to wake: each worker checks the halt before its next receive."""
 
     def start(self) -> None:
         if not self.adaptive:
@@ -300,3 +333,99 @@ class PollingStrategy:
         while not pump.wait_for_halt(self.slow_handlers.check_interval):
             for _ in range(self.slow_handlers.overdue()):
                 self.add_worker(f"a handler has run longer than {self.slow_handlers.threshold:g} s")
+
+
+class MonitorStrategy:
+    """The seeds' monitor: one thread peeks the queue's depth and hands that many receives to
+    ``max_concurrency`` task threads through a work queue, then waits until each handed-out receive has
+    run its statement before it peeks again (:class:`~.pacing.MonitorRound`).
+
+    A task whose receive found a message takes the round's next receive itself, so a busy queue costs one
+    hand-off per round, not per message. While receiving keeps failing (the receive circuit breaker is
+    triggered), a round probes with one receive. Its peeks feed the depth history.
+    """
+
+    def __init__(self, pump: StrategyPump) -> None:
+        self.own_connections = 1  # the peek's
+        self._pump = pump
+        self._work: queue_module.SimpleQueue[MonitorRound | None] = queue_module.SimpleQueue()
+        self._slots = threading.BoundedSemaphore(pump.max_concurrency)
+
+    def start(self) -> None:
+        pump = self._pump
+        for number in range(pump.max_concurrency):
+            pump.spawn(self._task_worker, f"{pump.name} task {number + 1}")
+        pump.spawn(self._monitor_loop, f"{pump.name} monitor")
+
+    def release(self) -> None:
+        for _ in range(self._pump.max_concurrency):
+            self._work.put(None)
+
+    def running_workers(self) -> int:
+        return self._pump.in_flight
+
+    def _monitor_loop(self) -> None:
+        """Peek, start up to that many receive tasks in the free slots, wait for their receives, repeat."""
+        pump = self._pump
+        while not pump.halted:
+            flying = pump.in_flight
+            try:
+                pending = pump.queue.peek_estimate()
+            except Exception as error:
+                pump.database_failure(pump.peek_breaker, error)
+                continue
+            pump.counters.add("peeks")
+            pump.peek_breaker.success()
+            if pump.depth_sampler is not None:
+                pump.depth_sampler.sample(pump.queue.address, pending, exact=False)
+            if pump.receive_breaker.triggered:
+                pending = min(pending, 1)  # probe with one receive while receiving keeps failing
+            if pending <= 0:
+                pump.counters.add("idle_rounds")
+                if pump.until_empty and flying == 0:
+                    pump.finish("empty")
+                    return
+                pump.idle_wait()
+                continue
+            per_task = self._batch_for(pending)
+            current = MonitorRound(-(-pending // per_task), per_task)
+            while current.allowed > 0 and not current.cancelled and not pump.halted:
+                if not self._take_slot():
+                    break
+                if not current.take(pump.budget):
+                    self._slots.release()
+                    if current.allowed > 0 and not current.cancelled and not pump.budget.exhausted:
+                        pump.budget.wait(pump.idle_delay)  # wait for reserved receives to settle
+                    break
+                self._work.put(current)
+            current.wait(lambda: pump.halted)
+
+    def _batch_for(self, pending: int) -> int:
+        """A task's batch: the peek's messages spread over the slots, at most ``batch_size``."""
+        pump = self._pump
+        if pump.batch_size == 1:
+            return 1
+        return max(1, min(pump.batch_size, -(-pending // pump.max_concurrency)))
+
+    def _take_slot(self) -> bool:
+        while not self._pump.halted:
+            if self._slots.acquire(timeout=0.05):
+                return True
+        return False
+
+    def _task_worker(self) -> None:
+        pump = self._pump
+        while True:
+            current = self._work.get()
+            if current is None:
+                return
+            try:
+                while True:
+                    outcome = pump.receive_one(current.received, current.batch_size)
+                    pump.settle(outcome)
+                    if outcome not in (MESSAGE, CONSUMED) or pump.halted:
+                        break
+                    if not current.take(pump.budget):
+                        break
+            finally:
+                self._slots.release()
