@@ -295,6 +295,23 @@ def stream_application(
     )
 
 
+# ---- the data source's receive, run by Python with this file as the program -----------------------------
+def source_receive(queue: str, run_id: str) -> None:
+    """The data source's batch read as it plans (``SqlQueueBatchReader.partitions``, where Spark's planner
+    runs it): its receivers, threads of one process with a connection each, move the queue into staging
+    under ``run_id``; then the read is acknowledged (its staged rows deleted), outside the timing. The same
+    batch size and number of receivers as the staged drain's receive tasks."""
+    from airflow_provider_sqlqueue.spark.source import SourceOptions, ack_read
+    from airflow_provider_sqlqueue.spark.source.batch import SqlQueueBatchReader
+
+    options = {"queue": queue, "runId": run_id, "batchSize": "1000", "receivers": "2"}
+    started = time.monotonic()
+    tasks = SqlQueueBatchReader(SourceOptions.parse(options)).partitions()
+    seconds = time.monotonic() - started
+    staged = ack_read(options)
+    report(seconds=seconds, staged=staged, read_tasks=len(tasks))
+
+
 # ---- the harness -------------------------------------------------------------------------------------
 class MemorySampler(threading.Thread):
     """Peak RSS of the JVM and of the Python driver in a process tree, and the CPU seconds of each kind of
@@ -574,6 +591,21 @@ def run_staged(transport, n: int, env: dict[str, str], args: list[str]) -> dict[
     job = result["drain_staged"]["job"]
     assert job["processed"] == job["written"] == n and not job["read_in_place"], job
     assert transport.queue("orders").count() == 0
+    # the receive into staging of the data source's batch read, beside the drain's receive tasks
+    fill(transport, n)
+    settle(transport)
+    this = str(Path(__file__).resolve())
+    run_id = f"{args[run_id]}-source"
+    result["source_receive"] = measured(
+        [sys.executable, this, "--source-receive", run_id], env, "spark_drain_bench", this
+    )
+    source = result["source_receive"]["job"]
+    assert source["staged"] == n and transport.queue("orders").count() == 0, source
+    print(
+        f"  the data source's receive into staging: {source['seconds']:.1f} s (the drain's receive tasks: "
+        f"{job['receive_seconds']:.1f} s)",
+        flush=True,
+    )
     return result
 
 
@@ -688,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jdbc-baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--raw-baseline", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stream-app", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--source-receive", metavar="RUN_ID", help=argparse.SUPPRESS)
     parser.add_argument("--files", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     parser.add_argument("--per-trigger", type=int, help=argparse.SUPPRESS)
@@ -705,6 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "sqlite" and not SQLITE_JDBC_JAR.exists():
         print(f"needs {SQLITE_JDBC_JAR}: apt-get install libxerial-sqlite-jdbc-java", file=sys.stderr)
         return 2
+    if args.source_receive:
+        source_receive("orders", args.source_receive)
+        return 0
     if args.stream_app:
         stream_application(
             "orders", args.files, args.checkpoint, args.per_trigger, args.stream_id, args.all_columns
@@ -934,6 +970,7 @@ def data_file(meta: dict[str, Any], results: list[dict[str, Any]], command: str)
                 drain_staged_receive_s=round(staged["job"]["receive_seconds"], 1),
                 drain_staged_read_transform_s=round(staged["job"]["compute_seconds"], 1),
                 drain_staged_write_commit_s=round(staged["job"]["commit_seconds"], 1),
+                source_staged_receive_s=round(row["source_receive"]["job"]["seconds"], 1),
                 jvm_peak_mb_drain_staged=staged["jvm_mb"],
                 python_peak_mb_drain_staged=staged["python_driver_mb"],
                 cpu_s_drain_staged=staged["cpu_seconds"],

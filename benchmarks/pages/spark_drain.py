@@ -183,6 +183,14 @@ def spark_drain_notes(data: dict[str, Any]) -> list[str]:
                 f"{row['jvm_peak_mb_drain_staged']:,} MB, Python driver "
                 f"{row['python_peak_mb_drain_staged']:,} MB."
             )
+        if "source_staged_receive_s" in row:
+            lines.append(
+                "- **The data source's receive** (`--staged`, the queue filled again: what a batch read "
+                '`format("sqlqueue")` runs as Spark plans it, two receiver threads of one process moving '
+                f"the messages into staging): at {row['n']:,} it took "
+                f"{row['source_staged_receive_s']:.1f} s, "
+                f"against {row['drain_staged_receive_s']:.1f} s for the staged drain's two receive tasks."
+            )
         if "drain_in_place_msgs_per_s" in row:
             in_place = row["drain_in_place_msgs_per_s"]
             lines.append(
