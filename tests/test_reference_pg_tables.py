@@ -12,6 +12,7 @@ that let the session's zone in would be 14 hours off.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -555,41 +556,109 @@ def test_this_package_creates_and_stores_into_the_reference_delayed_table_which_
         assert [(m.message_id, m.body) for m in batch] == [(str(second), b"second")]
 
 
-def test_the_spark_bridge_refuses_a_reference_queue_before_receiving_or_sending(
-    target, transport, monkeypatch
-) -> None:
-    """The Spark bridge's statements read and write this package's layout only: a read of a queue the
-    reference made, and a write into one, fail on the driver with an error naming the layout, and the
-    queue keeps its message. Through a real Spark session."""
+@pytest.fixture
+def spark(monkeypatch):
+    """A local Spark session with the ``sqlqueue`` format registered."""
     pytest.importorskip("pyspark")
-    from test_spark_source import reader, source_options
+    from pyspark.sql import SparkSession
 
     from airflow_provider_sqlqueue.spark import SqlQueueDataSource
+
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("sqlqueue-reference-layout")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    session.dataSource.register(SqlQueueDataSource)
+    yield session
+    session.stop()
+
+
+def test_the_spark_bridge_refuses_to_read_a_reference_queue_before_receiving(
+    target, transport, spark
+) -> None:
+    """The bridge's moves into staging and its holds in place know this package's layout only: a batch read,
+    a stream and a drain of a queue the reference made fail on the driver with an error naming the layout,
+    and the queue keeps its message. Through a real Spark session."""
+    from test_spark_source import reader, source_options
+
+    from airflow_provider_sqlqueue.spark.drain import DrainConfig, run_drain
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
 
     orders = reference_queue(transport, "orders")
     reference_send(transport, orders, b"stays")
     create_bridge_tables(transport, "orders")
-    from pyspark.sql import SparkSession
-
-    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("sqlqueue-reference-layout")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
+    refusal = "orders@.* has the postgresql-transport layout .* the Spark bridge does not read yet"
+    with pytest.raises(Exception, match=refusal):
+        reader(spark, source_options(target, runId="r1")).collect()
+    stream = spark.readStream.format("sqlqueue")
+    for key, value in source_options(target, streamId="s1").items():
+        stream = stream.option(key, value)
+    query = stream.load().writeStream.format("noop").trigger(availableNow=True).start()
+    with pytest.raises(Exception, match=refusal):
+        query.awaitTermination(120)
+    drain = DrainConfig(
+        url=target.url,
+        default_schema=target.schema,
+        input_queue="orders",
+        sink="queue:results",
+        run_id="d1",
+        transform="airflow_provider_sqlqueue.spark.transforms.order_rows",
     )
-    try:
-        spark.dataSource.register(SqlQueueDataSource)
-        refusal = "orders@.* has the postgresql-transport layout .* the Spark bridge does not read or write"
-        with pytest.raises(Exception, match=refusal):
-            reader(spark, source_options(target, runId="r1")).collect()
-        frame = spark.createDataFrame([("x",)], "body string").write.format("sqlqueue").mode("append")
-        for key, value in source_options(target).items():
-            frame = frame.option(key, value)
-        with pytest.raises(Exception, match=refusal):
-            frame.save()
-    finally:
-        spark.stop()
+    with pytest.raises(Exception, match=refusal.replace("orders", "input queue orders")):
+        run_drain(spark, drain)
     assert orders.count() == 1
+
+
+def test_spark_writes_into_a_reference_queue_once_per_run_and_the_reference_receives_it(
+    target, transport, spark
+) -> None:
+    """The data source's writer and the drain's queue sink send through the queue, which writes its table's
+    layout: a frame written twice under one run id lands once in a queue the reference made, and the
+    reference's own ReceiveText takes each message in order, unexpired, with the headers it parses; so
+    does a drain's result sent into such a queue."""
+    from test_spark_source import source_options
+
+    from airflow_provider_sqlqueue.demo.orders import make_orders
+    from airflow_provider_sqlqueue.spark.drain import DrainConfig, run_drain
+    from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
+
+    results = reference_queue(transport, "results")
+    create_bridge_tables(transport, "results")
+    frame = spark.createDataFrame([(f"body {i}",) for i in range(5)], "body string").coalesce(1)
+    for _ in range(2):  # the second write of the same run id finds its batches' markers and sends nothing
+        write = frame.write.format("sqlqueue").mode("append")
+        for key, value in source_options(target, queue="results", runId="w1", batchSize="2").items():
+            write = write.option(key, value)
+        write.save()
+    received = [reference(transport, REFERENCE_RECEIVE, results) for _ in range(6)]
+    assert [rows for rows in received[5:]] == [[]], "sent twice"
+    taken = [rows[0] for rows in received[:5]]
+    assert [bytes(body) for _, _, _, body in taken] == [f"body {i}".encode() for i in range(5)]
+    assert {expired for _, expired, _, _ in taken} == {0}
+    ids = [decode_headers(headers)["NServiceBus.MessageId"] for _, _, headers, _ in taken]
+    assert [str(row_id) for row_id, _, _, _ in taken] == ids and len(set(ids)) == 5
+
+    orders = transport.queue("orders")
+    orders.create()
+    orders.send_batch(make_orders(20, first_order_id=1, short_lived_every=None))
+    create_bridge_tables(transport, "orders")
+    drain = DrainConfig(
+        url=target.url,
+        default_schema=target.schema,
+        input_queue="orders",
+        sink="queue:results",
+        run_id="d1",
+        transform="airflow_provider_sqlqueue.spark.transforms.order_rows",
+        partitions=1,
+    )
+    summary = run_drain(spark, drain)
+    assert summary["written"] == 20 and orders.count() == 0
+    drained = [reference(transport, REFERENCE_RECEIVE, results) for _ in range(21)]
+    assert drained[20] == [] and all(len(rows) == 1 for rows in drained[:20])
+    order_ids = sorted(json.loads(bytes(rows[0][3]))["order_id"] for rows in drained[:20])
+    assert order_ids == list(range(1, 21))

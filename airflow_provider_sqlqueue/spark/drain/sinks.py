@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...transport import ConfigurationError, OutgoingMessage, PermissionDenied, Transport
 from ...transport.headers import CONTENT_TYPE, ENCLOSED_MESSAGE_TYPES
 from ..config import safe_path_part
-from ..source.transactions import execute, require_bridge_layout, table_exists
+from ..source.transactions import execute, table_exists
 from ..tables import BridgeSql, sink_table_ddl
 from .config import DrainConfig
 
@@ -49,7 +49,6 @@ class SinkWriter:
             target = self.transport.queue(self.sink.target)
             if not target.exists():
                 raise ConfigurationError(f"sink queue {target.name} does not exist; provision it first")
-            require_bridge_layout(target, "sink queue")
 
     def _table_columns(self, address: Any) -> list[str]:
         statement = self.sql.table_columns(address)

@@ -94,7 +94,7 @@ from .staging import (
     stage_stream_batch,
     taken_over,
 )
-from .transactions import execute, execute_counted
+from .transactions import execute, execute_counted, require_bridge_layout
 
 __all__ = ["PositionRange", "SqlQueueStreamReader"]
 
@@ -255,6 +255,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._open() as transport:
             sql = bridge_sql(transport, self.options, check=True)
             queue = transport.queue(self.options.queue)
+            require_bridge_layout(queue, "queue")
             for _ in range(3):
                 mark = self._mark(transport, sql, queue)
                 stats = execute(transport, sql.staged_stats(), (self.stream_id,), write=False)[0]
@@ -343,9 +344,11 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         PostgreSQL that is the queue's newest RowVersion now, read from the index's end: the stream holds
         or stages none above it. Elsewhere this counts the queue (a count reads every row)."""
         with self._lock, self._open() as transport:
+            queue = transport.queue(self.options.queue)
+            require_bridge_layout(queue, "queue")  # Spark calls this before initialOffset
             self.ceiling = newest_row_version(transport, self.options)
             if self.ceiling is None:
-                self.budget = transport.queue(self.options.queue).count()
+                self.budget = queue.count()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         with self._lock:

@@ -57,16 +57,18 @@ def begin_write(transport: Transport, cursor: Any) -> None:
 
 
 def require_bridge_layout(queue: Any, role: str) -> None:
-    """Refuse, before anything is received or sent, a queue whose table the bridge's statements cannot
-    read or write: one of NServiceBus.Transport.PostgreSql's layout (``Seq``, no ``RowVersion``). ``role``
-    names the queue in the error (``"queue"``, ``"input queue"``, ``"sink queue"``)."""
+    """Refuse, before anything is received, a queue the bridge's statements cannot read: one of
+    NServiceBus.Transport.PostgreSql's layout (``Seq``, no ``RowVersion``), whose rows the bridge's moves into
+    staging and holds in place do not know. ``role`` names the queue in the error (``"queue"``, ``"input
+    queue"``). Writes need no check: the writer and the drain's queue sink send through the queue, which
+    writes its own table's layout."""
     found = queue.resolved_dialect().layout
     expected = queue.transport.dialect.layout
     if found != expected:
         raise ConfigurationError(
             f"{role} {queue.name} has the {found} layout (NServiceBus.Transport.PostgreSql's columns), which "
-            f"the Spark bridge does not read or write yet; nothing was received or sent. Use a queue of this "
-            f"package's layout ({expected}) with Spark"
+            f"the Spark bridge does not read yet; nothing was received. Read a queue of this package's "
+            f"layout ({expected}) with Spark; writes into this one work"
         )
 
 

@@ -37,7 +37,7 @@ from ..config import NO_NEW_FILE, url_from_option
 from ..row_messages import check_message_columns, row_message
 from ..tables import DEFAULT_PREFIX, BridgeSql, bridge_tables, check_run_id, create_bridge_tables
 from .errors import InjectedFault
-from .transactions import require_bridge_layout, table_exists
+from .transactions import table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import Row
@@ -145,7 +145,6 @@ class SqlQueueDataSourceWriter(DataSourceWriter):
             target = transport.queue(self.queue)
             if not target.exists():
                 raise ConfigurationError(f"queue {target.name} does not exist; provision it first")
-            require_bridge_layout(target, "queue")
             tables = bridge_tables(transport, self.queue, self.prefix)
             if table_exists(transport, tables.fill):
                 return
