@@ -556,6 +556,21 @@ def test_this_package_creates_and_stores_into_the_reference_delayed_table_which_
         assert [(m.message_id, m.body) for m in batch] == [(str(second), b"second")]
 
 
+def orders_into_results(target):
+    """A drain of ``orders`` through the example's transform into the queue ``results``."""
+    from airflow_provider_sqlqueue.spark.drain import DrainConfig
+
+    return DrainConfig(
+        url=target.url,
+        default_schema=target.schema,
+        input_queue="orders",
+        sink="queue:results",
+        run_id="d1",
+        transform="airflow_provider_sqlqueue.spark.transforms.order_rows",
+        partitions=1,
+    )
+
+
 @pytest.fixture
 def spark(monkeypatch):
     """A local Spark session with the ``sqlqueue`` format registered."""
@@ -586,7 +601,7 @@ def test_the_spark_bridge_refuses_to_read_a_reference_queue_before_receiving(
     and the queue keeps its message. Through a real Spark session."""
     from test_spark_source import reader, source_options
 
-    from airflow_provider_sqlqueue.spark.drain import DrainConfig, run_drain
+    from airflow_provider_sqlqueue.spark.drain import run_drain
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
 
     orders = reference_queue(transport, "orders")
@@ -601,16 +616,8 @@ def test_the_spark_bridge_refuses_to_read_a_reference_queue_before_receiving(
     query = stream.load().writeStream.format("noop").trigger(availableNow=True).start()
     with pytest.raises(Exception, match=refusal):
         query.awaitTermination(120)
-    drain = DrainConfig(
-        url=target.url,
-        default_schema=target.schema,
-        input_queue="orders",
-        sink="queue:results",
-        run_id="d1",
-        transform="airflow_provider_sqlqueue.spark.transforms.order_rows",
-    )
     with pytest.raises(Exception, match=refusal.replace("orders", "input queue orders")):
-        run_drain(spark, drain)
+        run_drain(spark, orders_into_results(target))
     assert orders.count() == 1
 
 
@@ -624,7 +631,7 @@ def test_spark_writes_into_a_reference_queue_once_per_run_and_the_reference_rece
     from test_spark_source import source_options
 
     from airflow_provider_sqlqueue.demo.orders import make_orders
-    from airflow_provider_sqlqueue.spark.drain import DrainConfig, run_drain
+    from airflow_provider_sqlqueue.spark.drain import run_drain
     from airflow_provider_sqlqueue.spark.tables import create_bridge_tables
 
     results = reference_queue(transport, "results")
@@ -647,16 +654,7 @@ def test_spark_writes_into_a_reference_queue_once_per_run_and_the_reference_rece
     orders.create()
     orders.send_batch(make_orders(20, first_order_id=1, short_lived_every=None))
     create_bridge_tables(transport, "orders")
-    drain = DrainConfig(
-        url=target.url,
-        default_schema=target.schema,
-        input_queue="orders",
-        sink="queue:results",
-        run_id="d1",
-        transform="airflow_provider_sqlqueue.spark.transforms.order_rows",
-        partitions=1,
-    )
-    summary = run_drain(spark, drain)
+    summary = run_drain(spark, orders_into_results(target))
     assert summary["written"] == 20 and orders.count() == 0
     drained = [reference(transport, REFERENCE_RECEIVE, results) for _ in range(21)]
     assert drained[20] == [] and all(len(rows) == 1 for rows in drained[:20])
