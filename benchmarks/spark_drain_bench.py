@@ -595,9 +595,9 @@ def run_staged(transport, n: int, env: dict[str, str], args: list[str]) -> dict[
     fill(transport, n)
     settle(transport)
     this = str(Path(__file__).resolve())
-    run_id = f"{args[run_id]}-source"
+    source_run_id = f"{args[run_id]}-source"
     result["source_receive"] = measured(
-        [sys.executable, this, "--source-receive", run_id], env, "spark_drain_bench", this
+        [sys.executable, this, "--source-receive", source_run_id], env, "spark_drain_bench", this
     )
     source = result["source_receive"]["job"]
     assert source["staged"] == n and transport.queue("orders").count() == 0, source
